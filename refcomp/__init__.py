@@ -1,0 +1,11 @@
+"""refcomp: a readable reference compiler for tensor programs that emits CUDA."""
+from .errors import BindingError, FeedError, RefcompError, ShapeError
+from .ops.tensor import Tensor, constant, input
+from .ops.movement import concat, stack
+from .ops.elementwise import fmod, maximum, minimum, where
+from .ops.reductions import arange
+from .ops import nn
+from .exec.reference import evaluate
+
+__all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
+           "arange", "nn", "evaluate", "RefcompError", "ShapeError", "BindingError", "FeedError"]

@@ -1,0 +1,21 @@
+"""Every error refcomp raises for bad input derives from `RefcompError`.
+
+Users catch one class; the message always names the tensor, node or dimension at fault, so a
+mistake is found in the user's program rather than in a traceback from deep inside NumPy.
+"""
+
+
+class RefcompError(Exception):
+    """Base of every error refcomp raises for bad input or a failed build."""
+
+
+class ShapeError(RefcompError):
+    """Shapes that do not fit: a binary op, a matmul, a reshape, an axis out of range."""
+
+
+class BindingError(RefcompError):
+    """A symbolic dimension is unbound, or two feeds disagree about its value."""
+
+
+class FeedError(RefcompError):
+    """A fed array is missing or has the wrong shape or dtype."""

@@ -1,0 +1,52 @@
+"""The contract between code generation and the three executors.
+
+Lowering produces CUDA source plus one `KernelSignature` per `__global__` function. Every backend
+(host emulator, PyCUDA) loads that pair into a `Module` and launches kernels by name with a grid, a
+block and a list of arguments. Buffers are backend-owned: the program runner asks the backend to
+allocate, upload, download and poison them, so the same runner drives the CPU emulator and a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+# The only parameter types a generated kernel may take.
+PARAM_CTYPES = ("const float*", "float*", "const int*", "long long")
+
+
+@dataclass(frozen=True)
+class Param:
+    ident: str  # C identifier chosen by refcomp (never a user-supplied name)
+    ctype: str  # one of PARAM_CTYPES
+
+    def __post_init__(self):
+        assert self.ctype in PARAM_CTYPES, self.ctype
+        assert self.ident.isidentifier(), self.ident
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[Param, ...]
+    uses_barrier: bool  # True when the kernel calls __syncthreads(): the emulator must run threads as fibers
+
+
+Dim3 = tuple[int, int, int]
+
+
+class Module(Protocol):
+    def launch(self, name: str, grid: Dim3, block: Dim3, args: Sequence[Any]) -> None:
+        """Run kernel `name`; args are backend buffers (for pointer params) or Python ints (long long)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def load(self, source: str, kernels: Sequence[KernelSignature]) -> Module: ...
+    def upload(self, array: np.ndarray) -> Any: ...
+    def alloc(self, nbytes: int) -> Any: ...
+    def fill_nan(self, buffer: Any, nbytes: int) -> None: ...
+    def download(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+    def synchronize(self) -> None: ...

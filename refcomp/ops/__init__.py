@@ -1,0 +1,1 @@
+"""Primitive op definitions (`primitives`) and the high-level ops built from them."""

@@ -1,0 +1,221 @@
+"""Movement ops: they change how a node is read, never what is stored, so they create no nodes.
+
+Every method here returns a Tensor on the same node with a new `ViewStack` (except `contiguous`,
+which deliberately materialises, and `concat`, which adds padded views).
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import sympy
+
+from ..errors import ShapeError
+from ..symbolic.dims import Dim, dim, dims_equal, prod
+
+
+def _shape_args(args) -> tuple:
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+
+
+class MovementMixin:
+    __slots__ = ()
+
+    def broadcast_to(self, shape: Sequence[Dim]):
+        shape = tuple(dim(n) for n in shape)
+        if len(shape) < self.ndim:
+            raise ShapeError(f"cannot broadcast {self.label} to fewer axes {shape}")
+        t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+        for axis, (old, new) in enumerate(zip(t.shape, shape)):
+            if not (dims_equal(old, new) or dims_equal(old, 1)):
+                raise ShapeError(f"cannot broadcast {self.label} to {shape}: axis {axis} is {old}, not 1 or {new}")
+        if all(dims_equal(a, b) for a, b in zip(t.shape, shape)):
+            return t
+        return t.with_views(t.views.expand(shape))
+
+    def expand(self, *shape):
+        """PyTorch's expand: -1 keeps an axis, new leading axes may be added."""
+        shape = _shape_args(shape)
+        lead = len(shape) - self.ndim
+        if lead < 0:
+            raise ShapeError(f"expand of {self.label} to {shape}: fewer axes than the tensor has")
+        full = tuple(self.shape[i - lead] if isinstance(n, int) and n == -1 else n for i, n in enumerate(shape))
+        return self.broadcast_to(full)
+
+    def reshape(self, *shape):
+        shape = list(_shape_args(shape))
+        unknown = [i for i, n in enumerate(shape) if isinstance(n, int) and n == -1]
+        if len(unknown) > 1:
+            raise ShapeError(f"reshape of {self.label}: at most one -1 is allowed, got {tuple(shape)}")
+        total = prod(self.shape)
+        if unknown:
+            known = prod(dim(n) for i, n in enumerate(shape) if i != unknown[0])
+            inferred = dim(sympy.cancel(sympy.sympify(total) / known)) if not isinstance(total, int) or not isinstance(known, int) else (total // known if known and total % known == 0 else None)
+            if inferred is None or (not isinstance(inferred, int) and not sympy.fraction(sympy.sympify(inferred))[1] == 1):
+                raise ShapeError(f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}")
+            shape[unknown[0]] = inferred
+        new_shape = tuple(dim(n) for n in shape)
+        if any(isinstance(n, int) and n < 0 for n in new_shape):
+            raise ShapeError(f"reshape of {self.label} to {new_shape}: negative dimension")
+        if not dims_equal(prod(new_shape), total):
+            raise ShapeError(f"reshape of {self.label} to {new_shape}: {total} elements cannot become {prod(new_shape)}")
+        if len(new_shape) == self.ndim and all(dims_equal(a, b) for a, b in zip(new_shape, self.shape)):
+            return self
+        return self.with_views(self.views.reshape(new_shape))
+
+    def permute(self, *order):
+        order = _shape_args(order)
+        axes = [self._axis(a) for a in order]
+        if sorted(axes) != list(range(self.ndim)):
+            raise ShapeError(f"permute of {self.label}: {tuple(order)} is not a permutation of its {self.ndim} axes")
+        return self.with_views(self.views.permute(axes))
+
+    def transpose(self, dim0: int = -2, dim1: int = -1):
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0), self._axis(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self):
+        return self.permute(list(reversed(range(self.ndim))))
+
+    def unsqueeze(self, axis: int):
+        axis = self._axis(axis, self.ndim + 1)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def squeeze(self, axis: int):
+        axis = self._axis(axis)
+        if not dims_equal(self.shape[axis], 1):
+            raise ShapeError(f"squeeze of {self.label}: axis {axis} has size {self.shape[axis]}, not 1")
+        return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
+
+    def flip(self, axis=None):
+        axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, numbers.Integral) else axis
+        views = self.views
+        for a in {self._axis(a) for a in axes}:
+            views = views.flip(a)
+        return self.with_views(views)
+
+    def pad(self, widths, value: float = 0.0):
+        """NumPy-style: `widths` is one (before, after) pair per axis; the border holds `value`."""
+        widths = [tuple(w) for w in widths]
+        if len(widths) != self.ndim or any(len(w) != 2 for w in widths):
+            raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
+        views = self.views
+        for axis, (before, after) in enumerate(widths):
+            if any(isinstance(w, int) and w < 0 for w in (before, after)):
+                raise ShapeError(f"pad of {self.label}: negative width {widths[axis]} on axis {axis} (slice instead)")
+            if not (dims_equal(before, 0) and dims_equal(after, 0)):
+                views = views.pad(axis, dim(before), dim(after))
+        padded = self.with_views(views)
+        if value == 0.0:
+            return padded
+        from .tensor import constant
+        border = 1.0 - constant(1.0).broadcast_to(self.shape).pad(widths)
+        return padded + border * value
+
+    def __getitem__(self, index):
+        index = index if isinstance(index, tuple) else (index,)
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise ShapeError(f"indexing {self.label}: at most one ellipsis")
+        used = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if used > self.ndim:
+            raise ShapeError(f"indexing {self.label}: {used} indices for {self.ndim} axes")
+        fill = (slice(None),) * (self.ndim - used)
+        if Ellipsis in index:
+            at = index.index(Ellipsis)
+            index = index[:at] + fill + index[at + 1:]
+        else:
+            index = index + fill
+        axis, shape_out, views = 0, [], self.views
+        for item in index:
+            if item is None:
+                shape_out.append(1)
+                continue
+            n = views.shape[axis]
+            if isinstance(item, slice):
+                views, length = _slice_axis(views, axis, n, item, self.label)
+                shape_out.append(length)
+                axis += 1
+            elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                i = int(item)
+                if isinstance(n, int) and not -n <= i < n:
+                    raise ShapeError(f"index {i} is out of range for axis {axis} of {self.label}")
+                start = dim(n + i) if i < 0 else i
+                views = views.slice(axis, start, dim(start + 1))
+                views = views.reshape(views.shape[:axis] + views.shape[axis + 1:])
+            else:
+                raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported")
+        return self.with_views(views).reshape(tuple(shape_out))
+
+    def contiguous(self):
+        from .primitives import make_node
+        return type(self).from_node(make_node("Contiguous", (self.edge,)))
+
+    def as_strided(self, shape, strides, offset=0):
+        """Read this tensor's row-major flattening with explicit strides (windows for conv and pooling)."""
+        return self.with_views(self.views.as_strided(shape, strides, offset))
+
+
+def _slice_axis(views, axis: int, n: Dim, item: slice, label: str):
+    step = 1 if item.step is None else item.step
+    if not isinstance(step, numbers.Integral) or step == 0:
+        raise ShapeError(f"slicing {label}: step {item.step!r} must be a non-zero int")
+    if isinstance(n, int) and all(v is None or isinstance(v, numbers.Integral) for v in (item.start, item.stop)):
+        start, stop, step = item.indices(n)
+        if step < 0:  # walk a flipped axis forwards: element k of the result is start - k*|step|
+            count = len(range(start, stop, step))
+            views = views.flip(axis)
+            first = n - 1 - start
+            return views.slice(axis, first, first + max(count - 1, 0) * -step + (1 if count else 0), -step), count
+        stop = max(stop, start)
+        return views.slice(axis, start, stop, step), len(range(start, stop, step))
+    if step < 0:
+        if item.start is not None or item.stop is not None:
+            raise ShapeError(f"slicing symbolic axis {axis} ({n}) of {label}: negative steps need a full slice like [::-1]")
+        views = views.flip(axis)
+        step = -step
+        start, stop = 0, n
+    else:
+        start = _symbolic_bound(item.start, 0, n)
+        stop = _symbolic_bound(item.stop, n, n)
+    out = views.slice(axis, start, stop, step)
+    return out, out.shape[axis]
+
+
+def _symbolic_bound(value, default: Dim, n: Dim) -> Dim:
+    if value is None:
+        return default
+    value = dim(value)
+    return dim(n + value) if isinstance(value, int) and value < 0 else value
+
+
+def concat(tensors, axis: int = 0):
+    """Join along an existing axis: each part is padded to the full length and the parts are added."""
+    from .tensor import Tensor, lift
+    tensors = [lift(t) for t in tensors]
+    if not tensors:
+        raise ShapeError("concat needs at least one tensor")
+    axis = tensors[0]._axis(axis)
+    for t in tensors[1:]:
+        if t.ndim != tensors[0].ndim or any(not dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
+            raise ShapeError(f"concat along axis {axis}: {t.label} does not match {tensors[0].label} off that axis")
+    total = dim(sum(t.shape[axis] for t in tensors))
+    out, before = None, 0
+    for t in tensors:
+        widths = [(0, 0)] * t.ndim
+        widths[axis] = (before, dim(total - before - t.shape[axis]))
+        part = t.pad(widths)
+        out = part if out is None else out + part
+        before = dim(before + t.shape[axis])
+    return out
+
+
+def stack(tensors, axis: int = 0):
+    from .tensor import lift
+    tensors = [lift(t) for t in tensors]
+    if not tensors:
+        raise ShapeError("stack needs at least one tensor")
+    axis = tensors[0]._axis(axis, tensors[0].ndim + 1)
+    return concat([t.unsqueeze(axis) for t in tensors], axis)

@@ -1,0 +1,133 @@
+"""The primitive ops: the whole instruction set of refcomp.
+
+Everything a user writes is built from these dozen node kinds. Each is defined once, in `OPS`:
+its kind (which fixes its shape rule), its NumPy meaning (the oracle), and its C expression (what
+the CUDA templates inline). Nothing else in the project decides what an op means.
+
+A `Node` holds an op, its attributes and its sources. A source is an `Edge`: the producing node
+plus the `ViewStack` through which it is read, so movement ops (permute, reshape, slice, pad,
+expand, flip) never create nodes.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..symbolic.dims import Dim, dims_equal
+from ..symbolic.view import ViewStack
+
+LEAF, UNARY, BINARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "reduce", "copy", "gather"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    numpy: Optional[Callable[..., np.ndarray]]  # (args, attrs, dtype) -> array, or None when fed from outside
+    c: Optional[str] = None  # C expression with {0}, {1} for the operands
+    c_identity: Optional[str] = None  # reductions: the accumulator's start value
+    doc: str = ""
+
+
+def _iota(args, attrs, dtype):
+    shape, axis = attrs["shape"], attrs["axis"]
+    index_shape = [1] * len(shape)
+    index_shape[axis] = shape[axis]
+    return np.broadcast_to(np.arange(shape[axis], dtype=dtype).reshape(index_shape), shape).copy()
+
+
+def _less_than(args, attrs, dtype):
+    return (args[0] < args[1]).astype(dtype)
+
+
+def _max_reduce(args, attrs, dtype):
+    return np.max(args[0], axis=attrs["axis"], initial=-np.inf).astype(dtype)
+
+
+def _gather(args, attrs, dtype):
+    table, ids = args
+    return table[ids.astype(np.int64)]
+
+
+OPS: dict[str, OpDef] = {op.name: op for op in [
+    OpDef("Input", LEAF, None, doc="a named array fed at run time (float32, or int32 ids)"),
+    OpDef("Constant", LEAF, lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt),
+          doc="a scalar; its value may be a symbolic expression of dims"),
+    OpDef("Iota", LEAF, _iota, doc="the index along one axis, as a float"),
+    OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), "log2f({0})"),
+    OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), "exp2f({0})"),
+    OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})"),
+    OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})"),
+    OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
+    OpDef("Add", BINARY, lambda a, attrs, dt: a[0] + a[1], "({0} + {1})"),
+    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "({0} * {1})"),
+    OpDef("Mod", BINARY, lambda a, attrs, dt: np.fmod(a[0], a[1]), "fmodf({0}, {1})",
+          doc="remainder with the sign of the dividend, as C's fmodf"),
+    OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", doc="1.0 where a < b, else 0.0"),
+    OpDef("SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"),
+    OpDef("MaxReduce", REDUCE, _max_reduce, "rc_max({0}, {1})", "-INFINITY",
+          doc="starts at -inf; NaN propagates, as in np.max"),
+    OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}",
+          doc="materialise a view into a fresh buffer"),
+    OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by int32 ids"),
+]}
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True, eq=False)
+class Edge:
+    """A node read through a view stack: the source of a node, or what a Tensor refers to."""
+
+    node: "Node"
+    views: ViewStack
+
+    @property
+    def shape(self) -> tuple[Dim, ...]:
+        return self.views.shape
+
+
+@dataclass(eq=False)
+class Node:
+    op: OpDef
+    srcs: tuple[Edge, ...]
+    attrs: dict[str, Any]
+    shape: tuple[Dim, ...]
+    dtype: str = "float32"
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def __repr__(self) -> str:
+        return f"{self.label}{list(self.shape)}"
+
+    @property
+    def label(self) -> str:
+        if self.op.name == "Input":
+            return f"input {self.attrs['name']!r}"
+        return f"{self.op.name}#{self.id}"
+
+
+def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tuple[Dim, ...]:
+    """The shape rule of each kind of op. Callers (the Tensor API) have already broadcast operands."""
+    if op.kind == LEAF:
+        return tuple(attrs.get("shape", ()))
+    if op.kind in (UNARY, COPY):
+        return srcs[0].shape
+    if op.kind == BINARY:
+        a, b = srcs[0].shape, srcs[1].shape
+        assert len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b)), (op.name, a, b)
+        return a
+    if op.kind == REDUCE:
+        shape = srcs[0].shape
+        return shape[:attrs["axis"]] + shape[attrs["axis"] + 1:]
+    if op.kind == GATHER:
+        table, ids = srcs
+        return ids.shape + table.shape[1:]
+    raise AssertionError(op.kind)
+
+
+def make_node(op_name: str, srcs: tuple[Edge, ...] = (), dtype: str = "float32", **attrs) -> Node:
+    op = OPS[op_name]
+    return Node(op, tuple(srcs), attrs, infer_shape(op, tuple(srcs), attrs), dtype)

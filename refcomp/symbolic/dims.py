@@ -1,0 +1,130 @@
+"""Symbolic dimensions.
+
+A dimension is a Python int or a SymPy expression over named positive-integer symbols ("B", "T").
+Ints stay ints wherever possible, because SymPy arithmetic is slow and most dims are concrete.
+`idiv` and `imod` are floor division and remainder on non-negative integers; they appear in derived
+dims (a strided convolution's output size) and in index expressions, and render to C's `/` and `%`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterable, Mapping, Union
+
+import sympy
+
+from ..errors import BindingError, ShapeError
+
+Dim = Union[int, sympy.Expr]
+
+
+class idiv(sympy.Function):
+    """floor(a / b) for a >= 0, b > 0 (so C's truncating `/` agrees)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        quotient = sympy.cancel(a / b)
+        if quotient.is_integer:
+            return quotient
+        return None
+
+
+class imod(sympy.Function):
+    """a mod b for a >= 0, b > 0."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if sympy.cancel(a / b).is_integer:
+            return sympy.Integer(0)
+        return None
+
+
+def symbol(name: str) -> sympy.Symbol:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ShapeError(f"dimension name {name!r} is not an identifier (use names like 'B' or 'T')")
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def dim(value) -> Dim:
+    """Normalise an int, a symbol name or a SymPy expression into a Dim."""
+    if isinstance(value, bool):
+        raise ShapeError(f"dimension {value!r} is a bool, not an int or a symbol name")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return symbol(value)
+    if hasattr(value, "__index__") and not isinstance(value, sympy.Basic):
+        return int(value)
+    if isinstance(value, sympy.Basic):
+        return int(value) if value.is_Integer else value
+    raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")
+
+
+def dims_equal(a: Dim, b: Dim) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return _symbolic_equal(sympy.sympify(a), sympy.sympify(b))
+
+
+@functools.lru_cache(maxsize=65536)
+def _symbolic_equal(a, b) -> bool:
+    return a == b or sympy.expand(a - b) == 0
+
+
+def prod(dims: Iterable[Dim]) -> Dim:
+    out: Dim = 1
+    for d in dims:
+        out = dim(out * d)
+    return out
+
+
+def free_symbols(d: Dim) -> set[sympy.Symbol]:
+    return set() if isinstance(d, int) else set(d.free_symbols)
+
+
+def evaluate_dim(d: Dim, bindings: Mapping[str, int]) -> int:
+    """The value of a dim at a binding of symbol names to ints; an unbound symbol is an error."""
+    if isinstance(d, int):
+        return d
+    return _evaluate(d, tuple(sorted((s.name, bindings.get(s.name)) for s in d.free_symbols)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _evaluate(d: sympy.Expr, binding: tuple[tuple[str, int | None], ...]) -> int:
+    missing = [name for name, value in binding if value is None]
+    if missing:
+        raise BindingError(f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}")
+    value = d.xreplace({symbol(name): sympy.Integer(v) for name, v in binding})
+    if not value.is_Integer:
+        raise BindingError(f"dimension {d} does not evaluate to an integer at {dict(binding)} (got {value})")
+    return int(value)
+
+
+def show(d: Dim) -> str:
+    return str(d)
+
+
+def evaluate_value(value, bindings: Mapping[str, int]) -> float:
+    """A Constant's value (a float, or a SymPy expression such as 1/T) at a binding."""
+    if not isinstance(value, sympy.Basic):
+        return float(value)
+    names = {s.name for s in value.free_symbols}
+    missing = sorted(n for n in names if n not in bindings)
+    if missing:
+        raise BindingError(f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}")
+    return float(value.xreplace({symbol(n): sympy.Integer(bindings[n]) for n in names}))
