@@ -9,3 +9,6 @@ from .exec.reference import evaluate
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
            "arange", "nn", "evaluate", "RefcompError", "ShapeError", "BindingError", "FeedError"]
+from .codegen.program import Program, compile  # noqa: E402
+
+__all__ += ["Program", "compile"]

@@ -1,0 +1,1 @@
+"""Lowering: from the primitive graph to kernels, CUDA source and a memory plan."""

@@ -1,0 +1,153 @@
+"""Building one kernel's body: parameters, index variables and value statements.
+
+A `KernelBody` collects what a template needs: the buffer and dim parameters the kernel reads, the
+per-axis index variables of its output, and a list of `float vN = ...;` statements computing values.
+`value_at(edge, idx)` is the heart of code generation: it reads an edge (a node through a view
+stack) at an index, by loading from the node's buffer, inlining a Constant or Iota, or — for nodes
+fused into this kernel — recursing into the node's own sources. The plain lowering fuses nothing;
+the search's fusion rules mark nodes as `inline` and the same code inlines them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import sympy
+
+from ..exec.abi import KernelSignature, Param
+from ..ops.primitives import BINARY, COPY, UNARY, Edge, Node
+from ..symbolic.dims import Dim
+from ..symbolic.index import index_of, unravel
+from .cprint import CPrinter, float_literal
+
+
+def index_symbol(name: str) -> sympy.Symbol:
+    """A loop/axis index variable; a Dummy, so it can never collide with a user's dim symbol."""
+    return sympy.Dummy(name, integer=True, nonnegative=True)
+
+
+@dataclass
+class KernelBody:
+    dim_names: dict[sympy.Symbol, str]  # program-wide: symbol -> "dim0", ...
+    buffer_names: dict[int, str] = field(default_factory=dict)  # node id -> "in0", ...
+    buffer_ctypes: dict[int, str] = field(default_factory=dict)
+    inline: Callable[[Node], bool] = lambda node: False  # fused producers are recomputed here
+    _index_lines: list = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
+    reads: list[Node] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)  # for the kernel's comment
+    flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol) of the kernel's output
+    _count: int = 0
+
+    def __post_init__(self):
+        self.printer = CPrinter({**self.dim_names})
+        self.comment_printer = CPrinter(self.printer.names)
+
+    # --- names --------------------------------------------------------------------------------
+    def index_var(self, c_name: str) -> sympy.Symbol:
+        sym = index_symbol(c_name)
+        self.printer.names[sym] = c_name
+        return sym
+
+    def buffer(self, node: Node) -> str:
+        if node.id not in self.buffer_names:
+            self.buffer_names[node.id] = f"in{len(self.buffer_names)}"
+            self.buffer_ctypes[node.id] = "const int*" if node.dtype == "int32" else "const float*"
+            self.reads.append(node)
+        return self.buffer_names[node.id]
+
+    def fresh(self, prefix: str = "v") -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    # --- index variables of an output shape ------------------------------------------------------
+    def axis_indices(self, flat_name: str, shape: Sequence[Dim], prefix: str = "o") -> list[sympy.Symbol]:
+        """Declare `const long long o0 = ...;` per axis of `shape`, unravelled from the flat index."""
+        flat = self.index_var(flat_name)
+        axes = []
+        for k, expr in enumerate(unravel(flat, shape)):
+            if expr == 0:
+                axes.append(sympy.Integer(0))
+                continue
+            sym = self.index_var(f"{prefix}{k}")
+            self._index_lines.append((sym, f"const long long {prefix}{k} = {self.comment_printer.int(expr)};", expr))
+            axes.append(sym)
+        self.flat_axes = (tuple(axes), flat)
+        return axes
+
+    def used_index_lines(self) -> list[str]:
+        """Declarations of the axis indices the body actually uses (call after the body is built)."""
+        lines = []
+        for sym, line, expr in self._index_lines:
+            if sym in self.printer.used:
+                self.printer.int(expr)  # its dims become parameters
+                lines.append(line)
+        return lines
+
+    # --- values ----------------------------------------------------------------------------------
+    def load_expr(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
+        """A C expression for `edge` at `idx` (no statement emitted; fused producers still emit theirs)."""
+        flat, valid = self._locate(edge, idx)
+        node = edge.node
+        if node.op.name == "Constant":
+            value = self.printer.real(node.attrs["value"])
+        elif node.op.name == "Iota":
+            position = unravel(flat, node.shape)[node.attrs["axis"]]
+            value = f"(float)({self.printer.int(position)})"
+        elif self.inline(node) and node.op.kind in (UNARY, BINARY, COPY):
+            node_idx = unravel(flat, node.shape)
+            value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
+        else:
+            value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
+            self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
+        if valid is sympy.false or value == "0.0f":
+            return "0.0f"
+        if valid is not sympy.true:
+            value = f"({self.printer.cond(valid)} ? {value} : 0.0f)"
+        return value
+
+    def value_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
+        """Like load_expr, but bound to a `const float vN` so it can be used several times."""
+        name = self.fresh()
+        value = self.load_expr(edge, idx)
+        self.statements.append(f"const float {name} = {value};")
+        return name
+
+    def _locate(self, edge: Edge, idx: Sequence[sympy.Expr]):
+        """Flat position and validity; an identity read of the output's own shape is just `i`."""
+        if self.flat_axes is not None and tuple(idx) == self.flat_axes[0] and edge.views.is_identity:
+            return self.flat_axes[1], sympy.true
+        return index_of(edge.views, tuple(idx))
+
+    def int_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
+        """An int32 id read through a view (out-of-mask positions read id 0)."""
+        flat, valid = index_of(edge.views, tuple(idx))
+        value = f"(long long){self.buffer(edge.node)}[{self.printer.int(flat)}]"
+        if valid is not sympy.true:
+            value = f"({self.printer.cond(valid)} ? {value} : 0LL)"
+        name = self.fresh("id")
+        self.statements.append(f"const long long {name} = {value};")
+        return name
+
+    # --- the signature -------------------------------------------------------------------------
+    def params(self, outputs: Sequence[str]) -> tuple[Param, ...]:
+        buffers = [Param(name, self.buffer_ctypes[node_id]) for node_id, name in self.buffer_names.items()]
+        outs = [Param(name, "float*") for name in outputs]
+        dims = [Param(self.dim_names[s], "long long") for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])]
+        return tuple(buffers + outs + dims)
+
+    def signature(self, name: str, outputs: Sequence[str], uses_barrier: bool) -> KernelSignature:
+        return KernelSignature(name, self.params(outputs), uses_barrier)
+
+
+def c_params(signature: KernelSignature) -> str:
+    parts = []
+    for p in signature.params:
+        restrict = " __restrict__" if p.ctype.endswith("*") else ""
+        parts.append(f"{p.ctype}{restrict} {p.ident}")
+    return ", ".join(parts)
+
+
+def c_float(value: float) -> str:
+    return float_literal(value)

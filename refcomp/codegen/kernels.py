@@ -1,0 +1,141 @@
+"""Kernels: one per compute node in the plain lowering, each rendered from its Jinja2 template.
+
+A `Kernel` knows the graph node it writes, the nodes it reads (its buffer parameters, in order),
+its CUDA source and signature, and its launch geometry as a function of the bound dims.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+import jinja2
+import sympy
+
+from ..exec.abi import KernelSignature
+from ..ops.primitives import BINARY, COPY, GATHER, REDUCE, UNARY, Node
+from ..symbolic.dims import Dim, evaluate_dim, prod
+from .cprint import CPrinter
+from .emit import KernelBody, c_params
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+BLOCK = 256  # threads per block for every template
+MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most this many blocks
+BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
+
+
+@functools.lru_cache(maxsize=None)
+def template(name: str) -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=False, autoescape=False)
+    return env.get_template(name)
+
+
+@dataclass(frozen=True)
+class Launch:
+    mode: str  # "grid_stride": threads loop over `work` elements; "block_per_output": one block each
+    work: Dim
+    block: int = BLOCK
+
+    def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        work = evaluate_dim(self.work, bindings)
+        if self.mode == "block_per_output":
+            blocks = work
+        else:
+            blocks = min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS)
+        return (blocks, 1, 1), (self.block, 1, 1)
+
+
+@dataclass
+class Kernel:
+    name: str
+    kind: str
+    output: Node
+    nodes: tuple[Node, ...]  # every graph node this kernel computes (fused ones included)
+    reads: tuple[Node, ...]  # buffer parameters in order
+    signature: KernelSignature
+    source: str
+    launch: Launch
+
+    def args(self, buffers: Mapping[int, object], bindings: Mapping[str, int], dim_symbols: Mapping[str, sympy.Symbol]) -> list:
+        """Launch arguments: buffers for pointer params, ints for dims."""
+        by_ident = {f"in{k}": buffers[n.id] for k, n in enumerate(self.reads)}
+        by_ident["out0"] = buffers[self.output.id]
+        out = []
+        for p in self.signature.params:
+            out.append(by_ident[p.ident] if p.ctype.endswith("*") else bindings[dim_symbols[p.ident].name])
+        return out
+
+
+def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node, extra: str = "") -> str:
+    shape = ", ".join(body.comment_printer.int(n) for n in output.shape)
+    computes = ", ".join(f"{n.op.name}#{n.id}" for n in nodes)
+    lines = [f"// {name}: computes {computes} -> out0, shape ({shape}){extra}"]
+    reads = {f"in{k}": f"{n.op.name}#{n.id}" for k, n in enumerate(body.reads)}
+    lines += [f"//   reads {r}" for r in dict.fromkeys(body.loads)]
+    lines += [f"//   {k} = {v}" for k, v in reads.items()]
+    return "\n".join(lines)
+
+
+def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
+            launch: Launch, uses_barrier: bool, comment_extra: str = "", **fields) -> Kernel:
+    fields = {k: v(body) if callable(v) else v for k, v in fields.items()}  # printed after the body
+    index_lines = body.used_index_lines()
+    signature = body.signature(name, ["out0"], uses_barrier)
+    source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
+                                   statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
+                                   **fields)
+    return Kernel(name, kind, node, nodes, tuple(body.reads), signature, source, launch)
+
+
+def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False) -> Kernel:
+    body = KernelBody(dim_names, inline=inline)
+    idx = body.axis_indices("i", node.shape)
+    assert node.op.kind in (UNARY, BINARY, COPY), node
+    result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
+    size = prod(node.shape)
+    return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size),
+                   False, result=result, size=lambda b: b.printer.int(size))
+
+
+def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+                  strategy: Optional[str] = None) -> Kernel:
+    assert node.op.kind == REDUCE, node
+    src, axis = node.srcs[0], node.attrs["axis"]
+    extent = src.shape[axis]
+    if strategy is None:
+        strategy = "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
+    body = KernelBody(dim_names, inline=inline)
+    idx = body.axis_indices("i", node.shape)
+    body.flat_axes = None  # the source has one more axis than the output: no shortcut
+    r = body.index_var("r")
+    value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
+    size = prod(node.shape)
+    common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value),
+                  extent=lambda b: b.printer.int(extent), comment_extra=f", reducing axis {axis}")
+    if strategy == "block":
+        return _finish(name, "reduce", "reduce_block.cu.j2", body, node, (node,), Launch("block_per_output", size),
+                       True, block=BLOCK, tree_combine=node.op.c.format("mine", "other"), **common)
+    return _finish(name, "reduce", "reduce_thread.cu.j2", body, node, (node,), Launch("grid_stride", size),
+                   False, size=lambda b: b.printer.int(size), **common)
+
+
+def gather_kernel(name: str, node: Node, dim_names) -> Kernel:
+    assert node.op.kind == GATHER, node
+    table, ids = node.srcs
+    body = KernelBody(dim_names)
+    idx = body.axis_indices("i", node.shape)
+    body.flat_axes = None
+    id_name = body.int_at(ids, idx[:-1])
+    row = body.index_var(id_name)
+    row_value = body.load_expr(table, [row, idx[-1]])
+    size = prod(node.shape)
+    return _finish(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
+                   id=id_name, row_value=row_value, rows=lambda b: b.printer.int(table.shape[0]),
+                   size=lambda b: b.printer.int(size))
+
+
+def prelude(kernel_count: int) -> str:
+    return template("prelude.cu.j2").render(kernel_count=kernel_count)

@@ -1,0 +1,65 @@
+"""The plain lowering: one kernel per compute node, every view folded into index expressions.
+
+Leaves cost nothing: an Input is a buffer, a Constant or an Iota is inlined where it is read. An
+output that is a view of a node (or a leaf) gets a final Contiguous node, so every program output is
+a freshly written, densely packed buffer.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import sympy
+
+from ..ops.graph import toposort
+from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Node, make_node
+from ..symbolic.dims import free_symbols
+from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel
+
+
+def materialise_outputs(tensors) -> list[Node]:
+    """The node holding each output densely: the node itself, or a Contiguous copy of the view."""
+    nodes = []
+    for t in tensors:
+        if t.node.op.kind != LEAF and t.views.is_identity:
+            nodes.append(t.node)
+        else:
+            nodes.append(make_node("Contiguous", (t.edge,)))
+    return nodes
+
+
+def dim_names_of(nodes: Sequence[Node]) -> dict[sympy.Symbol, str]:
+    """Program-wide C names for symbolic dims: dim0, dim1, ... in order of the symbols' names."""
+    symbols: set[sympy.Symbol] = set()
+    for node in nodes:
+        for n in node.shape:
+            symbols |= free_symbols(n)
+        for e in node.srcs:
+            for view in e.views.views:
+                for d in view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r):
+                    symbols |= free_symbols(d)
+        value = node.attrs.get("value")
+        if isinstance(value, sympy.Basic):
+            symbols |= value.free_symbols
+    return {s: f"dim{k}" for k, s in enumerate(sorted(symbols, key=lambda s: s.name))}
+
+
+def kernel_for(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+               strategy: Optional[str] = None) -> Kernel:
+    if node.op.kind in (UNARY, BINARY, COPY):
+        return elementwise_kernel(name, node, dim_names, inline)
+    if node.op.kind == REDUCE:
+        return reduce_kernel(name, node, dim_names, inline, strategy)
+    if node.op.kind == GATHER:
+        return gather_kernel(name, node, dim_names)
+    raise AssertionError(f"no kernel for {node}")
+
+
+def kernel_name(index: int, node: Node) -> str:
+    return f"k{index}_{node.op.name.lower()}"
+
+
+def lower_plain(output_nodes: Sequence[Node]) -> list[Kernel]:
+    nodes = toposort(list(output_nodes))
+    dim_names = dim_names_of(nodes)
+    compute = [n for n in nodes if n.op.kind != LEAF]
+    return [kernel_for(kernel_name(k, n), n, dim_names) for k, n in enumerate(compute)]

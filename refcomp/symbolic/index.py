@@ -1,0 +1,59 @@
+"""Index expressions: what a view stack means as integer arithmetic, for code generation.
+
+`index_of(stack, idx)` turns per-axis index expressions of the visible shape into the flat position
+in the producer's contiguous buffer, plus the validity condition under which that position is read
+(outside it the value is 0). Each view contributes `offset + sum(i_k * stride_k)`; between stacked
+views the flat position is unravelled back into per-axis indices with `idiv`/`imod`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import sympy
+
+from .dims import Dim, dims_equal, idiv, imod
+from .view import View, ViewStack, contiguous_strides
+
+
+def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
+    """Per-axis indices of a row-major flat position (the first axis needs no modulo)."""
+    strides = contiguous_strides(shape)
+    out = []
+    for axis, (n, stride) in enumerate(zip(shape, strides)):
+        if dims_equal(n, 1):
+            out.append(sympy.Integer(0))
+            continue
+        q = idiv(flat, stride)
+        out.append(q if axis == 0 else imod(q, n))
+    return out
+
+
+def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
+    flat = sympy.sympify(view.offset) + sum((i * s for i, s in zip(idx, view.strides) if s != 0), sympy.Integer(0))
+    valid: sympy.Basic = sympy.true
+    if view.mask is not None:
+        for axis, (i, (lo, hi)) in enumerate(zip(idx, view.mask)):
+            if view.axis_is_unmasked(axis):
+                continue
+            n = view.shape[axis]  # i always lies in [0, n): only the bounds inside that range test anything
+            valid = sympy.And(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
+                              sympy.Lt(i, hi) if not dims_equal(hi, n) else sympy.true)
+    return sympy.expand(flat), valid
+
+
+@functools.lru_cache(maxsize=8192)
+def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...]) -> tuple[sympy.Expr, sympy.Basic]:
+    valid: sympy.Basic = sympy.true
+    current = list(idx)
+    flat = sympy.Integer(0)
+    for level in range(len(stack.views) - 1, -1, -1):
+        flat, level_valid = _view_flat(stack.views[level], current)
+        valid = sympy.And(valid, level_valid)
+        if level:
+            current = unravel(flat, stack.views[level - 1].shape)
+    return flat, valid
+
+
+def index_of(stack: ViewStack, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
+    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx))
