@@ -16,8 +16,9 @@ import sympy
 
 from ..exec.abi import KernelSignature, Param
 from ..ops.primitives import BINARY, COPY, UNARY, Edge, Node
-from ..symbolic.dims import Dim
+from ..symbolic.dims import Dim, prod
 from ..symbolic.index import index_of, unravel
+from ..symbolic.simplify import simplify_index
 from .cprint import CPrinter, float_literal
 
 
@@ -38,6 +39,7 @@ class KernelBody:
     reads: list[Node] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)  # for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol) of the kernel's output
+    ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     _count: int = 0
 
     def __post_init__(self):
@@ -45,9 +47,12 @@ class KernelBody:
         self.comment_printer = CPrinter(self.printer.names)
 
     # --- names --------------------------------------------------------------------------------
-    def index_var(self, c_name: str) -> sympy.Symbol:
+    def index_var(self, c_name: str, extent: Optional[Dim] = None) -> sympy.Symbol:
+        """A new index variable printed as `c_name`; with `extent`, known to lie in [0, extent)."""
         sym = index_symbol(c_name)
         self.printer.names[sym] = c_name
+        if extent is not None:
+            self.ranges[sym] = sympy.sympify(extent)
         return sym
 
     def buffer(self, node: Node) -> str:
@@ -64,13 +69,13 @@ class KernelBody:
     # --- index variables of an output shape ------------------------------------------------------
     def axis_indices(self, flat_name: str, shape: Sequence[Dim], prefix: str = "o") -> list[sympy.Symbol]:
         """Declare `const long long o0 = ...;` per axis of `shape`, unravelled from the flat index."""
-        flat = self.index_var(flat_name)
+        flat = self.index_var(flat_name, prod(shape))
         axes = []
         for k, expr in enumerate(unravel(flat, shape)):
             if expr == 0:
                 axes.append(sympy.Integer(0))
                 continue
-            sym = self.index_var(f"{prefix}{k}")
+            sym = self.index_var(f"{prefix}{k}", shape[k])
             self._index_lines.append((sym, f"const long long {prefix}{k} = {self.comment_printer.int(expr)};", expr))
             axes.append(sym)
         self.flat_axes = (tuple(axes), flat)
@@ -93,10 +98,10 @@ class KernelBody:
         if node.op.name == "Constant":
             value = self.printer.real(node.attrs["value"])
         elif node.op.name == "Iota":
-            position = unravel(flat, node.shape)[node.attrs["axis"]]
+            position = self.unravel(flat, node.shape)[node.attrs["axis"]]
             value = f"(float)({self.printer.int(position)})"
         elif self.inline(node) and node.op.kind in (UNARY, BINARY, COPY):
-            node_idx = unravel(flat, node.shape)
+            node_idx = self.unravel(flat, node.shape)
             value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
         else:
             value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
@@ -106,6 +111,9 @@ class KernelBody:
         if valid is not sympy.true:
             value = f"({self.printer.cond(valid)} ? {value} : 0.0f)"
         return value
+
+    def unravel(self, flat, shape) -> list[sympy.Expr]:
+        return [simplify_index(e, self.ranges) for e in unravel(flat, shape)]
 
     def value_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
         """Like load_expr, but bound to a `const float vN` so it can be used several times."""
@@ -118,11 +126,11 @@ class KernelBody:
         """Flat position and validity; an identity read of the output's own shape is just `i`."""
         if self.flat_axes is not None and tuple(idx) == self.flat_axes[0] and edge.views.is_identity:
             return self.flat_axes[1], sympy.true
-        return index_of(edge.views, tuple(idx))
+        return index_of(edge.views, tuple(idx), self.ranges)
 
     def int_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
         """An int32 id read through a view (out-of-mask positions read id 0)."""
-        flat, valid = index_of(edge.views, tuple(idx))
+        flat, valid = index_of(edge.views, tuple(idx), self.ranges)
         value = f"(long long){self.buffer(edge.node)}[{self.printer.int(flat)}]"
         if valid is not sympy.true:
             value = f"({self.printer.cond(valid)} ? {value} : 0LL)"

@@ -110,7 +110,7 @@ def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], boo
     body = KernelBody(dim_names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     body.flat_axes = None  # the source has one more axis than the output: no shortcut
-    r = body.index_var("r")
+    r = body.index_var("r", extent)
     value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
     size = prod(node.shape)
     common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value),

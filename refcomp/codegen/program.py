@@ -108,10 +108,10 @@ class Program:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
         from ..exec.nvcc import nvcc_check
         resources = nvcc_check(self.source).kernels
-        lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spills':>8}"]
+        lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spill B':>8}"]
         for k in self.kernels:
             r = resources.get(k.name)
-            regs, smem, spills = (r.registers, r.shared_bytes, r.spill_stores + r.spill_loads) if r else ("?", "?", "?")
+            regs, smem, spills = (r.registers, r.shared_bytes, r.spill_store_bytes + r.spill_load_bytes) if r else ("?", "?", "?")
             lines.append(f"{k.name:<28}{k.kind:<13}{k.launch.mode:<18}{regs:>5}{smem:>8}{spills:>8}")
         return "\n".join(lines)
 

@@ -8,11 +8,12 @@ views the flat position is unravelled back into per-axis indices with `idiv`/`im
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 import sympy
 
 from .dims import Dim, dims_equal, idiv, imod
+from .simplify import simplify_index
 from .view import View, ViewStack, contiguous_strides
 
 
@@ -43,17 +44,21 @@ def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy
 
 
 @functools.lru_cache(maxsize=8192)
-def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...]) -> tuple[sympy.Expr, sympy.Basic]:
+def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tuple) -> tuple[sympy.Expr, sympy.Basic]:
+    bounds = dict(ranges)
     valid: sympy.Basic = sympy.true
     current = list(idx)
     flat = sympy.Integer(0)
     for level in range(len(stack.views) - 1, -1, -1):
         flat, level_valid = _view_flat(stack.views[level], current)
+        flat = simplify_index(flat, bounds)
         valid = sympy.And(valid, level_valid)
         if level:
-            current = unravel(flat, stack.views[level - 1].shape)
+            current = [simplify_index(e, bounds) for e in unravel(flat, stack.views[level - 1].shape)]
     return flat, valid
 
 
-def index_of(stack: ViewStack, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
-    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx))
+def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
+    """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
+    ranges_key = tuple(sorted((ranges or {}).items(), key=lambda kv: str(kv[0])))
+    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx), ranges_key)

@@ -1,0 +1,104 @@
+"""Range-aware simplification of index expressions.
+
+Unravelling a flat index and re-linearising it produces `idiv`/`imod` towers that SymPy cannot
+simplify without knowing that an index variable lies in [0, n). Given those ranges, two identities
+do almost all the work (for integers, and only where the remainder term is provably in range):
+
+    idiv(q*c + b, c) = q + idiv(b, c)    and    idiv(b, c) = 0   when 0 <= b < c
+    imod(q*c + b, c) = imod(b, c)        and    imod(b, c) = b   when 0 <= b < c
+
+Bounds are inclusive (lo, hi) pairs of SymPy expressions; dims are positive symbols.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Optional
+
+import sympy
+
+from .dims import idiv, imod
+
+Bounds = tuple[sympy.Expr, sympy.Expr]
+
+
+def _nonneg(e) -> bool:
+    e = sympy.expand(e)
+    return bool(e.is_nonnegative) or (e.is_Integer and int(e) >= 0)
+
+
+def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
+    """Inclusive bounds of `e`, where each index symbol s lies in [0, ranges[s]); None if unknown."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return e, e
+    if e.is_Symbol:
+        if e in ranges:
+            return sympy.Integer(0), sympy.expand(ranges[e] - 1)
+        return (e, e) if e.is_positive else None  # a dim: itself
+    if isinstance(e, sympy.Add):
+        lo, hi = sympy.Integer(0), sympy.Integer(0)
+        for term in e.args:
+            b = bounds(term, ranges)
+            if b is None:
+                return None
+            lo, hi = lo + b[0], hi + b[1]
+        return sympy.expand(lo), sympy.expand(hi)
+    if isinstance(e, sympy.Mul):
+        coeff, rest = e.as_independent(*ranges.keys()) if ranges else (e, sympy.Integer(1))
+        b = bounds(rest, ranges) if rest != 1 else (sympy.Integer(1), sympy.Integer(1))
+        if b is None:
+            return None
+        if _nonneg(coeff):
+            return sympy.expand(coeff * b[0]), sympy.expand(coeff * b[1])
+        if _nonneg(-coeff):
+            return sympy.expand(coeff * b[1]), sympy.expand(coeff * b[0])
+        return None
+    if isinstance(e, idiv):
+        b = bounds(e.args[0], ranges)
+        return None if b is None or not _nonneg(b[0]) else (idiv(b[0], e.args[1]), idiv(b[1], e.args[1]))
+    if isinstance(e, imod):
+        return sympy.Integer(0), sympy.expand(e.args[1] - 1)
+    return None
+
+
+def _split(a, c):
+    """a = q*c + b: the terms of `a` that are multiples of c, divided by c, and the rest."""
+    q, b = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(a)):
+        ratio = sympy.cancel(term / c)
+        if sympy.fraction(ratio)[1] == 1:
+            q += ratio
+        else:
+            b += term
+    return q, b
+
+
+def _in_range(b, c, ranges) -> bool:
+    bb = bounds(b, ranges)
+    return bb is not None and _nonneg(bb[0]) and _nonneg(c - 1 - bb[1])
+
+
+def simplify_index(e, ranges: Mapping[sympy.Symbol, sympy.Expr]):
+    if not ranges:
+        return e
+    return _simplify(sympy.sympify(e), tuple(sorted(ranges.items(), key=lambda kv: str(kv[0]))))
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify(e, ranges_items):
+    ranges = dict(ranges_items)
+    if e.is_Atom:
+        return e
+    args = [_simplify(a, ranges_items) for a in e.args]
+    if isinstance(e, (idiv, imod)):
+        a, c = args
+        if isinstance(a, idiv) and isinstance(e, idiv):  # idiv(idiv(x, b), c) = idiv(x, b*c)
+            return _simplify(idiv(a.args[0], sympy.expand(a.args[1] * c)), ranges_items)
+        q, b = _split(a, c)
+        b_bounds = bounds(b, ranges)
+        if b_bounds is None or not _nonneg(b_bounds[0]):
+            return e.func(a, c)
+        if isinstance(e, idiv):
+            return sympy.expand(q + (sympy.Integer(0) if _in_range(b, c, ranges) else idiv(b, c)))
+        return b if _in_range(b, c, ranges) else imod(b, c)
+    return e.func(*args)
