@@ -15,11 +15,16 @@ from typing import Callable, Optional, Sequence
 import sympy
 
 from ..exec.abi import KernelSignature, Param
-from ..ops.primitives import BINARY, COPY, UNARY, Edge, Node
+from ..errors import RefcompError
+from ..ops.primitives import BINARY, COPY, REDUCE, UNARY, Edge, Node
 from ..symbolic.dims import Dim, prod
 from ..symbolic.index import index_of, unravel
 from ..symbolic.simplify import simplify_index
 from .cprint import CPrinter, float_literal
+
+
+class Unfusable(RefcompError):
+    """A fusion decision that this kernel cannot honour; the search discards the candidate."""
 
 
 def index_symbol(name: str) -> sympy.Symbol:
@@ -40,7 +45,10 @@ class KernelBody:
     loads: list[str] = field(default_factory=list)  # for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
+    scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
     _count: int = 0
+    _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
+    _alive: list = field(default_factory=list)
 
     def __post_init__(self):
         self.printer = CPrinter({**self.dim_names})
@@ -92,34 +100,77 @@ class KernelBody:
 
     # --- values ----------------------------------------------------------------------------------
     def load_expr(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
-        """A C expression for `edge` at `idx` (no statement emitted; fused producers still emit theirs)."""
+        """A C expression for `edge` at `idx`; fused producers emit their statements first."""
         flat, valid = self._locate(edge, idx)
+        if valid is sympy.false:
+            return "0.0f"
         node = edge.node
+        if node.id in self.scalars:
+            return self._scalar(node, flat, valid)
         if node.op.name == "Constant":
             value = self.printer.real(node.attrs["value"])
         elif node.op.name == "Iota":
             position = self.unravel(flat, node.shape)[node.attrs["axis"]]
             value = f"(float)({self.printer.int(position)})"
-        elif self.inline(node) and node.op.kind in (UNARY, BINARY, COPY):
-            node_idx = self.unravel(flat, node.shape)
-            value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
+        elif self.inline(node) and node.op.kind in (UNARY, BINARY, COPY, REDUCE):
+            return self._inlined(node, flat, valid)
         else:
             value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
             self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
-        if valid is sympy.false or value == "0.0f":
-            return "0.0f"
+        if value == "0.0f":
+            return value
         if valid is not sympy.true:
             value = f"({self.printer.cond(valid)} ? {value} : 0.0f)"
         return value
+
+    def _inlined(self, node: Node, flat, valid) -> str:
+        """Recompute a fused producer here; under a mask its loads run only where the mask holds."""
+        outer = self.statements
+        if valid is not sympy.true:
+            self.statements = []
+        node_idx = self.unravel(flat, node.shape)
+        if node.op.kind == REDUCE:  # a short reduce (maximum's pair, say) unrolls into a combine chain
+            extent = node.srcs[0].shape[node.attrs["axis"]]
+            assert isinstance(extent, int), node
+            value = node.op.c_identity
+            for r in range(extent):
+                src_idx = node_idx[:node.attrs["axis"]] + [sympy.Integer(r)] + node_idx[node.attrs["axis"]:]
+                value = node.op.c.format(value, self.value_at(node.srcs[0], src_idx))
+        else:
+            value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
+        if valid is sympy.true:
+            return value
+        inner, self.statements = self.statements, outer
+        name = self.fresh()
+        self.statements.append(f"float {name} = 0.0f;")
+        self.statements.append(f"if ({self.printer.cond(valid)}) {{")
+        self.statements.extend("    " + line for line in inner)
+        self.statements.append(f"    {name} = {value};")
+        self.statements.append("}")
+        return name
+
+    def _scalar(self, node: Node, flat, valid) -> str:
+        """A node this kernel already holds as one value per row (a fused reduction's result)."""
+        name, expected = self.scalars[node.id]
+        if valid is not sympy.true or sympy.expand(flat - expected) != 0:
+            raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
+        return name
 
     def unravel(self, flat, shape) -> list[sympy.Expr]:
         return [simplify_index(e, self.ranges) for e in unravel(flat, shape)]
 
     def value_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
-        """Like load_expr, but bound to a `const float vN` so it can be used several times."""
-        name = self.fresh()
+        """Like load_expr, but bound to a `const float vN`; a repeated read reuses its variable."""
+        key = (id(self.statements), edge.node.id, edge.views, tuple(idx))
+        if key in self._memo:
+            return self._memo[key]
         value = self.load_expr(edge, idx)
+        if edge.node.op.name == "Constant" or value.isidentifier():
+            return value  # literals and already-named values need no variable
+        name = self.fresh()
         self.statements.append(f"const float {name} = {value};")
+        self._memo[key] = name
+        self._alive.append(self.statements)  # keeps id(statements) unique while the memo refers to it
         return name
 
     def _locate(self, edge: Edge, idx: Sequence[sympy.Expr]):

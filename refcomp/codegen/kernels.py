@@ -35,18 +35,28 @@ def template(name: str) -> jinja2.Template:
 
 @dataclass(frozen=True)
 class Launch:
-    mode: str  # "grid_stride": threads loop over `work` elements; "block_per_output": one block each
+    """How a kernel is launched, as a function of the bound dims.
+
+    grid_stride: threads loop over `work` elements; block_per_output: one block per element of
+    `work`; tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
+    `extra` = (N, batch).
+    """
+    mode: str
     work: Dim
     block: int = BLOCK
+    extra: tuple = ()
 
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
+        if self.mode == "tiles":
+            n, batch = (evaluate_dim(d, bindings) for d in self.extra)
+            t = self.block
+            if work == 0 or n == 0 or batch == 0:
+                return (0, 0, 0), (t, t, 1)
+            return (math.ceil(n / t), math.ceil(work / t), batch), (t, t, 1)
         if self.mode == "block_per_output":
-            blocks = work
-        else:
-            blocks = min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS)
-        return (blocks, 1, 1), (self.block, 1, 1)
-
+            return (work, 1, 1), (self.block, 1, 1)
+        return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
 
 @dataclass
 class Kernel:

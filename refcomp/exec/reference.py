@@ -10,7 +10,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import FeedError, RefcompError
+from ..errors import BindingError, FeedError, RefcompError
 from ..ops.graph import flatten_outputs, input_nodes, toposort
 from ..ops.primitives import Node
 from ..symbolic.dims import evaluate_dim, evaluate_value
@@ -19,9 +19,16 @@ from ..symbolic.view import View, ViewStack
 PRECISIONS = {"float32": np.float32, "float64": np.float64}
 
 
-def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.ndarray:
-    """Read `flat` through one view: out[i] = flat[offset + sum(i_k*stride_k)] where the mask holds, else 0."""
+def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int], what: str = "a tensor") -> np.ndarray:
+    """Read `flat` through one view: out[i] = flat[offset + sum(i_k*stride_k)] where the mask holds, else 0.
+
+    Views are built assuming a slice of a symbolic axis lies inside it (x[:10] of a T axis is 10
+    long); a binding that breaks that is reported here, naming the dims, instead of reading garbage.
+    """
     shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
+    if any(n < 0 for n in shape):
+        raise BindingError(f"reading {what}: shape {tuple(map(str, view.shape))} is {shape} at {dict(bindings)}; "
+                           f"a slice of a symbolic axis is longer than the axis for these dims")
     index = np.full(shape, evaluate_dim(view.offset, bindings), dtype=np.int64)
     valid = np.ones(shape, dtype=bool)
     for axis, (n, stride, (lo, hi)) in enumerate(zip(shape, view.strides, view.ranges())):
@@ -30,14 +37,16 @@ def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.
         valid &= (position >= evaluate_dim(lo, bindings)) & (position < evaluate_dim(hi, bindings))
     if valid.any():
         reached = index[valid]
-        assert reached.min() >= 0 and reached.max() < flat.size, f"view {view} reads outside its storage of {flat.size}"
+        if reached.min() < 0 or reached.max() >= flat.size:
+            raise BindingError(f"reading {what} of shape {tuple(map(str, view.shape))} at {dict(bindings)}: the view reads "
+                               f"outside the {flat.size} elements below it; a slice or index of a symbolic axis is out of range for these dims")
     picked = flat[np.where(valid, index, 0)] if flat.size else np.zeros(shape, flat.dtype)
     return np.where(valid, picked, np.zeros((), flat.dtype))
 
 
-def read_edge(array: np.ndarray, views: ViewStack, bindings: Mapping[str, int]) -> np.ndarray:
+def read_edge(array: np.ndarray, views: ViewStack, bindings: Mapping[str, int], what: str = "a tensor") -> np.ndarray:
     for view in views.views:
-        array = apply_view(np.ascontiguousarray(array).reshape(-1), view, bindings)
+        array = apply_view(np.ascontiguousarray(array).reshape(-1), view, bindings, what)
     return array
 
 
@@ -54,7 +63,9 @@ def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], dt
     if node.op.name == "Gather":
         table, ids = args
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            raise FeedError(f"{node.label}: ids must lie in [0, {table.shape[0]}), got values from {ids.min()} to {ids.max()}")
+            bad = ids[(ids < 0) | (ids >= table.shape[0])]
+            raise FeedError(f"embedding ids from {node.srcs[1].node.label} must lie in [0, {table.shape[0]}) (the rows of "
+                            f"{node.srcs[0].node.label}), got {bad.size} outside, e.g. {bad.flat[0]}")
     out = node.op.numpy(args, _bound_attrs(node, bindings), dtype)
     return np.asarray(out, dtype=dtype)
 
@@ -74,9 +85,9 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
                 array = arrays[node.attrs["name"]]
                 values[node.id] = array if node.dtype == "int32" else array.astype(dtype)
                 continue
-            args = [read_edge(values[e.node.id], e.views, bindings) for e in node.srcs]
+            args = [read_edge(values[e.node.id], e.views, bindings, e.node.label) for e in node.srcs]
             values[node.id] = run_node(node, args, bindings, dtype)
-        results = [read_edge(values[t.node.id], t.views, bindings) for t in tensors]
+        results = [read_edge(values[t.node.id], t.views, bindings, t.node.label) for t in tensors]
     return rebuild([r if r.dtype == np.int32 else r.astype(dtype) for r in results])
 
 

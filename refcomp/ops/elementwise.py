@@ -49,23 +49,43 @@ class ElementwiseMixin:
         return _lift(other) * self.reciprocal()
 
     def __mod__(self, other):
-        return self._binary("Mod", other)
+        """NumPy's (and Python's) `%`: the remainder takes the sign of the divisor.
+
+        fmod's remainder has the dividend's sign; where the signs differ (and it is not 0) the divisor
+        is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf. (One edge differs:
+        an infinite divisor with the dividend's sign gives 0 * inf = NaN, where NumPy gives the dividend.)
+        """
+        divisor = _lift(other)
+        r = self._binary("Mod", divisor)
+        signs_differ = (r < 0.0) * (divisor > 0.0) + (r > 0.0) * (divisor < 0.0)
+        return r + signs_differ * divisor
+
+    def __rmod__(self, other):
+        return _lift(other) % self
 
     def __pow__(self, exponent):
         if isinstance(exponent, numbers.Real) and not isinstance(exponent, bool):
-            if float(exponent).is_integer() and abs(exponent) <= 16:
+            if float(exponent).is_integer() and abs(exponent) <= MAX_SQUARING_EXPONENT:
                 return _integer_power(self, int(exponent))
             if exponent == 0.5:
                 return self.sqrt()
             if exponent == -0.5:
                 return self.rsqrt()
+            if float(exponent).is_integer():  # beyond MAX_SQUARING_EXPONENT every float is even
+                return (float(exponent) * self.abs().log2()).exp2()
         # general case, as exp2(b * log2(a)): NaN for a < 0 (as NumPy gives for fractional b)
         return (_lift(exponent) * self.log2()).exp2()
 
     def __rpow__(self, base):
+        if isinstance(base, numbers.Real) and not isinstance(base, bool) and base == 0:
+            # 0 ** x is 0, 1 or inf by the sign of x; exp2(x * log2(0)) would give 0 * -inf = NaN at x = 0
+            return (self <= 0.0) / (self >= 0.0)
         return (self * _lift(base).log2()).exp2()
 
     # --- comparisons: 1.0 where true, else 0.0 ------------------------------------------------
+    # Only `<` is a primitive. `<=`, `>=` and `==` are "not the opposite strict comparison", which
+    # is wrong when an operand is NaN (every comparison with NaN is false), so they are multiplied
+    # by `_ordered`, which is 0 exactly where an operand is NaN.
     def __lt__(self, other):
         return self._binary("LessThan", other)
 
@@ -73,16 +93,20 @@ class ElementwiseMixin:
         return _lift(other)._binary("LessThan", self)
 
     def __le__(self, other):
-        return 1.0 - (self > other)
+        return (1.0 - (self > other)) * _ordered(self, other)
 
     def __ge__(self, other):
-        return 1.0 - (self < other)
+        return (1.0 - (self < other)) * _ordered(self, other)
 
     def eq(self, other):
-        return (1.0 - (self < other)) * (1.0 - (self > other))
+        return (1.0 - (self < other)) * (1.0 - (self > other)) * _ordered(self, other)
 
     def ne(self, other):
         return 1.0 - self.eq(other)
+
+    def isnan(self):
+        """1.0 where NaN: NaN is the only value neither below inf nor above -inf."""
+        return 1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5)
 
     __eq__ = eq
     __ne__ = ne
@@ -150,9 +174,14 @@ class ElementwiseMixin:
         return self * self.sigmoid()
 
 
+# Integer powers up to this size are exact-sign repeated squaring (at most ~128 multiplies); every
+# float beyond it is an even integer, so |x| ** n through exp2/log2 is right there.
+MAX_SQUARING_EXPONENT = 2 ** 64
+
+
 def _integer_power(x, n: int):
-    if n == 0:
-        return _lift(1.0).broadcast_to(x.shape)
+    if n == 0:  # 1 everywhere, NaN and inf included (as NumPy); x < x is 0 for every x
+        return 1.0 - (x < x)
     result, base, k = None, x, abs(n)
     while k:
         if k & 1:
@@ -166,6 +195,15 @@ def _integer_power(x, n: int):
 def _lift(value):
     from .tensor import lift
     return lift(value)
+
+
+def _ordered(a, b):
+    """1.0 where neither a nor b is NaN; a Python number that is not NaN needs no check."""
+    b_is_number = isinstance(b, numbers.Real) and not isinstance(b, bool)
+    a_ok = 1.0 - _lift(a).isnan()
+    if b_is_number and not math.isnan(b):
+        return a_ok
+    return a_ok * (1.0 - _lift(b).isnan())
 
 
 def where(cond, a, b):

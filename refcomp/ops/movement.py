@@ -39,6 +39,8 @@ class MovementMixin:
         lead = len(shape) - self.ndim
         if lead < 0:
             raise ShapeError(f"expand of {self.label} to {shape}: fewer axes than the tensor has")
+        if any(isinstance(n, int) and n == -1 for n in shape[:lead]):
+            raise ShapeError(f"expand of {self.label} to {shape}: -1 keeps an existing axis, but a new leading axis needs a size")
         full = tuple(self.shape[i - lead] if isinstance(n, int) and n == -1 else n for i, n in enumerate(shape))
         return self.broadcast_to(full)
 
@@ -98,7 +100,12 @@ class MovementMixin:
         return self.with_views(views)
 
     def pad(self, widths, value: float = 0.0):
-        """NumPy-style: `widths` is one (before, after) pair per axis; the border holds `value`."""
+        """NumPy-style: `widths` is one (before, after) pair per axis; the border holds `value`.
+
+        A zero border is a masked view. Any other value is concatenated as constant blocks, one axis
+        at a time: the border is then exactly `value`, infinities and NaN included (a blend such as
+        `padded + border * value` would turn 0 * inf into NaN inside the tensor).
+        """
         widths = [tuple(w) for w in widths]
         if len(widths) != self.ndim or any(len(w) != 2 for w in widths):
             raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
@@ -108,12 +115,18 @@ class MovementMixin:
                 raise ShapeError(f"pad of {self.label}: negative width {widths[axis]} on axis {axis} (slice instead)")
             if not (dims_equal(before, 0) and dims_equal(after, 0)):
                 views = views.pad(axis, dim(before), dim(after))
-        padded = self.with_views(views)
         if value == 0.0:
-            return padded
+            return self.with_views(views)
         from .tensor import constant
-        border = 1.0 - constant(1.0).broadcast_to(self.shape).pad(widths)
-        return padded + border * value
+        out = self
+        for axis, (before, after) in enumerate(widths):
+            parts = [out]
+            for width, at in ((before, 0), (after, 1)):
+                if not dims_equal(width, 0):
+                    shape = out.shape[:axis] + (dim(width),) + out.shape[axis + 1:]
+                    parts.insert(at * len(parts), constant(value).broadcast_to(shape))
+            out = concat(parts, axis) if len(parts) > 1 else out
+        return out
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)

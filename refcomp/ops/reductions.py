@@ -66,11 +66,15 @@ class ReductionMixin:
         return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
     def argmax(self, axis: int = -1, keepdims: bool = False):
-        """Index of the first maximum, as a float (every computed value in refcomp is float32)."""
+        """Index of the first maximum, as a float (every computed value in refcomp is float32).
+
+        As in NumPy a NaN is the maximum: where the max is NaN no element equals it, and the NaNs
+        are the candidates (where it is not NaN there are none).
+        """
         from .tensor import iota
         axis = self._axis(axis)
         n = self.shape[axis]
-        is_max = self.eq(self.max(axis, keepdims=True))
+        is_max = self.eq(self.max(axis, keepdims=True)) + self.isnan()
         index = iota(self.shape, axis)
         return (index + (1.0 - is_max) * n).min(axis, keepdims)
 
@@ -122,7 +126,8 @@ def arange(*args):
     """rc.arange(n) or rc.arange(start, stop, step) with ints: floats start, start+step, ..."""
     from .tensor import iota
     if len(args) == 1:
-        return iota((dim(args[0]),), 0)
+        n = dim(args[0])
+        return iota((max(n, 0) if isinstance(n, int) else n,), 0)  # NumPy: arange(-1) is empty
     start, stop, step = (list(args) + [1])[:3]
     if not all(isinstance(v, numbers.Integral) for v in (start, stop, step)) or step == 0:
         raise ShapeError(f"arange({', '.join(map(str, args))}): start, stop and step must be ints, step non-zero")

@@ -71,7 +71,10 @@ def dim(value) -> Dim:
     if hasattr(value, "__index__") and not isinstance(value, sympy.Basic):
         return int(value)
     if isinstance(value, sympy.Basic):
-        return int(value) if value.is_Integer else value
+        if value.is_Integer:
+            return int(value)
+        # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
+        return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
     raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")
 
 

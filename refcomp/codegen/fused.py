@@ -1,0 +1,150 @@
+"""Kernels the search builds by fusion: the row kernel and the tiled matmul.
+
+Row kernel: one block per row computes a sequence of block-wide reductions over the row (softmax's
+max then sum, layer norm's mean then variance), keeping each result in a register that later
+phases read as a scalar, and then writes the row's elementwise outputs. A reduction is fused only
+if every read of it is "this row's value" — `KernelBody._scalar` checks that and raises Unfusable.
+
+Matmul: SumReduce(Mul(a, b)) over a contracted axis k, where a does not vary along the N axes and
+b does not vary along the M axes. Axes both operands vary along are batch axes. M, N and batch
+axes are flattened into the tile grid; prologues are inlined into the tile loads and an epilogue
+(bias, activation, residual) into the final store.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import sympy
+
+from ..ops.primitives import REDUCE, Node
+from ..symbolic.dims import Dim, dims_equal, prod
+from ..symbolic.index import index_of
+from ..symbolic.view import contiguous_strides
+from .emit import KernelBody, Unfusable
+from .kernels import BLOCK, Kernel, Launch, _finish
+
+
+def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
+    return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
+
+
+def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], dim_names, inline: Callable[[Node], bool],
+               block: int = BLOCK) -> Kernel:
+    phases = list(row_reduces) + ([output] if output.op.kind == REDUCE else [])
+    axis = phases[0].attrs["axis"]
+    shape = phases[0].srcs[0].shape
+    if output.op.kind != REDUCE and not _same(output.shape, shape):
+        raise Unfusable(f"row output {output.op.name}#{output.id} does not have the rows' shape")
+    for r in phases:
+        if r.attrs["axis"] != axis or not _same(r.srcs[0].shape, shape):
+            raise Unfusable(f"{r.op.name}#{r.id} reduces a different row than {phases[0].op.name}#{phases[0].id}")
+    rows_shape, extent = shape[:axis] + shape[axis + 1:], shape[axis]
+    body = KernelBody(dim_names, inline=inline)
+    o = body.axis_indices("row", rows_shape)
+    body.flat_axes = None
+    r = body.index_var("r", extent)
+    idx = o[:axis] + [r] + o[axis:]
+    rendered = []
+    for j, red in enumerate(phases):
+        body.statements = []
+        value = body.value_at(red.srcs[0], idx)
+        rendered.append(dict(what=f"{red.op.name}#{red.id}", statements=body.statements, identity=red.op.c_identity,
+                             combine=red.op.c.format("acc", value), tree=red.op.c.format("mine", "other")))
+        body.scalars[red.id] = (f"red{j}", _linear(o, rows_shape))
+    epilogue = None
+    if output.op.kind != REDUCE:
+        body.statements = []
+        result = output.op.c.format(*[body.value_at(src, idx) for src in output.srcs])
+        epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(_linear(idx, shape)))
+    body.statements = []
+    nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
+    return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
+                   True, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
+                   phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
+
+
+def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
+    """(batch, m, n) axes of a SumReduce(Mul(a, b)) source, or None when it is not a matmul."""
+    if reduce.op.name != "SumReduce" or reduce.srcs[0].node.op.name != "Mul":
+        return None
+    src, k = reduce.srcs[0], reduce.attrs["axis"]
+    product = src.node
+    syms = [sympy.Symbol(f"_mm{a}", integer=True, nonnegative=True) for a in range(len(src.shape))]
+    ranges = dict(zip(syms, src.shape))
+    flat, valid = index_of(src.views, syms, ranges)
+    if valid is not sympy.true:
+        return None
+    body = KernelBody({}, ranges=dict(ranges))
+    pidx = body.unravel(flat, product.shape)
+    deps = []
+    for operand in product.srcs:
+        f, v = index_of(operand.views, pidx, ranges)
+        deps.append((sympy.sympify(f).free_symbols | getattr(v, "free_symbols", set())) & set(syms))
+    a_dep, b_dep = deps
+    if syms[k] not in a_dep or syms[k] not in b_dep:
+        return None
+    m = [x for x in range(len(syms)) if x != k and syms[x] in a_dep and syms[x] not in b_dep]
+    n = [x for x in range(len(syms)) if x != k and syms[x] in b_dep and syms[x] not in a_dep]
+    batch = [x for x in range(len(syms)) if x != k and x not in m and x not in n]
+    if not m and not n:
+        return None
+    return batch, m, n
+
+
+def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Callable[[Node], bool], tile: int = 16) -> Kernel:
+    axes = matmul_axes(reduce)
+    if axes is None:
+        raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
+    batch_axes, m_axes, n_axes = axes
+    src, k_axis = reduce.srcs[0], reduce.attrs["axis"]
+    shape = src.shape
+    sizes = {key: prod(shape[a] for a in group) for key, group in (("batch", batch_axes), ("m", m_axes), ("n", n_axes))}
+    body = KernelBody(dim_names, inline=lambda n: inline(n) or n is src.node)
+    per_axis: dict[int, sympy.Expr] = {}
+    for flat_name, group in (("batch", batch_axes), ("bm", m_axes), ("bn", n_axes)):
+        key = {"batch": "batch", "bm": "m", "bn": "n"}[flat_name]
+        if not group:
+            continue
+        flat = body.index_var(flat_name, sizes[key])
+        for a, expr in zip(group, body.unravel(flat, [shape[a] for a in group])):
+            if expr.is_Symbol or expr.is_Integer:
+                per_axis[a] = expr
+                continue
+            sym = body.index_var(f"o{a}", shape[a])
+            body._index_lines.append((sym, f"const long long o{a} = {body.comment_printer.int(expr)};", expr))
+            per_axis[a] = sym
+    ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
+    product = src.node
+
+    def operand(which: int, k_sym, zero_axes) -> tuple[list[str], str]:
+        idx = [sympy.Integer(0) if a in zero_axes else (k_sym if a == k_axis else per_axis[a]) for a in range(len(shape))]
+        flat, _ = index_of(src.views, idx, body.ranges)
+        body.statements = []
+        value = body.value_at(product.srcs[which], body.unravel(flat, product.shape))
+        return body.statements, value
+
+    a_statements, a_value = operand(0, ka, set(n_axes))
+    b_statements, b_value = operand(1, kb, set(m_axes))
+    out_idx = [per_axis[a] for a in range(len(shape)) if a != k_axis]
+    body.scalars[reduce.id] = ("acc", _linear(out_idx, reduce.shape))
+    body.statements = []
+    if output is reduce:
+        result = "acc"
+    else:
+        if not _same(output.shape, reduce.shape):
+            raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
+        result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
+    epilogue = body.statements
+    body.statements = []
+    nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
+    launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
+    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True,
+                   comment_extra=f", matmul tile {tile}", tile=tile, a_statements=a_statements, a_value=a_value,
+                   b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
+                   out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),
+                   m=lambda b: b.printer.int(sizes["m"]), n=lambda b: b.printer.int(sizes["n"]),
+                   k=lambda b: b.printer.int(shape[k_axis]))

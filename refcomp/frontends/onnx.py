@@ -1,0 +1,398 @@
+"""Import ONNX models as refcomp graphs: `rc.onnx.import_model(model_or_path, dims=None)`.
+
+    m = rc.onnx.import_model("model.onnx", dims={"batch": "B"})
+    out = rc.evaluate(m.outputs, m.feeds({"x": x}))           # NumPy reference
+    out = rc.compile(m.outputs).run(m.feeds({"x": x}))        # generated CUDA
+    out = m.run({"x": x}, backend="emulator")                 # the same, with ONNX dtypes back
+
+Initializers become *weight inputs*: `rc.input`s named after the initializer, whose arrays live in
+`m.weights` and are merged into the feeds by `m.feeds(user_feeds)` (a user feed of the same name
+overrides one). refcomp has no array-constant op, and a weight input keeps the generated program
+independent of the weight values. Initializers that hold a single repeated value become scalar
+Constants, and integer initializers used as shapes, axes or pads are read at import time and never
+become tensors. See docs/onnx.md for the operator table and the design.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import FeedError, RefcompError
+from ..ops.tensor import Tensor, constant
+from ..ops.tensor import input as rc_input
+
+MIN_OPSET = 13
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - exercised only without onnx installed
+        raise RefcompError("the ONNX frontend needs the 'onnx' package (pip install onnx)") from exc
+    return onnx
+
+
+def load(model_or_path):
+    """A checked `onnx.ModelProto` from a ModelProto, serialized bytes, or a file path."""
+    onnx = _onnx()
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model_or_path, onnx.ModelProto):
+        model, where = model_or_path, "the ONNX model"
+    else:
+        if isinstance(model_or_path, (bytes, bytearray)):
+            data, where, base = bytes(model_or_path), "the ONNX bytes", None
+        elif isinstance(model_or_path, (str, os.PathLike)):
+            where, base = f"ONNX file {os.fspath(model_or_path)!r}", os.path.dirname(os.path.abspath(model_or_path))
+            try:
+                with open(model_or_path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise RefcompError(f"cannot read {where}: {exc}") from exc
+        else:
+            raise RefcompError(f"import_model takes an onnx.ModelProto, bytes or a file path, got {type(model_or_path).__name__}")
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
+        if base is not None and any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            try:
+                onnx.external_data_helper.load_external_data_for_model(model, base)
+            except (OSError, ValueError) as exc:
+                raise RefcompError(f"{where}: cannot load its external data: {exc}") from exc
+    if not model.HasField("graph") or not model.graph.output:
+        raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise RefcompError(f"{where} is malformed: {str(exc).strip().splitlines()[0]}") from exc
+    return model
+
+
+def _symbol_name(text: str) -> str:
+    name = re.sub(r"\W", "_", text)
+    return name if name and name.isidentifier() and not name[0].isdigit() else f"d_{name}"
+
+
+class OnnxModel:
+    """An imported model: refcomp tensors for its inputs and outputs, and the weights to feed.
+
+    inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order
+    outputs: graph outputs (ONNX name -> Tensor), in graph order; BOOL outputs are 0.0/1.0 floats
+    weights: initializer arrays by the name of the weight input that reads them
+    static_outputs: graph outputs known at import time (e.g. a folded Shape), as arrays
+    input_types, output_types: ONNX element type names ("FLOAT", "BOOL", "INT64", ...)
+    """
+
+    def __init__(self, importer: "Importer"):
+        self.model = importer.model
+        self.opset = importer.opset
+        self.inputs: dict[str, Tensor] = importer.user_inputs
+        self.outputs: dict[str, Tensor] = importer.outputs
+        self.weights: dict[str, np.ndarray] = importer.weights
+        self.static_outputs: dict[str, np.ndarray] = importer.static_outputs
+        self.input_types: dict[str, str] = importer.input_types
+        self.output_types: dict[str, str] = importer.output_types
+        self.output_names: list[str] = importer.output_names
+        self._id_rows: dict[str, set] = importer.id_rows
+        self._program = None
+        from ..ops.graph import toposort
+        nodes = toposort([t.node for t in self.outputs.values()])
+        self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
+
+    def __repr__(self) -> str:
+        return (f"<OnnxModel opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
+                f"{len(self.weights)} weights>")
+
+    def feeds(self, feeds: Optional[Mapping[str, object]] = None) -> dict[str, np.ndarray]:
+        """The feeds refcomp needs: user arrays (converted to float32 / int32 ids) plus the weights."""
+        feeds = dict(feeds or {})
+        for name in feeds:
+            if name not in self.input_types and name not in self.weights:
+                raise FeedError(f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})")
+        out: dict[str, np.ndarray] = {}
+        for name in self.used_inputs:
+            if name in feeds:
+                out[name] = self._convert(name, feeds[name])
+            elif name in self.weights:
+                out[name] = self.weights[name]
+            else:
+                raise FeedError(f"ONNX input {name!r} was not fed (feeds given: {sorted(feeds)})")
+        return out
+
+    def _convert(self, name: str, value) -> np.ndarray:
+        array = np.asarray(value)
+        kind = self.input_types.get(name, "FLOAT")
+        if kind == "BOOL":
+            if array.dtype != np.bool_:
+                raise FeedError(f"ONNX input {name!r} is BOOL, but the fed array has dtype {array.dtype}")
+            return array.astype(np.float32)
+        if kind in ("INT64", "INT32"):
+            if array.dtype.kind not in "iu":
+                raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
+            rows = self._id_rows.get(name, set())
+            if array.size and array.min() < 0:
+                if len(rows) != 1 or not isinstance(next(iter(rows)), int):
+                    raise FeedError(f"ONNX input {name!r}: negative Gather indices need one known axis size, "
+                                    f"but this input indexes axes of sizes {sorted(map(str, rows))}")
+                array = np.where(array < 0, array + next(iter(rows)), array)
+            if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
+                raise FeedError(f"ONNX input {name!r}: indices do not fit in int32")
+            return array.astype(np.int32)
+        if array.dtype.kind != "f":
+            raise FeedError(f"ONNX input {name!r} is FLOAT, but the fed array has dtype {array.dtype}")
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def _finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
+        from ..symbolic.dims import evaluate_dim
+        out = {}
+        bindings = dict(dims or {})
+        if any(a.dtype == object for a in self.static_outputs.values()):
+            import sympy
+            for name, t in self.inputs.items():
+                if name in feeds:
+                    for want, got in zip(t.shape, np.shape(feeds[name])):
+                        if isinstance(want, sympy.Symbol):
+                            bindings.setdefault(want.name, int(got))
+        for name in self.output_names:
+            if name in self.static_outputs:
+                array = self.static_outputs[name]
+                if array.dtype == object:
+                    array = np.vectorize(lambda d: evaluate_dim(d, bindings), otypes=[np.int64])(array)
+                out[name] = array
+            elif self.output_types[name] == "BOOL":
+                out[name] = np.asarray(results[name]) != 0
+            else:
+                out[name] = np.asarray(results[name], dtype=np.float32)
+        return out
+
+    def evaluate(self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
+        """Every graph output, by the NumPy reference interpreter, with its ONNX dtype."""
+        from ..exec.reference import evaluate
+        merged = self.feeds(feeds)
+        results = evaluate(self.outputs, merged, dims) if self.outputs else {}
+        return self._finish(results, merged, dims)
+
+    def compile(self):
+        from ..codegen.program import compile
+        if self._program is None:
+            self._program = compile(self.outputs)
+        return self._program
+
+    def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
+            dims: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
+        """Every graph output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
+        if backend == "numpy":
+            return self.evaluate(feeds, dims)
+        merged = self.feeds(feeds)
+        results = self.compile().run(merged, backend=backend, dims=dims) if self.outputs else {}
+        return self._finish(results, merged, dims)
+
+
+class Importer:
+    """Walks an ONNX graph in order, turning each node into refcomp tensors or static arrays."""
+
+    def __init__(self, model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None):
+        from . import onnx_ops_core as core
+        self.core = core
+        self.model = model
+        self.graph = model.graph
+        self.opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        if self.opset < MIN_OPSET:
+            raise RefcompError(f"the ONNX model uses opset {self.opset}; refcomp imports opset {MIN_OPSET} and later "
+                               f"(convert it with onnx.version_converter)")
+        self.dims = dict(dims or {})
+        self.constants = dict(constants or {})
+        self.values: dict[str, object] = {}
+        self.weights: dict[str, np.ndarray] = {}
+        self.user_inputs: dict[str, Tensor] = {}
+        self.input_types: dict[str, str] = {}
+        self.outputs: dict[str, Tensor] = {}
+        self.static_outputs: dict[str, np.ndarray] = {}
+        self.output_types: dict[str, str] = {}
+        self.output_names: list[str] = []
+        self.id_rows: dict[str, set] = {}
+        self.names: set[str] = set()
+
+    # --- values --------------------------------------------------------------------------------
+    def lookup(self, name: str, ctx):
+        try:
+            return self.values[name]
+        except KeyError:
+            raise ctx.error(f"input {name!r} is not produced by any earlier node, initializer or graph input") from None
+
+    def unique_name(self, base: str) -> str:
+        name, k = base or "const", 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def materialize(self, v) -> Tensor:
+        """A static array as a tensor: a broadcast scalar Constant if uniform, else a weight input."""
+        core = self.core
+        if v.tensor is not None:
+            return v.tensor
+        array = v.static
+        if array.dtype == object:
+            if array.size != 1:
+                raise RefcompError(f"value {v.name!r} holds symbolic dims {array.tolist()} and cannot be used as a float tensor")
+            t = constant(array.reshape(-1)[0]).reshape((1,) * array.ndim) if array.ndim else constant(array.reshape(-1)[0])
+        else:
+            if v.etype not in (core.FLOAT, core.BOOL) and not np.issubdtype(array.dtype, np.floating) and array.dtype != np.bool_:
+                raise RefcompError(f"value {v.name!r} of type {core.type_name(v.etype)} cannot be used as a float tensor")
+            values = array.astype(np.float32)
+            flat = values.reshape(-1)
+            uniform = flat.size == 0 or bool(np.all(flat == flat[0])) or bool(np.all(np.isnan(flat)))
+            if uniform:
+                t = constant(float(flat[0]) if flat.size else 0.0)
+                t = t.reshape((1,) * values.ndim).broadcast_to(values.shape) if values.ndim else t
+            else:
+                name = self.unique_name(v.name)
+                self.weights[name] = np.ascontiguousarray(values)
+                t = rc_input(name, values.shape)
+        v.tensor = t
+        return t
+
+    def ids_tensor(self, v, rows, ctx) -> Tensor:
+        """Gather indices as an int32 tensor: a weight input if static (negatives wrapped), else the fed ids."""
+        core = self.core
+        if v.static is not None:
+            array = v.static
+            if not core.is_int_array(array) or array.dtype == object:
+                raise ctx.error(f"indices must be concrete integers, got {array.dtype}")
+            array = array.astype(np.int64)
+            if array.size and array.min() < 0:
+                if not isinstance(rows, int):
+                    raise ctx.error(f"negative indices need a concrete axis size, but the axis has size {rows}")
+                array = np.where(array < 0, array + rows, array)
+            if isinstance(rows, int) and array.size and (array.min() < 0 or array.max() >= rows):
+                raise ctx.error(f"indices {array.min()}..{array.max()} are out of range for an axis of size {rows}")
+            name = self.unique_name(v.name or "indices")
+            self.weights[name] = array.astype(np.int32)
+            return rc_input(name, array.shape, dtype="int32")
+        if v.tensor is None or v.tensor.dtype != "int32":
+            raise ctx.error(f"indices must be INT64/INT32, got {core.type_name(v.etype)}")
+        if v.graph_input is not None:
+            self.id_rows.setdefault(v.graph_input, set()).add(rows)
+        return v.tensor
+
+    # --- the graph -----------------------------------------------------------------------------
+    def _input_shape(self, vi) -> tuple:
+        if vi.name in self.dims:
+            return tuple(self.dims[vi.name])
+        shape = []
+        tt = vi.type.tensor_type
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                param = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}_{axis}"
+                fixed = self.dims.get(param, param)
+                shape.append(fixed if isinstance(fixed, (int, np.integer)) and not isinstance(fixed, bool) else _symbol_name(str(fixed)))
+        return tuple(shape)
+
+    def _add_graph_inputs(self) -> None:
+        core = self.core
+        from onnx import numpy_helper
+        initializers = {t.name: t for t in self.graph.initializer}
+        for t in self.graph.initializer:
+            try:
+                array = numpy_helper.to_array(t)
+            except Exception as exc:  # noqa: BLE001 - numpy_helper raises many kinds
+                raise RefcompError(f"initializer {t.name!r} cannot be read: {exc}") from exc
+            self.values[t.name] = core.Value(t.data_type, static=array, name=t.name)
+            self.names.add(t.name)
+        for s in self.graph.sparse_initializer:
+            raise RefcompError(f"sparse initializer {s.values.name!r} is not supported")
+        for vi in self.graph.input:
+            if vi.name in initializers:
+                continue
+            self.names.add(vi.name)
+            if not vi.type.HasField("tensor_type"):
+                raise RefcompError(f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); refcomp imports tensors only")
+            etype = vi.type.tensor_type.elem_type
+            if vi.name in self.constants:
+                array = np.asarray(self.constants[vi.name])
+                if etype != core.FLOAT and etype in core.INT_TYPES | {core.BOOL}:
+                    array = array.astype(core.numpy_dtype(etype))
+                self.values[vi.name] = core.Value(etype, static=array, name=vi.name)
+                continue
+            shape = self._input_shape(vi)
+            self.input_types[vi.name] = core.type_name(etype)
+            if etype in (core.FLOAT, core.BOOL):
+                t = rc_input(vi.name, shape)
+                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name)
+            elif etype in core.ID_TYPES:
+                t = rc_input(vi.name, shape, dtype="int32")
+                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
+            else:
+                raise RefcompError(f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
+                                   f"float32 (FLOAT and BOOL inputs, INT64/INT32 as Gather indices or static shapes)")
+            self.user_inputs[vi.name] = t
+
+    def run(self) -> "Importer":
+        core = self.core
+        from . import onnx_ops_math, onnx_ops_nn, onnx_ops_shape  # noqa: F401  (they register the ops)
+        self._add_graph_inputs()
+        for index, node in enumerate(self.graph.node):
+            ctx = core.NodeContext(self, node, index)
+            if node.domain not in ("", "ai.onnx"):
+                raise ctx.error(f"operator {node.domain}.{node.op_type} is not supported (only the default ONNX domain is)")
+            spec = core.OPS.get(node.op_type)
+            if spec is None:
+                raise ctx.error(f"operator {node.op_type} is not supported by refcomp (see docs/onnx.md for the operator table)")
+            for a in node.attribute:
+                if a.name not in spec.attrs:
+                    raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
+            results = spec.fn(ctx)
+            results = list(results) if isinstance(results, (list, tuple)) else [results]
+            for k, name in enumerate(node.output):
+                if not name:
+                    continue
+                if k >= len(results) or results[k] is None:
+                    raise ctx.error(f"output {k} ({name!r}) is not supported")
+                value = results[k]
+                if not value.name:
+                    value.name = name
+                self.values[name] = value
+        self._collect_outputs()
+        return self
+
+    def _collect_outputs(self) -> None:
+        core = self.core
+        for vi in self.graph.output:
+            name = vi.name
+            if name not in self.values:
+                raise RefcompError(f"graph output {name!r} is not produced by any node (truncated or corrupt model?)")
+            v = self.values[name]
+            self.output_names.append(name)
+            if v.static is not None and (core.is_int_array(v.static) or v.etype in core.INT_TYPES):
+                self.static_outputs[name] = v.static
+                self.output_types[name] = core.type_name(v.etype)
+                continue
+            if v.etype not in (core.FLOAT, core.BOOL):
+                raise RefcompError(f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
+                                   f"refcomp computes FLOAT (and BOOL as 0/1) outputs only")
+            self.outputs[name] = self.materialize(v)
+            self.output_types[name] = core.type_name(v.etype)
+
+
+def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> OnnxModel:
+    """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later.
+
+    dims: fixes or renames symbolic dims: {"batch": 8} binds dim_param "batch" to 8, {"batch": "B"}
+        renames it, {"x": (8, 3, "H", "W")} gives input "x" a whole shape.
+    constants: values for graph inputs that refcomp must know at import time (a Reshape's shape fed
+        as a graph input, say); they are folded like initializers and are no longer inputs.
+    """
+    return OnnxModel(Importer(load(model_or_path), dims, constants).run())
+
+
+__all__ = ["import_model", "load", "OnnxModel", "MIN_OPSET"]

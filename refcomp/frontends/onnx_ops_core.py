@@ -1,0 +1,262 @@
+"""The machinery every ONNX operator module shares: values, the node context, the op registry.
+
+During import each ONNX value is a `Value`, one of:
+
+* **static**: a NumPy array known at import time: an initializer, a Constant node, a folded Shape,
+  or anything computed from those by the shape-like ops (Gather, Concat, Unsqueeze, Slice, integer
+  arithmetic, ...). Integer arrays may hold SymPy expressions (dtype object) where a symbolic dim
+  flowed into them, so `Shape -> Gather -> Concat -> Reshape` works on symbolic batch sizes.
+* **a tensor**: a refcomp `Tensor`. Float tensors are FLOAT values; BOOL values are float tensors
+  holding 0.0 / 1.0 (refcomp's comparisons produce exactly that); INT64/INT32 values that are not
+  static can only be *ids*: graph inputs fed as int32 and used as Gather indices.
+
+Float arithmetic is never folded here: a static float array that meets a computing op becomes a
+tensor (`Importer.materialize`), so every float result is computed by refcomp. Integer arithmetic
+on static arrays is folded with NumPy, as any shape computation is.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import sympy
+from onnx import TensorProto, helper
+
+from ..errors import RefcompError
+from ..ops.tensor import Tensor
+
+FLOAT, BOOL, INT64, INT32 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64, TensorProto.INT32
+INT_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                       TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
+ID_TYPES = frozenset({INT64, INT32})  # integer graph inputs that may be fed at run time as Gather ids
+# ONNX's NodeProto.output of optional outputs that are not wanted is the empty string.
+
+
+def type_name(etype: int) -> str:
+    try:
+        return TensorProto.DataType.Name(etype)
+    except ValueError:
+        return f"type#{etype}"
+
+
+def numpy_dtype(etype: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(etype))
+
+
+def onnx_type_of(array: np.ndarray) -> int:
+    if array.dtype == object:
+        return INT64
+    return helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+class StaticInputRequired(RefcompError):
+    """A graph input is used where refcomp needs a value known at import time (a shape, axes, pads).
+
+    `import_model(..., constants={name: array})` fixes it; the ONNX backend does so automatically,
+    specialising the model on the values it is run with.
+    """
+
+    def __init__(self, message: str, input_name: str):
+        super().__init__(message)
+        self.input_name = input_name
+
+
+@dataclass(eq=False)
+class Value:
+    etype: int
+    static: Optional[np.ndarray] = None
+    tensor: Optional[Tensor] = None
+    name: str = ""
+    graph_input: Optional[str] = None  # ids tensors: the graph input they were read from
+
+    @property
+    def is_static(self) -> bool:
+        return self.static is not None
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.static.shape) if self.static is not None else tuple(self.tensor.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def static_value(array, etype: Optional[int] = None) -> Value:
+    array = np.asarray(array)
+    return Value(onnx_type_of(array) if etype is None else etype, static=array)
+
+
+def float_value(t: Tensor) -> Value:
+    return Value(FLOAT, tensor=t)
+
+
+def bool_value(t: Tensor) -> Value:
+    return Value(BOOL, tensor=t)
+
+
+def is_int_array(array: np.ndarray) -> bool:
+    return array.dtype == object or array.dtype.kind in "iu"
+
+
+def as_dim(x):
+    """One entry of a static integer array as a refcomp dim (an int or a SymPy expression)."""
+    if isinstance(x, sympy.Basic):
+        return int(x) if x.is_Integer else x
+    return int(x)
+
+
+# --- the registry ---------------------------------------------------------------------------------
+@dataclass
+class OpSpec:
+    fn: Callable[["NodeContext"], object]
+    attrs: frozenset
+    doc: str = ""
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def op(*names: str, attrs: Sequence[str] = (), doc: str = ""):
+    """Register a handler for ONNX op types; `attrs` lists every attribute it understands."""
+    def register(fn):
+        for name in names:
+            OPS[name] = OpSpec(fn, frozenset(attrs), doc)
+        return fn
+    return register
+
+
+# --- the node context ----------------------------------------------------------------------------
+@dataclass
+class NodeContext:
+    """One node being imported: its attributes, inputs as Values, and error messages that name it."""
+
+    importer: object
+    node: object  # onnx.NodeProto
+    index: int
+    read: set = field(default_factory=set)
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    @property
+    def label(self) -> str:
+        return self.node.name or f"#{self.index} (output {self.node.output[0] if self.node.output else '?'!r})"
+
+    @property
+    def opset(self) -> int:
+        return self.importer.opset
+
+    def error(self, message: str) -> RefcompError:
+        return RefcompError(f"ONNX {self.op_type} node {self.label!r}: {message}")
+
+    def attr_error(self, name: str, value, why: str) -> RefcompError:
+        return RefcompError(f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} is not supported ({why})")
+
+    # attributes -------------------------------------------------------------------------------
+    def has_attr(self, name: str) -> bool:
+        return any(a.name == name for a in self.node.attribute)
+
+    def attr(self, name: str, default=None):
+        for a in self.node.attribute:
+            if a.name == name:
+                if a.ref_attr_name:
+                    raise self.attr_error(name, a.ref_attr_name, "attribute references inside functions are not supported")
+                value = helper.get_attribute_value(a)
+                if isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
+                if isinstance(value, list):
+                    value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
+                return value
+        return default
+
+    def int_attr(self, name: str, default: Optional[int] = None) -> Optional[int]:
+        value = self.attr(name, default)
+        return None if value is None else int(value)
+
+    def float_attr(self, name: str, default: Optional[float] = None) -> Optional[float]:
+        value = self.attr(name, default)
+        return None if value is None else float(value)
+
+    def ints_attr(self, name: str, default=None) -> Optional[list]:
+        value = self.attr(name, default)
+        return None if value is None else [int(v) for v in value]
+
+    # inputs -----------------------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self.node.input)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and self.node.input[i] != ""
+
+    def value(self, i: int) -> Value:
+        if not self.has(i):
+            raise self.error(f"input {i} is required but missing")
+        return self.importer.lookup(self.node.input[i], self)
+
+    def values(self) -> list[Value]:
+        return [self.value(i) for i in range(self.n_inputs) if self.has(i)]
+
+    def tensor(self, i: int, types=(FLOAT,)) -> Tensor:
+        """Input i as a refcomp float tensor (static arrays are materialised)."""
+        return self.as_tensor(self.value(i), f"input {i} ({self.node.input[i]!r})", types)
+
+    def as_tensor(self, v: Value, what: str, types=(FLOAT,)) -> Tensor:
+        if v.etype not in types:
+            allowed = "/".join(type_name(t) for t in types)
+            if v.etype in INT_TYPES and v.tensor is not None:
+                raise self.error(f"{what} is an {type_name(v.etype)} tensor computed at run time; refcomp computes in "
+                                 f"float32 and uses integer inputs only as Gather indices or as static shape values")
+            raise self.error(f"{what} has element type {type_name(v.etype)}; this operator supports {allowed} "
+                             f"(refcomp computes in float32)")
+        return self.importer.materialize(v)
+
+    def static(self, i: int, what: str = "") -> np.ndarray:
+        return self.static_of(self.value(i), what or f"input {i} ({self.node.input[i]!r})")
+
+    def static_of(self, v: Value, what: str) -> np.ndarray:
+        if v.static is not None:
+            return v.static
+        if v.graph_input is not None:
+            raise StaticInputRequired(
+                f"ONNX {self.op_type} node {self.label!r}: {what} must be static (an initializer, a Constant or a folded "
+                f"Shape), but it comes from graph input {v.graph_input!r} at run time; pass "
+                f"constants={{{v.graph_input!r}: ...}} to import_model to fix its value", v.graph_input)
+        raise self.error(f"{what} must be static (an initializer, a Constant or a folded Shape), "
+                         f"but it is computed at run time")
+
+    def static_ints(self, i: int, what: str = "", symbolic: bool = False) -> list:
+        array = self.static(i, what)
+        what = what or f"input {i} ({self.node.input[i]!r})"
+        if not is_int_array(array):
+            raise self.error(f"{what} must be an integer tensor, got {array.dtype}")
+        out = [as_dim(x) for x in array.reshape(-1)]
+        if not symbolic and any(not isinstance(x, int) for x in out):
+            raise self.error(f"{what} = {out} must be concrete ints here (it holds symbolic dims)")
+        return out
+
+    def optional_static_ints(self, i: int, what: str = "", symbolic: bool = False) -> Optional[list]:
+        return self.static_ints(i, what, symbolic) if self.has(i) else None
+
+    def axis(self, axis: int, ndim: int, what: str = "axis") -> int:
+        if not isinstance(axis, numbers.Integral) or not -ndim <= axis < max(ndim, 1):
+            raise self.error(f"{what} {axis} is out of range for rank {ndim}")
+        return int(axis) % ndim if ndim else 0
+
+    def axes(self, axes: Sequence[int], ndim: int, what: str = "axes") -> list[int]:
+        out = [self.axis(a, ndim, what) for a in axes]
+        if len(set(out)) != len(out):
+            raise self.error(f"{what} {list(axes)} repeats an axis")
+        return out
+
+    # outputs ----------------------------------------------------------------------------------
+    @property
+    def n_outputs(self) -> int:
+        return sum(1 for o in self.node.output if o)
+
+    def wants_output(self, k: int) -> bool:
+        return k < len(self.node.output) and self.node.output[k] != ""

@@ -1,0 +1,603 @@
+"""Every Tensor method and module function, evaluated by the reference interpreter, against NumPy.
+
+Oracles are written directly in NumPy (float64, explicit loops for convolution and pooling), never
+through refcomp. Where PyTorch is importable, the layers with PyTorch signatures are also checked
+against it on the CPU.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+
+try:
+    import torch
+except ImportError:  # torch is an optional test dependency
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -3.5, np.inf, -np.inf, np.nan, 1e-30, -1e30, 88.0], np.float32)
+
+
+def run(fn, *arrays, dims=None, precision="float32"):
+    """Evaluate fn(*inputs) with one rc.input per array (int32 for integer arrays)."""
+    inputs = [rc.input(f"a{i}", a.shape, "int32" if a.dtype.kind in "iu" else "float32") for i, a in enumerate(arrays)]
+    return rc.evaluate(fn(*inputs), {f"a{i}": a for i, a in enumerate(arrays)}, dims=dims, precision=precision)
+
+
+def close(got, expected, rtol=2e-5, atol=1e-6):
+    expected = np.asarray(expected)
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def exact(got, expected):
+    expected = np.asarray(expected)
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    np.testing.assert_array_equal(got, expected)
+
+
+def f32(rng, *shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+# --- arithmetic ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((5,), ())])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "truediv"])
+def test_binary_arithmetic_broadcasts_like_numpy(rng, shapes, op):
+    a, b = f32(rng, *shapes[0]), f32(rng, *shapes[1], lo=0.5, hi=3.0)
+    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "truediv": lambda x, y: x / y}[op]
+    close(run(fn, a, b), fn(a.astype(np.float64), b.astype(np.float64)))
+
+
+@pytest.mark.parametrize("scalar", [3, -2.5, 0.0, np.float32(1.5), np.float64(-0.25), np.int64(4)])
+def test_scalars_on_either_side(rng, scalar):
+    a = f32(rng, 2, 3, lo=0.5, hi=2.0)
+    s = float(scalar)
+    got = run(lambda x: [x + scalar, scalar + x, x - scalar, scalar - x, x * scalar, scalar * x, -x], a)
+    for g, e in zip(got, [a + s, s + a, a - s, s - a, a * s, s * a, -a]):
+        close(g, e)
+    if s != 0:
+        close(run(lambda x: x / scalar, a), a / s)
+    close(run(lambda x: scalar / x, a), s / a.astype(np.float64))
+
+
+def test_division_by_zero_and_reciprocal_of_signed_zero():
+    a = np.array([1.0, -1.0, 0.0, 0.0, -0.0], np.float32)
+    b = np.array([0.0, 0.0, 0.0, 1.0, 1.0], np.float32)
+    got = run(lambda x, y: [x / y, x / 0.0, y.reciprocal()], a, b)
+    close(got[0], a / b)
+    close(got[1], a / np.float32(0.0))
+    exact(np.signbit(run(lambda x: x.reciprocal(), np.array([0.0, -0.0], np.float32))), [False, True])
+
+
+def test_numpy_arrays_are_not_tensor_operands():
+    x = rc.input("x", (3,))
+    with pytest.raises(rc.RefcompError, match="ndarray"):
+        np.ones(3, np.float32) + x
+    with pytest.raises(rc.RefcompError, match="ndarray"):
+        x * np.ones(3, np.float32)
+    with pytest.raises(rc.RefcompError):
+        np.ones((3, 3), np.float32) @ x
+
+
+@pytest.mark.parametrize("a, b", [
+    ([5.5, -5.5, 5.5, -5.5, 3.0, -3.0, 0.0, 7.25], [2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 2.0, 0.5]),
+    ([1.0, -1.0, np.inf, 2.0, np.nan], [0.0, 3.0, 2.0, np.nan, 1.0]),
+])
+def test_mod_is_numpy_remainder_and_fmod_is_c_fmod(a, b):
+    a, b = np.array(a, np.float32), np.array(b, np.float32)
+    with np.errstate(all="ignore"):
+        close(run(lambda x, y: x % y, a, b), np.mod(a, b))
+        close(run(lambda x, y: rc.fmod(x, y), a, b), np.fmod(a, b))
+        close(run(lambda x: x % 2.0, a), np.mod(a, np.float32(2.0)))
+        close(run(lambda x: 7.0 % x, b), np.mod(np.float32(7.0), b))
+
+
+# --- powers --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, 5, -1, -2, -3, 16, 17, 20, 2.0, -4.0])
+def test_integer_powers_of_any_sign(rng, exponent):
+    a = np.concatenate([f32(rng, 8, lo=-1.5, hi=1.5), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -2.0, 1.0], np.float32)])
+    with np.errstate(all="ignore"):
+        expected = np.power(a.astype(np.float64), float(exponent))
+    close(run(lambda x: x ** exponent, a), expected.astype(np.float32), rtol=1e-5 * max(1, abs(exponent)))
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 1.5, 0.3, -2.7, 100.5])
+def test_fractional_powers(rng, exponent):
+    a = np.concatenate([f32(rng, 8, lo=0.1, hi=3.0), np.array([0.0, np.inf, -1.0, np.nan], np.float32)])
+    with np.errstate(all="ignore"):
+        expected = np.power(a.astype(np.float64), exponent).astype(np.float32)
+    close(run(lambda x: x ** exponent, a), expected, rtol=1e-4)
+
+
+def test_tensor_powers_and_rpow(rng):
+    a, b = f32(rng, 3, 4, lo=0.2, hi=3.0), f32(rng, 3, 4, lo=-2.0, hi=2.0)
+    close(run(lambda x, y: x ** y, a, b), a.astype(np.float64) ** b, rtol=1e-5)
+    close(run(lambda y: 2.0 ** y, b), 2.0 ** b.astype(np.float64), rtol=1e-5)
+    close(run(lambda y: 0.5 ** y, b), 0.5 ** b.astype(np.float64), rtol=1e-5)
+    e = np.array([2.0, 0.0, -1.0, 0.5, np.nan, np.inf], np.float32)
+    with np.errstate(all="ignore"):
+        close(run(lambda y: 0.0 ** y, e), np.power(np.float32(0.0), e))
+        close(run(lambda y: 3.0 ** y, e), np.power(np.float32(3.0), e), rtol=1e-5)
+
+
+# --- comparisons ---------------------------------------------------------------------------------
+
+COMPARISONS = {
+    "lt": (lambda x, y: x < y, np.less), "gt": (lambda x, y: x > y, np.greater),
+    "le": (lambda x, y: x <= y, np.less_equal), "ge": (lambda x, y: x >= y, np.greater_equal),
+    "eq": (lambda x, y: x == y, np.equal), "ne": (lambda x, y: x != y, np.not_equal),
+    "eq_method": (lambda x, y: x.eq(y), np.equal), "ne_method": (lambda x, y: x.ne(y), np.not_equal),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPARISONS))
+def test_comparisons_give_one_and_zero_like_numpy_including_nan(name):
+    ours, theirs = COMPARISONS[name]
+    a = np.repeat(SPECIAL, len(SPECIAL))
+    b = np.tile(SPECIAL, len(SPECIAL))
+    exact(run(ours, a, b), theirs(a, b).astype(np.float32))
+    exact(run(lambda x: ours(x, 1.0), SPECIAL), theirs(SPECIAL, np.float32(1.0)).astype(np.float32))
+    exact(run(lambda x: ours(2.5, x) if name not in ("eq_method", "ne_method") else ours(rc.constant(2.5), x), SPECIAL),
+          theirs(np.float32(2.5), SPECIAL).astype(np.float32))
+
+
+def test_comparison_broadcasts(rng):
+    a, b = f32(rng, 3, 1), f32(rng, 4)
+    exact(run(lambda x, y: x < y, a, b), (a < b).astype(np.float32))
+
+
+# --- unary math ----------------------------------------------------------------------------------
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+UNARY = {
+    "exp": (lambda t: t.exp(), np.exp), "log": (lambda t: t.log(), np.log),
+    "exp2": (lambda t: t.exp2(), np.exp2), "log2": (lambda t: t.log2(), np.log2),
+    "sin": (lambda t: t.sin(), np.sin), "cos": (lambda t: t.cos(), np.cos),
+    "sqrt": (lambda t: t.sqrt(), np.sqrt), "rsqrt": (lambda t: t.rsqrt(), lambda x: 1.0 / np.sqrt(x)),
+    "reciprocal": (lambda t: t.reciprocal(), np.reciprocal), "abs": (lambda t: t.abs(), np.abs),
+    "relu": (lambda t: t.relu(), lambda x: np.maximum(x, 0.0)),
+    "sigmoid": (lambda t: t.sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "tanh": (lambda t: t.tanh(), np.tanh), "gelu": (lambda t: t.gelu(), _gelu_tanh),
+    "silu": (lambda t: t.silu(), lambda x: x / (1.0 + np.exp(-x))),
+}
+POSITIVE_ONLY = {"log", "log2", "sqrt", "rsqrt"}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_math_on_ordinary_values(rng, name):
+    ours, theirs = UNARY[name]
+    a = f32(rng, 4, 5, lo=0.05, hi=4.0) if name in POSITIVE_ONLY else f32(rng, 4, 5, lo=-4.0, hi=4.0)
+    with np.errstate(all="ignore"):
+        expected = theirs(a.astype(np.float64))
+    close(run(ours, a), expected, rtol=5e-5, atol=2e-6)
+
+
+# Special values where NumPy's answer is well defined and our formula is expected to reproduce it.
+SPECIAL_CASES = {
+    "exp": [0.0, -np.inf, np.inf, np.nan, -200.0, 100.0],
+    "log": [0.0, -0.0, -1.0, np.inf, np.nan, 1.0],
+    "exp2": [-np.inf, np.inf, np.nan, 0.0, -200.0],
+    "log2": [0.0, -1.0, np.inf, np.nan, 1.0, 8.0],
+    "sin": [0.0, np.inf, -np.inf, np.nan],
+    "sqrt": [0.0, -1.0, np.inf, np.nan, 4.0],
+    "rsqrt": [0.0, np.inf, -1.0, np.nan, 4.0],
+    "reciprocal": [0.0, -0.0, np.inf, -np.inf, np.nan],
+    "abs": [-np.inf, np.inf, np.nan, -0.0, -3.0],
+    "relu": [-np.inf, np.inf, np.nan, -1e30, 0.0],
+    "sigmoid": [-np.inf, np.inf, np.nan, -200.0, 200.0, 0.0],
+    "tanh": [-np.inf, np.inf, np.nan, 0.0, -50.0, 50.0],
+    "gelu": [np.inf, np.nan, 0.0, -20.0],
+    "silu": [np.inf, np.nan, 0.0, -200.0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL_CASES))
+def test_unary_math_on_special_values(name):
+    ours, theirs = UNARY[name]
+    a = np.array(SPECIAL_CASES[name], np.float32)
+    with np.errstate(all="ignore"):
+        expected = theirs(a.astype(np.float64)).astype(np.float32)
+    close(run(ours, a), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_maximum_minimum_clip_propagate_nan_like_numpy(rng):
+    a = np.repeat(SPECIAL, len(SPECIAL))
+    b = np.tile(SPECIAL, len(SPECIAL))
+    exact(run(lambda x, y: rc.maximum(x, y), a, b), np.maximum(a, b))
+    exact(run(lambda x, y: rc.minimum(x, y), a, b), np.minimum(a, b))
+    exact(run(lambda x, y: x.maximum(y), a, b), np.maximum(a, b))
+    exact(run(lambda x: rc.maximum(0.5, x), SPECIAL), np.maximum(np.float32(0.5), SPECIAL))
+    exact(run(lambda x: x.minimum(0.5), SPECIAL), np.minimum(SPECIAL, np.float32(0.5)))
+    exact(run(lambda x: x.clip(-1.0, 2.0), SPECIAL), np.clip(SPECIAL, -1.0, 2.0))
+    exact(run(lambda x: x.clip(min=0.0), SPECIAL), np.maximum(SPECIAL, 0.0))
+    exact(run(lambda x: x.clip(max=0.0), SPECIAL), np.minimum(SPECIAL, 0.0))
+    c, d = f32(rng, 3, 1), f32(rng, 1, 4)
+    exact(run(lambda x, y: rc.maximum(x, y), c, d), np.maximum(c, d))
+
+
+def test_where(rng):
+    c, a, b = f32(rng, 3, 4), f32(rng, 3, 4), f32(rng, 4)
+    exact(run(lambda x, y, z: rc.where(x > 0.0, y, z), c, a, b), np.where(c > 0, a, b))
+    exact(run(lambda x, y: rc.where(x < y, 1.5, -2.0), c, a), np.where(c < a, 1.5, -2.0).astype(np.float32))
+    exact(run(lambda x: rc.where(x > 0.0, x, 0.0), c), np.where(c > 0, c, 0).astype(np.float32))
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+AXES = [None, 0, 1, 2, -1, -3, (0, 2), (2, 0), (-1, 1), (0, 1, 2), ()]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES)
+@pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "var"])
+def test_reductions(rng, name, axis, keepdims):
+    a = f32(rng, 2, 3, 4)
+    got = run(lambda x: getattr(x, name)(axis, keepdims=keepdims), a)
+    expected = getattr(np, name)(a.astype(np.float64), axis=axis, keepdims=keepdims)
+    close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_var_correction_and_reductions_with_nan_and_inf(rng):
+    a = f32(rng, 3, 5)
+    close(run(lambda x: x.var(1, correction=1), a), np.var(a.astype(np.float64), axis=1, ddof=1))
+    b = np.array([[1.0, np.nan, 2.0], [-np.inf, 0.0, 1.0], [np.inf, np.inf, 1.0]], np.float32)
+    exact(run(lambda x: x.max(1), b), np.max(b, axis=1))
+    exact(run(lambda x: x.min(1), b), np.min(b, axis=1))
+    exact(run(lambda x: x.sum(1), b), np.sum(b, axis=1))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_softmax_and_log_softmax(rng, axis):
+    a = f32(rng, 2, 3, 4, lo=-30, hi=30)
+    x = a.astype(np.float64)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    softmax = e / e.sum(axis, keepdims=True)
+    close(run(lambda t: t.softmax(axis), a), softmax, rtol=1e-4, atol=1e-7)
+    close(run(lambda t: t.log_softmax(axis), a), np.log(softmax), rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_with_infinite_logits():
+    a = np.array([[0.0, -np.inf, 1.0], [-np.inf, 5.0, -np.inf]], np.float32)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    close(run(lambda t: t.softmax(-1), a), e / e.sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2])
+def test_argmax_picks_the_first_maximum(rng, axis, keepdims):
+    a = rng.integers(0, 3, (3, 4, 5)).astype(np.float32)  # many ties
+    exact(run(lambda t: t.argmax(axis, keepdims=keepdims), a),
+          np.argmax(a, axis=axis, keepdims=keepdims).astype(np.float32))
+
+
+def test_argmax_with_infinities_and_nan():
+    a = np.array([[1.0, np.inf, np.inf], [-np.inf, -np.inf, -np.inf], [0.0, np.nan, 5.0], [np.nan, np.nan, 1.0]], np.float32)
+    exact(run(lambda t: t.argmax(-1), a), np.argmax(a, axis=-1).astype(np.float32))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_cumsum(rng, axis):
+    a = f32(rng, 3, 4, 5)
+    close(run(lambda t: t.cumsum(axis), a), np.cumsum(a.astype(np.float64), axis=axis), rtol=1e-5, atol=1e-5)
+
+
+# --- matmul --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sa, sb", [
+    ((4,), (4,)), ((4,), (4, 3)), ((2, 4), (4,)), ((2, 4), (4, 3)), ((5, 2, 4), (4, 3)),
+    ((2, 4), (5, 4, 3)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 3, 4), (6, 4, 2)), ((3, 4), (3, 4, 1)),
+])
+def test_matmul_like_numpy(rng, sa, sb):
+    a, b = f32(rng, *sa), f32(rng, *sb)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    close(run(lambda x, y: x @ y, a, b), expected, rtol=1e-5, atol=1e-5)
+    close(run(lambda x, y: x.matmul(y), a, b), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_with_symbolic_batch(rng):
+    x, w = rc.input("x", ("B", "T", 4)), rc.input("w", (4, 3))
+    out = x @ w
+    assert [str(n) for n in out.shape] == ["B", "T", "3"]
+    for b, t in [(1, 2), (3, 5)]:
+        a, wa = f32(rng, b, t, 4), f32(rng, 4, 3)
+        close(rc.evaluate(out, {"x": a, "w": wa}), a.astype(np.float64) @ wa, rtol=1e-5, atol=1e-5)
+
+
+# --- movement ------------------------------------------------------------------------------------
+
+def test_reshape_forms(rng):
+    a = f32(rng, 2, 3, 4)
+    exact(run(lambda x: x.reshape(-1), a), a.reshape(-1))
+    exact(run(lambda x: x.reshape(4, -1), a), a.reshape(4, -1))
+    exact(run(lambda x: x.reshape((3, 8)), a), a.reshape(3, 8))
+    exact(run(lambda x: x.reshape([2, 12]), a), a.reshape(2, 12))
+    exact(run(lambda x: x.reshape(x.shape[0], x.shape[1] * x.shape[2]), a), a.reshape(2, 12))
+    exact(run(lambda x: x.reshape(x.shape[2], -1), a), a.reshape(4, -1))
+    exact(run(lambda x: x.T.reshape(-1, 2), a), a.T.reshape(-1, 2))
+    exact(run(lambda x: x.reshape(1, 24, 1), a), a.reshape(1, 24, 1))
+    exact(run(lambda x: x.reshape(()), np.array([3.0], np.float32)), np.float32(3.0))
+
+
+def test_symbolic_reshape_with_shape_dims(rng):
+    x = rc.input("x", ("B", "T", 6))
+    merged = x.reshape(x.shape[0] * x.shape[1], -1)
+    split = merged.reshape(x.shape[0], x.shape[1], 2, 3)
+    for b, t in [(2, 3), (1, 4)]:
+        a = f32(rng, b, t, 6)
+        exact(rc.evaluate(merged, {"x": a}), a.reshape(b * t, 6))
+        exact(rc.evaluate(split, {"x": a}), a.reshape(b, t, 2, 3))
+
+
+def test_permute_transpose_T_expand_unsqueeze_squeeze_flip(rng):
+    a = f32(rng, 2, 3, 4)
+    exact(run(lambda x: x.permute(2, 0, 1), a), a.transpose(2, 0, 1))
+    exact(run(lambda x: x.permute((1, 2, 0)), a), a.transpose(1, 2, 0))
+    exact(run(lambda x: x.permute(-1, 0, -2), a), a.transpose(2, 0, 1))
+    exact(run(lambda x: x.transpose(0, 2), a), np.swapaxes(a, 0, 2))
+    exact(run(lambda x: x.transpose(), a), np.swapaxes(a, -2, -1))
+    exact(run(lambda x: x.T, a), a.T)
+    exact(run(lambda x: x.unsqueeze(1), a), a[:, None])
+    exact(run(lambda x: x.unsqueeze(-1), a), a[..., None])
+    exact(run(lambda x: x.unsqueeze(0).squeeze(0), a), a)
+    exact(run(lambda x: x[:, :1].squeeze(1), a), a[:, 0])
+    exact(run(lambda x: x[:, :1].expand(2, 5, 4), a), np.broadcast_to(a[:, :1], (2, 5, 4)))
+    exact(run(lambda x: x[:, :1].expand(3, -1, 6, -1), a), np.broadcast_to(a[:, :1], (3, 2, 6, 4)))
+    exact(run(lambda x: x[:, :1].expand((2, 2, 4)), a), np.broadcast_to(a[:, :1], (2, 2, 4)))
+    exact(run(lambda x: x.broadcast_to((5, 2, 3, 4)), a), np.broadcast_to(a, (5, 2, 3, 4)))
+    exact(run(lambda x: x.flip(), a), np.flip(a))
+    exact(run(lambda x: x.flip(1), a), np.flip(a, 1))
+    exact(run(lambda x: x.flip((0, -1)), a), np.flip(a, (0, 2)))
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5, -7.0, np.inf, -np.inf])
+def test_pad(rng, value):
+    a = f32(rng, 2, 3)
+    widths = [(1, 2), (0, 3)]
+    exact(run(lambda x: x.pad(widths, value=value), a), np.pad(a, widths, constant_values=value))
+    exact(run(lambda x: x.pad([(0, 0), (2, 0)], value), a), np.pad(a, [(0, 0), (2, 0)], constant_values=value))
+
+
+@pytest.mark.parametrize("index", [
+    0, -1, 2, (1, 2), (-2, -3), slice(1, 3), slice(None, None, 2), slice(None, None, -1), slice(3, 0, -2),
+    slice(-1, -5, -1), (Ellipsis, 1), (Ellipsis, slice(None, None, -2)), (None, 1), (1, None, Ellipsis, None),
+    (slice(1, None), None, slice(None, 2), 3), (Ellipsis,), (), (slice(10, 20),), (slice(-10, None, 3), Ellipsis, -1),
+    (slice(None), slice(None), slice(None, None, -3)), (0, 0, 0), (None,),
+])
+def test_getitem(rng, index):
+    a = f32(rng, 4, 5, 6)
+    exact(run(lambda x: x[index], a), a[index])
+
+
+def test_concat_stack(rng):
+    a, b, c = f32(rng, 2, 3), f32(rng, 4, 3), f32(rng, 2, 3)
+    exact(run(lambda x, y: rc.concat([x, y]), a, b), np.concatenate([a, b]))
+    exact(run(lambda x, y, z: rc.concat([x, y.T[:2], z], axis=-1), a, b, c), np.concatenate([a, b.T[:2], c], -1))
+    exact(run(lambda x, z: rc.stack([x, z]), a, c), np.stack([a, c]))
+    exact(run(lambda x, z: rc.stack([x, z], axis=-1), a, c), np.stack([a, c], -1))
+    exact(run(lambda x, z: rc.stack([x, z, x], axis=1), a, c), np.stack([a, c, a], 1))
+    special = np.array([np.inf, -np.inf, np.nan], np.float32)
+    exact(run(lambda x: rc.concat([x, x[::-1]]), special), np.concatenate([special, special[::-1]]))
+
+
+def test_arange():
+    exact(rc.evaluate(rc.arange(5), {}), np.arange(5, dtype=np.float32))
+    exact(rc.evaluate(rc.arange(2, 11, 3), {}), np.arange(2, 11, 3, dtype=np.float32))
+    exact(rc.evaluate(rc.arange(5, -4, -2), {}), np.arange(5, -4, -2, dtype=np.float32))
+    exact(rc.evaluate(rc.arange(3, 7), {}), np.arange(3, 7, dtype=np.float32))
+    exact(rc.evaluate(rc.arange(0), {}), np.arange(0, dtype=np.float32))
+    exact(rc.evaluate(rc.arange(5, 2), {}), np.arange(5, 2, dtype=np.float32))
+    n = rc.arange("N")
+    assert str(n.shape[0]) == "N"
+    exact(rc.evaluate(n * 2.0, {}, dims={"N": 4}), np.arange(4, dtype=np.float32) * 2)
+
+
+# --- rc.nn ---------------------------------------------------------------------------------------
+
+def test_linear(rng):
+    x, w, b = f32(rng, 2, 5, 4), f32(rng, 3, 4), f32(rng, 3)
+    x64 = x.astype(np.float64)
+    close(run(lambda x_, w_, b_: rc.nn.linear(x_, w_, b_), x, w, b), x64 @ w.T + b, atol=1e-5)
+    close(run(lambda x_, w_: rc.nn.linear(x_, w_), x, w), x64 @ w.T, atol=1e-5)
+
+
+def test_layer_norm_and_rms_norm(rng):
+    x, w, b = f32(rng, 3, 8, lo=-3, hi=5), f32(rng, 8), f32(rng, 8)
+    x64 = x.astype(np.float64)
+    normed = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    close(run(lambda t, w_, b_: rc.nn.layer_norm(t, w_, b_), x, w, b), normed * w + b, rtol=1e-4, atol=1e-5)
+    close(run(lambda t: rc.nn.layer_norm(t, eps=1e-3), x), (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-3), rtol=1e-4, atol=1e-5)
+    rms = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6)
+    close(run(lambda t, w_: rc.nn.rms_norm(t, w_), x, w), rms * w, rtol=1e-4, atol=1e-5)
+    close(run(lambda t: rc.nn.rms_norm(t), x), rms, rtol=1e-4, atol=1e-5)
+
+
+def conv2d_oracle(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, wd = x.shape
+    co, cpg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2])
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, co, ho, wo))
+    per_group = co // groups
+    for o in range(co):
+        g = o // per_group
+        for i in range(ho):
+            for j in range(wo):
+                for ci in range(cpg):
+                    for p in range(kh):
+                        for q in range(kw):
+                            out[:, o, i, j] += xp[:, g * cpg + ci, i * stride[0] + p * dilation[0], j * stride[1] + q * dilation[1]] * w[o, ci, p, q]
+        if b is not None:
+            out[:, o] += b[o]
+    return out
+
+
+CONV_CONFIGS = [
+    dict(), dict(stride=2), dict(padding=1), dict(stride=(2, 1), padding=(1, 2)), dict(dilation=2),
+    dict(groups=2), dict(stride=2, padding=2, dilation=(1, 2), groups=2), dict(groups=4, padding=1),
+]
+
+
+@pytest.mark.parametrize("config", CONV_CONFIGS, ids=str)
+def test_conv2d(rng, config):
+    groups = config.get("groups", 1)
+    x, w, b = f32(rng, 2, 4, 7, 8), f32(rng, 4, 4 // groups, 3, 2), f32(rng, 4)
+    pair = lambda v: (v, v) if isinstance(v, int) else v
+    expected = conv2d_oracle(x, w, b, pair(config.get("stride", 1)), pair(config.get("padding", 0)), pair(config.get("dilation", 1)), groups)
+    close(run(lambda x_, w_, b_: rc.nn.conv2d(x_, w_, b_, **config), x, w, b), expected, rtol=1e-4, atol=1e-5)
+    expected_no_bias = expected - b[None, :, None, None]
+    close(run(lambda x_, w_: rc.nn.conv2d(x_, w_, **config), x, w), expected_no_bias, rtol=1e-4, atol=1e-5)
+
+
+def pool_oracle(x, kernel, stride, padding, reduce, pad_value):
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2], constant_values=pad_value)
+    ho = (xp.shape[2] - kernel[0]) // stride[0] + 1
+    wo = (xp.shape[3] - kernel[1]) // stride[1] + 1
+    out = np.zeros(x.shape[:2] + (ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            out[:, :, i, j] = reduce(xp[:, :, i * stride[0]:i * stride[0] + kernel[0], j * stride[1]:j * stride[1] + kernel[1]], axis=(2, 3))
+    return out
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(2, None, 0), (3, 1, 1), ((3, 2), (2, 1), (1, 0)), (3, 2, 1), (2, 1, 1)])
+def test_pooling(rng, kernel, stride, padding):
+    x = f32(rng, 2, 3, 7, 6, lo=-5.0, hi=-1.0)  # all negative: a zero-padded max would be wrong
+    pair = lambda v: (v, v) if isinstance(v, int) else v
+    k, s, p = pair(kernel), pair(kernel if stride is None else stride), pair(padding)
+    close(run(lambda t: rc.nn.max_pool2d(t, kernel, stride, padding), x), pool_oracle(x, k, s, p, np.max, -np.inf))
+    close(run(lambda t: rc.nn.avg_pool2d(t, kernel, stride, padding), x), pool_oracle(x, k, s, p, np.mean, 0.0), rtol=1e-5)
+
+
+def test_embedding(rng):
+    table = f32(rng, 10, 4)
+    ids = rng.integers(0, 10, (3, 5)).astype(np.int32)
+    exact(run(lambda i, t: rc.nn.embedding(i, t), ids, table), table[ids])
+    exact(run(lambda i, t: rc.nn.embedding(i.T[::-1], t), ids, table), table[ids.T[::-1]])
+    exact(run(lambda i, t: rc.nn.embedding(i, t), ids.astype(np.int64), table), table[ids])
+    exact(run(lambda i: i.T, ids), ids.T)
+    assert run(lambda i: i.T, ids).dtype == np.int32
+
+
+def attention_oracle(q, k, v, causal=False, mask=None):
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        tq, tk = scores.shape[-2:]
+        scores = np.where(np.arange(tk)[None, :] > np.arange(tq)[:, None], -np.inf, scores)
+    if mask is not None:
+        scores = scores + mask
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("tq, tk", [(5, 5), (3, 6), (6, 4)])
+def test_scaled_dot_product_attention(rng, tq, tk):
+    q, k, v = f32(rng, 2, tq, 8), f32(rng, 2, tk, 8), f32(rng, 2, tk, 3)
+    sdpa = rc.nn.scaled_dot_product_attention
+    close(run(lambda a, b, c: sdpa(a, b, c), q, k, v), attention_oracle(q, k, v), rtol=1e-4, atol=1e-5)
+    close(run(lambda a, b, c: sdpa(a, b, c, causal=True), q, k, v), attention_oracle(q, k, v, causal=True), rtol=1e-4, atol=1e-5)
+    mask = np.where(rng.random((tq, tk)) < 0.3, -1e9, 0.0).astype(np.float32)
+    mask[:, 0] = 0.0  # every query sees at least one key
+    close(run(lambda a, b, c, m: sdpa(a, b, c, mask=m), q, k, v, mask), attention_oracle(q, k, v, mask=mask), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_with_symbolic_lengths(rng):
+    q, k, v = rc.input("q", (2, "T", 4)), rc.input("k", (2, "S", 4)), rc.input("v", (2, "S", 4))
+    out = rc.nn.scaled_dot_product_attention(q, k, v, causal=True)
+    for t, s in [(3, 3), (4, 6)]:
+        a, b, c = f32(rng, 2, t, 4), f32(rng, 2, s, 4), f32(rng, 2, s, 4)
+        close(rc.evaluate(out, {"q": a, "k": b, "v": c}), attention_oracle(a, b, c, causal=True), rtol=1e-4, atol=1e-5)
+
+
+# --- shapes, outputs, precision -------------------------------------------------------------------
+
+def test_shape_reports_ints_and_symbols():
+    x = rc.input("x", ("B", 3, "T"))
+    b, three, t = x.shape
+    assert three == 3 and type(three) is int
+    assert str(b) == "B" and str(t) == "T" and not isinstance(b, int)
+    assert x.ndim == 3 and x.dtype == "float32"
+    assert str(rc.concat([x, x], axis=2).shape[2]) == "2*T"
+    assert x[:, :, ::2].shape[:2] == (b, 3)
+    assert x.sum(1).shape == (b, t)
+    ids = rc.input("ids", ("B",), dtype="int32")
+    assert ids.dtype == "int32"
+    assert "input 'x'" in repr(x) and "(B, 3, T)" in repr(x)
+
+
+def test_output_structures(rng):
+    a = f32(rng, 2, 3)
+    x = rc.input("x", (2, 3))
+    single = rc.evaluate(x * 2.0, {"x": a})
+    assert isinstance(single, np.ndarray)
+    as_list = rc.evaluate([x, x.sum()], {"x": a})
+    assert isinstance(as_list, list) and len(as_list) == 2
+    as_tuple = rc.evaluate((x.T, x + 1.0), {"x": a})
+    assert isinstance(as_tuple, list) and len(as_tuple) == 2
+    as_dict = rc.evaluate({"double": x * 2.0, "total": x.sum()}, {"x": a})
+    assert list(as_dict) == ["double", "total"]
+    exact(single, a * 2)
+    exact(as_list[0], a)
+    close(as_list[1], a.astype(np.float64).sum())
+    exact(as_tuple[0], a.T)
+    exact(as_dict["double"], a * 2)
+    assert rc.evaluate([], {}) == []
+    c = rc.evaluate(rc.constant(2.5), {})
+    assert c.shape == () and c == 2.5
+
+
+def test_float64_precision(rng):
+    a = rng.standard_normal((3, 4))
+    x = rc.input("x", (3, 4))
+    got = rc.evaluate(x / 3.0 + x.exp().sum(-1, keepdims=True), {"x": a}, precision="float64")
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, a / 3.0 + np.exp(a).sum(-1, keepdims=True), rtol=1e-13)
+    low = rc.evaluate(x / 3.0, {"x": a})
+    assert low.dtype == np.float32
+
+
+# --- against PyTorch on the CPU, where installed --------------------------------------------------
+
+@needs_torch
+def test_against_torch_layers(rng):
+    F = torch.nn.functional
+    x, w, b = f32(rng, 2, 4, 9, 8), f32(rng, 6, 2, 3, 3), f32(rng, 6)
+    T = torch.from_numpy
+    close(run(lambda x_, w_, b_: rc.nn.conv2d(x_, w_, b_, stride=2, padding=1, dilation=(2, 1), groups=2), x, w, b),
+          F.conv2d(T(x), T(w), T(b), stride=2, padding=1, dilation=(2, 1), groups=2).numpy(), rtol=1e-4, atol=1e-5)
+    close(run(lambda t: rc.nn.max_pool2d(t, 3, 2, 1), x), F.max_pool2d(T(x), 3, 2, 1).numpy())
+    close(run(lambda t: rc.nn.avg_pool2d(t, (2, 3), 1, (1, 1)), x), F.avg_pool2d(T(x), (2, 3), 1, (1, 1)).numpy(), rtol=1e-5)
+    h, g, bb = f32(rng, 3, 16), f32(rng, 16), f32(rng, 16)
+    close(run(lambda t, g_, b_: rc.nn.layer_norm(t, g_, b_), h, g, bb), F.layer_norm(T(h), (16,), T(g), T(bb)).numpy(), rtol=1e-4, atol=1e-5)
+    close(run(lambda t: t.gelu(), h), F.gelu(T(h), approximate="tanh").numpy(), rtol=1e-5, atol=1e-6)
+    close(run(lambda t: t.silu(), h), F.silu(T(h)).numpy(), rtol=1e-5, atol=1e-6)
+    close(run(lambda t: t.var(-1, correction=1), h), T(h).var(-1).numpy(), rtol=1e-5)
+    close(run(lambda t: t.log_softmax(0), h), F.log_softmax(T(h), 0).numpy(), rtol=1e-5, atol=1e-6)
+    lw, lb = f32(rng, 5, 16), f32(rng, 5)
+    close(run(lambda t, w_, b_: rc.nn.linear(t, w_, b_), h, lw, lb), F.linear(T(h), T(lw), T(lb)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_torch
+def test_attention_against_torch(rng):
+    F = torch.nn.functional
+    q, k, v = f32(rng, 2, 2, 5, 8), f32(rng, 2, 2, 7, 8), f32(rng, 2, 2, 7, 4)
+    T = torch.from_numpy
+    sdpa = rc.nn.scaled_dot_product_attention
+    close(run(lambda a, b, c: sdpa(a, b, c, causal=True), q, k, v),
+          F.scaled_dot_product_attention(T(q), T(k), T(v), is_causal=True).numpy(), rtol=1e-4, atol=1e-5)
+    mask = np.where(rng.random((5, 7)) < 0.4, -np.inf, 0.0).astype(np.float32)
+    mask[:, 0] = 0.0
+    close(run(lambda a, b, c, m: sdpa(a, b, c, mask=m), q, k, v, mask),
+          F.scaled_dot_product_attention(T(q), T(k), T(v), attn_mask=T(mask)).numpy(), rtol=1e-4, atol=1e-5)
