@@ -412,7 +412,7 @@ def test_nvcc_check_fails_on_warning():
 @needs_nvcc
 def test_nvcc_check_rejects_double_precision():
     with pytest.raises(RefcompError, match="double precision"):
-        nvcc_check(ADD.replace("* SCALE", "* (float)(in0[i] * 0.1)"))
+        nvcc_check(ADD.replace("* SCALE", "* (float)(in0[i] * 0.1)"), allow_double=False)
 
 
 def test_parse_ptxas_sample():
