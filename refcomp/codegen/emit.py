@@ -23,13 +23,18 @@ from ..symbolic.simplify import simplify_index
 from .cprint import CPrinter, float_literal
 
 
+SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader
+
+
 class Unfusable(RefcompError):
     """A fusion decision that this kernel cannot honour; the search discards the candidate."""
 
 
 def index_symbol(name: str) -> sympy.Symbol:
-    """A loop/axis index variable; a Dummy, so it can never collide with a user's dim symbol."""
-    return sympy.Dummy(name, integer=True, nonnegative=True)
+    """A loop/axis index variable. User dims are *positive* symbols, so an index symbol (merely
+    nonnegative) is a different SymPy object even when the names agree; sharing one symbol per name
+    across kernels lets the index caches hit."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
 @dataclass
@@ -49,6 +54,7 @@ class KernelBody:
     _count: int = 0
     _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
     _alive: list = field(default_factory=list)
+    fused: list = field(default_factory=list)  # nodes recomputed inline, for the comment and reports
 
     def __post_init__(self):
         self.printer = CPrinter({**self.dim_names})
@@ -125,13 +131,16 @@ class KernelBody:
 
     def _inlined(self, node: Node, flat, valid) -> str:
         """Recompute a fused producer here; under a mask its loads run only where the mask holds."""
+        if node not in self.fused:
+            self.fused.append(node)
         outer = self.statements
         if valid is not sympy.true:
             self.statements = []
         node_idx = self.unravel(flat, node.shape)
         if node.op.kind == REDUCE:  # a short reduce (maximum's pair, say) unrolls into a combine chain
             extent = node.srcs[0].shape[node.attrs["axis"]]
-            assert isinstance(extent, int), node
+            if not isinstance(extent, int) or extent > SHORT_REDUCE:
+                raise Unfusable(f"{node.op.name}#{node.id} reduces {extent} values: too many to unroll")
             value = node.op.c_identity
             for r in range(extent):
                 src_idx = node_idx[:node.attrs["axis"]] + [sympy.Integer(r)] + node_idx[node.attrs["axis"]:]

@@ -80,6 +80,7 @@ class Kernel:
 
 
 def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node, extra: str = "") -> str:
+    nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
     shape = ", ".join(body.comment_printer.int(n) for n in output.shape)
     computes = ", ".join(f"{n.op.name}#{n.id}" for n in nodes)
     lines = [f"// {name}: computes {computes} -> out0, shape ({shape}){extra}"]
@@ -97,21 +98,23 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
     source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
+    nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, source, launch)
 
 
-def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False) -> Kernel:
+def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+                       block: int = BLOCK) -> Kernel:
     body = KernelBody(dim_names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in (UNARY, BINARY, COPY), node
     result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
     size = prod(node.shape)
-    return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size),
+    return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
                    False, result=result, size=lambda b: b.printer.int(size))
 
 
 def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
-                  strategy: Optional[str] = None) -> Kernel:
+                  strategy: Optional[str] = None, block: int = BLOCK) -> Kernel:
     assert node.op.kind == REDUCE, node
     src, axis = node.srcs[0], node.attrs["axis"]
     extent = src.shape[axis]
@@ -126,9 +129,9 @@ def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], boo
     common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value),
                   extent=lambda b: b.printer.int(extent), comment_extra=f", reducing axis {axis}")
     if strategy == "block":
-        return _finish(name, "reduce", "reduce_block.cu.j2", body, node, (node,), Launch("block_per_output", size),
-                       True, block=BLOCK, tree_combine=node.op.c.format("mine", "other"), **common)
-    return _finish(name, "reduce", "reduce_thread.cu.j2", body, node, (node,), Launch("grid_stride", size),
+        return _finish(name, "reduce", "reduce_block.cu.j2", body, node, (node,), Launch("block_per_output", size, block),
+                       True, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
+    return _finish(name, "reduce", "reduce_thread.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
                    False, size=lambda b: b.printer.int(size), **common)
 
 

@@ -6,12 +6,13 @@ a freshly written, densely packed buffer.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import sympy
 
 from ..ops.graph import toposort
-from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Node, make_node
+from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Edge, Node, make_node
 from ..symbolic.dims import free_symbols
 from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel
 
@@ -23,7 +24,7 @@ def materialise_outputs(tensors) -> list[Node]:
         if t.node.op.kind != LEAF and t.views.is_identity:
             nodes.append(t.node)
         else:
-            nodes.append(make_node("Contiguous", (t.edge,)))
+            nodes.append(make_node("Contiguous", (Edge(t.node, t.views),)))
     return nodes
 
 
@@ -63,3 +64,30 @@ def lower_plain(output_nodes: Sequence[Node]) -> list[Kernel]:
     dim_names = dim_names_of(nodes)
     compute = [n for n in nodes if n.op.kind != LEAF]
     return [kernel_for(kernel_name(k, n), n, dim_names) for k, n in enumerate(compute)]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One kernel of a fused schedule: the node it writes and the fused nodes it recomputes."""
+
+    root: Node
+    members: tuple[Node, ...]  # fused nodes computed inside this kernel, producers first
+    reads: tuple[Node, ...]  # nodes whose buffers it reads
+    kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
+
+
+def kernel_for_group(name: str, group: Group, dim_names, fused: Callable[[Node], bool], params: dict) -> Kernel:
+    """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured."""
+    from .fused import matmul_kernel, row_kernel
+    root = group.root
+    if group.kind == "row":
+        rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
+        return row_kernel(name, root, rows, dim_names, fused, block=params.get("block", 256))
+    if group.kind == "matmul":
+        reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
+        return matmul_kernel(name, root, reduce, dim_names, fused, tile=params.get("tile", 16))
+    if group.kind == "reduce":
+        return reduce_kernel(name, root, dim_names, fused, params.get("strategy"), params.get("block", 256))
+    if group.kind == "gather":
+        return gather_kernel(name, root, dim_names)
+    return elementwise_kernel(name, root, dim_names, fused, params.get("block", 256))

@@ -19,17 +19,17 @@ from ..ops.graph import flatten_outputs, input_nodes, toposort
 from ..ops.primitives import Node
 from ..symbolic.dims import evaluate_dim, prod
 from .kernels import Kernel, prelude
-from .lower import dim_names_of, lower_plain, materialise_outputs
+from .lower import dim_names_of, kernel_for_group, kernel_name, lower_plain, materialise_outputs
 from .memory import MemoryPlan, plan_memory
 
 
 class Program:
-    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], trace: Optional[list] = None):
+    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], search=None):
         self.outputs = outputs
         self.tensors, self._rebuild = flatten_outputs(outputs)
         self.kernels = kernels
         self.output_nodes = output_nodes
-        self.trace = trace or []
+        self.search = search  # the SearchResult (trace, costs) when the program was searched
         nodes = toposort(list(output_nodes))
         self._inputs = input_nodes(nodes)
         self._all_inputs = [n for n in nodes if n.op.name == "Input"]
@@ -117,8 +117,20 @@ class Program:
 
 
 def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None) -> Program:
-    """Lower `outputs` (a Tensor, list or dict) to a CUDA program; search rewrites it (see refcomp.search)."""
+    """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
+
+    With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
+    chosen by the search under the H200 cost model, at the binding `dims_hint` (symbols it leaves out
+    count as refcomp.search.cost.DEFAULT_DIM). Without it, every compute node gets its own kernel.
+    """
     tensors, _ = flatten_outputs(outputs)
-    output_nodes = materialise_outputs(tensors)
-    kernels = lower_plain(output_nodes)
-    return Program(outputs, kernels, output_nodes)
+    if not search:
+        output_nodes = materialise_outputs(tensors)
+        return Program(outputs, lower_plain(output_nodes), output_nodes)
+    from ..search.fusion import group_params
+    from ..search.search import search as run_search
+    result = run_search([t.edge for t in tensors], dims_hint)
+    fused = lambda node: node.id in result.schedule.inline
+    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.dim_names, fused, group_params(result.schedule, g))
+               for k, g in enumerate(result.groups)]
+    return Program(outputs, kernels, result.graph.output_nodes, search=result)

@@ -147,7 +147,8 @@ class OnnxModel:
             return array.astype(np.int32)
         if array.dtype.kind != "f":
             raise FeedError(f"ONNX input {name!r} is FLOAT, but the fed array has dtype {array.dtype}")
-        return np.ascontiguousarray(array, dtype=np.float32)
+        array = np.asarray(array, dtype=np.float32)
+        return array if array.flags.c_contiguous else array.copy()
 
     def _finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
         from ..symbolic.dims import evaluate_dim
@@ -205,8 +206,7 @@ class Importer:
         self.graph = model.graph
         self.opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         if self.opset < MIN_OPSET:
-            raise RefcompError(f"the ONNX model uses opset {self.opset}; refcomp imports opset {MIN_OPSET} and later "
-                               f"(convert it with onnx.version_converter)")
+            self._check_old_opset()
         self.dims = dict(dims or {})
         self.constants = dict(constants or {})
         self.values: dict[str, object] = {}
@@ -219,6 +219,20 @@ class Importer:
         self.output_names: list[str] = []
         self.id_rows: dict[str, set] = {}
         self.names: set[str] = set()
+
+    def _check_old_opset(self) -> None:
+        """An older opset is accepted only where every op it uses is defined as in opset 13."""
+        from onnx import defs
+        for node in self.graph.node:
+            try:
+                old = defs.get_schema(node.op_type, self.opset, node.domain).since_version
+                new = defs.get_schema(node.op_type, MIN_OPSET, node.domain).since_version
+            except Exception:  # noqa: BLE001 - SchemaError: the op is unknown at one of the versions
+                old, new = None, MIN_OPSET
+            if old != new:
+                raise RefcompError(f"the ONNX model uses opset {self.opset}, where {node.op_type} (node {node.name!r}) is "
+                                   f"defined differently than in opset {MIN_OPSET}; refcomp imports opset {MIN_OPSET} "
+                                   f"and later (convert the model with onnx.version_converter)")
 
     # --- values --------------------------------------------------------------------------------
     def lookup(self, name: str, ctx):
@@ -308,7 +322,6 @@ class Importer:
             except Exception as exc:  # noqa: BLE001 - numpy_helper raises many kinds
                 raise RefcompError(f"initializer {t.name!r} cannot be read: {exc}") from exc
             self.values[t.name] = core.Value(t.data_type, static=array, name=t.name)
-            self.names.add(t.name)
         for s in self.graph.sparse_initializer:
             raise RefcompError(f"sparse initializer {s.values.name!r} is not supported")
         for vi in self.graph.input:

@@ -35,12 +35,14 @@ class ElementwiseMixin:
         return self * -1.0
 
     def __sub__(self, other):
+        _check_broadcast(self, other, "Sub")
         return self + (-_lift(other))
 
     def __rsub__(self, other):
         return _lift(other) + (-self)
 
     def __truediv__(self, other):
+        _check_broadcast(self, other, "Div")
         if isinstance(other, numbers.Real) and not isinstance(other, bool):
             return self * (1.0 / other) if other != 0 else self * _lift(other).reciprocal()
         return self * _lift(other).reciprocal()
@@ -74,6 +76,7 @@ class ElementwiseMixin:
             if float(exponent).is_integer():  # beyond MAX_SQUARING_EXPONENT every float is even
                 return (float(exponent) * self.abs().log2()).exp2()
         # general case, as exp2(b * log2(a)): NaN for a < 0 (as NumPy gives for fractional b)
+        _check_broadcast(self, exponent, "Pow")
         return (_lift(exponent) * self.log2()).exp2()
 
     def __rpow__(self, base):
@@ -90,6 +93,7 @@ class ElementwiseMixin:
         return self._binary("LessThan", other)
 
     def __gt__(self, other):
+        _check_broadcast(self, other, "GreaterThan")
         return _lift(other)._binary("LessThan", self)
 
     def __le__(self, other):
@@ -147,6 +151,7 @@ class ElementwiseMixin:
         return stack([a, b], axis=-1)._reduce("MaxReduce", a.ndim)
 
     def minimum(self, other):
+        _check_broadcast(self, other, "minimum")
         return -((-self).maximum(-_lift(other)))
 
     def abs(self):
@@ -195,6 +200,13 @@ def _integer_power(x, n: int):
 def _lift(value):
     from .tensor import lift
     return lift(value)
+
+
+def _check_broadcast(a, b, what: str) -> None:
+    """Shapes are checked before any operand is transformed (negated, inverted), so that an error
+    names the user's tensors rather than an intermediate node."""
+    from .tensor import broadcast_shape
+    broadcast_shape([a, _lift(b)], what)
 
 
 def _ordered(a, b):

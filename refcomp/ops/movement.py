@@ -52,10 +52,14 @@ class MovementMixin:
         total = prod(self.shape)
         if unknown:
             known = prod(dim(n) for i, n in enumerate(shape) if i != unknown[0])
-            inferred = dim(sympy.cancel(sympy.sympify(total) / known)) if not isinstance(total, int) or not isinstance(known, int) else (total // known if known and total % known == 0 else None)
-            if inferred is None or (not isinstance(inferred, int) and not sympy.fraction(sympy.sympify(inferred))[1] == 1):
+            if isinstance(total, int) and isinstance(known, int):
+                inferred = total // known if known and total % known == 0 else None
+            else:
+                inferred = sympy.cancel(sympy.sympify(total) / known)
+                inferred = inferred if sympy.fraction(inferred)[1] == 1 else None
+            if inferred is None:
                 raise ShapeError(f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}")
-            shape[unknown[0]] = inferred
+            shape[unknown[0]] = dim(inferred)
         new_shape = tuple(dim(n) for n in shape)
         if any(isinstance(n, int) and n < 0 for n in new_shape):
             raise ShapeError(f"reshape of {self.label} to {new_shape}: negative dimension")
@@ -161,6 +165,13 @@ class MovementMixin:
             else:
                 raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported")
         return self.with_views(views).reshape(tuple(shape_out))
+
+    def __iter__(self):
+        """Rows along axis 0, as NumPy, so `a, b = t` unpacks. Without this Python would iterate
+        through __getitem__ until an IndexError, and fail with a ShapeError past the last row."""
+        if self.ndim == 0 or not isinstance(self.shape[0], int):
+            raise ShapeError(f"cannot iterate over {self.label}: iteration needs a first axis of known size")
+        return (self[i] for i in range(self.shape[0]))
 
     def contiguous(self):
         from .primitives import make_node

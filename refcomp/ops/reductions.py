@@ -19,8 +19,8 @@ class ReductionMixin:
     def _reduce_axes(self, name: str, axis, keepdims: bool):
         if axis is None:
             axes = list(range(self.ndim))
-        elif isinstance(axis, numbers.Integral):
-            axes = [self._axis(axis)]
+        elif not isinstance(axis, (tuple, list)):
+            axes = [self._axis(axis)]  # an int, or an error naming the bad axis
         else:
             axes = [self._axis(a) for a in axis]
             if len(set(axes)) != len(axes):
@@ -42,7 +42,7 @@ class ReductionMixin:
         return -((-self).max(axis, keepdims))
 
     def _count(self, axis) -> object:
-        axes = range(self.ndim) if axis is None else [axis] if isinstance(axis, numbers.Integral) else axis
+        axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else [axis]
         return prod(self.shape[self._axis(a)] for a in axes)
 
     def mean(self, axis=None, keepdims: bool = False):

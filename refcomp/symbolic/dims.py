@@ -17,6 +17,18 @@ from ..errors import BindingError, ShapeError
 Dim = Union[int, sympy.Expr]
 
 
+def exact_quotient(a, b):
+    """a / b when b divides every term of a (cheaply decidable cases only), else None."""
+    if b.is_Integer:
+        terms = a.as_coefficients_dict()
+        if all(coeff.is_Integer and int(coeff) % int(b) == 0 for coeff in terms.values()):
+            return sympy.Add(*[term * (int(coeff) // int(b)) for term, coeff in terms.items()])
+        return None
+    quotient = sympy.expand(a / b)
+    return quotient if all(not (t.is_Pow and t.exp.is_negative) for term in sympy.Add.make_args(quotient)
+                           for t in sympy.Mul.make_args(term)) and quotient.is_integer else None
+
+
 class idiv(sympy.Function):
     """floor(a / b) for a >= 0, b > 0 (so C's truncating `/` agrees)."""
 
@@ -31,10 +43,7 @@ class idiv(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
-        quotient = sympy.cancel(a / b)
-        if quotient.is_integer:
-            return quotient
-        return None
+        return exact_quotient(a, b)
 
 
 class imod(sympy.Function):
@@ -49,7 +58,7 @@ class imod(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))
-        if sympy.cancel(a / b).is_integer:
+        if exact_quotient(a, b) is not None:
             return sympy.Integer(0)
         return None
 
@@ -73,6 +82,8 @@ def dim(value) -> Dim:
     if isinstance(value, sympy.Basic):
         if value.is_Integer:
             return int(value)
+        if value.is_integer is False:  # 2.5, or T / 2.0: a size is never fractional
+            raise ShapeError(f"dimension {value} is not an integer")
         # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
         return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
     raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")

@@ -1,0 +1,154 @@
+"""An `onnx.backend.base.Backend` for refcomp, so ONNX's conformance suite runs against it.
+
+    from refcomp.frontends.onnx_backend import RefcompBackend
+    outputs = RefcompBackend.run_model(model, [x], device="CPU")    # NumPy reference interpreter
+    outputs = RefcompBackend.run_model(model, [x], device="CUDA")   # generated CUDA, host emulator
+
+The device picks the executor: "CPU" runs refcomp's NumPy reference interpreter, "CUDA" compiles the
+model to CUDA and runs it on the executor named by `executor=` or $REFCOMP_ONNX_CUDA_EXECUTOR
+("emulator", the default, or "pycuda" on a machine with a GPU). `prepare(..., executor="numpy")`
+overrides the device's choice.
+
+Integer graph inputs that the model uses as shapes, axes or pads (a Reshape whose shape is a graph
+input, as in many node tests) cannot be tensors in refcomp; the backend specialises the model on the
+values it is run with (`import_model(..., constants=...)`), importing and compiling once per
+distinct value. Outputs that would then be computed entirely at import time from such values are
+refused, so the suite never counts NumPy folding as a refcomp result.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend, BackendRep, namedtupledict
+
+from ..errors import RefcompError
+from .onnx import import_model, load
+from .onnx_ops_core import StaticInputRequired
+
+EXECUTORS = ("numpy", "emulator", "pycuda")
+
+
+def executor_for(device: str) -> str:
+    kind = device.split(":")[0].upper()
+    if kind == "CPU":
+        return "numpy"
+    if kind == "CUDA":
+        return os.environ.get("REFCOMP_ONNX_CUDA_EXECUTOR", "emulator")
+    raise RefcompError(f"unknown device {device!r}: use 'CPU' (NumPy reference) or 'CUDA' (compiled)")
+
+
+class RefcompRep(BackendRep):
+    """A prepared model: imported (and compiled) once per specialisation of its integer inputs."""
+
+    def __init__(self, model: onnx.ModelProto, executor: str):
+        self.model = model
+        self.executor = executor
+        initializers = {t.name for t in model.graph.initializer}
+        self.input_names = [vi.name for vi in model.graph.input if vi.name not in initializers]
+        self.output_types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.output}
+        self.static_names: set[str] = set()
+        self._imported: dict[tuple, Any] = {}
+        self._import({})  # import errors (unsupported op, attribute, dtype) surface at prepare time
+
+    def _import(self, constants: dict):
+        key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in sorted(constants.items()))
+        if key not in self._imported:
+            try:
+                self._imported[key] = import_model(self.model, constants=constants)
+            except StaticInputRequired as exc:
+                self.static_names.add(exc.input_name)
+                self._imported[key] = exc
+        return self._imported[key]
+
+    def imported(self, feeds: dict):
+        """The model imported with the static integer inputs fixed to the values in `feeds`."""
+        while True:
+            constants = {n: np.asarray(feeds[n]) for n in sorted(self.static_names) if n in feeds}
+            missing = [n for n in self.static_names if n not in feeds]
+            if missing:
+                raise RefcompError(f"input {missing[0]!r} was not fed")
+            result = self._import(constants)
+            if not isinstance(result, StaticInputRequired):
+                break
+            if result.input_name in constants:
+                raise result
+        if constants and result.static_outputs:
+            name = next(iter(result.static_outputs))
+            raise RefcompError(f"output {name!r} would be folded at import time from the run-time values of integer inputs "
+                               f"{sorted(constants)}; refcomp does not compute integer tensors")
+        return result, constants
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple:
+        if isinstance(inputs, dict):
+            feeds = dict(inputs)
+        else:
+            inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+            if len(inputs) > len(self.input_names):
+                raise RefcompError(f"{len(inputs)} inputs given for the model's {len(self.input_names)} inputs {self.input_names}")
+            feeds = dict(zip(self.input_names, inputs))
+        m, constants = self.imported(feeds)
+        user = {n: a for n, a in feeds.items() if n not in constants}
+        results = m.run(user, backend=self.executor)
+        outputs = []
+        for name in m.output_names:
+            array = results[name]
+            etype = self.output_types.get(name, 0)
+            outputs.append(np.asarray(array).astype(helper.tensor_dtype_to_np_dtype(etype)) if etype else array)
+        return namedtupledict("Outputs", m.output_names)(*outputs)
+
+
+class RefcompBackend(Backend):
+    """ONNX backend API over refcomp (see the module docstring for devices and executors)."""
+
+    @classmethod
+    def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
+        try:
+            RefcompRep(load(model), executor_for(device))
+        except RefcompError:
+            return False
+        return True
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", executor: Optional[str] = None, **kwargs: Any) -> RefcompRep:
+        executor = executor or executor_for(device)
+        if executor not in EXECUTORS:
+            raise RefcompError(f"unknown executor {executor!r}: use one of {EXECUTORS}")
+        return RefcompRep(load(model), executor)
+
+    @classmethod
+    def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None, **kwargs: Any) -> tuple:
+        """Run one node: wrap it in a model whose inputs take the given arrays' types and shapes."""
+        arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, dict) else inputs)]
+        names = [n for n in node.input if n]
+        graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                        for n, a in zip(names, arrays)]
+        opset = kwargs.pop("opset_version", None) or onnx.defs.onnx_opset_version()
+        empty = [onnx.ValueInfoProto(name=n) for n in node.output if n]
+        model = helper.make_model(helper.make_graph([node], "node", graph_inputs, empty),
+                                  opset_imports=[helper.make_opsetid("", opset)])
+        inferred = onnx.shape_inference.infer_shapes(model)
+        types = {vi.name: vi.type for vi in inferred.graph.value_info}
+        types.update({vi.name: vi.type for vi in inferred.graph.output if vi.type.HasField("tensor_type")})
+        for vi in model.graph.output:
+            if vi.name not in types:
+                raise RefcompError(f"cannot infer the type of output {vi.name!r} of the {node.op_type} node")
+            vi.type.CopyFrom(types[vi.name])
+        return cls.prepare(model, device, **kwargs).run(dict(zip(names, arrays)))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device.split(":")[0].upper() in ("CPU", "CUDA")
+
+
+prepare = RefcompBackend.prepare
+run_model = RefcompBackend.run_model
+run_node = RefcompBackend.run_node
+supports_device = RefcompBackend.supports_device

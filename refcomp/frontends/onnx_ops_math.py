@@ -1,0 +1,546 @@
+"""ONNX elementwise math, activations, comparisons, logic, Cast and the Reduce* family.
+
+Everything here is built from refcomp's Tensor methods (so from its nine arithmetic primitives).
+Where refcomp has no primitive, the formula is chosen to stay finite in the branch a blend does not
+select (refcomp's `where` is the arithmetic `c*a + (1-c)*b`, and 0 * inf is NaN):
+
+* Erf: a 13-term Taylor series for |x| <= 1 and erfc(|x|) = t*exp(-x^2 + P(t)) (Numerical Recipes'
+  Chebyshev fit, fractional error < 1.2e-7) above; measured max |error| vs math.erf: see ERF_MAX_ABS_ERROR.
+* Floor: x - fmod(x, 1) - (fmod(x, 1) < 0). fmod and the subtraction are exact, so this is exact for
+  every finite float32 (for |x| >= 2^23 every float is an integer and fmod is 0); +-inf gives NaN.
+  Ceil(x) = -Floor(-x).
+* Comparisons are NaN-correct (NaN compares unequal to everything), unlike Tensor.eq / <= / >=.
+* ReduceProd multiplies halves (a tree of Mul) along each axis, whose length must be concrete.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ops.elementwise import fmod, where
+from ..ops.tensor import Tensor, constant, lift
+from ..symbolic.dims import idiv
+from .onnx_ops_core import (BOOL, FLOAT, INT_TYPES, Value, bool_value, float_value, is_int_array, numpy_dtype,
+                            op, static_value, type_name)
+
+FLT_MAX = 3.4028234663852886e38
+INF = float("inf")
+# Max |erf(x) - math.erf(x)| measured over a dense float32 grid on [-8, 8] plus tiny |x| (1.5e-7, 2.5 ulp,
+# at |x| = 0.99, where the Taylor branch ends; the relative error is below 2e-7 everywhere), rounded up.
+ERF_MAX_ABS_ERROR = 2e-7
+
+
+# --- building blocks ------------------------------------------------------------------------------
+def not_nan(x: Tensor) -> Tensor:
+    """1.0 where x is not NaN: (x < inf) + (x > -inf) is 2 for finite x, 1 for +-inf, 0 for NaN."""
+    return ((x < INF) + (x > -INF)) > 0.0
+
+
+def equal(a, b) -> Tensor:
+    a, b = lift(a), lift(b)
+    return (1.0 - (a < b)) * (1.0 - (a > b)) * not_nan(a) * not_nan(b)
+
+
+def less_equal(a, b) -> Tensor:
+    a, b = lift(a), lift(b)
+    return (1.0 - (a > b)) * not_nan(a) * not_nan(b)
+
+
+def nan_where(mask: Tensor) -> Tensor:
+    """0.0 where mask is 0, NaN where it is 1: 0 * log2(1 - mask)."""
+    return (1.0 - mask).log2() * 0.0
+
+
+def log1p_nonneg(e: Tensor) -> Tensor:
+    """log(1 + e) for e >= 0, accurate for small e: e * log(u) / (u - 1) with u = 1 + e."""
+    u = 1.0 + e
+    same = (u - 1.0) <= 0.0
+    return e * (same + (1.0 - same) * u.log() / (u - 1.0).maximum(1e-30))
+
+
+def expm1_nonpos(z: Tensor) -> Tensor:
+    """exp(z) - 1 for z <= 0, accurate near 0 (Kahan): (u - 1) * z / log(u) with u = exp(z)."""
+    z = z.maximum(-80.0)
+    u = z.exp()
+    same = 1.0 - (u < 1.0)  # 1.0 where u rounded to 1, where the quotient below would be 0/0
+    return same * z + (1.0 - same) * (u - 1.0) * z / (u.log() + same)
+
+
+def tanh(x: Tensor) -> Tensor:
+    """tanh with a small relative error near 0 too: -expm1(-2|x|) / (2 + expm1(-2|x|)), signed."""
+    em = expm1_nonpos(-2.0 * x.abs())
+    return ((x > 0.0) - (x < 0.0)) * (-em / (2.0 + em))
+
+
+def floor(x: Tensor) -> Tensor:
+    frac = fmod(x, 1.0)
+    return (x - frac) - (frac < 0.0)
+
+
+ERF_TAYLOR = [2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(13)]
+ERFC_NR = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+           1.48851587, -0.82215223, 0.17087277]
+
+
+def _horner(z: Tensor, coeffs) -> Tensor:
+    acc = None
+    for c in reversed(coeffs):
+        acc = constant(c) if acc is None else acc * z + c
+    return acc
+
+
+def erf(x: Tensor) -> Tensor:
+    xc = x.clip(-1.0, 1.0)
+    small = xc * _horner(xc * xc, ERF_TAYLOR)
+    a = x.abs()
+    ac = a.clip(1.0, 10.0)
+    t = 1.0 / (1.0 + 0.5 * ac)
+    erfc = t * (_horner(t, ERFC_NR) - ac * ac).exp()
+    sign = (x > 0.0) - (x < 0.0)
+    is_small = 1.0 - (a > 1.0)
+    return is_small * small + (1.0 - is_small) * sign * (1.0 - erfc)
+
+
+# --- folding integer arrays -------------------------------------------------------------------
+def _static_ints(ctx):
+    values = ctx.values()
+    if values and all(v.is_static and (is_int_array(v.static) or v.static.dtype == np.bool_) for v in values):
+        return [v.static for v in values]
+    return None
+
+
+def _int_div(a, b):
+    def one(x, y):
+        if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)):
+            q = abs(int(x)) // abs(int(y))
+            return q if (x >= 0) == (y >= 0) else -q
+        return idiv(x, y)
+    return np.frompyfunc(one, 2, 1)(a, b)
+
+
+def _fold_result(result, like) -> Value:
+    result = np.asarray(result)
+    if result.dtype == object and all(isinstance(x, (int, np.integer)) for x in result.reshape(-1)):
+        result = result.astype(np.int64)
+    if result.dtype != object and result.dtype.kind in "iu" and like.dtype.kind in "iu":
+        result = result.astype(like.dtype)
+    return static_value(result)
+
+
+FOLD_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _int_div}
+
+
+# --- binary arithmetic ------------------------------------------------------------------------
+@op("Add", "Sub", "Mul", "Div")
+def binary(ctx):
+    folded = _static_ints(ctx)
+    if folded is not None:
+        return _fold_result(FOLD_BINARY[ctx.op_type](*folded), folded[0])
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    return float_value({"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__, "Div": a.__truediv__}[ctx.op_type](b))
+
+
+@op("Mod", attrs=("fmod",))
+def mod(ctx):
+    fmod_attr = ctx.int_attr("fmod", 0)
+    folded = _static_ints(ctx)
+    if folded is not None:
+        return _fold_result((np.fmod if fmod_attr else np.mod)(*folded), folded[0])
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    r = fmod(a, b)
+    if fmod_attr:
+        return float_value(r)
+    # Python's %, as np.mod: the remainder takes the divisor's sign
+    flip = (r < 0.0) * (b > 0.0) + (r > 0.0) * (b < 0.0)
+    return float_value(r + flip * b)
+
+
+def pow_tensor(x: Tensor, y: Tensor) -> Tensor:
+    """x ** y as NumPy: exp2(y * log2|x|), with the sign of odd integer powers of negative x and NaN
+    for negative x to a fractional power; log2|x| is clamped to +-FLT_MAX so 0 ** 0 and inf ** 0 are 1."""
+    magnitude = (y * x.abs().log2().clip(-FLT_MAX, FLT_MAX)).exp2()
+    negative = x < 0.0
+    integral = equal(fmod(y, 1.0), 0.0)
+    odd = equal(fmod(y.abs(), 2.0), 1.0)
+    return magnitude * (1.0 - 2.0 * negative * odd) + nan_where(negative * (1.0 - integral))
+
+
+@op("Pow")
+def power(ctx):
+    x = ctx.tensor(0)
+    yv = ctx.value(1)
+    if yv.is_static and yv.static.dtype != object:
+        y = yv.static.astype(np.float64)
+        if y.size and np.all(y == y.reshape(-1)[0]) and y.ndim <= x.ndim:
+            e = float(y.reshape(-1)[0])
+            if e.is_integer() and abs(e) <= 16:
+                out = x ** int(e)
+                return float_value(out.broadcast_to(_broadcast_shape(x.shape, y.shape)) if out.shape != x.shape else out)
+            if e == 0.5:
+                return float_value(x.sqrt())
+        if yv.etype in INT_TYPES:
+            yv = static_value(y.astype(np.float32), FLOAT)
+    return float_value(pow_tensor(x, ctx.as_tensor(yv, "exponent (input 1)")))
+
+
+def _broadcast_shape(a, b):
+    from ..symbolic.dims import dims_equal
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    return tuple(y if dims_equal(x, 1) else x for x, y in zip(a, b))
+
+
+@op("Max", "Min", "Sum", "Mean")
+def variadic(ctx):
+    folded = _static_ints(ctx)
+    if folded is not None and ctx.op_type in ("Max", "Min", "Sum"):
+        fn = {"Max": np.maximum, "Min": np.minimum, "Sum": np.add}[ctx.op_type]
+        out = folded[0]
+        for a in folded[1:]:
+            out = fn(out, a)
+        return _fold_result(out, folded[0])
+    tensors = [ctx.as_tensor(v, f"input {k}") for k, v in enumerate(ctx.values())]
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = {"Max": out.maximum, "Min": out.minimum}.get(ctx.op_type, out.__add__)(t)
+    if len(tensors) == 1 and ctx.op_type != "Mean":
+        return float_value(out)
+    return float_value(out * (1.0 / len(tensors)) if ctx.op_type == "Mean" else out)
+
+
+# --- unary math and activations -----------------------------------------------------------------
+UNARY = {
+    "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Tanh": tanh, "Exp": Tensor.exp, "Log": Tensor.log,
+    "Sqrt": Tensor.sqrt, "Sin": Tensor.sin, "Cos": Tensor.cos, "Abs": Tensor.abs, "Neg": Tensor.__neg__,
+    "Reciprocal": Tensor.reciprocal, "Erf": erf, "Floor": floor, "Ceil": lambda x: -floor(-x),
+    "Softplus": lambda x: x.relu() + log1p_nonneg((-x.abs()).exp()),
+    "Softsign": lambda x: x / (1.0 + x.abs()),
+    "Sign": lambda x: (x > 0.0) - (x < 0.0),
+    "Mish": lambda x: x * tanh(x.relu() + log1p_nonneg((-x.abs()).exp())),
+}
+
+
+@op(*UNARY)
+def unary(ctx):
+    if ctx.op_type in ("Abs", "Neg", "Sign"):
+        folded = _static_ints(ctx)
+        if folded is not None:
+            return _fold_result({"Abs": np.abs, "Neg": np.negative, "Sign": np.sign}[ctx.op_type](folded[0]), folded[0])
+    return float_value(UNARY[ctx.op_type](ctx.tensor(0)))
+
+
+@op("Gelu", attrs=("approximate",))
+def gelu(ctx):
+    x = ctx.tensor(0)
+    mode = ctx.attr("approximate", "none")
+    if mode == "tanh":
+        return float_value(x.gelu())
+    if mode != "none":
+        raise ctx.attr_error("approximate", mode, "use 'none' or 'tanh'")
+    return float_value(0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0)))))
+
+
+@op("LeakyRelu", attrs=("alpha",))
+def leaky_relu(ctx):
+    x = ctx.tensor(0)
+    return float_value(x.relu() + ctx.float_attr("alpha", 0.01) * x.minimum(0.0))
+
+
+def _expm1_negative_part(x: Tensor) -> Tensor:
+    """exp(min(x, 0)) - 1: finite for every x (exp of a large positive x is never formed)."""
+    return x.minimum(0.0).exp() - 1.0
+
+
+@op("Elu", attrs=("alpha",))
+def elu(ctx):
+    x = ctx.tensor(0)
+    return float_value(x.relu() + ctx.float_attr("alpha", 1.0) * _expm1_negative_part(x))
+
+
+@op("Selu", attrs=("alpha", "gamma"))
+def selu(ctx):
+    x = ctx.tensor(0)
+    alpha = ctx.float_attr("alpha", 1.67326319217681884765625)
+    gamma = ctx.float_attr("gamma", 1.05070102214813232421875)
+    return float_value(gamma * (x.relu() + alpha * _expm1_negative_part(x)))
+
+
+@op("Celu", attrs=("alpha",))
+def celu(ctx):
+    x = ctx.tensor(0)
+    alpha = ctx.float_attr("alpha", 1.0)
+    return float_value(x.relu() + alpha * _expm1_negative_part(x * (1.0 / alpha)))
+
+
+@op("ThresholdedRelu", attrs=("alpha",))
+def thresholded_relu(ctx):
+    x = ctx.tensor(0)
+    alpha = ctx.float_attr("alpha", 1.0)
+    return float_value((x > alpha) * x.maximum(alpha))
+
+
+@op("PRelu")
+def prelu(ctx):
+    x, slope = ctx.tensor(0), ctx.tensor(1)
+    return float_value(x.relu() + slope * x.minimum(0.0))
+
+
+@op("HardSigmoid", attrs=("alpha", "beta"))
+def hard_sigmoid(ctx):
+    x = ctx.tensor(0)
+    return float_value((ctx.float_attr("alpha", 0.2) * x + ctx.float_attr("beta", 0.5)).clip(0.0, 1.0))
+
+
+@op("HardSwish")
+def hard_swish(ctx):
+    x = ctx.tensor(0)
+    return float_value(x * (x * (1.0 / 6.0) + 0.5).clip(0.0, 1.0))
+
+
+@op("Clip")
+def clip(ctx):
+    folded = _static_ints(ctx)
+    if folded is not None:
+        lo = folded[1] if ctx.has(1) else None
+        hi = folded[2] if ctx.has(2) else None
+        return _fold_result(np.clip(folded[0], lo, hi), folded[0])
+    x = ctx.tensor(0)
+    bounds = []
+    for i in (1, 2):
+        if not ctx.has(i):
+            bounds.append(None)
+            continue
+        v = ctx.value(i)
+        if v.ndim != 0 and not (v.ndim == 1 and v.shape[0] == 1):
+            raise ctx.error(f"input {i} (the {'min' if i == 1 else 'max'}) must be a scalar, got shape {v.shape}")
+        if v.is_static and v.static.dtype != object:
+            bounds.append(float(v.static.reshape(-1)[0]))
+        else:
+            bounds.append(ctx.as_tensor(v, f"input {i}").reshape(()))
+    lo, hi = bounds
+    out = x if lo is None else x.maximum(lo)
+    return float_value(out if hi is None else out.minimum(hi))
+
+
+@op("IsNaN")
+def is_nan(ctx):
+    return bool_value(1.0 - not_nan(ctx.tensor(0)))
+
+
+@op("IsInf", attrs=("detect_negative", "detect_positive"))
+def is_inf(ctx):
+    x = ctx.tensor(0)
+    out = None
+    if ctx.int_attr("detect_positive", 1):
+        out = x > FLT_MAX
+    if ctx.int_attr("detect_negative", 1):
+        neg = x < -FLT_MAX
+        out = neg if out is None else out + neg
+    return bool_value(out if out is not None else x * 0.0)
+
+
+# --- comparisons and logic ------------------------------------------------------------------------
+COMPARE = {"Less": lambda a, b: a < b, "Greater": lambda a, b: a > b, "Equal": equal,
+           "LessOrEqual": less_equal, "GreaterOrEqual": lambda a, b: less_equal(b, a)}
+COMPARE_NUMPY = {"Less": np.less, "Greater": np.greater, "Equal": np.equal, "LessOrEqual": np.less_equal,
+                 "GreaterOrEqual": np.greater_equal}
+
+
+@op(*COMPARE)
+def compare(ctx):
+    folded = _static_ints(ctx)
+    if folded is not None:
+        return static_value(np.asarray(COMPARE_NUMPY[ctx.op_type](*folded), dtype=bool), BOOL)
+    types = (FLOAT, BOOL) if ctx.op_type == "Equal" else (FLOAT,)
+    return bool_value(COMPARE[ctx.op_type](ctx.tensor(0, types), ctx.tensor(1, types)))
+
+
+LOGIC = {"And": lambda a, b: a * b, "Or": lambda a, b: a.maximum(b), "Xor": lambda a, b: a + b - 2.0 * a * b}
+
+
+@op("And", "Or", "Xor", "Not")
+def logic(ctx):
+    values = ctx.values()
+    if all(v.is_static for v in values):
+        arrays = [v.static.astype(bool) for v in values]
+        fn = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[ctx.op_type]
+        return static_value(fn(*arrays), BOOL)
+    if ctx.op_type == "Not":
+        return bool_value(1.0 - ctx.tensor(0, (BOOL,)))
+    return bool_value(LOGIC[ctx.op_type](ctx.tensor(0, (BOOL,)), ctx.tensor(1, (BOOL,))))
+
+
+def _branch(ctx, v: Value, mask: Tensor, what: str):
+    """(finite part, extra) of one Where branch selected by `mask`.
+
+    A static branch's infinities and NaNs are added as +-log2 terms of the mask (-log2(1 - m) is
+    +inf where m = 1 and 0 where m = 0), so they never meet a 0 * inf in the blend.
+    """
+    if not v.is_static or v.static.dtype == object or not np.issubdtype(v.static.dtype, np.floating):
+        return ctx.as_tensor(v, what, (FLOAT, BOOL)), None
+    array = v.static.astype(np.float32)
+    finite = np.isfinite(array)
+    if finite.all():
+        return ctx.as_tensor(v, what, (FLOAT, BOOL)), None
+    importer = ctx.importer
+    part = importer.materialize(static_value(np.where(finite, array, np.float32(0)), FLOAT))
+    extra = None
+    for kind, select in (("+inf", np.isposinf), ("-inf", np.isneginf), ("nan", np.isnan)):
+        where_kind = select(array)
+        if not where_kind.any():
+            continue
+        m = mask * importer.materialize(static_value(where_kind.astype(np.float32), FLOAT))
+        term = -((1.0 - m).log2()) if kind == "+inf" else (1.0 - m).log2() if kind == "-inf" else nan_where(m)
+        extra = term if extra is None else extra + term
+    return part, extra
+
+
+@op("Where")
+def where_op(ctx):
+    c, x, y = ctx.value(0), ctx.value(1), ctx.value(2)
+    if c.is_static and x.is_static and y.is_static:
+        return static_value(np.where(c.static.astype(bool), x.static, y.static), x.etype)
+    if x.etype != y.etype:
+        raise ctx.error(f"X is {type_name(x.etype)} but Y is {type_name(y.etype)}")
+    cond = ctx.tensor(0, (BOOL,))
+    from ..ops.tensor import broadcast_shape
+    a, extra_a = _branch(ctx, x, cond, "input 1 (X)")
+    b, extra_b = _branch(ctx, y, 1.0 - cond, "input 2 (Y)")
+    shape = broadcast_shape([cond, a, b], "Where")
+    if c.is_static and c.static.size and (c.static.all() or not c.static.any()) and extra_a is None and extra_b is None:
+        return Value(x.etype, tensor=(a if c.static.all() else b).broadcast_to(shape))
+    out = where(cond, a, b)
+    for extra in (extra_a, extra_b):
+        if extra is not None:
+            out = out + extra
+    return Value(x.etype, tensor=out.broadcast_to(shape) if out.shape != shape else out)
+
+
+# --- Cast ----------------------------------------------------------------------------------------
+@op("Cast", "CastLike", attrs=("to", "saturate", "round_mode"))
+def cast(ctx):
+    v = ctx.value(0)
+    if ctx.op_type == "Cast":
+        to = ctx.int_attr("to")
+        if to is None:
+            raise ctx.error("attribute 'to' is required")
+    else:
+        to = ctx.value(1).etype
+    if ctx.attr("round_mode", "up") != "up":
+        raise ctx.attr_error("round_mode", ctx.attr("round_mode"), "only float8 casts use it; refcomp casts float32/bool/int")
+    if v.is_static:
+        if to in INT_TYPES and v.static.dtype == object:
+            return static_value(v.static, to)
+        if to not in INT_TYPES | {FLOAT, BOOL}:
+            raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32)")
+        return static_value(v.static.astype(numpy_dtype(to)), to)
+    if to == FLOAT:
+        return float_value(ctx.tensor(0, (FLOAT, BOOL)))
+    if to == BOOL:
+        x = ctx.tensor(0, (FLOAT, BOOL))
+        return bool_value(x if v.etype == BOOL else 1.0 - equal(x, 0.0))
+    raise ctx.error(f"cast of a run-time {type_name(v.etype)} tensor to {type_name(to)} is not supported "
+                    f"(refcomp computes FLOAT, with BOOL as 0/1 floats)")
+
+
+# --- reductions ----------------------------------------------------------------------------------
+def product(t: Tensor, axis: int, ctx) -> Tensor:
+    """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
+    n = t.shape[axis]
+    if not isinstance(n, int):
+        raise ctx.error(f"ReduceProd over axis {axis} of symbolic length {n} is not supported")
+    if n == 0:
+        return constant(1.0).broadcast_to(t.shape[:axis] + t.shape[axis + 1:])
+    index = [slice(None)] * t.ndim
+    while n > 1:
+        if n % 2:
+            widths = [(0, 0)] * t.ndim
+            widths[axis] = (0, 1)
+            t, n = t.pad(widths, value=1.0), n + 1
+        half = n // 2
+        index[axis] = slice(0, half)
+        left = t[tuple(index)]
+        index[axis] = slice(half, n)
+        t, n = left * t[tuple(index)], half
+    return t.squeeze(axis)
+
+
+def _reduce_axes(ctx, ndim: int):
+    """(axes, keepdims) from the attribute (older opsets) or input 1; None means "no-op"."""
+    keepdims = ctx.int_attr("keepdims", 1)
+    noop = ctx.int_attr("noop_with_empty_axes", 0)
+    if ctx.has_attr("axes"):
+        axes = ctx.ints_attr("axes")
+    elif ctx.has(1):
+        axes = ctx.static_ints(1, "axes (input 1)")
+    else:
+        axes = []
+    if not axes:
+        return (None if noop else list(range(ndim))), keepdims
+    return ctx.axes(axes, ndim), keepdims
+
+
+def _keep(out: Tensor, shape, axes, keepdims) -> Tensor:
+    if keepdims:
+        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    return out
+
+
+REDUCE_NUMPY = {"ReduceSum": np.sum, "ReduceProd": np.prod, "ReduceMax": np.max, "ReduceMin": np.min}
+
+
+@op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def reduce(ctx):
+    v = ctx.value(0)
+    axes, keepdims = _reduce_axes(ctx, v.ndim)
+    if v.is_static and is_int_array(v.static) and ctx.op_type in REDUCE_NUMPY:
+        if axes is None:
+            return v
+        return _fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
+    x = ctx.tensor(0, (FLOAT, BOOL) if ctx.op_type in ("ReduceMax", "ReduceMin") else (FLOAT,))
+    if axes is None:
+        return Value(v.etype, tensor=x)
+    shape, kind = x.shape, ctx.op_type
+    if kind == "ReduceProd":
+        out = x
+        for a in sorted(axes, reverse=True):
+            out = product(out, a, ctx)
+        return float_value(_keep(out, shape, axes, keepdims))
+    if kind in ("ReduceMax", "ReduceMin"):
+        out = x.max(axes) if kind == "ReduceMax" else x.min(axes)
+        if v.etype == BOOL:  # the max of no booleans is False, the min True
+            out = out.clip(0.0, 1.0)
+        return Value(v.etype, tensor=_keep(out, shape, axes, keepdims))
+    if kind == "ReduceLogSumExp":
+        m = x.max(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
+        out = (x - m).exp().sum(axes, keepdims=True).log() + m
+        return float_value(out if keepdims else out.reshape(tuple(n for i, n in enumerate(shape) if i not in axes)))
+    terms = {"ReduceSum": x, "ReduceMean": x, "ReduceL1": None, "ReduceL2": x * x, "ReduceLogSum": x,
+             "ReduceSumSquare": x * x}[kind]
+    if kind == "ReduceL1":
+        terms = x.abs()
+    out = terms.sum(axes)
+    if kind == "ReduceMean":
+        count = 1
+        for a in axes:
+            count = count * shape[a]
+        if isinstance(count, int):
+            out = out * (1.0 / count if count else float("nan"))
+        else:
+            out = out * (1 / constant(count))
+    elif kind == "ReduceL2":
+        out = out.sqrt()
+    elif kind == "ReduceLogSum":
+        out = out.log()
+    return float_value(_keep(out, shape, axes, keepdims))
+
+
+@op("Softmax", "LogSoftmax", attrs=("axis",))
+def softmax(ctx):
+    x = ctx.tensor(0)
+    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
+    if x.ndim == 0:
+        raise ctx.error("input must have at least one axis")
+    return float_value(x.softmax(axis) if ctx.op_type == "Softmax" else x.log_softmax(axis))

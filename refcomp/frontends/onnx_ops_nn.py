@@ -1,0 +1,406 @@
+"""ONNX neural-network operators: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations.
+
+Convolution and pooling are written here for 1, 2 and 3 spatial axes with asymmetric pads (rc.nn
+covers the symmetric 2-D case only): the input is padded, read through one strided window view
+(N, C, *out, *kernel) and reduced, as rc.nn does. ConvTranspose is a stride-1 convolution of the
+zero-stuffed input with the flipped, transposed kernel, cropped by the pads.
+"""
+from __future__ import annotations
+
+from ..ops.nn import MOST_NEGATIVE
+from ..ops.tensor import Tensor, constant
+from ..symbolic.dims import dim, idiv, prod
+from ..symbolic.view import contiguous_strides
+from .onnx_ops_core import float_value, op
+
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@op("MatMul")
+def matmul(ctx):
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ctx.error("MatMul needs operands of rank >= 1")
+    return float_value(a @ b)
+
+
+@op("Gemm", attrs=("alpha", "beta", "transA", "transB"))
+def gemm(ctx):
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ctx.error(f"A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+    if ctx.int_attr("transA", 0):
+        a = a.T
+    if ctx.int_attr("transB", 0):
+        b = b.T
+    alpha, beta = ctx.float_attr("alpha", 1.0), ctx.float_attr("beta", 1.0)
+    out = a @ b
+    if alpha != 1.0:
+        out = out * alpha
+    if ctx.has(2) and beta != 0.0:
+        c = ctx.tensor(2)
+        out = out + (c if beta == 1.0 else c * beta)
+    return float_value(out)
+
+
+# --- windows -------------------------------------------------------------------------------------
+def _spatial_params(ctx, x: Tensor, kernel: list, *, has_dilations: bool = True, transpose: bool = False):
+    d = x.ndim - 2
+    if d not in (1, 2, 3):
+        raise ctx.error(f"input must have 1, 2 or 3 spatial axes, got shape {x.shape}")
+    if len(kernel) != d:
+        raise ctx.error(f"kernel_shape {kernel} does not match the {d} spatial axes of input shape {x.shape}")
+    strides = ctx.ints_attr("strides", [1] * d)
+    dilations = ctx.ints_attr("dilations", [1] * d) if has_dilations else [1] * d
+    pads = ctx.ints_attr("pads", [0] * (2 * d))
+    for name, values, n in (("strides", strides, d), ("dilations", dilations, d), ("pads", pads, 2 * d)):
+        if len(values) != n:
+            raise ctx.attr_error(name, values, f"needs {n} values for {d} spatial axes")
+    if any(s < 1 for s in strides) or any(k < 1 for k in dilations):
+        raise ctx.error(f"strides {strides} and dilations {dilations} must be positive")
+    if any(p < 0 for p in pads):
+        raise ctx.attr_error("pads", pads, "pads must be non-negative")
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.attr_error("auto_pad", auto_pad, "use NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+    if auto_pad == "VALID":
+        pads = [0] * (2 * d)
+    elif auto_pad != "NOTSET" and not transpose:
+        begin, end = [], []
+        for i in range(d):
+            n, s, extent = x.shape[2 + i], strides[i], dilations[i] * (kernel[i] - 1) + 1
+            if not isinstance(n, int):
+                if s != 1:
+                    raise ctx.attr_error("auto_pad", auto_pad, f"with stride {s} it needs concrete spatial sizes, not {n}")
+                total = extent - 1
+            else:
+                out = -(-n // s)
+                total = max(0, (out - 1) * s + extent - n)
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else large)
+            end.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = begin + end
+    return strides, dilations, pads, auto_pad
+
+
+def windows(x: Tensor, kernel, strides, dilations, pads, pad_value: float = 0.0, ceil_mode: bool = False):
+    """The (N, C, *out, *kernel) view of every window over x padded by `pads` (begin..., end...).
+
+    With ceil_mode the last window may run past the padded input; the cells past it read
+    `pad_value` too, and `extra` (the count per axis) lets the caller exclude them.
+    """
+    d = len(kernel)
+    spatial = x.shape[2:]
+    outs, extra = [], []
+    for i in range(d):
+        padded = dim(spatial[i] + pads[i] + pads[d + i])
+        extent = dilations[i] * (kernel[i] - 1) + 1
+        if isinstance(padded, int):
+            if padded < extent:
+                raise ValueError(f"padded size {padded} of spatial axis {i} is smaller than the kernel extent {extent}")
+            n = (padded - extent) // strides[i] + 1
+            if ceil_mode:
+                n = -(-(padded - extent) // strides[i]) + 1
+                if (n - 1) * strides[i] >= spatial[i] + pads[i]:
+                    n -= 1
+            outs.append(n)
+            extra.append(max(0, (n - 1) * strides[i] + extent - padded))
+        else:
+            if ceil_mode and strides[i] != 1:
+                raise ValueError(f"ceil_mode with stride {strides[i]} needs concrete spatial sizes, not {spatial[i]}")
+            outs.append(dim(idiv(dim(padded - extent), strides[i]) + 1))
+            extra.append(0)
+    widths = [(0, 0), (0, 0)] + [(pads[i], pads[d + i] + extra[i]) for i in range(d)]
+    padded = x.pad(widths, value=pad_value) if any(a or b for a, b in widths) else x
+    strides_in = contiguous_strides(padded.shape)
+    view_strides = strides_in[:2] + tuple(dim(strides_in[2 + i] * strides[i]) for i in range(d)) + \
+        tuple(dim(strides_in[2 + i] * dilations[i]) for i in range(d))
+    shape = tuple(x.shape[:2]) + tuple(outs) + tuple(kernel)
+    return padded.as_strided(shape, view_strides), extra
+
+
+def convolution(x: Tensor, w: Tensor, strides, dilations, pads, groups: int) -> Tensor:
+    n, c = x.shape[:2]
+    m, c_per_group = w.shape[:2]
+    kernel = list(w.shape[2:])
+    d = len(kernel)
+    win, _ = windows(x, kernel, strides, dilations, pads)
+    outs = win.shape[2:2 + d]
+    win = win.reshape((n, groups, c_per_group) + tuple(outs) + tuple(kernel)).unsqueeze(2)
+    kern = w.reshape((1, groups, dim(m // groups), c_per_group) + (1,) * d + tuple(kernel))
+    reduce_axes = (3,) + tuple(range(4 + d, 4 + 2 * d))
+    return (win * kern).sum(reduce_axes).reshape((n, m) + tuple(outs))
+
+
+def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
+    if groups < 1:
+        raise ctx.attr_error("group", groups, "must be positive")
+    c = x.shape[1]
+    per_group = w.shape[c_axis_of_w]
+    if isinstance(c, int) and isinstance(per_group, int) and (c_axis_of_w == 1 and c != per_group * groups):
+        raise ctx.error(f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} expects {per_group * groups}")
+
+
+@op("Conv", attrs=CONV_ATTRS)
+def conv(ctx):
+    x, w = ctx.tensor(0), ctx.tensor(1)
+    if w.ndim != x.ndim:
+        raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
+    kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
+    if kernel != list(w.shape[2:]):
+        raise ctx.attr_error("kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}")
+    groups = ctx.int_attr("group", 1)
+    _check_channels(ctx, x, w, groups, 1)
+    if isinstance(w.shape[0], int) and w.shape[0] % groups:
+        raise ctx.error(f"{w.shape[0]} output channels do not split into group={groups}")
+    strides, dilations, pads, _ = _spatial_params(ctx, x, kernel)
+    try:
+        out = convolution(x, w, strides, dilations, pads, groups)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+    if ctx.has(2):
+        out = out + ctx.tensor(2).reshape((w.shape[0],) + (1,) * (x.ndim - 2))
+    return float_value(out)
+
+
+def _stuff(x: Tensor, axis: int, stride: int) -> Tensor:
+    """Insert stride-1 zeros between neighbours along `axis`: length n becomes (n-1)*stride+1."""
+    if stride == 1:
+        return x
+    n = x.shape[axis]
+    t = x.unsqueeze(axis + 1)
+    widths = [(0, 0)] * t.ndim
+    widths[axis + 1] = (0, stride - 1)
+    t = t.pad(widths).reshape(x.shape[:axis] + (dim(n * stride),) + x.shape[axis + 1:])
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, dim(n * stride - (stride - 1)))
+    return t[tuple(index)]
+
+
+def _crop(x: Tensor, axis: int, begin: int, end: int) -> Tensor:
+    """Remove `begin` / `end` elements from the ends of `axis` (negative amounts add zeros)."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (max(0, -begin), max(0, -end))
+    if any(widths[axis]):
+        x = x.pad(widths)
+    n = x.shape[axis]
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(max(0, begin), dim(n - max(0, end)))
+    return x[tuple(index)]
+
+
+@op("ConvTranspose", attrs=CONV_ATTRS + ("output_padding", "output_shape"))
+def conv_transpose(ctx):
+    x, w = ctx.tensor(0), ctx.tensor(1)
+    if w.ndim != x.ndim:
+        raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
+    kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
+    if kernel != list(w.shape[2:]):
+        raise ctx.attr_error("kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}")
+    groups = ctx.int_attr("group", 1)
+    c_in, m_per_group = w.shape[:2]
+    if isinstance(x.shape[1], int) and isinstance(c_in, int) and x.shape[1] != c_in:
+        raise ctx.error(f"input has {x.shape[1]} channels but the kernel {tuple(w.shape)} expects {c_in}")
+    if groups < 1 or (isinstance(c_in, int) and c_in % groups):
+        raise ctx.attr_error("group", groups, f"{c_in} input channels do not split into it")
+    strides, dilations, pads, auto_pad = _spatial_params(ctx, x, kernel, transpose=True)
+    d = x.ndim - 2
+    output_padding = ctx.ints_attr("output_padding", [0] * d)
+    if len(output_padding) != d:
+        raise ctx.attr_error("output_padding", output_padding, f"needs {d} values")
+    spatial = x.shape[2:]
+    full = []
+    for i in range(d):
+        if not isinstance(spatial[i], int):
+            raise ctx.error(f"spatial axis {i} has symbolic size {spatial[i]}; ConvTranspose needs concrete sizes")
+        full.append(strides[i] * (spatial[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1)
+    output_shape = ctx.ints_attr("output_shape")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is None:
+            output_shape = [spatial[i] * strides[i] for i in range(d)]
+        output_shape = output_shape[-d:]
+        if len(output_shape) != d:
+            raise ctx.attr_error("output_shape", output_shape, f"needs {d} values")
+        begin, end = [], []
+        for i in range(d):
+            total = full[i] - output_shape[i]
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else large)
+            end.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = begin + end
+    # the transposed kernel: (C, M/g, *k) -> (M, C/g, *k), flipped in space
+    c_per_group = dim(c_in // groups)
+    wt = w.reshape((groups, c_per_group, m_per_group) + tuple(kernel)).permute(
+        [0, 2, 1] + list(range(3, 3 + d))).reshape((dim(groups * m_per_group), c_per_group) + tuple(kernel))
+    wt = wt.flip(tuple(range(2, 2 + d)))
+    z = x
+    for i in range(d):
+        z = _stuff(z, 2 + i, strides[i])
+    edge = [dilations[i] * (kernel[i] - 1) for i in range(d)]
+    out = convolution(z, wt, [1] * d, dilations, edge + edge, groups)
+    for i in range(d):
+        # `out` has the full length minus output_padding; crop the pads, add output_padding zeros
+        out = _crop(out, 2 + i, pads[i], pads[d + i] - output_padding[i])
+    if ctx.has(2):
+        out = out + ctx.tensor(2).reshape((out.shape[1],) + (1,) * d)
+    return float_value(out)
+
+
+# --- pooling ------------------------------------------------------------------------------------
+def _pool_params(ctx, x):
+    kernel = ctx.ints_attr("kernel_shape")
+    if kernel is None:
+        raise ctx.error("attribute 'kernel_shape' is required")
+    strides, dilations, pads, auto_pad = _spatial_params(ctx, x, kernel, has_dilations=True)
+    ceil_mode = ctx.int_attr("ceil_mode", 0)
+    if ceil_mode and auto_pad != "NOTSET":
+        raise ctx.attr_error("ceil_mode", ceil_mode, f"not with auto_pad={auto_pad}")
+    return kernel, strides, dilations, pads, bool(ceil_mode)
+
+
+@op("MaxPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
+def max_pool(ctx):
+    if ctx.wants_output(1):
+        raise ctx.error("output 1 (Indices) is not supported")
+    if ctx.int_attr("storage_order", 0) != 0:
+        raise ctx.attr_error("storage_order", ctx.int_attr("storage_order"), "it only affects Indices, which are not supported")
+    x = ctx.tensor(0)
+    kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
+    try:
+        win, _ = windows(x, kernel, strides, dilations, pads, MOST_NEGATIVE, ceil_mode)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+    d = len(kernel)
+    return float_value(win.max(tuple(range(2 + d, 2 + 2 * d))))
+
+
+@op("AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"))
+def average_pool(ctx):
+    x = ctx.tensor(0)
+    kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
+    d = len(kernel)
+    include_pad = ctx.int_attr("count_include_pad", 0)
+    try:
+        win, extra = windows(x, kernel, strides, dilations, pads, 0.0, ceil_mode)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+    axes = tuple(range(2 + d, 2 + 2 * d))
+    total = win.sum(axes)
+    if not any(extra) and (include_pad or not any(pads)):
+        cells = prod(kernel)
+        return float_value(total * (1.0 / cells))
+    # count the cells of each window that lie inside the input (or inside the padded input)
+    spatial = x.shape[2:]
+    if include_pad:
+        ones = constant(1.0).reshape((1,) * (d + 2)).broadcast_to(
+            (1, 1) + tuple(dim(spatial[i] + pads[i] + pads[d + i]) for i in range(d)))
+        count_pads = [0] * (2 * d)
+    else:
+        ones = constant(1.0).reshape((1,) * (d + 2)).broadcast_to((1, 1) + tuple(spatial))
+        count_pads = pads
+    counts, _ = windows(ones, kernel, strides, dilations, count_pads, 0.0, ceil_mode and not include_pad)
+    counts = counts.sum(axes)
+    if include_pad and any(extra):
+        counts = _extend_counts(counts, ones, kernel, strides, dilations, extra)
+    return float_value(total / counts)
+
+
+def _extend_counts(counts, ones, kernel, strides, dilations, extra):
+    """Counts for ceil_mode windows that run past the padded input: window over ones padded by extra."""
+    d = len(kernel)
+    widths = [(0, 0), (0, 0)] + [(0, extra[i]) for i in range(d)]
+    padded = ones.pad(widths)
+    win, _ = windows(padded, kernel, strides, dilations, [0] * (2 * d))
+    return win.sum(tuple(range(2 + d, 2 + 2 * d)))
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx):
+    x = ctx.tensor(0)
+    if x.ndim < 3:
+        raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
+    axes = tuple(range(2, x.ndim))
+    return float_value(x.mean(axes, keepdims=True) if ctx.op_type == "GlobalAveragePool" else x.max(axes, keepdims=True))
+
+
+# --- normalisation --------------------------------------------------------------------------------
+def _per_channel(t: Tensor, ndim: int) -> Tensor:
+    return t.reshape((t.shape[0],) + (1,) * (ndim - 2)) if ndim > 2 else t
+
+
+@op("BatchNormalization", attrs=("epsilon", "momentum", "training_mode"))
+def batch_norm(ctx):
+    if ctx.int_attr("training_mode", 0):
+        raise ctx.attr_error("training_mode", 1, "refcomp imports inference graphs only")
+    for k in (1, 2):
+        if ctx.wants_output(k):
+            raise ctx.error(f"output {k} (running statistics) is only produced in training mode, which is not supported")
+    x = ctx.tensor(0)
+    if x.ndim < 2:
+        raise ctx.error(f"input must be (N, C, ...), got shape {x.shape}")
+    scale, bias, mean, var = (_per_channel(ctx.tensor(i), x.ndim) for i in (1, 2, 3, 4))
+    eps = ctx.float_attr("epsilon", 1e-5)
+    return float_value((x - mean) * ((var + eps).rsqrt() * scale) + bias)
+
+
+def _normalize(x: Tensor, axes, eps: float):
+    mean = x.mean(axes, keepdims=True)
+    centred = x - mean
+    inv = ((centred * centred).mean(axes, keepdims=True) + eps).rsqrt()
+    return centred * inv, mean, inv
+
+
+@op("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def layer_norm(ctx):
+    x = ctx.tensor(0)
+    if ctx.int_attr("stash_type", 1) != 1:
+        raise ctx.attr_error("stash_type", ctx.int_attr("stash_type"), "refcomp computes the statistics in float32 (stash_type=1)")
+    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
+    y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), ctx.float_attr("epsilon", 1e-5))
+    y = y * ctx.tensor(1)
+    if ctx.has(2):
+        y = y + ctx.tensor(2)
+    return [float_value(y), float_value(mean), float_value(inv)]
+
+
+@op("InstanceNormalization", attrs=("epsilon",))
+def instance_norm(ctx):
+    x = ctx.tensor(0)
+    if x.ndim < 3:
+        raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
+    y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.float_attr("epsilon", 1e-5))
+    return float_value(y * _per_channel(ctx.tensor(1), x.ndim) + _per_channel(ctx.tensor(2), x.ndim))
+
+
+@op("MeanVarianceNormalization", attrs=("axes",))
+def mvn(ctx):
+    x = ctx.tensor(0)
+    axes = tuple(ctx.axes(ctx.ints_attr("axes", [0, 2, 3]), x.ndim))
+    mean = x.mean(axes, keepdims=True)
+    centred = x - mean
+    return float_value(centred / (centred * centred).mean(axes, keepdims=True).sqrt())
+
+
+@op("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
+def rms_norm(ctx):
+    x = ctx.tensor(0)
+    if ctx.int_attr("stash_type", 1) != 1:
+        raise ctx.attr_error("stash_type", ctx.int_attr("stash_type"), "refcomp computes the statistics in float32 (stash_type=1)")
+    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
+    axes = tuple(range(axis, x.ndim))
+    y = x * ((x * x).mean(axes, keepdims=True) + ctx.float_attr("epsilon", 1e-5)).rsqrt()
+    return float_value(y * ctx.tensor(1))
+
+
+@op("LpNormalization", attrs=("axis", "p"))
+def lp_norm(ctx):
+    x = ctx.tensor(0)
+    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
+    p = ctx.int_attr("p", 2)
+    if p not in (1, 2):
+        raise ctx.attr_error("p", p, "use 1 or 2")
+    norm = x.abs().sum(axis, keepdims=True) if p == 1 else (x * x).sum(axis, keepdims=True).sqrt()
+    return float_value(x / (norm + (norm <= 0.0)))  # a zero vector stays zero
+
+
+__all__ = ["windows", "convolution"]

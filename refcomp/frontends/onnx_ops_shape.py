@@ -1,0 +1,460 @@
+"""ONNX shape and movement operators: Constant, Shape, Reshape, Slice, Gather, Concat, Pad, ...
+
+Each works on static arrays (folded with NumPy, exactly: these ops only move values) and on tensors
+(refcomp views). Shape-like inputs (a Reshape's shape, Slice's starts/ends/axes/steps, Pad's pads,
+Expand's shape, Tile's repeats, Split's sizes, axes) must be static; a symbolic dim folded from a
+Shape op stays a SymPy expression, so exported `Shape -> Gather -> Concat -> Reshape` chains work
+on symbolic batch sizes.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from ..ops.movement import concat as rc_concat
+from ..ops.nn import embedding
+from ..ops.reductions import arange
+from ..ops.tensor import Tensor, constant
+from ..symbolic.dims import dim, dims_equal, idiv, prod
+from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, static_value,
+                            type_name)
+
+BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
+
+
+def moved(v: Value, t: Tensor) -> Value:
+    return Value(v.etype, tensor=t, graph_input=v.graph_input)
+
+
+def data_tensor(ctx, v: Value, what: str = "input 0 (data)", compute: bool = False) -> Tensor:
+    """The data of a movement op as a tensor; int ids may only be moved, not computed on."""
+    if v.tensor is not None and not compute:
+        return v.tensor
+    return ctx.as_tensor(v, what, (FLOAT, BOOL))
+
+
+def shape_array(shape) -> np.ndarray:
+    dims = [as_dim(n) for n in shape]
+    if all(isinstance(n, int) for n in dims):
+        return np.array(dims, dtype=np.int64)
+    return np.array(dims, dtype=object)
+
+
+def concrete(shape) -> bool:
+    return all(isinstance(n, int) for n in shape)
+
+
+# --- constants -------------------------------------------------------------------------------------
+@op("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "sparse_value",
+                       "value_string", "value_strings"))
+def constant_op(ctx):
+    (a,) = ctx.node.attribute if len(ctx.node.attribute) == 1 else (None,)
+    if a is None:
+        raise ctx.error("needs exactly one value attribute")
+    if a.name == "value":
+        array = numpy_helper.to_array(a.t)
+        return static_value(array, a.t.data_type)
+    if a.name == "value_float":
+        return static_value(np.array(a.f, dtype=np.float32), FLOAT)
+    if a.name == "value_floats":
+        return static_value(np.array(list(a.floats), dtype=np.float32), FLOAT)
+    if a.name == "value_int":
+        return static_value(np.array(a.i, dtype=np.int64), INT64)
+    if a.name == "value_ints":
+        return static_value(np.array(list(a.ints), dtype=np.int64), INT64)
+    raise ctx.attr_error(a.name, "...", "string and sparse constants are not supported")
+
+
+@op("ConstantOfShape", attrs=("value",))
+def constant_of_shape(ctx):
+    shape = ctx.static_ints(0, "shape (input 0)", symbolic=True)
+    value = ctx.attr("value")
+    fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    etype = value.data_type if value is not None else FLOAT
+    if fill.size != 1:
+        raise ctx.attr_error("value", fill.tolist(), "it must hold one element")
+    if concrete(shape):
+        return static_value(np.full(shape, fill[0], dtype=fill.dtype), etype)
+    if etype not in (FLOAT, BOOL):
+        raise ctx.error(f"an {type_name(etype)} fill with the symbolic shape {shape} cannot be folded")
+    return Value(etype, tensor=constant(float(fill[0])).reshape((1,) * len(shape)).broadcast_to(shape))
+
+
+@op("Range")
+def range_op(ctx):
+    values = [ctx.value(i) for i in range(3)]
+    if all(v.is_static and is_int_array(v.static) and v.static.dtype != object for v in values):
+        start, limit, delta = (int(v.static.reshape(-1)[0]) for v in values)
+        return static_value(np.arange(start, limit, delta, dtype=values[0].static.dtype), values[0].etype)
+    if not all(v.is_static for v in values):
+        raise ctx.error("start, limit and delta must be static")
+    start, limit, delta = (float(v.static.reshape(-1)[0]) for v in values)
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    return float_value(arange(count) * delta + start)
+
+
+@op("Shape", attrs=("start", "end"))
+def shape_op(ctx):
+    shape = ctx.value(0).shape
+    n = len(shape)
+    start, end = ctx.int_attr("start", 0), ctx.int_attr("end", n)
+    start, end = (min(max(s + n if s < 0 else s, 0), n) for s in (start, end))
+    return static_value(shape_array(shape[start:end]), INT64)
+
+
+@op("Size")
+def size_op(ctx):
+    return static_value(shape_array([prod(ctx.value(0).shape)]).reshape(()), INT64)
+
+
+@op("Identity")
+def identity(ctx):
+    return ctx.value(0)
+
+
+@op("Dropout", attrs=("seed",))
+def dropout(ctx):
+    v = ctx.value(0)
+    if ctx.has(2):
+        training = ctx.static(2, "training_mode (input 2)")
+        if training.reshape(-1)[0]:
+            raise ctx.error("training_mode=True is not supported (refcomp imports inference graphs)")
+    mask = None
+    if ctx.wants_output(1):
+        if v.is_static:
+            mask = static_value(np.ones(v.shape, dtype=bool), BOOL)
+        else:
+            mask = Value(BOOL, tensor=constant(1.0).reshape((1,) * v.ndim).broadcast_to(v.shape) if v.ndim else constant(1.0))
+    return [v, mask]
+
+
+# --- reshaping --------------------------------------------------------------------------------------
+def _reshape(ctx, v: Value, shape) -> Value:
+    if v.is_static:
+        if not concrete(shape):
+            raise ctx.error(f"cannot reshape a static array to the symbolic shape {shape}")
+        return Value(v.etype, static=v.static.reshape(shape))
+    return moved(v, data_tensor(ctx, v).reshape(tuple(shape)))
+
+
+@op("Reshape", attrs=("allowzero",))
+def reshape(ctx):
+    v = ctx.value(0)
+    target = ctx.static_ints(1, "shape (input 1)", symbolic=True)
+    allowzero = ctx.int_attr("allowzero", 0)
+    shape = []
+    for i, n in enumerate(target):
+        if isinstance(n, int) and n == 0 and not allowzero:
+            if i >= v.ndim:
+                raise ctx.error(f"shape {target} copies axis {i} (a 0), but the input has rank {v.ndim}")
+            shape.append(v.shape[i])
+        else:
+            shape.append(n)
+    return _reshape(ctx, v, shape)
+
+
+@op("Flatten", attrs=("axis",))
+def flatten(ctx):
+    v = ctx.value(0)
+    axis = ctx.int_attr("axis", 1)
+    if not -v.ndim <= axis <= v.ndim:
+        raise ctx.error(f"axis {axis} is out of range for rank {v.ndim}")
+    if axis < 0:
+        axis += v.ndim
+    return _reshape(ctx, v, [prod(v.shape[:axis]), prod(v.shape[axis:])])
+
+
+def _axes_input(ctx, i: int, attr: str = "axes"):
+    if ctx.has_attr(attr):
+        return ctx.ints_attr(attr)
+    return ctx.optional_static_ints(i, f"axes (input {i})")
+
+
+@op("Squeeze", attrs=("axes",))
+def squeeze(ctx):
+    v = ctx.value(0)
+    axes = _axes_input(ctx, 1)
+    if axes is None:
+        axes = [i for i, n in enumerate(v.shape) if isinstance(n, int) and n == 1]
+    axes = ctx.axes(axes, v.ndim)
+    for a in axes:
+        if not dims_equal(v.shape[a], 1):
+            raise ctx.error(f"axis {a} has size {v.shape[a]}, not 1")
+    return _reshape(ctx, v, [n for i, n in enumerate(v.shape) if i not in axes])
+
+
+@op("Unsqueeze", attrs=("axes",))
+def unsqueeze(ctx):
+    v = ctx.value(0)
+    axes = _axes_input(ctx, 1)
+    if axes is None:
+        raise ctx.error("axes (input 1) is required")
+    rank = v.ndim + len(axes)
+    axes = ctx.axes(axes, rank)
+    rest = iter(v.shape)
+    return _reshape(ctx, v, [1 if i in axes else next(rest) for i in range(rank)])
+
+
+@op("Transpose", attrs=("perm",))
+def transpose(ctx):
+    v = ctx.value(0)
+    perm = ctx.ints_attr("perm", list(reversed(range(v.ndim))))
+    if sorted(ctx.axes(perm, v.ndim, "perm")) != list(range(v.ndim)):
+        raise ctx.attr_error("perm", perm, f"not a permutation of {v.ndim} axes")
+    perm = [p % v.ndim for p in perm]
+    if v.is_static:
+        return Value(v.etype, static=np.transpose(v.static, perm))
+    return moved(v, data_tensor(ctx, v).permute(perm))
+
+
+# --- slicing and indexing ----------------------------------------------------------------------
+def _slice_bounds(ctx, n, start, end, step):
+    """An ONNX Slice on one axis of size n as a Python slice (for NumPy or refcomp indexing)."""
+    if step == 0:
+        raise ctx.error("steps must be non-zero")
+    if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
+        start = start + n if start < 0 else start
+        end = end + n if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), n), min(max(end, 0), n)
+            return slice(start, max(start, end), step)
+        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+        return slice(start, None if end < 0 else end, step)
+    if step < 0:
+        if isinstance(start, int) and (start >= BIG or start == -1) and isinstance(end, int) and end <= -BIG:
+            return slice(None, None, step)
+        raise ctx.error(f"a negative step on an axis of symbolic size {n} needs a full reversal (start=-1, end=-INT_MAX)")
+
+    def bound(b, default):
+        if isinstance(b, int):
+            if b >= BIG:
+                return default
+            if b < 0:
+                return None if b <= -BIG else dim(n + b)
+        return b
+    return slice(bound(start, None), bound(end, None), step)
+
+
+@op("Slice")
+def slice_op(ctx):
+    v = ctx.value(0)
+    starts = ctx.static_ints(1, "starts (input 1)", symbolic=True)
+    ends = ctx.static_ints(2, "ends (input 2)", symbolic=True)
+    axes = ctx.optional_static_ints(3, "axes (input 3)") or list(range(len(starts)))
+    steps = ctx.optional_static_ints(4, "steps (input 4)") or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
+    index = [slice(None)] * v.ndim
+    for start, end, axis, step in zip(starts, ends, ctx.axes(axes, v.ndim), steps):
+        index[axis] = _slice_bounds(ctx, v.shape[axis], start, end, step)
+    if v.is_static:
+        return Value(v.etype, static=v.static[tuple(index)])
+    return moved(v, data_tensor(ctx, v)[tuple(index)])
+
+
+@op("Gather", attrs=("axis",))
+def gather(ctx):
+    data, ids = ctx.value(0), ctx.value(1)
+    axis = ctx.axis(ctx.int_attr("axis", 0), data.ndim)
+    rows = data.shape[axis]
+    if ids.etype not in INT_TYPES:
+        raise ctx.error(f"indices must be integers, got {type_name(ids.etype)}")
+    if data.is_static and ids.is_static:
+        idx = ids.static.astype(np.int64)
+        if not isinstance(rows, int):
+            raise ctx.error(f"static data with a symbolic axis {rows}")
+        if idx.size and (idx.min() < -rows or idx.max() >= rows):
+            raise ctx.error(f"indices {idx.min()}..{idx.max()} are out of range for an axis of size {rows}")
+        return Value(data.etype, static=np.take(data.static, np.where(idx < 0, idx + rows, idx), axis=axis))
+    if data.etype in INT_TYPES and data.tensor is None:
+        raise ctx.error(f"gathering from static {type_name(data.etype)} data with run-time indices is not supported")
+    x = data_tensor(ctx, data)
+    if ids.is_static and ids.static.ndim == 0 and ids.static.dtype != object:
+        i = int(ids.static)
+        if isinstance(rows, int) and not -rows <= i < rows:
+            raise ctx.error(f"index {i} is out of range for an axis of size {rows}")
+        index = [slice(None)] * x.ndim
+        index[axis] = i
+        return moved(data, x[tuple(index)])
+    ids_t = ctx.importer.ids_tensor(ids, rows, ctx)
+    others = [n for i, n in enumerate(x.shape) if i != axis]
+    front = x.permute([axis] + [i for i in range(x.ndim) if i != axis]) if axis else x
+    table = front.reshape((rows, prod(others)))
+    picked = embedding(ids_t, table).reshape(tuple(ids_t.shape) + tuple(others))
+    k = ids_t.ndim
+    # (ids..., before..., after...) -> (before..., ids..., after...)
+    order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(others)))
+    return Value(data.etype, tensor=picked.permute(order) if order != list(range(len(order))) else picked)
+
+
+@op("Concat", attrs=("axis",))
+def concat_op(ctx):
+    values = ctx.values()
+    ndim = values[0].ndim
+    axis = ctx.axis(ctx.int_attr("axis"), ndim) if ctx.has_attr("axis") else None
+    if axis is None:
+        raise ctx.error("attribute 'axis' is required")
+    if all(v.is_static for v in values):
+        arrays = [v.static for v in values]
+        out = np.concatenate(arrays, axis=axis)
+        if out.dtype == object and all(isinstance(x, (int, np.integer)) for x in out.reshape(-1)):
+            out = out.astype(np.int64)
+        return Value(values[0].etype, static=out)
+    etype = values[0].etype
+    if any(v.etype != etype for v in values):
+        raise ctx.error(f"inputs mix element types {[type_name(v.etype) for v in values]}")
+    tensors = [ctx.as_tensor(v, f"input {k}", (FLOAT, BOOL)) for k, v in enumerate(values)]
+    parts = [t for t in tensors if not (isinstance(t.shape[axis], int) and t.shape[axis] == 0)] or tensors[:1]
+    return Value(etype, tensor=parts[0] if len(parts) == 1 else rc_concat(parts, axis))
+
+
+@op("Split", attrs=("axis", "num_outputs"))
+def split(ctx):
+    v = ctx.value(0)
+    axis = ctx.axis(ctx.int_attr("axis", 0), v.ndim)
+    n = v.shape[axis]
+    k = len(ctx.node.output)
+    if ctx.has(1):
+        sizes = ctx.static_ints(1, "split (input 1)", symbolic=True)
+    elif ctx.has_attr("num_outputs"):
+        k = ctx.int_attr("num_outputs")
+        if not isinstance(n, int):
+            raise ctx.error(f"num_outputs with an axis of symbolic size {n}")
+        chunk = -(-n // k)
+        sizes = [chunk] * (k - 1) + [n - chunk * (k - 1)]
+    else:
+        if isinstance(n, int) and n % k:
+            raise ctx.error(f"axis {axis} of size {n} does not split evenly into {k} outputs")
+        sizes = [dim(idiv(n, k)) if not isinstance(n, int) else n // k] * k
+    if len(sizes) != len(ctx.node.output):
+        raise ctx.error(f"{len(sizes)} split sizes for {len(ctx.node.output)} outputs")
+    if not dims_equal(dim(sum(sizes)), n):
+        raise ctx.error(f"split sizes {sizes} do not add up to axis {axis} of size {n}")
+    outs, start = [], 0
+    for size in sizes:
+        index = [slice(None)] * v.ndim
+        index[axis] = slice(start, dim(start + size))
+        outs.append(Value(v.etype, static=v.static[tuple(index)]) if v.is_static else
+                    moved(v, data_tensor(ctx, v)[tuple(index)]))
+        start = dim(start + size)
+    return outs
+
+
+# --- padding, expanding, tiling ---------------------------------------------------------------------
+def _take(t: Tensor, axis: int, start, stop) -> Tensor:
+    index = [slice(None)] * t.ndim
+    index[axis] = slice(start, stop)
+    return t[tuple(index)]
+
+
+def _pad_axis(ctx, t: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
+    n = t.shape[axis]
+    if mode == "edge":
+        if isinstance(n, int) and n == 0:
+            raise ctx.error("edge padding of an empty axis")
+        def edge(start, stop, count):
+            piece = _take(t, axis, start, stop)
+            shape = list(piece.shape)
+            shape[axis] = count
+            return piece.broadcast_to(tuple(shape))
+        parts = ([edge(0, 1, before)] if before else []) + [t] + ([edge(dim(n - 1), n, after)] if after else [])
+    elif mode == "reflect":
+        if isinstance(n, int) and (before >= n or after >= n):
+            raise ctx.error(f"reflect padding by {(before, after)} needs an axis longer than that, got {n}")
+        left = _take(t, axis, 1, before + 1).flip(axis) if before else None
+        right = _take(t, axis, dim(n - 1 - after), dim(n - 1)).flip(axis) if after else None
+        parts = [p for p in (left, t, right) if p is not None]
+    elif mode == "wrap":
+        if isinstance(n, int) and (before > n or after > n):
+            raise ctx.error(f"wrap padding by {(before, after)} is longer than the axis ({n})")
+        left = _take(t, axis, dim(n - before), n) if before else None
+        right = _take(t, axis, 0, after) if after else None
+        parts = [p for p in (left, t, right) if p is not None]
+    else:
+        raise ctx.attr_error("mode", mode, "use constant, reflect, edge or wrap")
+    return parts[0] if len(parts) == 1 else rc_concat(parts, axis)
+
+
+@op("Pad", attrs=("mode",))
+def pad(ctx):
+    v = ctx.value(0)
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.attr_error("mode", mode, "use constant, reflect, edge or wrap")
+    pads = ctx.static_ints(1, "pads (input 1)")
+    axes = ctx.axes(ctx.optional_static_ints(3, "axes (input 3)") or list(range(v.ndim)), v.ndim)
+    if len(pads) != 2 * len(axes):
+        raise ctx.error(f"pads {pads} needs 2 values per padded axis ({len(axes)} axes)")
+    widths = [(0, 0)] * v.ndim
+    for k, a in enumerate(axes):
+        widths[a] = (pads[k], pads[len(axes) + k])
+    value_v = ctx.value(2) if ctx.has(2) and mode == "constant" else None
+    crop = [slice(max(0, -b) or None, (-max(0, -e)) or None) for b, e in widths]
+    grow = [(max(0, b), max(0, e)) for b, e in widths]
+    if v.is_static and (value_v is None or value_v.is_static):
+        data = v.static[tuple(crop)]
+        if mode == "constant":
+            fill = value_v.static.reshape(-1)[0] if value_v is not None and value_v.static.size else 0
+            return Value(v.etype, static=np.pad(data, grow, mode="constant", constant_values=fill))
+        return Value(v.etype, static=np.pad(data, grow, mode=mode))
+    nonzero_fill = value_v is not None and not (value_v.is_static and not value_v.static.reshape(-1)[:1].any())
+    t = data_tensor(ctx, v, compute=mode != "constant" or nonzero_fill)[tuple(crop)]
+    if mode != "constant":
+        for axis, (b, e) in enumerate(grow):
+            if b or e:
+                t = _pad_axis(ctx, t, axis, b, e, mode)
+        return moved(v, t)
+    out = t.pad(grow)
+    if value_v is not None and any(b or e for b, e in grow):
+        if value_v.is_static and value_v.static.size:
+            fill = float(value_v.static.reshape(-1)[0])
+            border = 1.0 - constant(1.0).broadcast_to(t.shape).pad(grow)
+            if np.isnan(fill):
+                out = out + (1.0 - border).log2() * 0.0  # NaN on the border, 0 inside
+            elif np.isinf(fill):
+                out = out + (1.0 - border).log2() * (-1.0 if fill > 0 else 1.0)  # +-inf on the border, 0 inside
+            elif fill != 0.0:
+                out = out + border * fill
+        elif not value_v.is_static:
+            border = 1.0 - constant(1.0).broadcast_to(t.shape).pad(grow)
+            out = out + border * ctx.as_tensor(value_v, "constant_value (input 2)").reshape(())
+    return moved(v, out)
+
+
+def _broadcast(ctx, a, b):
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if dims_equal(x, y) or dims_equal(y, 1):
+            out.append(x)
+        elif dims_equal(x, 1):
+            out.append(y)
+        else:
+            raise ctx.error(f"shapes {a} and {b} do not broadcast")
+    return tuple(out)
+
+
+@op("Expand")
+def expand(ctx):
+    v = ctx.value(0)
+    shape = _broadcast(ctx, v.shape, ctx.static_ints(1, "shape (input 1)", symbolic=True))
+    if v.is_static and concrete(shape):
+        return Value(v.etype, static=np.broadcast_to(v.static, shape).copy())
+    return moved(v, data_tensor(ctx, v).broadcast_to(shape))
+
+
+@op("Tile")
+def tile(ctx):
+    v = ctx.value(0)
+    repeats = ctx.static_ints(1, "repeats (input 1)")
+    if len(repeats) != v.ndim or any(r < 0 for r in repeats):
+        raise ctx.error(f"repeats {repeats} must give a non-negative count for each of the {v.ndim} axes")
+    if v.is_static:
+        return Value(v.etype, static=np.tile(v.static, repeats))
+    t = data_tensor(ctx, v)
+    interleaved = tuple(x for n in t.shape for x in (1, n))
+    expanded = tuple(x for r, n in zip(repeats, t.shape) for x in (r, n))
+    out = t.reshape(interleaved).broadcast_to(expanded).reshape(tuple(dim(r * n) for r, n in zip(repeats, t.shape)))
+    return moved(v, out)
+

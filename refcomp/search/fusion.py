@@ -1,0 +1,219 @@
+"""Fusion and schedule rules, and the partition of a graph into kernels that a schedule implies.
+
+A `Schedule` never changes values: it only says where each node is computed. A node in `inline`
+is recomputed inside every kernel that reads it instead of being written to memory; a reduction
+in `row` is computed by its reader's row kernel; a SumReduce in `matmul` runs on the tiled matmul
+template. Every other compute node is the root of its own kernel. Each rule below is a move from
+one schedule to another, sound because recomputing a pure function where it is read gives the
+value that would have been stored; the cost model decides whether a move pays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional
+
+from ..codegen.emit import SHORT_REDUCE, Unfusable
+from ..codegen.fused import matmul_axes
+from ..codegen.lower import Group, dim_names_of, kernel_for_group
+from ..ops.graph import toposort
+from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Node
+from .cost import DeviceProfile, KernelCost, elements, roofline
+
+# A buffer read through a broadcast (the same element by many threads) costs at most this many
+# passes over it: caches absorb the rest. The tiled matmul reads each operand once.
+REREAD_LIMIT = 4
+
+
+@dataclass(frozen=True)
+class Schedule:
+    inline: frozenset = frozenset()
+    row: frozenset = frozenset()  # reductions computed by their reader's row kernel (also in inline)
+    matmul: frozenset = frozenset()  # SumReduces lowered by the tiled matmul template
+    params: tuple = ()  # ((root id, name), value) pairs, sorted
+
+    def param(self, root_id: int, name: str, default):
+        return dict(self.params).get((root_id, name), default)
+
+    def with_param(self, root_id: int, name: str, value) -> "Schedule":
+        params = dict(self.params)
+        params[(root_id, name)] = value
+        return replace(self, params=tuple(sorted(params.items())))
+
+
+@dataclass
+class Graph:
+    """The fixed graph the fusion search schedules."""
+
+    output_nodes: list[Node]
+    nodes: list[Node] = field(init=False)
+    consumers: dict[int, list[Node]] = field(init=False)
+
+    def __post_init__(self):
+        self.nodes = toposort(self.output_nodes)
+        self.position = {n.id: k for k, n in enumerate(self.nodes)}
+        self.outputs = {n.id for n in self.output_nodes}
+        self.consumers = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for s in n.srcs:
+                if n not in self.consumers[s.node.id]:
+                    self.consumers[s.node.id].append(n)
+        self.compute = [n for n in self.nodes if n.op.kind != LEAF]
+        self.dim_names = dim_names_of(self.nodes)
+
+
+def _short_reduce(node: Node) -> bool:
+    extent = node.srcs[0].shape[node.attrs["axis"]]
+    return isinstance(extent, int) and extent <= SHORT_REDUCE
+
+
+def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
+    """The kernel rooted at `root`, or None when the schedule asks for an impossible one."""
+    members: dict[int, Node] = {}
+    reads: dict[int, Node] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for src in node.srcs:
+            s = src.node
+            if s.op.name in ("Constant", "Iota"):
+                continue
+            if s.id in sched.inline and s.id not in graph.outputs:
+                if s.id not in members:
+                    members[s.id] = s
+                    stack.append(s)
+            else:
+                reads[s.id] = s
+    ordered = tuple(sorted(members.values(), key=lambda n: graph.position[n.id]))
+    everything = ordered + (root,)
+    mm = [n for n in everything if n.id in sched.matmul]
+    rows = [n for n in ordered if n.id in sched.row]
+    if root.op.kind == GATHER:
+        kind = "gather" if not members else None
+    elif mm:
+        kind = "matmul" if len(mm) == 1 and not rows else None
+    elif rows:
+        kind = "row"
+    else:
+        kind = "reduce" if root.op.kind == REDUCE else "elementwise"
+    bad_reduce = any(n.op.kind == REDUCE and n.id not in sched.row and n.id not in sched.matmul and not _short_reduce(n) for n in ordered)
+    if kind is None or bad_reduce:
+        return None
+    return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind)
+
+
+def group_params(sched: Schedule, group: Group) -> dict:
+    return {"row_ids": sched.row, "matmul_ids": sched.matmul,
+            "block": sched.param(group.root.id, "block", 256), "tile": sched.param(group.root.id, "tile", 16),
+            "strategy": sched.param(group.root.id, "strategy", None)}
+
+
+def group_cost(group: Group, sched: Schedule, bindings: Mapping[str, int], profile: DeviceProfile, name: str = "") -> KernelCost:
+    root = group.root
+    ops = len(group.members) + 1
+    points = _iteration_points(group, sched, bindings)
+    nbytes = 4 * elements(root.shape, bindings)
+    for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
+        size = elements(n.shape, bindings)
+        nbytes += 4 * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
+    block = sched.param(root.id, "block", 256)
+    if group.kind == "matmul":
+        reduce = next(n for n in (root,) + group.members if n.id in sched.matmul)
+        m_n = elements(reduce.shape, bindings)
+        k = elements(reduce.srcs[0].shape, bindings) // max(m_n, 1)
+        tile = sched.param(root.id, "tile", 16)
+        flops = 2 * m_n * k + ops * m_n
+        threads = -(-m_n // (tile * tile)) * tile * tile
+    elif group.kind in ("reduce", "row"):
+        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.row)
+        points = elements(reduce.srcs[0].shape, bindings)
+        rows = elements(reduce.shape, bindings)
+        phases = 1 + sum(1 for n in group.members if n.id in sched.row)
+        flops = points * ops * phases
+        block_per_row = group.kind == "row" or sched.param(root.id, "strategy", None) == "block" or (
+            sched.param(root.id, "strategy", None) is None and isinstance(reduce.srcs[0].shape[reduce.attrs["axis"]], int)
+            and reduce.srcs[0].shape[reduce.attrs["axis"]] >= 256)
+        threads = rows * block if block_per_row else rows
+    else:
+        points = elements(root.shape, bindings)
+        flops, threads = points * ops, points
+    return roofline(name or f"{root.op.name}#{root.id}", group.kind, nbytes, flops, threads, profile)
+
+
+def _iteration_points(group: Group, sched: Schedule, bindings) -> int:
+    """How many (output or reduction) points the kernel visits: each reads every buffer once."""
+    root = group.root
+    if group.kind in ("reduce", "row", "matmul"):
+        reduce = root if root.op.kind == REDUCE else next(
+            (n for n in group.members if n.id in sched.row or n.id in sched.matmul), root)
+        if reduce.op.kind == REDUCE:
+            return elements(reduce.srcs[0].shape, bindings)
+    return elements(root.shape, bindings)
+
+
+# --- the fusion rules: moves from one schedule to another ------------------------------------
+@dataclass(frozen=True)
+class FusionRule:
+    name: str
+    doc: str
+    soundness: str
+    applies: Callable[[Graph, Schedule, Node], bool]
+    apply: Callable[[Graph, Schedule, Node], Schedule]
+
+
+def _free(graph: Graph, sched: Schedule, n: Node) -> bool:
+    """A root that may be folded into its readers: not an output, read only by kernels that can inline."""
+    return (n.id not in sched.inline and n.id not in graph.outputs and bool(graph.consumers[n.id])
+            and not any(c.op.kind == GATHER for c in graph.consumers[n.id]))
+
+
+def _add(sched: Schedule, field_name: str, *ids) -> Schedule:
+    return replace(sched, **{field_name: getattr(sched, field_name) | frozenset(ids)})
+
+
+def _mm_product(n: Node) -> Node:
+    return n.srcs[0].node
+
+
+RECOMPUTE = "recomputing a pure function where it is read yields exactly the value that would have been stored"
+
+FUSION: list[FusionRule] = [
+    FusionRule("fuse_elementwise", "compute an elementwise node inside every kernel that reads it (chains, "
+               "prologues of reductions, epilogues, and recompute instead of a round trip through memory)",
+               RECOMPUTE, lambda g, s, n: n.op.kind in (UNARY, BINARY, COPY) and _free(g, s, n),
+               lambda g, s, n: _add(s, "inline", n.id)),
+    FusionRule("unroll_short_reduce", f"compute a reduction over at most {SHORT_REDUCE} values (maximum's pair) "
+               "inline as a chain of combines", RECOMPUTE + "; the combine order is the reference's",
+               lambda g, s, n: n.op.kind == REDUCE and _short_reduce(n) and n.id not in s.matmul and _free(g, s, n),
+               lambda g, s, n: _add(s, "inline", n.id)),
+    FusionRule("row_fuse", "compute a reduction in its reader's kernel, one block per row, when every read is "
+               "the row's own result (softmax and layer norm become one kernel)",
+               RECOMPUTE + "; the row kernel checks that each read is of the current row",
+               lambda g, s, n: n.op.kind == REDUCE and not _short_reduce(n) and n.id not in s.matmul and _free(g, s, n),
+               lambda g, s, n: _add(_add(s, "inline", n.id), "row", n.id)),
+    FusionRule("matmul", "SumReduce(Mul(expand a, expand b)) over the contracted axis -> the tiled matmul "
+               "template, its product never stored", "the tile loop sums the same products (in another order: "
+               "float32 rounding may differ by a few ulp, as any matmul)",
+               lambda g, s, n: n.op.name == "SumReduce" and n.id not in s.matmul and n.id not in s.inline
+               and _mm_product(n).id not in g.outputs and len(g.consumers[_mm_product(n).id]) == 1
+               and matmul_axes(n) is not None,
+               lambda g, s, n: _add(_add(s, "matmul", n.id), "inline", _mm_product(n).id)),
+    FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
+               "activation, residual applied to the accumulator before the store)", RECOMPUTE,
+               lambda g, s, n: n.id in s.matmul and _free(g, s, n) and len(g.consumers[n.id]) == 1,
+               lambda g, s, n: _add(s, "inline", n.id)),
+]
+
+
+def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> bool:
+    """Row and matmul fusions are honoured only if code generation accepts them (cached)."""
+    if group.kind not in ("row", "matmul"):
+        return True
+    key = (group.root.id, tuple(n.id for n in group.members), group.kind)
+    if key not in cache:
+        try:
+            fused = lambda n: n.id in sched.inline
+            kernel_for_group("check", group, graph.dim_names, fused, group_params(sched, group))
+            cache[key] = True
+        except Unfusable:
+            cache[key] = False
+    return cache[key]
