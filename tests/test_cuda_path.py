@@ -46,7 +46,7 @@ def test_one_module_serves_every_binding():
     for b, t in [(1, 1), (3, 5), (2, 300)]:
         X = np.random.default_rng(b).standard_normal((b, t)).astype(np.float32)
         np.testing.assert_allclose(prog.run({"x": X}, backend="emulator"), (2 * X.astype(np.float64)).sum(-1), rtol=1e-5, atol=1e-5)
-    assert prog.source.count("long long dim0") >= 1 and "300" not in prog.source
+    assert "long long dim" in prog.source and "300" not in prog.source
 
 
 def test_long_reductions_use_the_block_template_and_match():

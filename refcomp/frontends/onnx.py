@@ -68,11 +68,29 @@ def load(model_or_path):
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
+    check_supported(model)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        raise RefcompError(f"{where} is malformed: {str(exc).strip().splitlines()[0]}") from exc
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        raise RefcompError(f"{where} is malformed: {' '.join(lines[:2])}") from exc
     return model
+
+
+def check_supported(model) -> None:
+    """Refuse unsupported operators and attributes by name, before anything else looks at the graph."""
+    from . import onnx_ops_core as core
+    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_shape  # noqa: F401  (they register the ops)
+    for index, node in enumerate(model.graph.node):
+        ctx = core.NodeContext(None, node, index)
+        if node.domain not in ("", "ai.onnx"):
+            raise ctx.error(f"operator {node.domain}.{node.op_type} is not supported (only the default ONNX domain is)")
+        spec = core.OPS.get(node.op_type)
+        if spec is None:
+            raise ctx.error(f"operator {node.op_type} is not supported by refcomp (see docs/onnx.md for the operator table)")
+        for a in node.attribute:
+            if a.name not in spec.attrs:
+                raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
 
 
 def _symbol_name(text: str) -> str:
@@ -352,19 +370,10 @@ class Importer:
 
     def run(self) -> "Importer":
         core = self.core
-        from . import onnx_ops_math, onnx_ops_nn, onnx_ops_shape  # noqa: F401  (they register the ops)
         self._add_graph_inputs()
         for index, node in enumerate(self.graph.node):
             ctx = core.NodeContext(self, node, index)
-            if node.domain not in ("", "ai.onnx"):
-                raise ctx.error(f"operator {node.domain}.{node.op_type} is not supported (only the default ONNX domain is)")
-            spec = core.OPS.get(node.op_type)
-            if spec is None:
-                raise ctx.error(f"operator {node.op_type} is not supported by refcomp (see docs/onnx.md for the operator table)")
-            for a in node.attribute:
-                if a.name not in spec.attrs:
-                    raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
-            results = spec.fn(ctx)
+            results = core.OPS[node.op_type].fn(ctx)
             results = list(results) if isinstance(results, (list, tuple)) else [results]
             for k, name in enumerate(node.output):
                 if not name:

@@ -17,16 +17,36 @@ from ..errors import BindingError, ShapeError
 Dim = Union[int, sympy.Expr]
 
 
-def exact_quotient(a, b):
-    """a / b when b divides every term of a (cheaply decidable cases only), else None."""
-    if b.is_Integer:
-        terms = a.as_coefficients_dict()
-        if all(coeff.is_Integer and int(coeff) % int(b) == 0 for coeff in terms.values()):
-            return sympy.Add(*[term * (int(coeff) // int(b)) for term, coeff in terms.items()])
+def divide_term(term, c):
+    """term / c if c divides the monomial `term` exactly (integer coefficient, symbol powers), else None."""
+    c_coeff, c_rest = c.as_coeff_Mul()
+    t_coeff, t_rest = term.as_coeff_Mul()
+    if not (c_coeff.is_Integer and t_coeff.is_Integer) or int(t_coeff) % int(c_coeff):
         return None
-    quotient = sympy.expand(a / b)
-    return quotient if all(not (t.is_Pow and t.exp.is_negative) for term in sympy.Add.make_args(quotient)
-                           for t in sympy.Mul.make_args(term)) and quotient.is_integer else None
+    powers = dict(t_rest.as_powers_dict()) if t_rest != 1 else {}
+    for base, exp in (c_rest.as_powers_dict().items() if c_rest != 1 else ()):
+        if powers.get(base, 0) < exp:
+            return None
+        powers[base] = powers[base] - exp
+    return sympy.Integer(int(t_coeff) // int(c_coeff)) * sympy.Mul(*[b ** e for b, e in powers.items() if e != 0])
+
+
+def split_multiple(a, c):
+    """a = q*c + rest, where q*c collects the terms of `a` that c divides exactly."""
+    q, rest = [], []
+    for term in sympy.Add.make_args(a):
+        quotient = divide_term(term, c)
+        if quotient is None:
+            rest.append(term)
+        else:
+            q.append(quotient)
+    return sympy.Add(*q), sympy.Add(*rest)
+
+
+def exact_quotient(a, b):
+    """a / b when b divides every term of a, else None (a cheap test: no polynomial division)."""
+    q, rest = split_multiple(a, b)
+    return q if rest == 0 else None
 
 
 class idiv(sympy.Function):

@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import sympy
 
-from .dims import idiv, imod
+from .dims import idiv, imod, split_multiple
 
 Bounds = tuple[sympy.Expr, sympy.Expr]
 
@@ -63,14 +63,7 @@ def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
 
 def _split(a, c):
     """a = q*c + b: the terms of `a` that are multiples of c, divided by c, and the rest."""
-    q, b = sympy.Integer(0), sympy.Integer(0)
-    for term in sympy.Add.make_args(sympy.expand(a)):
-        ratio = sympy.cancel(term / c)
-        if sympy.fraction(ratio)[1] == 1:
-            q += ratio
-        else:
-            b += term
-    return q, b
+    return split_multiple(sympy.expand(a), c)
 
 
 def _in_range(b, c, ranges) -> bool:
