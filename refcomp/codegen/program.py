@@ -104,6 +104,18 @@ class Program:
                     raise FeedError(f"{kernel.output.label}: ids from input {ids.node.attrs['name']!r} must lie in [0, {rows}), got {values.min()}..{values.max()}")
 
     # --- reports -------------------------------------------------------------------------------
+    def explain(self) -> str:
+        """The graph before and after search, the rules applied with the cost after each, per-kernel costs."""
+        from ..search.explain import explain
+        return explain(self)
+
+    def cost_summary(self) -> str:
+        """Per kernel: modeled bytes, flops and predicted time on the H200 profile (searched programs)."""
+        from ..search.explain import cost_table
+        if self.search is None:
+            return "compiled with search=False: no cost model was run"
+        return "\n".join(cost_table(self.search, self.kernels))
+
     def report(self) -> str:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
         from ..exec.nvcc import nvcc_check
@@ -127,10 +139,18 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
     if not search:
         output_nodes = materialise_outputs(tensors)
         return Program(outputs, lower_plain(output_nodes), output_nodes)
-    from ..search.fusion import group_params
     from ..search.search import search as run_search
     result = run_search([t.edge for t in tensors], dims_hint)
-    fused = lambda node: node.id in result.schedule.inline
-    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.dim_names, fused, group_params(result.schedule, g))
-               for k, g in enumerate(result.groups)]
+    return program_for_schedule(outputs, result, result.schedule)
+
+
+def program_for_schedule(outputs, result, schedule) -> Program:
+    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
+    from ..search.fusion import group_params
+    from ..search.search import with_schedule
+    result = with_schedule(result, schedule)
+    groups = result.groups
+    fused = lambda node: node.id in schedule.inline
+    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.dim_names, fused, group_params(schedule, g))
+               for k, g in enumerate(groups)]
     return Program(outputs, kernels, result.graph.output_nodes, search=result)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 from ..codegen.lower import Group, materialise_outputs
@@ -45,7 +45,7 @@ class SearchResult:
     bindings: dict[str, int]
     states: int = 0
     seconds: float = 0.0
-    stats: dict = field(default_factory=dict)
+    candidates: list = field(default_factory=list)  # the best distinct schedules seen, cheapest first
 
     @property
     def time_s(self) -> float:
@@ -151,6 +151,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     frontier = [(ev.total(plain, groups), plain, groups, [])]
     best = frontier[0]
     seen = {_key(plain)}
+    finalists = [(best[0], plain)]
     states = 1
     while frontier and states < max_states and time.perf_counter() - start < max_seconds:
         successors = []
@@ -163,6 +164,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
                 successors.append(descent)
             _show_progress(progress, start, states, best[0])
         successors.sort(key=lambda item: item[0])
+        finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
         frontier = successors[:beam]
         if not frontier or frontier[0][0] >= best[0]:
             break
@@ -172,9 +174,21 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
+    candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if _key(s) != _key(best[1])]
     if progress and time.perf_counter() - start > 1.0:
         print(file=sys.stderr)
-    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, states, time.perf_counter() - start)
+    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, states, time.perf_counter() - start,
+                        candidates[:CANDIDATES])
+
+
+def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
+    """The same search result, but with another of its schedules (a measured-mode candidate) chosen."""
+    if sched is result.schedule:
+        return result
+    ev = _Evaluator(result.graph, result.bindings, H200)
+    groups = ev.partition(sched)
+    ordered = [groups[n.id] for n in result.graph.compute if n.id in groups]
+    return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
 def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, cost: float, seen: set) -> list:
@@ -215,6 +229,8 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen):
     seen.add(_key(sched))
     return cost, sched, groups, path
 
+
+CANDIDATES = 4  # schedules kept for measured mode
 
 PARAM_CHOICES = {
     "elementwise": [("block", (256, 128))],

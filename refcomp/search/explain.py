@@ -1,0 +1,60 @@
+"""`refcomp explain`: what the search did and why, in a form a person can check.
+
+It prints the graph before and after the rewrites, the rules applied in order with the modeled
+cost after each, and for every kernel its nodes, bytes, flops and predicted time on the device
+profile, next to the minimum bytes any program must move.
+"""
+from __future__ import annotations
+
+from ..ops.graph import toposort
+from ..ops.primitives import Edge, Node
+from .cost import minimum_bytes
+
+
+def describe_graph(edges: list[Edge]) -> list[str]:
+    lines = []
+    for node in toposort([e.node for e in edges]):
+        if node.op.kind == "leaf" and node.op.name != "Input":
+            continue
+        srcs = ", ".join(f"{s.node.op.name}#{s.node.id}" + ("" if s.views.is_identity else "[view]") for s in node.srcs)
+        shape = "(" + ", ".join(str(d) for d in node.shape) + ")"
+        lines.append(f"  {node.op.name}#{node.id} {shape}" + (f" <- {srcs}" if srcs else ""))
+    return lines
+
+
+def cost_table(result, kernels) -> list[str]:
+    lines = [f"  {'kernel':<22}{'kind':<12}{'nodes':>6}{'bytes':>12}{'flops':>12}{'time us':>10}"]
+    for kernel, cost in zip(kernels, result.costs):
+        lines.append(f"  {kernel.name:<22}{kernel.kind:<12}{len(kernel.nodes):>6}{cost.bytes:>12,}{cost.flops:>12,}{cost.time_s * 1e6:>10.2f}")
+    total_bytes = sum(c.bytes for c in result.costs)
+    least = minimum_bytes(result.graph.output_nodes, result.graph.nodes, result.bindings)
+    lines.append(f"  total: {len(kernels)} kernels, {total_bytes:,} bytes (minimum {least:,}, ratio {total_bytes / max(least, 1):.2f}), "
+                 f"predicted {result.time_s * 1e6:.2f} us")
+    return lines
+
+
+def explain(program) -> str:
+    result = program.search
+    if result is None:
+        return "this program was compiled with search=False: one kernel per compute node, nothing to explain"
+    binding = ", ".join(f"{k}={v}" for k, v in result.bindings.items()) or "no symbolic dims"
+    out = [f"cost model: {result.costs and 'H200'} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s", ""]
+    out.append(f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):")
+    out += describe_graph(result.before)
+    out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
+    out += describe_graph([Edge(n, _identity(n)) for n in result.graph.output_nodes])
+    out.append("")
+    out.append("rules applied (modeled time and kernel count after each):")
+    for step in result.trace:
+        out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels")
+    out.append("")
+    out.append("kernels:")
+    for kernel in program.kernels:
+        out.append(f"  {kernel.name}: " + ", ".join(f"{n.op.name}#{n.id}" for n in kernel.nodes))
+    out += cost_table(result, program.kernels)
+    return "\n".join(out)
+
+
+def _identity(node: Node):
+    from ..symbolic.view import ViewStack
+    return ViewStack.of_buffer(node.shape)
