@@ -9,6 +9,7 @@ value that would have been stored; the cost model decides whether a move pays.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional
 
@@ -17,7 +18,7 @@ from ..codegen.fused import matmul_axes
 from ..codegen.lower import Group, dim_names_of, kernel_for_group
 from ..ops.graph import toposort
 from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Node
-from .cost import DeviceProfile, KernelCost, elements, roofline
+from .cost import DeviceProfile, KernelCost, roofline
 
 # A buffer read through a broadcast (the same element by many threads) costs at most this many
 # passes over it: caches absorb the rest. The tiled matmul reads each operand once.
@@ -31,8 +32,12 @@ class Schedule:
     matmul: frozenset = frozenset()  # SumReduces lowered by the tiled matmul template
     params: tuple = ()  # ((root id, name), value) pairs, sorted
 
+    @functools.cached_property
+    def _params(self) -> dict:
+        return dict(self.params)
+
     def param(self, root_id: int, name: str, default):
-        return dict(self.params).get((root_id, name), default)
+        return self._params.get((root_id, name), default)
 
     def with_param(self, root_id: int, name: str, value) -> "Schedule":
         params = dict(self.params)
@@ -107,26 +112,27 @@ def group_params(sched: Schedule, group: Group) -> dict:
             "strategy": sched.param(group.root.id, "strategy", None)}
 
 
-def group_cost(group: Group, sched: Schedule, bindings: Mapping[str, int], profile: DeviceProfile, name: str = "") -> KernelCost:
+def group_cost(group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = "") -> KernelCost:
+    """The roofline cost of one kernel; `count(shape)` is the number of elements at the binding."""
     root = group.root
     ops = len(group.members) + 1
-    points = _iteration_points(group, sched, bindings)
-    nbytes = 4 * elements(root.shape, bindings)
+    points = _iteration_points(group, sched, count)
+    nbytes = 4 * count(root.shape)
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
-        size = elements(n.shape, bindings)
+        size = count(n.shape)
         nbytes += 4 * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
     block = sched.param(root.id, "block", 256)
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in sched.matmul)
-        m_n = elements(reduce.shape, bindings)
-        k = elements(reduce.srcs[0].shape, bindings) // max(m_n, 1)
+        m_n = count(reduce.shape)
+        k = count(reduce.srcs[0].shape) // max(m_n, 1)
         tile = sched.param(root.id, "tile", 16)
         flops = 2 * m_n * k + ops * m_n
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.row)
-        points = elements(reduce.srcs[0].shape, bindings)
-        rows = elements(reduce.shape, bindings)
+        points = count(reduce.srcs[0].shape)
+        rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)
         flops = points * ops * phases
         block_per_row = group.kind == "row" or sched.param(root.id, "strategy", None) == "block" or (
@@ -134,20 +140,20 @@ def group_cost(group: Group, sched: Schedule, bindings: Mapping[str, int], profi
             and reduce.srcs[0].shape[reduce.attrs["axis"]] >= 256)
         threads = rows * block if block_per_row else rows
     else:
-        points = elements(root.shape, bindings)
+        points = count(root.shape)
         flops, threads = points * ops, points
     return roofline(name or f"{root.op.name}#{root.id}", group.kind, nbytes, flops, threads, profile)
 
 
-def _iteration_points(group: Group, sched: Schedule, bindings) -> int:
+def _iteration_points(group: Group, sched: Schedule, count) -> int:
     """How many (output or reduction) points the kernel visits: each reads every buffer once."""
     root = group.root
     if group.kind in ("reduce", "row", "matmul"):
         reduce = root if root.op.kind == REDUCE else next(
             (n for n in group.members if n.id in sched.row or n.id in sched.matmul), root)
         if reduce.op.kind == REDUCE:
-            return elements(reduce.srcs[0].shape, bindings)
-    return elements(root.shape, bindings)
+            return count(reduce.srcs[0].shape)
+    return count(root.shape)
 
 
 # --- the fusion rules: moves from one schedule to another ------------------------------------

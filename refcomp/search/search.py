@@ -19,8 +19,8 @@ from typing import Mapping, Optional, Sequence
 
 from ..codegen.lower import Group, materialise_outputs
 from ..ops.graph import toposort
-from ..ops.primitives import Edge
-from .cost import H200, DeviceProfile, KernelCost, binding_for
+from ..ops.primitives import Edge, Node
+from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
 from .fusion import FUSION, Graph, Schedule, check_group, group_cost, group_of
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
@@ -53,27 +53,63 @@ class SearchResult:
 
 
 class _Evaluator:
+    """Partitions schedules into kernels and prices them, incrementally where a move allows."""
+
     def __init__(self, graph: Graph, bindings, profile: DeviceProfile):
         self.graph, self.bindings, self.profile = graph, bindings, profile
         self.checked: dict = {}
         self.costs: dict = {}
+        self.counts: dict = {}
+        self.by_id = {n.id: n for n in graph.nodes}
+
+    def count(self, shape) -> int:
+        if shape not in self.counts:
+            self.counts[shape] = elements(shape, self.bindings)
+        return self.counts[shape]
+
+    def _group(self, sched: Schedule, root: Node) -> Optional[Group]:
+        g = group_of(self.graph, sched, root)
+        return g if g is not None and check_group(self.graph, sched, g, self.checked) else None
 
     def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
         groups = {}
         for root in self.graph.compute:
-            if root.id in sched.inline:
-                continue
-            g = group_of(self.graph, sched, root)
-            if g is None or not check_group(self.graph, sched, g, self.checked):
-                return None
-            groups[root.id] = g
+            if root.id not in sched.inline:
+                g = self._group(sched, root)
+                if g is None:
+                    return None
+                groups[root.id] = g
         return groups
+
+    def touching(self, groups: Mapping[int, Group]) -> dict[int, set[int]]:
+        """node id -> roots of the kernels that compute, fuse or read it."""
+        index: dict[int, set[int]] = {}
+        for root_id, g in groups.items():
+            for n in (g.root,) + g.members + g.reads:
+                index.setdefault(n.id, set()).add(root_id)
+        return index
+
+    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule) -> Optional[tuple[dict, float]]:
+        """The partition and total cost after a move from `old` to `sched` (only touched kernels change)."""
+        changed = (sched.inline - old.inline) | (sched.row - old.row) | (sched.matmul - old.matmul)
+        new = dict(groups)
+        for root_id in set().union(*(touching.get(c, set()) for c in changed)):
+            cost -= self.cost(old, groups[root_id]).time_s
+            if root_id in sched.inline:
+                del new[root_id]
+                continue
+            g = self._group(sched, self.by_id[root_id])
+            if g is None:
+                return None
+            new[root_id] = g
+            cost += self.cost(sched, g).time_s
+        return new, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         key = (group.root.id, tuple(n.id for n in group.members), group.kind,
                tuple(sched.param(group.root.id, p, None) for p in ("block", "tile", "strategy")))
         if key not in self.costs:
-            self.costs[key] = group_cost(group, sched, self.bindings, self.profile)
+            self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
@@ -152,17 +188,17 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     best = frontier[0]
     seen = {_key(plain)}
     finalists = [(best[0], plain)]
-    states = 1
+    states, shown = 1, False
     while frontier and states < max_states and time.perf_counter() - start < max_seconds:
         successors = []
         for cost, sched, groups, path in frontier:
-            moves = _moves(graph, ev, sched, cost, seen)
+            moves = _moves(graph, ev, sched, groups, cost, seen)
             states += len(moves)
             successors += [(c, s, g, path + [(rule, node, c, len(g))]) for c, rule, node, s, g in moves[:beam]]
             descent = _descend(graph, ev, sched, cost, groups, path, moves, seen)
             if descent is not None:
                 successors.append(descent)
-            _show_progress(progress, start, states, best[0])
+            shown = _show_progress(progress, start, states, best[0]) or shown
         successors.sort(key=lambda item: item[0])
         finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
         frontier = successors[:beam]
@@ -175,7 +211,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
     candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if _key(s) != _key(best[1])]
-    if progress and time.perf_counter() - start > 1.0:
+    if shown:
         print(file=sys.stderr)
     return SearchResult(graph, sched, ordered, costs, trace, before, bindings, states, time.perf_counter() - start,
                         candidates[:CANDIDATES])
@@ -191,9 +227,10 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
-def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, cost: float, seen: set) -> list:
+def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set) -> list:
     """Every unexplored single rule application, best first: (cost, rule, node, schedule, groups)."""
     out = []
+    touching = ev.touching(groups)
     for node in graph.compute:
         for rule in FUSION:
             if not rule.applies(graph, sched, node):
@@ -202,9 +239,9 @@ def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, cost: float, seen: set
             if _key(new) in seen:
                 continue
             seen.add(_key(new))
-            groups = ev.partition(new)
-            if groups is not None:
-                out.append((ev.total(new, groups), rule, node, new, groups))
+            moved = ev.moved(sched, groups, cost, touching, new)
+            if moved is not None:
+                out.append((moved[1], rule, node, new, moved[0]))
     out.sort(key=lambda m: (m[0], graph.position[m[2].id]))
     return out
 
@@ -217,12 +254,9 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen):
         if not rule.applies(graph, sched, node):
             continue
         new = rule.apply(graph, sched, node)
-        new_groups = ev.partition(new)
-        if new_groups is None:
-            continue
-        new_cost = ev.total(new, new_groups)
-        if new_cost < cost:
-            sched, groups, cost, improved = new, new_groups, new_cost, True
+        moved = ev.moved(sched, groups, cost, ev.touching(groups), new)
+        if moved is not None and moved[1] < cost:
+            groups, cost, sched, improved = moved[0], moved[1], new, True
             path.append((rule, node, cost, len(groups)))
     if not improved or _key(sched) in seen:
         return None
@@ -253,7 +287,10 @@ def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: li
     return sched, groups
 
 
-def _show_progress(enabled: bool, start: float, states: int, best: float) -> None:
+def _show_progress(enabled: bool, start: float, states: int, best: float) -> bool:
+    """A status line on stderr once the search has run for a second; True if one was shown."""
     elapsed = time.perf_counter() - start
     if enabled and elapsed > 1.0:
-        print(f"\rrefcomp search: {states} states, best {best * 1e6:.1f} us, {elapsed:.1f} s", end="", file=sys.stderr)
+        print(f"\rrefcomp search: {states} states, best {best * 1e6:.1f} us, {elapsed:.1f} s", end="", file=sys.stderr, flush=True)
+        return True
+    return False
