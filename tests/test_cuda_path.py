@@ -19,12 +19,19 @@ def test_plain_lowering_matches_golden_on_emulator(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_plain_lowering_builds_with_nvcc(case):
+def test_searched_program_matches_golden_on_emulator(case):
+    assert check_case(case, "emulator", search=True) == []
+
+
+@pytest.mark.parametrize("search", [False, True], ids=["plain", "search"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_source_builds_with_nvcc_for_sm90(case, search):
     reason = nvcc_available()
     if reason:
         pytest.skip(f"nvcc check skipped: {reason}")
-    report = nvcc_check(compiled(case.name, False).source)
-    assert set(report.kernels) == {k.name for k in compiled(case.name, False).kernels}
+    prog = compiled(case.name, search)
+    report = nvcc_check(prog.source)  # any warning raises
+    assert set(report.kernels) == {k.name for k in prog.kernels}
     assert all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in report.kernels.values())
 
 

@@ -21,7 +21,7 @@ from ..symbolic.dims import Dim, dims_equal, prod
 from ..symbolic.index import index_of
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, Unfusable
-from .kernels import BLOCK, Kernel, Launch, _finish
+from .kernels import BLOCK, Kernel, Late, Launch, _finish
 
 
 def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
@@ -105,11 +105,13 @@ def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Call
     sizes = {key: prod(shape[a] for a in group) for key, group in (("batch", batch_axes), ("m", m_axes), ("n", n_axes))}
     body = KernelBody(dim_names, inline=lambda n: inline(n) or n is src.node)
     per_axis: dict[int, sympy.Expr] = {}
+    batch_sym = None
     for flat_name, group in (("batch", batch_axes), ("bm", m_axes), ("bn", n_axes)):
         key = {"batch": "batch", "bm": "m", "bn": "n"}[flat_name]
         if not group:
             continue
         flat = body.index_var(flat_name, sizes[key])
+        batch_sym = flat if flat_name == "batch" else batch_sym
         for a, expr in zip(group, body.unravel(flat, [shape[a] for a in group])):
             if expr.is_Symbol or expr.is_Integer:
                 per_axis[a] = expr
@@ -143,7 +145,7 @@ def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Call
     nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
     launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
     return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True,
-                   comment_extra=f", matmul tile {tile}", tile=tile, a_statements=a_statements, a_value=a_value,
+                   comment_extra=f", matmul tile {tile}", tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
                    b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
                    out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),
                    m=lambda b: b.printer.int(sizes["m"]), n=lambda b: b.printer.int(sizes["n"]),

@@ -79,6 +79,13 @@ class Kernel:
         return out
 
 
+@dataclass(frozen=True)
+class Late:
+    """A template field computed after the index lines (it asks which variables ended up used)."""
+
+    fn: Callable
+
+
 def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node, extra: str = "") -> str:
     nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
     shape = ", ".join(body.comment_printer.int(n) for n in output.shape)
@@ -92,8 +99,9 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
             launch: Launch, uses_barrier: bool, comment_extra: str = "", **fields) -> Kernel:
-    fields = {k: v(body) if callable(v) else v for k, v in fields.items()}  # printed after the body
+    fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
     index_lines = body.used_index_lines()
+    fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
     signature = body.signature(name, ["out0"], uses_barrier)
     source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),

@@ -1,0 +1,864 @@
+"""Differential fuzzing: random primitive graphs, compiled with and without the search, run on the
+host emulator and compared with the NumPy reference.
+
+Each random graph is a short Python program over `rc` (kept as text, so a failure prints a
+reproducer that runs as is). It starts from random inputs (1-4 axes, sizes 1-7, some symbolic:
+"B" and "T"; now and then one long axis of a few hundred) and applies a random chain of
+elementwise primitives and high-level ops, broadcasts, view ops (permute, reshape, slices with
+steps, pad, flip, expand, windows), reductions on random axes, matmul-shaped patterns,
+softmax / layer-norm rows, convolution and pooling, embedding lookups and concatenation.
+
+Values stay in safe domains by construction: the generator tracks an interval for every tensor,
+applies log2 / sqrt / recip only to values >= 0.5 (or builds one, e.g. x*x + 1), exp2 only to
+bounded values, rescales by powers of two (exact) when magnitudes grow, and applies the
+discontinuous ops (comparisons, where, fmod, %, argmax) only to values that are exact in float32
+(inputs and their views, maxima, ...), so the float32 program and the float64 reference take the
+same branch.
+
+Many independent graphs go into ONE program (a dict of outputs): g++ dominates the cost, so a
+program of 30 graphs costs little more than one. Every program is compiled twice (search on and
+off) and run at two bindings of the symbolic dims; each output is compared with
+`rc.evaluate(..., precision="float64")` at golden.FLOAT32_TOLERANCE, widened only by what the
+computation itself makes unavoidable: 4x the float32 reference's own error at that element (an
+ill-conditioned element, e.g. a layer norm of a nearly constant row, is as far off in the NumPy
+float32 reference) and, for long reductions, the reordering error of a sequential float32 sum.
+
+Usage (the documented long run; about 4-5 minutes per 1,000 graphs on 2 cores, a cold g++ cache):
+
+    python -m refcomp.search.fuzz --count 10000 --seed 0
+
+prints progress and a summary, and exits non-zero on any mismatch after printing a reproducer:
+the seed and graph index, the bindings, the graph's code (shrunk to the smallest failing prefix)
+and the difference. `--replay SEED:INDEX` rebuilds one graph, prints its code and checks it alone.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..errors import RefcompError
+from ..golden import FLOAT32_TOLERANCE
+from ..symbolic.dims import dim, evaluate_dim, prod
+
+SYMBOLS = ("B", "T")
+MAX_BINDING = 7  # symbolic dims are bound in [1, MAX_BINDING]
+MAX_ELEMENTS = 6000  # no tensor of a graph grows beyond this many elements at the largest binding
+LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows beyond this
+LONG = (150, 600)  # the extent of an occasional long axis
+
+
+# --- the graph ------------------------------------------------------------------------------------
+@dataclass
+class InputSpec:
+    name: str
+    shape: tuple  # ints and symbol names
+    kind: str = "normal"  # "normal": uniform(-2, 2); "positive": uniform(0.5, 2); "ids": ints in [0, high)
+    high: int = 0
+
+    def code(self) -> str:
+        shape = "(" + ", ".join(repr(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+        dtype = ', "int32"' if self.kind == "ids" else ""
+        return f'{self.name} = rc.input(P + "{self.name}", {shape}{dtype})'
+
+    def feed(self, rng: np.random.Generator, binding: dict) -> np.ndarray:
+        shape = tuple(binding[d] if isinstance(d, str) else d for d in self.shape)
+        if self.kind == "ids":
+            return rng.integers(0, self.high, size=shape).astype(np.int32)
+        if self.kind == "positive":
+            return rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
+        return rng.uniform(-2.0, 2.0, size=shape).astype(np.float32)
+
+
+@dataclass
+class FuzzGraph:
+    """One random graph: its inputs, its lines of code (Python over `rc` and earlier variables) and outputs."""
+
+    seed: int
+    index: int
+    inputs: list[InputSpec] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (variable, expression)
+    outputs: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)  # the generator's move per line, for coverage reports
+
+    def code(self, prefix: str = "") -> str:
+        head = [f"P = {prefix!r}"] + [spec.code() for spec in self.inputs]
+        body = [f"{var} = {expr}" for var, expr in self.lines]
+        outs = "outputs = {" + ", ".join(f"{o!r}: {o}" for o in self.outputs) + "}"
+        return "\n".join(head + body + [outs])
+
+    def build(self, prefix: str = "") -> dict:
+        """The graph's outputs as {variable: Tensor}; inputs are named prefix + name."""
+        import refcomp as rc
+        namespace = {"rc": rc, "np": np, "math": math}
+        exec(compile(self.code(prefix), f"<fuzz graph {self.seed}:{self.index}>", "exec"), namespace)
+        return namespace["outputs"]
+
+    def feeds(self, prefix: str, binding: dict, which: int) -> dict:
+        rng = np.random.default_rng([self.seed, self.index, which])
+        return {prefix + spec.name: spec.feed(rng, binding) for spec in self.inputs}
+
+    def truncated(self, upto: int) -> "FuzzGraph":
+        """The graph whose only output is line `upto`'s variable, dead lines dropped."""
+        return self.pruned([self.lines[upto][0]])
+
+    def pruned(self, outputs: Sequence[str]) -> "FuzzGraph":
+        """The graph with these outputs and only the lines and inputs they need."""
+        keep, ops, needed = [], [], set(outputs)
+        for (var, expr), op in reversed(list(zip(self.lines, self.ops))):
+            if var in needed:
+                keep.append((var, expr))
+                ops.append(op)
+                needed |= _names_in(expr)
+        inputs = [s for s in self.inputs if s.name in needed]
+        return FuzzGraph(self.seed, self.index, inputs, keep[::-1], list(outputs), ops[::-1])
+
+
+def _names_in(expr: str) -> set:
+    import re
+    return set(re.findall(r"\b[xv]\d+\b", expr))
+
+
+# --- the generator --------------------------------------------------------------------------------
+@dataclass
+class Var:
+    name: str
+    tensor: object
+    lo: float
+    hi: float
+    exact: bool  # every element is exactly a float32 input value (or a value computed exactly from them)
+
+    @property
+    def bound(self) -> float:
+        return max(abs(self.lo), abs(self.hi))
+
+    @property
+    def shape(self):
+        return self.tensor.shape
+
+
+def _max_extent(d) -> int:
+    return evaluate_dim(d, {s: MAX_BINDING for s in SYMBOLS})
+
+
+def _min_extent(d) -> int:
+    return evaluate_dim(d, {s: 1 for s in SYMBOLS})
+
+
+def _elements(shape) -> int:
+    return _max_extent(prod(dim(d) for d in shape)) if shape else 1
+
+
+def _simple(d) -> bool:
+    """A dim that an input can have: an int or a plain symbol."""
+    import sympy
+    return isinstance(d, int) or isinstance(d, sympy.Symbol)
+
+
+def _dim_code(d):
+    import sympy
+    return repr(d) if isinstance(d, int) else repr(d.name) if isinstance(d, sympy.Symbol) else None
+
+
+class Generator:
+    """Builds one FuzzGraph step by step, executing each line to learn its shape."""
+
+    def __init__(self, seed: int, index: int):
+        import refcomp as rc
+        self.rng = np.random.default_rng([seed, index])
+        self.graph = FuzzGraph(seed, index)
+        self.namespace = {"rc": rc, "np": np, "math": math, "P": ""}
+        self.vars: list[Var] = []
+        self.counter = 0
+
+    # --- helpers ------------------------------------------------------------------------------
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def chance(self, p: float) -> bool:
+        return bool(self.rng.random() < p)
+
+    def new_input(self, shape, kind: str = "normal", high: int = 0) -> Var:
+        name = f"x{len(self.graph.inputs)}"
+        spec = InputSpec(name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high)
+        self.graph.inputs.append(spec)
+        exec(spec.code(), self.namespace)
+        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high))}[kind]
+        var = Var(name, self.namespace[name], lo, hi, True)
+        if kind != "ids":
+            self.vars.append(var)
+        return var
+
+    def random_shape(self, ndim: Optional[int] = None, long_ok: bool = True) -> tuple:
+        ndim = ndim if ndim is not None else int(self.rng.integers(1, 5))
+        shape = []
+        for _ in range(ndim):
+            r = self.rng.random()
+            shape.append(self.choice(SYMBOLS) if r < 0.25 else int(self.rng.integers(1, 8)))
+        if long_ok and self.chance(0.12):
+            shape[int(self.rng.integers(ndim))] = int(self.rng.integers(*LONG))
+        while _elements(shape) > MAX_ELEMENTS:
+            axis = max(range(ndim), key=lambda a: shape[a] if isinstance(shape[a], int) else MAX_BINDING)
+            shape[axis] = max(1, shape[axis] // 3) if isinstance(shape[axis], int) else 1
+        return tuple(shape)
+
+    def emit(self, expr: str, lo: float, hi: float, exact: bool, op: str) -> Optional[Var]:
+        """Execute `var = expr`; keep it if its shape is sane. Returns the new variable or None."""
+        from ..errors import ShapeError
+        name = f"v{self.counter}"
+        try:
+            exec(f"{name} = {expr}", self.namespace)
+        except ShapeError:
+            return None
+        tensor = self.namespace[name]
+        if any(_min_extent(d) < 1 for d in tensor.shape) or _elements(tensor.shape) > MAX_ELEMENTS:
+            del self.namespace[name]
+            return None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise AssertionError(f"fuzz generator: unbounded interval for {expr}")
+        self.counter += 1
+        self.graph.lines.append((name, expr))
+        self.graph.ops.append(op)
+        var = Var(name, tensor, min(lo, hi), max(lo, hi), exact)
+        self.vars.append(var)
+        return var
+
+    def pick(self, pred: Callable[[Var], bool] = lambda v: True) -> Optional[Var]:
+        candidates = [v for v in self.vars if pred(v)]
+        if not candidates:
+            return None
+        weights = np.arange(1.0, len(candidates) + 1.0)  # recent ones are likelier
+        weights[-1] *= 2
+        weights = weights / weights.sum()
+        return candidates[int(self.rng.choice(len(candidates), p=weights))]
+
+    def tame(self, var: Var) -> Var:
+        """Rescale by an exact power of two when the values' bound exceeds LIMIT."""
+        if var.bound <= LIMIT:
+            return var
+        k = math.ceil(math.log2(var.bound / LIMIT))
+        scale = 2.0 ** -k
+        out = self.emit(f"{var.name} * {scale!r}", var.lo * scale, var.hi * scale, var.exact, "tame")
+        return out if out is not None else var
+
+    def compatible_operand(self, var: Var, positive: bool = False) -> tuple[str, float, float, bool]:
+        """Code for a second operand that broadcasts against `var`: a variable, a new input or a constant."""
+        shape = var.shape
+        r = self.rng.random()
+        if r < 0.2 or not shape:
+            value = float(self.rng.uniform(0.5, 2.0) if positive else self.rng.uniform(-2.0, 2.0))
+            value = float(np.float32(round(value, 3)))
+            return repr(value), value, value, True
+        if r < 0.55:
+            others = [v for v in self.vars if v is not var and _broadcasts(v.shape, shape)
+                      and (not positive or v.lo >= 0.5)]
+            if others:
+                o = self.choice(others)
+                return o.name, o.lo, o.hi, o.exact
+        new_shape = [d if (_simple(d) and self.chance(0.7)) else 1 for d in shape]
+        drop = int(self.rng.integers(0, len(new_shape) + 1)) if self.chance(0.3) else 0
+        new_shape = new_shape[drop:]
+        spec = self.new_input(tuple(new_shape), "positive" if positive else "normal")
+        return spec.name, spec.lo, spec.hi, True
+
+    # --- the steps ------------------------------------------------------------------------------
+    def step(self) -> None:
+        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5),
+                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4)]
+        names, weights = zip(*kinds)
+        p = np.array(weights) / sum(weights)
+        kind = names[int(self.rng.choice(len(names), p=p))]
+        getattr(self, f"step_{kind}")()
+
+    def step_unary(self) -> None:
+        v = self.pick()
+        n = v.name
+        options = []
+        b = v.bound
+        options.append((f"{n}.sin()", -1.0, 1.0, "sin"))
+        options.append((f"{n}.cos()", -1.0, 1.0, "cos"))
+        options.append((f"({n} * {n} + 1.0)", 1.0 if v.lo * v.hi <= 0 else 1.0 + min(v.lo ** 2, v.hi ** 2), b * b + 1.0, "square_plus_one"))
+        options.append((f"-{n}", -v.hi, -v.lo, "neg"))
+        a, c = self.choice([-1.5, 0.5, 2.0, 0.25, 3.0]), self.choice([-1.0, 0.0, 0.5, 1.0])
+        options.append((f"({n} * {a!r} + {c!r})", min(v.lo * a, v.hi * a) + c, max(v.lo * a, v.hi * a) + c, "affine"))
+        options.append((f"{n}.relu()", max(v.lo, 0.0), max(v.hi, 0.0), "relu"))
+        options.append((f"{n}.abs()", 0.0 if v.lo * v.hi <= 0 else min(abs(v.lo), abs(v.hi)), b, "abs"))
+        options.append((f"{n}.sigmoid()", _sig(v.lo), _sig(v.hi), "sigmoid"))
+        options.append((f"{n}.tanh()", math.tanh(v.lo), math.tanh(v.hi), "tanh"))
+        options.append((f"{n}.gelu()", -0.2, max(v.hi, 0.0), "gelu"))
+        options.append((f"{n}.silu()", -0.3, max(v.hi, 0.0), "silu"))
+        lo_c, hi_c = sorted(float(np.float32(round(x, 2))) for x in self.rng.uniform(-1.5, 1.5, 2))
+        options.append((f"{n}.clip({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), "clip"))
+        options.append((f"({n} ** 3)", v.lo ** 3, v.hi ** 3, "cube"))
+        options.append((f"{n}.contiguous()", v.lo, v.hi, "contiguous"))
+        if v.hi <= 3.0 and v.lo >= -40:
+            options.append((f"{n}.exp()", math.exp(v.lo), math.exp(v.hi), "exp"))
+            options.append((f"{n}.exp2()", 2 ** v.lo, 2 ** v.hi, "exp2"))
+        if v.lo >= 0.5:
+            options.append((f"{n}.log2()", math.log2(v.lo), math.log2(v.hi), "log2"))
+            options.append((f"{n}.log()", math.log(v.lo), math.log(v.hi), "log"))
+            options.append((f"{n}.sqrt()", math.sqrt(v.lo), math.sqrt(v.hi), "sqrt"))
+            options.append((f"{n}.rsqrt()", 1 / math.sqrt(v.hi), 1 / math.sqrt(v.lo), "rsqrt"))
+            options.append((f"{n}.reciprocal()", 1 / v.hi, 1 / v.lo, "recip"))
+            options.append((f"(1.0 / {n})", 1 / v.hi, 1 / v.lo, "div_const"))
+            options.append((f"({n} ** 1.5)", v.lo ** 1.5, v.hi ** 1.5, "pow"))
+            options.append((f"{n}.reciprocal().reciprocal()", v.lo, v.hi, "recip_recip"))
+        if v.bound <= 6:
+            options.append((f"{n}.exp2().log2()", v.lo, v.hi, "log2_exp2"))
+            options.append((f"({n}.exp2() * {n}.sin().exp2())", 2 ** (v.lo - 1), 2 ** (v.hi + 1), "exp2_product"))
+        expr, lo, hi, op = self.choice(options)
+        exact = v.exact and op in ("neg", "relu", "abs", "contiguous")
+        out = self.emit(expr, lo, hi, exact, op)
+        if out is not None:
+            self.tame(out)
+
+    def step_binary(self) -> None:
+        v = self.pick()
+        op = self.choice(["add", "sub", "mul", "maximum", "minimum", "div", "add", "mul"])
+        code, lo, hi, exact = self.compatible_operand(v, positive=(op == "div"))
+        n = v.name
+        if self.chance(0.3):  # operand order matters for broadcasting and for the rules
+            first, second, (alo, ahi), (blo, bhi) = code, n, (lo, hi), (v.lo, v.hi)
+        else:
+            first, second, (alo, ahi), (blo, bhi) = n, code, (v.lo, v.hi), (lo, hi)
+        if op == "div" and first == code:
+            first, second, (alo, ahi), (blo, bhi) = n, code, (v.lo, v.hi), (lo, hi)
+        ex = exact and v.exact
+        if op == "add":
+            out = self.emit(f"({first} + {second})", alo + blo, ahi + bhi, False, op)
+        elif op == "sub":
+            out = self.emit(f"({first} - {second})", alo - bhi, ahi - blo, False, op)
+        elif op == "mul":
+            ps = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+            out = self.emit(f"({first} * {second})", min(ps), max(ps), False, op)
+        elif op == "maximum":
+            out = self.emit(f"rc.maximum({first}, {second})", max(alo, blo), max(ahi, bhi), ex, op)
+        elif op == "minimum":
+            out = self.emit(f"rc.minimum({first}, {second})", min(alo, blo), min(ahi, bhi), ex, op)
+        else:
+            ps = [alo / blo, alo / bhi, ahi / blo, ahi / bhi]
+            out = self.emit(f"({first} / {second})", min(ps), max(ps), False, op)
+        if out is not None:
+            self.tame(out)
+
+    def step_view(self) -> None:
+        v = self.pick()
+        n, shape, nd = v.name, v.shape, len(v.shape)
+        r = self.rng.random()
+        ops = ["permute", "flip", "slice", "pad", "reshape", "unsqueeze", "expand", "squeeze", "transpose"]
+        op = self.choice(ops)
+        if nd == 0:
+            op = self.choice(["unsqueeze", "expand"])
+        if op == "permute" and nd >= 2:
+            order = [int(a) for a in self.rng.permutation(nd)]
+            expr = f"{n}.permute({', '.join(map(str, order))})"
+        elif op == "transpose" and nd >= 2:
+            expr = f"{n}.transpose(-1, -2)" if self.chance(0.5) else f"{n}.T"
+        elif op == "flip":
+            expr = f"{n}.flip({int(self.rng.integers(nd))})" if self.chance(0.7) else f"{n}.flip()"
+        elif op == "slice":
+            items = []
+            for d in shape:
+                if isinstance(d, int) and self.chance(0.6):
+                    items.append(self.random_slice(d))
+                elif not isinstance(d, int) and self.chance(0.3):
+                    items.append(self.choice(["::2", "::-1", "::3", "::-2"]) if self.choice([0, 1]) == 0 else "::-1")
+                else:
+                    items.append(":")
+            expr = f"{n}[{', '.join(items)}]"
+        elif op == "pad":
+            widths = [(int(self.rng.integers(0, 3)), int(self.rng.integers(0, 3))) if self.chance(0.6) else (0, 0) for _ in shape]
+            value = self.choice([0.0, 0.0, 0.5, -1.0])
+            expr = f"{n}.pad({widths!r}" + (f", value={value!r})" if value else ")")
+            return self._emit_view(expr, v, min(v.lo, value), max(v.hi, value), v.exact, "pad")
+        elif op == "reshape":
+            expr = self.random_reshape(v)
+        elif op == "unsqueeze":
+            expr = f"{n}.unsqueeze({int(self.rng.integers(-nd - 1, nd + 1))})"
+        elif op == "squeeze" and any(isinstance(d, int) and d == 1 for d in shape):
+            axis = self.choice([a for a, d in enumerate(shape) if isinstance(d, int) and d == 1])
+            expr = f"{n}.squeeze({axis})"
+        elif op == "expand":
+            ones = [a for a, d in enumerate(shape) if isinstance(d, int) and d == 1]
+            if ones and self.chance(0.6):
+                sizes = ["-1"] * nd
+                sizes[self.choice(ones)] = self.choice(["3", "5", "'B'", "'T'"])
+                expr = f"{n}.expand({', '.join(sizes)})"
+            else:
+                lead = self.choice(["2", "4", "'B'"])
+                expr = f"{n}.expand({', '.join([lead] + ['-1'] * nd)})" if nd else f"{n}.expand({lead})"
+        else:
+            expr = f"{n}.flip({int(self.rng.integers(nd))})" if nd else f"{n}.unsqueeze(0)"
+        self._emit_view(expr, v, v.lo, v.hi, v.exact, op)
+
+    def _emit_view(self, expr, v, lo, hi, exact, op):
+        out = self.emit(expr, lo, hi, exact, op)
+        # a view followed by an elementwise op, so the view lands on an edge between compute nodes
+        if out is not None and self.chance(0.5):
+            self.emit(f"({out.name} * {self.choice([0.5, 2.0, -1.0, 1.0])!r})", -out.bound * 2, out.bound * 2, out.exact,
+                      "scale_after_view")
+
+    def random_slice(self, n: int) -> str:
+        step = self.choice([1, 1, 2, 3, -1, -2])
+        a, b = sorted(int(x) for x in self.rng.integers(0, n + 1, 2))
+        if a == b:
+            a, b = 0, n
+        if step > 0:
+            return f"{a}:{b}" + (f":{step}" if step != 1 else "")
+        return f"{b - 1}:{a - 1 if a > 0 else ''}:{step}" if b - 1 >= 0 else f"::{step}"
+
+    def random_reshape(self, v: Var) -> str:
+        n, shape, nd = v.name, v.shape, len(v.shape)
+        r = self.rng.random()
+        dims = [f"{n}.shape[{a}]" for a in range(nd)]
+        if r < 0.3 or nd == 1:
+            if nd == 1 and isinstance(shape[0], int) and shape[0] > 3 and any(shape[0] % k == 0 for k in (2, 3)):
+                k = 2 if shape[0] % 2 == 0 else 3
+                return f"{n}.reshape({k}, -1)"
+            return f"{n}.reshape(-1)"
+        if r < 0.7 and nd >= 2:
+            a = int(self.rng.integers(nd - 1))
+            new = dims[:a] + ["-1"] + dims[a + 2:]
+            return f"{n}.reshape({', '.join(new)})"
+        splittable = [a for a, d in enumerate(shape) if isinstance(d, int) and d > 3 and (d % 2 == 0 or d % 3 == 0)]
+        if splittable:
+            a = self.choice(splittable)
+            k = 2 if shape[a] % 2 == 0 else 3
+            new = dims[:a] + [str(k), "-1"] + dims[a + 1:]
+            return f"{n}.reshape({', '.join(new)})"
+        return f"{n}.reshape({', '.join(dims + ['1'])})"
+
+    def step_reduce(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        axis = int(self.rng.integers(-nd, nd))
+        keep = self.chance(0.4)
+        kd = ", keepdims=True" if keep else ""
+        op = self.choice(["sum", "max", "min", "mean", "sum", "max", "var", "multi", "all"])
+        extent = _max_extent(v.shape[axis])
+        if op == "sum":
+            lo, hi = min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent)
+            out = self.emit(f"{n}.sum({axis}{kd})", lo, hi, False, "sum")
+        elif op in ("max", "min"):
+            out = self.emit(f"{n}.{op}({axis}{kd})", v.lo, v.hi, v.exact, op)
+        elif op == "mean":
+            out = self.emit(f"{n}.mean({axis}{kd})", v.lo, v.hi, False, "mean")
+        elif op == "var":
+            out = self.emit(f"{n}.var({axis}{kd})", 0.0, (v.hi - v.lo) ** 2, False, "var")
+        elif op == "multi" and nd >= 2:
+            axes = sorted(int(a) for a in self.rng.choice(nd, size=2, replace=False))
+            which = self.choice(["sum", "max"])
+            total = _max_extent(v.shape[axes[0]]) * _max_extent(v.shape[axes[1]])
+            lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
+            out = self.emit(f"{n}.{which}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
+        else:
+            which = self.choice(["sum", "max", "mean"])
+            total = _elements(v.shape)
+            lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
+            out = self.emit(f"{n}.{which}()", lo, hi, v.exact and which == "max", which + "_all")
+        if out is not None:
+            self.tame(out)
+
+    def step_row(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        axis = -1 if self.chance(0.6) else int(self.rng.integers(-nd, nd))
+        extent = _max_extent(v.shape[axis])
+        op = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm", "softmax"])
+        if op == "softmax":
+            out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, op)
+        elif op == "log_softmax":
+            out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
+        elif op == "layer_norm":
+            last = v.shape[-1]
+            affine = _simple(last) and self.chance(0.5)
+            bound = math.sqrt(_max_extent(last)) + 1
+            if affine:
+                w = self.new_input((last,), "normal")
+                b = self.new_input((last,), "normal")
+                out = self.emit(f"rc.nn.layer_norm({n}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
+            else:
+                out = self.emit(f"rc.nn.layer_norm({n})", -bound, bound, False, op)
+        else:
+            bound = math.sqrt(_max_extent(v.shape[-1])) + 1
+            out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
+        if out is not None:
+            self.tame(out)
+
+    def step_matmul(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, shape = v.name, v.shape
+        k = shape[-1]
+        r = self.rng.random()
+        if r < 0.15 and len(shape) >= 2:  # a batched product of the tensor with itself
+            kk = _max_extent(k)
+            out = self.emit(f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound ** 2, kk * v.bound ** 2, False, "matmul_self")
+        elif r < 0.3 and len(shape) >= 2 and _simple(shape[-2]):  # W @ v
+            m = self.choice([1, 2, 3, 5, "T"])
+            w = self.new_input((m, shape[-2]))
+            kk = _max_extent(shape[-2])
+            out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
+        elif _simple(k):
+            width = self.choice([1, 2, 3, 4, 7, "B", 16])
+            kk = _max_extent(k)
+            bias = self.new_input((width,)).name if self.chance(0.4) else None
+            if self.chance(0.6):  # x @ W (+ b)
+                w = self.new_input((k, width))
+                expr = f"({n} @ {w.name})" if bias is None else f"({n} @ {w.name} + {bias})"
+            else:  # linear: x @ W.T (+ b)
+                w = self.new_input((width, k))
+                expr = f"rc.nn.linear({n}, {w.name})" if bias is None else f"rc.nn.linear({n}, {w.name}, {bias})"
+            out = self.emit(expr, -2 * kk * v.bound - 2, 2 * kk * v.bound + 2, False, "matmul")
+        else:
+            return self.step_unary()
+        if out is not None:
+            if self.chance(0.4):
+                out = self.emit(f"{out.name}.relu()", 0.0, out.hi, False, "relu") or out
+            self.tame(out)
+
+    def step_exact(self) -> None:
+        """Discontinuous ops, only on values exact in float32 (both precisions take the same branch)."""
+        v = self.pick(lambda v: v.exact)
+        if v is None:
+            v = self.new_input(self.random_shape(long_ok=False))
+        n = v.name
+        op = self.choice(["where", "compare", "fmod", "mod", "argmax", "where", "eq"])
+        c = float(self.choice([0.0, 0.3, -0.7, 1.1]))
+        if op == "where":
+            a_code, alo, ahi, _ = self.compatible_operand(v)
+            cmp = self.choice(["<", ">", "<=", ">="])
+            out = self.emit(f"rc.where({n} {cmp} {c!r}, {a_code}, {n})", min(alo, v.lo), max(ahi, v.hi), False, "where")
+        elif op == "compare":
+            other = self.pick(lambda w: w.exact and w is not v and _broadcasts(w.shape, v.shape))
+            rhs = other.name if other is not None and self.chance(0.5) else repr(c)
+            cmp = self.choice(["<", ">", "<=", ">="])
+            out = self.emit(f"({n} {cmp} {rhs})", 0.0, 1.0, True, "compare")
+        elif op == "eq":
+            out = self.emit(f"{n}.eq({n}.max(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
+        elif op == "fmod":
+            d = self.choice([0.75, 1.5, -1.25])
+            out = self.emit(f"rc.fmod({n}, {d!r})", -abs(d), abs(d), True, "fmod")
+        elif op == "mod":
+            d = self.choice([0.75, 1.5, -1.25])
+            out = self.emit(f"({n} % {d!r})", -abs(d), abs(d), False, "mod")
+        else:
+            if not v.shape:
+                return
+            axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
+            extent = _max_extent(v.shape[axis])
+            out = self.emit(f"{n}.argmax({axis})", 0.0, float(extent), True, "argmax")
+
+    def step_combine(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        axis = int(self.rng.integers(nd))
+        r = self.rng.random()
+        if r < 0.4:
+            others = [w for w in self.vars if w is not v and len(w.shape) == nd and
+                      all(str(a) == str(b) for i, (a, b) in enumerate(zip(w.shape, v.shape)) if i != axis)]
+            other = self.choice(others) if others else None
+            o = other.name if other is not None else f"{n}.flip({axis})"
+            lo = min(v.lo, other.lo) if other is not None else v.lo
+            hi = max(v.hi, other.hi) if other is not None else v.hi
+            ex = v.exact and (other.exact if other is not None else True)
+            self.emit(f"rc.concat([{n}, {o}], {axis})", lo, hi, ex, "concat")
+        elif r < 0.7:
+            self.emit(f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})", min(v.lo, v.lo * 0.5),
+                      max(v.hi, v.hi * 0.5), v.exact, "stack")
+        else:
+            extent = _max_extent(v.shape[axis])
+            out = self.emit(f"{n}.cumsum({axis})", min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent), False, "cumsum")
+            if out is not None:
+                self.tame(out)
+
+    def step_window(self) -> None:
+        """Convolution and pooling: windows read through one strided view."""
+        v = self.pick(lambda v: len(v.shape) == 4 and all(isinstance(d, int) for d in v.shape[1:]))
+        if v is None or self.chance(0.3):
+            shape = (self.choice([1, 2, "B"]), self.choice([1, 2, 3]), int(self.rng.integers(3, 8)), int(self.rng.integers(3, 8)))
+            v = self.new_input(shape)
+        n = v.name
+        _, c, h, w = v.shape
+        op = self.choice(["conv", "conv", "max_pool", "avg_pool"])
+        k = int(self.rng.integers(1, min(3, h, w) + 1))
+        stride = self.choice([1, 1, 2])
+        if op == "conv":
+            cout = self.choice([1, 2, 3])
+            pad = self.choice([0, 0, 1])
+            wt = self.new_input((cout, c, k, k))
+            bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ""
+            bound = c * k * k * v.bound * 2 + 2
+            out = self.emit(f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})", -bound, bound, False, "conv2d")
+        elif op == "max_pool":
+            pad = self.choice([0, k // 2])
+            out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad})", v.lo, v.hi, v.exact, "max_pool2d")
+        else:
+            pad = self.choice([0, k // 2])
+            out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
+        if out is not None:
+            self.tame(out)
+
+    def step_gather(self) -> None:
+        v = self.pick(lambda v: len(v.shape) == 2 and isinstance(v.shape[0], int))
+        table = v if v is not None and self.chance(0.6) else self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
+        rows = table.shape[0]
+        ids = self.new_input(self.choice([(3,), ("B",), (2, "T"), (1,)]), "ids", rows)
+        self.emit(f"rc.nn.embedding({ids.name}, {table.name})", table.lo, table.hi, table.exact, "gather")
+
+    # --- one whole graph ------------------------------------------------------------------------
+    def generate(self) -> FuzzGraph:
+        for _ in range(int(self.rng.integers(1, 3))):
+            self.new_input(self.random_shape(), "positive" if self.chance(0.2) else "normal")
+        steps = int(self.rng.integers(2, 10))
+        for _ in range(steps):
+            self.step()
+        computed = [name for name, _ in self.graph.lines]
+        if not computed:
+            v = self.vars[-1]
+            self.emit(f"({v.name} + 1.0)", v.lo + 1, v.hi + 1, False, "add")
+            computed = [name for name, _ in self.graph.lines]
+        outputs = [computed[-1]]
+        read = set().union(*(_names_in(e) for _, e in self.graph.lines))
+        outputs += [v for v in computed[:-1] if v not in read and self.chance(0.6)]  # other branches' ends
+        if len(computed) > 2 and self.chance(0.3):  # an intermediate that is also read later
+            outputs.append(self.choice(computed[:-1]))
+        last = self.vars[-1]
+        if self.chance(0.1) and len(last.shape) >= 2:
+            view = self.emit(f"{last.name}.transpose(0, -1)", last.lo, last.hi, last.exact, "output_view")
+            if view is not None:
+                outputs[0] = view.name
+        if self.chance(0.03):  # an output that is just an input
+            outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind != "ids" else outputs[0])
+        return self.graph.pruned(list(dict.fromkeys(outputs)))
+
+
+def _sig(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+def _broadcasts(small, big) -> bool:
+    if len(small) > len(big):
+        return False
+    for a, b in zip(reversed(small), reversed(big)):
+        if not (str(a) == str(b) or (isinstance(a, int) and a == 1)):
+            return False
+    return True
+
+
+def generate(seed: int, index: int) -> FuzzGraph:
+    """Graph number `index` of the run with `seed` (the same pair always gives the same graph)."""
+    return Generator(seed, index).generate()
+
+
+# --- checking -------------------------------------------------------------------------------------
+@dataclass
+class Mismatch:
+    graph: FuzzGraph
+    mode: str  # "search" or "plain"
+    binding: dict
+    which: int  # binding index (selects the random data)
+    output: str
+    message: str
+
+    def report(self) -> str:
+        return (f"MISMATCH seed={self.graph.seed} index={self.graph.index} mode={self.mode} binding={self.binding} "
+                f"data={self.which} output={self.output}\n{self.message}\n--- graph ---\n{self.graph.code()}")
+
+
+def bindings_for(seed: int, program: int) -> list[dict]:
+    """Two bindings of the symbolic dims for one program (B = 1 and extremes included over a run)."""
+    rng = np.random.default_rng([seed, 1_000_000_007, program])
+    out = []
+    for _ in range(2):
+        out.append({s: int(rng.integers(1, MAX_BINDING + 1)) for s in SYMBOLS})
+    return out
+
+
+def tolerance(want64: np.ndarray, want32: np.ndarray) -> np.ndarray:
+    """Per element: golden's float32 tolerance plus 4x the float32 reference's own error there."""
+    rtol, atol = FLOAT32_TOLERANCE["rtol"], FLOAT32_TOLERANCE["atol"]
+    return atol + rtol * np.abs(want64) + 4.0 * np.abs(want32.astype(np.float64) - want64)
+
+
+def compare(got, want64, want32) -> Optional[str]:
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != want64.shape:
+        return f"shape {got.shape}, expected {want64.shape}"
+    if not np.all(np.isfinite(want64)):
+        return None  # the reference itself is not finite: a generator problem, counted separately
+    err = np.abs(got - want64)
+    bad = ~(err <= tolerance(want64, want32))  # NaN counts as bad
+    if not bad.any():
+        return None
+    where = np.argwhere(bad)
+    i = tuple(where[0])
+    return (f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, expected {want64[i]!r} "
+            f"(float32 reference {float(want32[i])!r}); max abs error {np.nanmax(np.where(np.isfinite(err), err, np.inf)):.3g}")
+
+
+@dataclass
+class BatchResult:
+    mismatches: list[Mismatch] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # exceptions while compiling or running
+    skipped: int = 0  # outputs whose float64 reference is not finite (a generator problem)
+    compared: int = 0  # (graph, mode, binding) triples compared
+    kernels: dict = field(default_factory=dict)  # mode -> total kernels
+    seconds: dict = field(default_factory=dict)
+
+
+def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("search", "plain"),
+                backend: str = "emulator") -> BatchResult:
+    """Compile all graphs into one program per mode, run at every binding, compare with the reference."""
+    import refcomp as rc
+    result = BatchResult()
+    outputs, owner = {}, {}
+    for g in graphs:
+        prefix = f"g{g.index}_"
+        for var, tensor in g.build(prefix).items():
+            outputs[prefix + var] = tensor
+            owner[prefix + var] = (g, var)
+    references = []
+    t0 = time.perf_counter()
+    for which, binding in enumerate(bindings):
+        feeds = {}
+        for g in graphs:
+            feeds.update(g.feeds(f"g{g.index}_", binding, which))
+        want64 = rc.evaluate(outputs, feeds, dims=binding, precision="float64")
+        want32 = rc.evaluate(outputs, feeds, dims=binding, precision="float32")
+        references.append((feeds, want64, want32))
+    result.seconds["reference"] = time.perf_counter() - t0
+    for mode in modes:
+        t0 = time.perf_counter()
+        try:
+            prog = rc.compile(outputs, search=(mode == "search"))
+        except Exception:
+            result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+            continue
+        result.kernels[mode] = len(prog.kernels)
+        for which, (binding, (feeds, want64, want32)) in enumerate(zip(bindings, references)):
+            try:
+                got = prog.run(feeds, backend=backend, dims=binding)
+            except Exception:
+                result.errors.append(f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+                continue
+            for key in outputs:
+                g, var = owner[key]
+                if not np.all(np.isfinite(want64[key])):
+                    result.skipped += 1
+                    continue
+                result.compared += 1
+                message = compare(got[key], want64[key], want32[key])
+                if message is not None:
+                    result.mismatches.append(Mismatch(g, mode, binding, which, var, message))
+        result.seconds[mode] = time.perf_counter() - t0
+    return result
+
+
+def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain")) -> BatchResult:
+    """One graph alone (its input names unprefixed apart from the g<index>_ the batch uses)."""
+    return check_batch([graph], bindings, modes)
+
+
+def shrink(graph: FuzzGraph, binding: dict, which: int, mode: str) -> FuzzGraph:
+    """The shortest prefix of the graph (one output, dead lines dropped) that still mismatches alone."""
+    for upto in range(len(graph.lines)):
+        candidate = graph.truncated(upto)
+        res = _check_one(candidate, binding, which, mode)
+        if res:
+            return candidate
+    return graph
+
+
+def _check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
+    bindings = [binding] if which == 0 else [binding, binding]
+    try:
+        res = check_batch([graph], bindings, (mode,))
+    except Exception:
+        return True
+    return bool(res.mismatches or res.errors)
+
+
+# --- the command line -----------------------------------------------------------------------------
+def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plain"), progress: bool = True,
+        shrink_failures: bool = True, out=sys.stdout) -> BatchResult:
+    total = BatchResult()
+    start = time.perf_counter()
+    coverage: dict[str, int] = {}
+    for p, first in enumerate(range(0, count, per_program)):
+        graphs = [generate(seed, i) for i in range(first, min(first + per_program, count))]
+        for g in graphs:
+            for op in g.ops:
+                coverage[op] = coverage.get(op, 0) + 1
+        res = check_batch(graphs, bindings_for(seed, p), modes)
+        total.mismatches += res.mismatches
+        total.errors += res.errors
+        total.skipped += res.skipped
+        total.compared += res.compared
+        for k, v in res.kernels.items():
+            total.kernels[k] = total.kernels.get(k, 0) + v
+        for m in res.mismatches:
+            print(m.report(), file=out)
+            if shrink_failures:
+                small = shrink(m.graph, m.binding, m.which, m.mode)
+                alone = _check_one(m.graph, m.binding, m.which, m.mode)
+                print(f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
+                      f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n", file=out)
+        for e in res.errors:
+            print(f"ERROR (seed={seed}, program {p}, bindings {bindings_for(seed, p)}):\n{e}", file=out)
+        if progress:
+            done = min(first + per_program, count)
+            elapsed = time.perf_counter() - start
+            print(f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+                  f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)", file=out, flush=True)
+    total.seconds["total"] = time.perf_counter() - start
+    if progress:
+        print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
+              f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+              f"{total.skipped} non-finite references skipped, kernels {total.kernels}, "
+              f"{total.seconds['total']:.1f} s", file=out)
+        print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
+    return total
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m refcomp.search.fuzz", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=1000, help="how many random graphs (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-program", type=int, default=30, help="graphs compiled into one program (default 30)")
+    parser.add_argument("--modes", default="search,plain", help="comma-separated: search, plain")
+    parser.add_argument("--replay", metavar="SEED:INDEX", help="rebuild one graph, print it and check it alone")
+    parser.add_argument("--no-shrink", action="store_true", help="do not shrink failing graphs")
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if args.replay:
+        seed, index = (int(x) for x in args.replay.split(":"))
+        graph = generate(seed, index)
+        bindings = bindings_for(seed, index // args.per_program)
+        print(f"# seed {seed}, graph {index}, bindings {bindings}\n{graph.code()}")
+        res = check_graph(graph, bindings, modes)
+        for m in res.mismatches:
+            print(m.report())
+        for e in res.errors:
+            print(e)
+        print(f"{len(res.mismatches)} mismatches, {len(res.errors)} errors")
+        return 1 if res.mismatches or res.errors else 0
+    total = run(args.count, args.seed, args.per_program, modes, shrink_failures=not args.no_shrink)
+    return 1 if total.mismatches or total.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
