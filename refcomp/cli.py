@@ -101,9 +101,82 @@ def _setup_golden(parser: argparse.ArgumentParser) -> None:
     listing.set_defaults(func=_golden_list)
 
 
+# --- compile / explain / doctor --------------------------------------------------------------------
+def _load_target(target: str):
+    """Outputs named by TARGET: a golden case name, or FILE.py:FUNCTION returning tensors."""
+    if ":" in target:
+        import importlib.util
+        path, func = target.rsplit(":", 1)
+        spec = importlib.util.spec_from_file_location("refcomp_target", path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"refcomp: cannot load {path!r}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        built = getattr(module, func)()
+        return built[0] if isinstance(built, tuple) else built
+    from . import golden
+    cases = {c.name: c for c in golden.load_cases()}
+    if target not in cases:
+        raise SystemExit(f"refcomp: {target!r} is neither FILE.py:FUNCTION nor a golden case (see `refcomp golden list`)")
+    return cases[target].build()
+
+
+def _dims(pairs: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for pair in pairs or ():
+        name, _, value = pair.partition("=")
+        if not value.isdigit():
+            raise SystemExit(f"refcomp: --dims-hint takes NAME=INT, got {pair!r}")
+        out[name] = int(value)
+    return out
+
+
+def _compile_target(args):
+    from .codegen.program import compile as compile_program
+    return compile_program(_load_target(args.target), search=not args.no_search, dims_hint=_dims(args.dims_hint))
+
+
+def _compile(args) -> int:
+    prog = _compile_target(args)
+    print(prog)
+    if args.source:
+        print(prog.source)
+    if args.report:
+        print(prog.report())
+    if prog.search is not None:
+        print(prog.cost_summary())
+    return 0
+
+
+def _explain(args) -> int:
+    print(_compile_target(args).explain())
+    return 0
+
+
+def _doctor(args) -> int:
+    from .exec.doctor import doctor
+    print(doctor())
+    return 0
+
+
+def _setup_program(func):
+    def setup(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("target", help="a golden case name, or FILE.py:FUNCTION returning the outputs")
+        parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
+        parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
+        if func is _compile:
+            parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
+            parser.add_argument("--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel")
+        parser.set_defaults(func=func)
+    return setup
+
+
 # --- the command table ----------------------------------------------------------------------------
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "golden": ("golden cases: check the reference against stored outputs, or regenerate them", _setup_golden),
+    "compile": ("compile a program and show its kernels, CUDA source and nvcc report", _setup_program(_compile)),
+    "explain": ("show the graph before and after search, the rules applied and each kernel's cost", _setup_program(_explain)),
+    "doctor": ("which backends are usable here, and how to get the others", lambda p: p.set_defaults(func=_doctor)),
 }
 
 

@@ -54,6 +54,15 @@ LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows be
 LONG = (150, 600)  # the extent of an occasional long axis
 
 
+# Open bugs outside the search whose trigger the generator steers around by default (so that one
+# known bug does not mask the rest); `--known-bugs` generates them again. Each has a test in
+# tests/test_fuzz.py that fails until it is fixed. Remove an entry once its bug is fixed.
+KNOWN_BUGS = {
+    "negative_power_constant": "codegen/cprint.py CPrinter._double cannot print B**(-2): "
+                               "rc.compile(rc.input('x', ('B', 'B')).mean(), search=False) raises NotImplementedError",
+}
+
+
 # --- the graph ------------------------------------------------------------------------------------
 @dataclass
 class InputSpec:
@@ -169,8 +178,9 @@ def _dim_code(d):
 class Generator:
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
-    def __init__(self, seed: int, index: int):
+    def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
         import refcomp as rc
+        self.avoid = set(avoid)
         self.rng = np.random.default_rng([seed, index])
         self.graph = FuzzGraph(seed, index)
         self.namespace = {"rc": rc, "np": np, "math": math, "P": ""}
@@ -461,6 +471,8 @@ class Generator:
             out = self.emit(f"{n}.{which}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
         else:
             which = self.choice(["sum", "max", "mean"])
+            if which == "mean" and "negative_power_constant" in self.avoid and _repeated_symbol(v.shape):
+                which = "sum"
             total = _elements(v.shape)
             lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
             out = self.emit(f"{n}.{which}()", lo, hi, v.exact and which == "max", which + "_all")
@@ -659,9 +671,16 @@ def _broadcasts(small, big) -> bool:
     return True
 
 
-def generate(seed: int, index: int) -> FuzzGraph:
-    """Graph number `index` of the run with `seed` (the same pair always gives the same graph)."""
-    return Generator(seed, index).generate()
+def _repeated_symbol(shape) -> bool:
+    names = [s.name for d in shape if not isinstance(d, int) for s in d.free_symbols]
+    return len(names) != len(set(names))
+
+
+def generate(seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)) -> FuzzGraph:
+    """Graph number `index` of the run with `seed` (the same pair always gives the same graph).
+
+    `avoid` names KNOWN_BUGS whose trigger the generator steers around (all of them by default)."""
+    return Generator(seed, index, avoid).generate()
 
 
 # --- checking -------------------------------------------------------------------------------------
@@ -744,7 +763,7 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
     for mode in modes:
         t0 = time.perf_counter()
         try:
-            prog = rc.compile(outputs, search=(mode == "search"))
+            prog = _compile(outputs, mode)
         except Exception:
             result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
             continue
@@ -766,6 +785,19 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                     result.mismatches.append(Mismatch(g, mode, binding, which, var, message))
         result.seconds[mode] = time.perf_counter() - t0
     return result
+
+
+def _compile(outputs, mode: str):
+    """rc.compile, without the search's progress line."""
+    import refcomp as rc
+    from ..codegen.program import program_for_schedule
+    from ..ops.graph import flatten_outputs
+    from .search import search
+    if mode == "plain":
+        return rc.compile(outputs, search=False)
+    tensors, _ = flatten_outputs(outputs)
+    result = search([t.edge for t in tensors], progress=False)
+    return program_for_schedule(outputs, result, result.schedule)
 
 
 def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain")) -> BatchResult:
@@ -794,12 +826,12 @@ def _check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
 
 # --- the command line -----------------------------------------------------------------------------
 def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plain"), progress: bool = True,
-        shrink_failures: bool = True, out=sys.stdout) -> BatchResult:
+        shrink_failures: bool = True, out=sys.stdout, avoid: Sequence[str] = tuple(KNOWN_BUGS)) -> BatchResult:
     total = BatchResult()
     start = time.perf_counter()
     coverage: dict[str, int] = {}
     for p, first in enumerate(range(0, count, per_program)):
-        graphs = [generate(seed, i) for i in range(first, min(first + per_program, count))]
+        graphs = [generate(seed, i, avoid) for i in range(first, min(first + per_program, count))]
         for g in graphs:
             for op in g.ops:
                 coverage[op] = coverage.get(op, 0) + 1
@@ -842,11 +874,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--modes", default="search,plain", help="comma-separated: search, plain")
     parser.add_argument("--replay", metavar="SEED:INDEX", help="rebuild one graph, print it and check it alone")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink failing graphs")
+    parser.add_argument("--known-bugs", action="store_true", help="also generate the triggers of KNOWN_BUGS")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.replay:
         seed, index = (int(x) for x in args.replay.split(":"))
-        graph = generate(seed, index)
+        graph = generate(seed, index, () if args.known_bugs else tuple(KNOWN_BUGS))
         bindings = bindings_for(seed, index // args.per_program)
         print(f"# seed {seed}, graph {index}, bindings {bindings}\n{graph.code()}")
         res = check_graph(graph, bindings, modes)
@@ -856,7 +889,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(e)
         print(f"{len(res.mismatches)} mismatches, {len(res.errors)} errors")
         return 1 if res.mismatches or res.errors else 0
-    total = run(args.count, args.seed, args.per_program, modes, shrink_failures=not args.no_shrink)
+    total = run(args.count, args.seed, args.per_program, modes, shrink_failures=not args.no_shrink,
+                avoid=() if args.known_bugs else tuple(KNOWN_BUGS))
     return 1 if total.mismatches or total.errors else 0
 
 
