@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import FeedError
+from ..errors import FeedError, RefcompError
 from ..exec.backends import get_backend
 from ..exec.bindings import bind_dims
 from ..exec.reference import evaluate
@@ -30,6 +30,7 @@ class Program:
         self.kernels = kernels
         self.output_nodes = output_nodes
         self.search = search  # the SearchResult (trace, costs) when the program was searched
+        self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
         nodes = toposort(list(output_nodes))
         self._inputs = input_nodes(nodes)
         self._all_inputs = [n for n in nodes if n.op.name == "Input"]
@@ -128,13 +129,21 @@ class Program:
         return "\n".join(lines)
 
 
-def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None) -> Program:
+def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False) -> Program:
     """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
 
     With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
     chosen by the search under the H200 cost model, at the binding `dims_hint` (symbols it leaves out
     count as refcomp.search.cost.DEFAULT_DIM). Without it, every compute node gets its own kernel.
+    With `measure` (needs PyCUDA and a GPU) the search's candidate schedules are each built, checked
+    against the NumPy reference and timed on the GPU at `dims_hint`, and the fastest is returned
+    (`program.measured` lists every candidate's time; see refcomp.search.measure).
     """
+    if measure:
+        if not search:
+            raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
+        from ..search.measure import compile_measured
+        return compile_measured(outputs, dims_hint)
     tensors, _ = flatten_outputs(outputs)
     if not search:
         output_nodes = materialise_outputs(tensors)

@@ -95,7 +95,9 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
     if root.op.kind == GATHER:
         kind = "gather" if not members else None
     elif mm:
-        kind = "matmul" if len(mm) == 1 and not rows else None
+        # the matmul template stores the accumulator or one elementwise epilogue of it, never a reduction
+        epilogue_ok = root.id in sched.matmul or root.op.kind in (UNARY, BINARY, COPY)
+        kind = "matmul" if len(mm) == 1 and not rows and epilogue_ok else None
     elif rows:
         kind = "row"
     else:
@@ -201,11 +203,12 @@ FUSION: list[FusionRule] = [
                "float32 rounding may differ by a few ulp, as any matmul)",
                lambda g, s, n: n.op.name == "SumReduce" and n.id not in s.matmul and n.id not in s.inline
                and _mm_product(n).id not in g.outputs and len(g.consumers[_mm_product(n).id]) == 1
-               and matmul_axes(n) is not None,
+               and not _short_reduce(n) and matmul_axes(n) is not None,
                lambda g, s, n: _add(_add(s, "matmul", n.id), "inline", _mm_product(n).id)),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)", RECOMPUTE,
-               lambda g, s, n: n.id in s.matmul and _free(g, s, n) and len(g.consumers[n.id]) == 1,
+               lambda g, s, n: n.id in s.matmul and _free(g, s, n) and len(g.consumers[n.id]) == 1
+               and g.consumers[n.id][0].op.kind in (UNARY, BINARY, COPY),
                lambda g, s, n: _add(s, "inline", n.id)),
 ]
 

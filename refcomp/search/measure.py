@@ -1,0 +1,429 @@
+"""Measured mode: time the search's candidate schedules on the GPU and keep the fastest.
+
+The cost model ranks schedules; on a real device the ranking can be wrong (caches, occupancy,
+launch gaps the roofline does not see). The search therefore keeps its best few distinct
+schedules (`SearchResult.candidates`, the model's pick first), and measured mode builds each
+one's program, checks it against the NumPy reference, and times its kernels with CUDA events.
+
+Timing only the kernels, not the uploads and downloads of `Program.run`:
+
+* inputs are uploaded and intermediates allocated once (the program's memory plan at the
+  binding), then each timed round launches every kernel in order on the default stream;
+* every round starts from a cold L2 (a buffer twice the L2's size is overwritten between
+  rounds), because the cost model counts bytes from memory, not from cache;
+* the rounds are queued behind a short "spin" kernel that keeps the GPU busy while Python
+  enqueues them, so the events measure back-to-back kernels rather than Python's launch rate.
+  If the spin ended before the host was done enqueuing, it is retried with a longer spin, and a
+  timing that still drained is flagged `host_bound`.
+
+The correctness check runs the program through `Program.run` at a small binding (each symbol
+capped at CHECK_DIM_CAP, since the reference interpreter is slow at full size) and compares with
+`rc.evaluate(..., precision="float64")` within `golden.FLOAT32_TOLERANCE`.
+
+Everything here needs PyCUDA and a CUDA device; without them every entry point raises
+RefcompError naming what is missing.
+"""
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import BindingError, RefcompError
+from ..ops.graph import flatten_outputs, input_nodes, toposort
+from ..ops.primitives import Node
+from ..symbolic.dims import evaluate_dim, prod
+
+CHECK_DIM_CAP = 16  # symbols are bound to at most this for the correctness check (the reference is slow)
+PREFER_MODEL_MARGIN = 0.02  # another candidate replaces the model's pick only when this much faster
+_MAX_SPIN_S = 2.0
+_QUEUE_OPS = 512  # launches, event records and memsets queued at once (the driver's queue holds about 1024)
+
+
+# --- availability --------------------------------------------------------------------------------
+def gpu_unavailable_reason() -> Optional[str]:
+    """None when PyCUDA can run kernels here, else what is missing and how to fix it."""
+    from ..exec.pycuda_backend import pycuda_unavailable_reason
+    return pycuda_unavailable_reason()
+
+
+def require_gpu(what: str = "measured mode") -> None:
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise RefcompError(f"{what} times candidate programs on a GPU, and none is usable here: {reason}")
+
+
+# --- inputs --------------------------------------------------------------------------------------
+def graph_inputs(outputs, result=None) -> list[Node]:
+    """The Input nodes of the user's graph and of the searched graph (a rewrite may drop one)."""
+    tensors, _ = flatten_outputs(outputs)
+    nodes = toposort([t.node for t in tensors])
+    if result is not None:
+        nodes = nodes + list(result.graph.nodes)
+    return input_nodes(nodes)
+
+
+def _id_ranges(nodes: Sequence[Node], dims: Mapping[str, int]) -> dict[str, int]:
+    """For each int32 input read as ids by a Gather: the number of rows of the smallest table."""
+    rows: dict[str, int] = {}
+    for node in nodes:
+        if node.op.name != "Gather":
+            continue
+        table, ids = node.srcs
+        if ids.node.op.name == "Input":
+            n = evaluate_dim(table.shape[0], dims)
+            name = ids.node.attrs["name"]
+            rows[name] = min(rows.get(name, n), n)
+    return rows
+
+
+def make_feeds(outputs, dims: Mapping[str, int], seed: int = 0, fixed: Optional[Mapping[str, np.ndarray]] = None,
+               result=None) -> dict[str, np.ndarray]:
+    """Fresh random feeds for every input at binding `dims`; arrays in `fixed` are used as given.
+
+    Float inputs are standard normal, except that an input of two or more axes all of fixed size
+    (a weight) is scaled by 1/sqrt(prod(shape[1:])), its fan-in for (out, in) and (out, in, kh, kw)
+    layouts, so activations stay O(1) through matmuls and a float32 program can be held to
+    FLOAT32_TOLERANCE. int32 inputs read by a Gather get ids in [0, rows of the table); other int32
+    inputs get 0 or 1.
+    """
+    fixed = dict(fixed or {})
+    inputs = graph_inputs(outputs, result)
+    tensors, _ = flatten_outputs(outputs)
+    nodes = toposort([t.node for t in tensors]) + (list(result.graph.nodes) if result is not None else [])
+    ranges = _id_ranges(nodes, dims)
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for node in inputs:
+        name, shape = node.attrs["name"], node.attrs["shape"]
+        if name in fixed:
+            feeds[name] = fixed[name]
+            continue
+        try:
+            sizes = tuple(evaluate_dim(d, dims) for d in shape)
+        except Exception as exc:  # an unbound symbol
+            raise BindingError(f"input {name!r} of shape {tuple(map(str, shape))}: cannot size it at {dict(dims)} ({exc})") from exc
+        if node.dtype == "int32":
+            feeds[name] = rng.integers(0, max(ranges.get(name, 2), 1), size=sizes, dtype=np.int32)
+            continue
+        scale = 1.0
+        if len(shape) >= 2 and all(isinstance(d, int) for d in shape):
+            scale = 1.0 / np.sqrt(max(int(np.prod(sizes[1:])), 1))
+        feeds[name] = (rng.standard_normal(sizes) * scale).astype(np.float32)
+    return feeds
+
+
+def check_binding(dims: Mapping[str, int], cap: int = CHECK_DIM_CAP) -> dict[str, int]:
+    """The binding the correctness check runs at: every symbol at most `cap`."""
+    return {k: min(int(v), cap) for k, v in dims.items()}
+
+
+def _flat(values) -> dict[str, np.ndarray]:
+    if isinstance(values, dict):
+        return {str(k): np.asarray(v) for k, v in values.items()}
+    if isinstance(values, (list, tuple)):
+        return {str(i): np.asarray(v) for i, v in enumerate(values)}
+    return {"output": np.asarray(values)}
+
+
+# --- the correctness check -----------------------------------------------------------------------
+@dataclass
+class ReferenceCheck:
+    """Feeds at a (small) binding and the float64 reference outputs there, to check programs against."""
+
+    feeds: dict[str, np.ndarray]
+    dims: dict[str, int]
+    want: dict[str, np.ndarray]
+
+    @classmethod
+    def build(cls, outputs, dims: Mapping[str, int], seed: int = 1, fixed: Optional[Mapping[str, np.ndarray]] = None,
+              result=None, cap: Optional[int] = CHECK_DIM_CAP) -> "ReferenceCheck":
+        """Reference at `dims` capped to `cap` (None: at `dims` itself). If the capped binding is
+        invalid for the graph (a slice longer than a capped axis), the full binding is used."""
+        from ..exec.reference import evaluate
+        bindings = [dict(dims)] if cap is None else [check_binding(dims, cap), dict(dims)]
+        error: Optional[Exception] = None
+        for b in bindings:
+            try:
+                feeds = make_feeds(outputs, b, seed, fixed, result)
+                known = {n.attrs["name"] for n in graph_inputs(outputs)}
+                want = evaluate(outputs, {k: v for k, v in feeds.items() if k in known}, dims=b, precision="float64")
+                return cls(feeds, b, _flat(want))
+            except RefcompError as exc:  # BindingError / FeedError at the capped binding: try the full one
+                error = exc
+        raise RefcompError(f"the reference could not be evaluated at {dict(dims)}: {error}")
+
+    def problems(self, program, backend: str = "pycuda") -> list[str]:
+        """Mismatches of `program`'s outputs with the reference ([] when they agree)."""
+        from ..golden import FLOAT32_TOLERANCE, compare
+        names = {n.attrs["name"] for n in input_nodes(toposort(list(program.output_nodes)))}
+        got = program.run({k: v for k, v in self.feeds.items() if k in names}, backend=backend, dims=self.dims)
+        return compare(_flat(got), self.want, FLOAT32_TOLERANCE)
+
+
+# --- timing --------------------------------------------------------------------------------------
+@dataclass
+class Timing:
+    median_s: float  # median over the timed rounds of all the program's kernels, back to back
+    rounds_s: list[float]
+    kernels: list[tuple[str, float]]  # (kernel name, median seconds) in launch order, when timed per kernel
+    host_bound: bool = False  # the GPU may have waited for Python between launches: the time is an upper bound
+    flushed_l2: bool = True
+
+
+_SPIN_SOURCE = r"""
+__global__ void refcomp_spin(unsigned long long ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _spin_function():
+    from pycuda.compiler import SourceModule
+    fn = SourceModule(_SPIN_SOURCE).get_function("refcomp_spin")
+    fn.prepare("Q")
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _flush_buffer():
+    """A device buffer twice the L2's size: overwriting it evicts whatever the L2 held."""
+    from ..exec.pycuda_backend import _driver
+    drv = _driver()
+    try:
+        l2 = int(drv.Context.get_device().get_attribute(drv.device_attribute.L2_CACHE_SIZE))
+    except Exception:  # attribute missing in an old PyCUDA: assume a large L2
+        l2 = 64 << 20
+    nbytes = max(2 * l2, 8 << 20)
+    return drv.mem_alloc(nbytes), nbytes // 4
+
+
+def _prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]]):
+    """Upload inputs, allocate the memory plan's buffers, and prepare every launch of one run.
+
+    Mirrors Program.run up to the launches; returns (launches, allocations to free)."""
+    from pycuda.compiler import SourceModule
+
+    from ..exec.backends import get_backend
+    from ..exec.bindings import bind_dims
+    from ..exec.emulator import check_launch_shape
+    from ..exec.pycuda_backend import DeviceBuffer
+
+    be = get_backend("pycuda")
+    nodes = toposort(list(program.output_nodes))
+    inputs = input_nodes(nodes)
+    names = {n.attrs["name"] for n in inputs}
+    arrays, bindings = bind_dims(inputs, {k: v for k, v in feeds.items() if k in names}, dims)
+    owned: list[DeviceBuffer] = []
+    buffers: dict[int, Any] = {}
+    uploaded = {}
+    for name, a in arrays.items():
+        uploaded[name] = be.upload(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else np.float32))
+        owned.append(uploaded[name])
+    for node in nodes:
+        if node.op.name == "Input":
+            buffers[node.id] = uploaded[node.attrs["name"]]
+    plan = program.memory_plan(bindings)
+    slots = [be.alloc(max(n, 4)) for n in plan.slot_bytes]
+    owned += slots
+    for node_id, slot in plan.slot_of.items():
+        buffers[node_id] = slots[slot]
+    for node in program.output_nodes:
+        if node.id not in buffers:
+            buffers[node.id] = be.alloc(max(4 * evaluate_dim(prod(node.shape), bindings), 4))
+            owned.append(buffers[node.id])
+    module = SourceModule(program.source, no_extern_c=True, arch=be.arch)
+    launches = []
+    for kernel in program.kernels:
+        grid, block = kernel.launch.geometry(bindings)
+        if grid[0] == 0:
+            continue
+        g, b = check_launch_shape(grid, block)
+        params = kernel.signature.params
+        fn = module.get_function(kernel.name)
+        fn.prepare("".join("q" if p.ctype == "long long" else "P" for p in params))
+        args = []
+        for p, a in zip(params, kernel.args(buffers, bindings, program.dim_symbols)):
+            if p.ctype == "long long":
+                args.append(np.int64(a))
+            elif isinstance(a, DeviceBuffer):
+                args.append(int(a.allocation))
+            else:
+                raise RefcompError(f"kernel {kernel.name}: {p.ident} ({p.ctype}) got {type(a).__name__}, not a device buffer")
+        launches.append((kernel.name, fn, g, b, tuple(args)))
+    return launches, owned
+
+
+def time_program(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]] = None,
+                 repeats: int = 20, warmup: int = 5, flush_l2: bool = True, per_kernel: bool = False) -> Timing:
+    """Median time of one run of `program`'s kernels (CUDA events), inputs already on the device.
+
+    With `per_kernel` an event is also recorded between kernels, giving each kernel's median (the
+    extra events cost the total a little). Rounds are queued in batches small enough for the
+    driver's launch queue, each batch behind its own spin kernel.
+    """
+    require_gpu("timing a program")
+    from ..exec.pycuda_backend import _driver
+    drv = _driver()
+    launches, owned = _prepared_launches(program, feeds, dims)
+    try:
+        if not launches:
+            return Timing(0.0, [0.0] * repeats, [], False, flush_l2)
+        flush, words = _flush_buffer() if flush_l2 else (None, 0)
+        marks = len(launches) + 1 if per_kernel else 2
+
+        def enqueue(events=None):
+            if flush is not None:
+                drv.memset_d32_async(int(flush), 0, words)
+            if events:
+                events[0].record()
+            for j, (_, fn, g, b, args) in enumerate(launches):
+                fn.prepared_call(g, b, *args)
+                if events and per_kernel:
+                    events[j + 1].record()
+            if events and not per_kernel:
+                events[1].record()
+
+        def batch(n: int, spin_s: float):
+            rounds = [[drv.Event() for _ in range(marks)] for _ in range(n)]
+            _spin_function().prepared_call((1, 1, 1), (1, 1, 1), np.uint64(int(spin_s * 1e9)))
+            spun = drv.Event()
+            spun.record()
+            for events in rounds:
+                enqueue(events)
+            drained = spun.query()  # the spin was over before the last round was queued: there may be gaps
+            rounds[-1][-1].synchronize()
+            return rounds, drained
+
+        try:
+            for _ in range(max(warmup, 1)):
+                enqueue()
+            drv.Context.synchronize()
+            probe = [drv.Event() for _ in range(marks)]
+            started = time.perf_counter()
+            enqueue(probe)
+            host_round = time.perf_counter() - started
+            drv.Context.synchronize()
+
+            per_batch = max(1, min(repeats, _QUEUE_OPS // (len(launches) + marks + 1)))
+            spin_s = min(_MAX_SPIN_S, max(1e-3, 2.0 * host_round * per_batch))
+            host_bound, done, all_rounds = False, 0, []
+            while done < repeats:
+                n = min(per_batch, repeats - done)
+                rounds, drained = batch(n, spin_s)
+                while drained and spin_s < _MAX_SPIN_S:
+                    spin_s = min(_MAX_SPIN_S, spin_s * 4)
+                    rounds, drained = batch(n, spin_s)
+                host_bound |= drained
+                all_rounds += rounds
+                done += n
+        except drv.Error as exc:
+            raise RefcompError(f"running the program's kernels failed on the GPU: {exc}") from exc
+        totals = [events[0].time_till(events[-1]) * 1e-3 for events in all_rounds]
+        kernels = []
+        if per_kernel:
+            kernels = [(name, statistics.median(events[j].time_till(events[j + 1]) * 1e-3 for events in all_rounds))
+                       for j, (name, _, _, _, _) in enumerate(launches)]
+        return Timing(statistics.median(totals), totals, kernels, host_bound, flush_l2)
+    finally:
+        for buf in owned:
+            try:
+                buf.allocation.free()
+            except Exception:  # already freed, or the context is gone
+                pass
+
+
+# --- measured mode -------------------------------------------------------------------------------
+@dataclass
+class Measurement:
+    index: int  # position in result.candidates (0: the cost model's pick)
+    schedule: Any
+    program: Any
+    predicted_s: float
+    timing: Optional[Timing]  # None when the program failed its check (and strict=False)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.timing.median_s if self.timing is not None else float("inf")
+
+
+def measure_programs(outputs, result, dims: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5, *,
+                     schedules: Optional[Sequence] = None, fixed_feeds: Optional[Mapping[str, np.ndarray]] = None,
+                     check: Optional[ReferenceCheck] = None, verify: bool = True, strict: bool = True,
+                     seed: int = 0, flush_l2: bool = True) -> list[Measurement]:
+    """Build, check and time the program of each candidate schedule (default: result.candidates).
+
+    `dims` is the binding to time at (default: the search's own binding, from its dims_hint);
+    `fixed_feeds` are arrays to feed as given (e.g. real weights), every other input is random.
+    `check` is a prepared ReferenceCheck (built here when None and `verify`). A candidate whose
+    outputs disagree with the reference raises RefcompError when `strict`, else is reported in
+    `problems` and not timed.
+    """
+    require_gpu()
+    from ..codegen.program import program_for_schedule
+    dims = dict(result.bindings if dims is None else dims)
+    schedules = list(result.candidates or [result.schedule]) if schedules is None else list(schedules)
+    feeds = make_feeds(outputs, dims, seed, fixed_feeds, result)
+    if verify and check is None:
+        check = ReferenceCheck.build(outputs, dims, seed + 1, fixed_feeds, result)
+    out = []
+    for i, sched in enumerate(schedules):
+        program = program_for_schedule(outputs, result, sched)
+        m = Measurement(i, sched, program, program.search.time_s if program.search else float("nan"), None)
+        if verify:
+            m.problems = check.problems(program)
+            if m.problems:
+                if strict:
+                    raise RefcompError(f"candidate schedule {i} ({len(program.kernels)} kernels) gives wrong results at "
+                                       f"{check.dims}: " + "; ".join(m.problems))
+                out.append(m)
+                continue
+        m.timing = time_program(program, feeds, dims, repeats, warmup, flush_l2)
+        out.append(m)
+    return out
+
+
+def measure_candidates(outputs, result, dims: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5,
+                       **options) -> list[tuple[Any, float]]:
+    """(schedule, median seconds) for each of the search's candidate schedules, in candidate order
+    (the cost model's pick first). See measure_programs for the options."""
+    return [(m.schedule, m.seconds) for m in measure_programs(outputs, result, dims, repeats, warmup, **options)]
+
+
+def pick(measurements: Sequence[Measurement], margin: float = PREFER_MODEL_MARGIN) -> Measurement:
+    """The fastest measured candidate; the model's pick (index 0) unless another beats it by `margin`."""
+    timed = [m for m in measurements if m.timing is not None]
+    if not timed:
+        raise RefcompError("measured mode: no candidate program passed its check, so none was timed")
+    best = min(timed, key=lambda m: m.seconds)
+    first = next((m for m in timed if m.index == 0), None)
+    if first is not None and best.seconds >= first.seconds * (1.0 - margin):
+        return first
+    return best
+
+
+def compile_measured(outputs, dims_hint: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5,
+                     **options):
+    """`rc.compile(outputs, measure=True)`: search, time every candidate on the GPU, return the fastest.
+
+    The returned Program has `.measured`: (schedule, median seconds) for every candidate, model's pick first.
+    """
+    require_gpu("rc.compile(measure=True)")
+    from ..search.search import search as run_search
+    tensors, _ = flatten_outputs(outputs)
+    result = run_search([t.edge for t in tensors], dims_hint)
+    measurements = measure_programs(outputs, result, None, repeats, warmup, **options)
+    best = pick(measurements)
+    best.program.measured = [(m.schedule, m.seconds) for m in measurements]
+    return best.program
