@@ -19,6 +19,7 @@ from ..errors import RefcompError
 from ..ops.primitives import BINARY, COPY, REDUCE, UNARY, Edge, Node
 from ..symbolic.dims import Dim, prod
 from ..symbolic.index import index_of, unravel
+from ..symbolic.view import contiguous_strides
 from ..symbolic.simplify import simplify_index
 from .cprint import CPrinter, float_literal
 
@@ -161,6 +162,9 @@ class KernelBody:
     def _scalar(self, node: Node, flat, valid) -> str:
         """A node this kernel already holds as one value per row (a fused reduction's result)."""
         name, expected = self.scalars[node.id]
+        if self.flat_axes is not None and flat == self.flat_axes[1]:  # the identity shortcut: `i` itself
+            flat = sum((a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0))
+        flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
         if valid is not sympy.true or sympy.expand(flat - expected) != 0:
             raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
         return name

@@ -18,7 +18,7 @@ from ..exec.abi import KernelSignature
 from ..ops.primitives import BINARY, COPY, GATHER, REDUCE, UNARY, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
 from .cprint import CPrinter
-from .emit import KernelBody, c_params
+from .emit import KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BLOCK = 256  # threads per block for every template
@@ -122,7 +122,8 @@ def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node]
 
 
 def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
-                  strategy: Optional[str] = None, block: int = BLOCK) -> Kernel:
+                  strategy: Optional[str] = None, block: int = BLOCK, epilogue: Optional[Node] = None) -> Kernel:
+    """A reduction; with `epilogue`, an elementwise node of the reduction's shape applied to its result."""
     assert node.op.kind == REDUCE, node
     src, axis = node.srcs[0], node.attrs["axis"]
     extent = src.shape[axis]
@@ -130,17 +131,34 @@ def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], boo
         strategy = "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
     body = KernelBody(dim_names, inline=inline)
     idx = body.axis_indices("i", node.shape)
-    body.flat_axes = None  # the source has one more axis than the output: no shortcut
+    output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
     r = body.index_var("r", extent)
     value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
+    loop_statements, body.statements = body.statements, []
+    result, written = "total", node
+    if epilogue is not None:
+        if len(epilogue.shape) != len(node.shape) or not all(a == b for a, b in zip(epilogue.shape, node.shape)):
+            raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
+        body.flat_axes = output_axes
+        body.scalars[node.id] = ("total", _linear_of(idx, node.shape))
+        result = epilogue.op.c.format(*[body.value_at(s, idx) for s in epilogue.srcs])
+        written = epilogue
+    epilogue_statements, body.statements = body.statements, loop_statements
     size = prod(node.shape)
-    common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value),
-                  extent=lambda b: b.printer.int(extent), comment_extra=f", reducing axis {axis}")
+    common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value), result=result,
+                  epilogue=epilogue_statements, extent=lambda b: b.printer.int(extent),
+                  comment_extra=f", reducing axis {axis}")
+    nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
-        return _finish(name, "reduce", "reduce_block.cu.j2", body, node, (node,), Launch("block_per_output", size, block),
+        return _finish(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
                        True, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
-    return _finish(name, "reduce", "reduce_thread.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
+    return _finish(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
                    False, size=lambda b: b.printer.int(size), **common)
+
+
+def _linear_of(idx, shape):
+    from ..symbolic.view import contiguous_strides
+    return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 def gather_kernel(name: str, node: Node, dim_names) -> Kernel:

@@ -87,7 +87,10 @@ def kernel_for_group(name: str, group: Group, dim_names, fused: Callable[[Node],
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
         return matmul_kernel(name, root, reduce, dim_names, fused, tile=params.get("tile", 16))
     if group.kind == "reduce":
-        return reduce_kernel(name, root, dim_names, fused, params.get("strategy"), params.get("block", 256))
+        if root.op.kind == REDUCE:
+            return reduce_kernel(name, root, dim_names, fused, params.get("strategy"), params.get("block", 256))
+        reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
+        return reduce_kernel(name, reduce, dim_names, fused, params.get("strategy"), params.get("block", 256), epilogue=root)
     if group.kind == "gather":
         return gather_kernel(name, root, dim_names)
     return elementwise_kernel(name, root, dim_names, fused, params.get("block", 256))

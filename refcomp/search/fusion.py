@@ -29,6 +29,7 @@ REREAD_LIMIT = 4
 class Schedule:
     inline: frozenset = frozenset()
     row: frozenset = frozenset()  # reductions computed by their reader's row kernel (also in inline)
+    epilogue: frozenset = frozenset()  # reductions whose elementwise reader is applied to the result (also in inline)
     matmul: frozenset = frozenset()  # SumReduces lowered by the tiled matmul template
     params: tuple = ()  # ((root id, name), value) pairs, sorted
 
@@ -92,24 +93,28 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
     everything = ordered + (root,)
     mm = [n for n in everything if n.id in sched.matmul]
     rows = [n for n in ordered if n.id in sched.row]
+    epilogues = [n for n in ordered if n.id in sched.epilogue]
     if root.op.kind == GATHER:
         kind = "gather" if not members else None
     elif mm:
         # the matmul template stores the accumulator or one elementwise epilogue of it, never a reduction
         epilogue_ok = root.id in sched.matmul or root.op.kind in (UNARY, BINARY, COPY)
-        kind = "matmul" if len(mm) == 1 and not rows and epilogue_ok else None
+        kind = "matmul" if len(mm) == 1 and not rows and not epilogues and epilogue_ok else None
     elif rows:
-        kind = "row"
+        kind = "row" if not epilogues else None
+    elif epilogues:  # a reduction stores one elementwise function of its result
+        kind = "reduce" if len(epilogues) == 1 and root.op.kind in (UNARY, BINARY, COPY) else None
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
-    bad_reduce = any(n.op.kind == REDUCE and n.id not in sched.row and n.id not in sched.matmul and not _short_reduce(n) for n in ordered)
+    fused_elsewhere = sched.row | sched.matmul | sched.epilogue
+    bad_reduce = any(n.op.kind == REDUCE and n.id not in fused_elsewhere and not _short_reduce(n) for n in ordered)
     if kind is None or bad_reduce:
         return None
     return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind)
 
 
 def group_params(sched: Schedule, group: Group) -> dict:
-    return {"row_ids": sched.row, "matmul_ids": sched.matmul,
+    return {"row_ids": sched.row, "matmul_ids": sched.matmul, "epilogue_ids": sched.epilogue,
             "block": sched.param(group.root.id, "block", 256), "tile": sched.param(group.root.id, "tile", 16),
             "strategy": sched.param(group.root.id, "strategy", None)}
 
@@ -132,7 +137,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         flops = 2 * m_n * k + ops * m_n
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
-        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.row)
+        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.row | sched.epilogue)
         points = count(reduce.srcs[0].shape)
         rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)
@@ -152,7 +157,7 @@ def _iteration_points(group: Group, sched: Schedule, count) -> int:
     root = group.root
     if group.kind in ("reduce", "row", "matmul"):
         reduce = root if root.op.kind == REDUCE else next(
-            (n for n in group.members if n.id in sched.row or n.id in sched.matmul), root)
+            (n for n in group.members if n.id in sched.row | sched.matmul | sched.epilogue), root)
         if reduce.op.kind == REDUCE:
             return count(reduce.srcs[0].shape)
     return count(root.shape)
@@ -212,10 +217,21 @@ FUSION: list[FusionRule] = [
                lambda g, s, n: _add(s, "inline", n.id)),
 ]
 
+# Clean-up rules run after the main search has settled: applied early, they would claim reductions
+# that row fusion puts to better use.
+CLEANUP: list[FusionRule] = [
+    FusionRule("reduce_epilogue", "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
+               "a scale, rsqrt(var + eps)), to the accumulated value before it is stored", RECOMPUTE,
+               lambda g, s, n: (n.op.kind == REDUCE and not _short_reduce(n) and n.id not in s.matmul and _free(g, s, n)
+                                and len(g.consumers[n.id]) == 1 and g.consumers[n.id][0].op.kind in (UNARY, BINARY, COPY)
+                                and g.consumers[n.id][0].shape == n.shape and g.consumers[n.id][0].id not in s.inline),
+               lambda g, s, n: _add(_add(s, "inline", n.id), "epilogue", n.id)),
+]
+
 
 def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> bool:
     """Row and matmul fusions are honoured only if code generation accepts them (cached)."""
-    if group.kind not in ("row", "matmul"):
+    if group.kind not in ("row", "matmul") and not (group.kind == "reduce" and group.root.op.kind != REDUCE):
         return True
     key = (group.root.id, tuple(n.id for n in group.members), group.kind)
     if key not in cache:

@@ -322,6 +322,24 @@ class Generator:
         if v.bound <= 6:
             options.append((f"{n}.exp2().log2()", v.lo, v.hi, "log2_exp2"))
             options.append((f"({n}.exp2() * {n}.sin().exp2())", 2 ** (v.lo - 1), 2 ** (v.hi + 1), "exp2_product"))
+        # the algebraic rules' patterns with a view (a pad, too) on the edge between the two nodes
+        if v.shape and self.chance(0.3):
+            view = self.random_view_suffix(v.shape)
+            w = [(int(self.rng.integers(0, 2)), int(self.rng.integers(0, 2))) for _ in v.shape]
+            if v.bound <= 6:
+                options.append((f"{n}.exp2(){view}.log2()", v.lo, v.hi, "log2_exp2_view"))
+                options.append((f"rc.maximum({n}.exp2().pad({w!r}).log2(), -8.0)", min(v.lo, -8.0), max(v.hi, -8.0),
+                                "log2_exp2_pad"))
+                options.append((f"({n}.exp2().pad({w!r}) * {n}.sin().pad({w!r}).exp2())", 0.0, 2 ** (v.hi + 1),
+                                "exp2_product_pad"))
+                options.append((f"({n}.exp2(){view} * ({n} * 0.5).exp2(){view})", 2 ** (1.5 * v.lo) if v.lo < 0 else 2 ** v.lo,
+                                2 ** (1.5 * v.hi), "exp2_product_view"))
+            if v.lo >= 0.5:
+                options.append((f"{n}.reciprocal(){view}.reciprocal()", v.lo, v.hi, "recip_recip_view"))
+                options.append((f"rc.minimum({n}.reciprocal().pad({w!r}).reciprocal(), 8.0)", min(v.lo, 8.0), 8.0,
+                                "recip_recip_pad"))
+            options.append((f"({n}{view} + 0.0)", v.lo, v.hi, "add_zero_view"))
+            options.append((f"({n}.contiguous(){view} * 1.0)", v.lo, v.hi, "mul_one_copy_view"))
         expr, lo, hi, op = self.choice(options)
         exact = v.exact and op in ("neg", "relu", "abs", "contiguous")
         out = self.emit(expr, lo, hi, exact, op)
@@ -413,6 +431,20 @@ class Generator:
         if out is not None and self.chance(0.5):
             self.emit(f"({out.name} * {self.choice([0.5, 2.0, -1.0, 1.0])!r})", -out.bound * 2, out.bound * 2, out.exact,
                       "scale_after_view")
+
+    def random_view_suffix(self, shape) -> str:
+        """A view that keeps every element (no pad): flip, permute, transpose, expand or reshape."""
+        nd = len(shape)
+        r = self.rng.random()
+        if r < 0.3:
+            return f".flip({int(self.rng.integers(nd))})"
+        if r < 0.5 and nd >= 2:
+            return f".permute({', '.join(str(int(a)) for a in self.rng.permutation(nd))})"
+        if r < 0.7:
+            return f".unsqueeze(0).expand({', '.join([self.choice(['2', '3'])] + ['-1'] * nd)})"
+        if r < 0.85:
+            return ".reshape(-1)"
+        return f".transpose(0, -1)"
 
     def random_slice(self, n: int) -> str:
         step = self.choice([1, 1, 2, 3, -1, -2])
@@ -737,6 +769,7 @@ class BatchResult:
     compared: int = 0  # (graph, mode, binding) triples compared
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     seconds: dict = field(default_factory=dict)
+    coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
 
 
 def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("search", "plain"),
@@ -826,37 +859,45 @@ def _check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
 
 # --- the command line -----------------------------------------------------------------------------
 def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plain"), progress: bool = True,
-        shrink_failures: bool = True, out=sys.stdout, avoid: Sequence[str] = tuple(KNOWN_BUGS)) -> BatchResult:
+        shrink_failures: bool = True, out=sys.stdout, avoid: Sequence[str] = tuple(KNOWN_BUGS),
+        jobs: int = 2) -> BatchResult:
+    """Check `count` graphs, `per_program` to a program; `jobs` programs at once (threads: one's
+    g++ runs while another's search and code generation hold the interpreter)."""
+    from concurrent.futures import ThreadPoolExecutor
     total = BatchResult()
     start = time.perf_counter()
     coverage: dict[str, int] = {}
-    for p, first in enumerate(range(0, count, per_program)):
+    firsts = list(range(0, count, per_program))
+
+    def job(p: int):
+        first = firsts[p]
         graphs = [generate(seed, i, avoid) for i in range(first, min(first + per_program, count))]
-        for g in graphs:
-            for op in g.ops:
-                coverage[op] = coverage.get(op, 0) + 1
-        res = check_batch(graphs, bindings_for(seed, p), modes)
-        total.mismatches += res.mismatches
-        total.errors += res.errors
-        total.skipped += res.skipped
-        total.compared += res.compared
-        for k, v in res.kernels.items():
-            total.kernels[k] = total.kernels.get(k, 0) + v
-        for m in res.mismatches:
-            print(m.report(), file=out)
-            if shrink_failures:
-                small = shrink(m.graph, m.binding, m.which, m.mode)
-                alone = _check_one(m.graph, m.binding, m.which, m.mode)
-                print(f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
-                      f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n", file=out)
-        for e in res.errors:
-            print(f"ERROR (seed={seed}, program {p}, bindings {bindings_for(seed, p)}):\n{e}", file=out)
-        if progress:
-            done = min(first + per_program, count)
-            elapsed = time.perf_counter() - start
-            print(f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
-                  f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)", file=out, flush=True)
+        return graphs, check_batch(graphs, bindings_for(seed, p), modes)
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        pending, submitted = {}, 0
+        for p in range(len(firsts)):
+            while submitted < len(firsts) and submitted < p + 2 * max(1, jobs):  # a few programs ahead
+                pending[submitted] = pool.submit(job, submitted)
+                submitted += 1
+            graphs, res = pending.pop(p).result()
+            _merge(total, res, graphs, coverage)
+            for m in res.mismatches:
+                print(m.report(), file=out)
+                if shrink_failures:
+                    small = shrink(m.graph, m.binding, m.which, m.mode)
+                    alone = _check_one(m.graph, m.binding, m.which, m.mode)
+                    print(f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
+                          f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n", file=out)
+            for e in res.errors:
+                print(f"ERROR (seed={seed}, program {p}, bindings {bindings_for(seed, p)}):\n{e}", file=out)
+            if progress:
+                done = min(firsts[p] + per_program, count)
+                elapsed = time.perf_counter() - start
+                print(f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+                      f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)", file=out, flush=True)
     total.seconds["total"] = time.perf_counter() - start
+    total.coverage = coverage
     if progress:
         print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
               f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
@@ -864,6 +905,18 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
               f"{total.seconds['total']:.1f} s", file=out)
         print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
     return total
+
+
+def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None:
+    total.mismatches += res.mismatches
+    total.errors += res.errors
+    total.skipped += res.skipped
+    total.compared += res.compared
+    for k, v in res.kernels.items():
+        total.kernels[k] = total.kernels.get(k, 0) + v
+    for g in graphs:
+        for op in g.ops:
+            coverage[op] = coverage.get(op, 0) + 1
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -875,6 +928,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--replay", metavar="SEED:INDEX", help="rebuild one graph, print it and check it alone")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink failing graphs")
     parser.add_argument("--known-bugs", action="store_true", help="also generate the triggers of KNOWN_BUGS")
+    parser.add_argument("--jobs", type=int, default=2, help="programs checked at once (default 2)")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.replay:
@@ -890,7 +944,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{len(res.mismatches)} mismatches, {len(res.errors)} errors")
         return 1 if res.mismatches or res.errors else 0
     total = run(args.count, args.seed, args.per_program, modes, shrink_failures=not args.no_shrink,
-                avoid=() if args.known_bugs else tuple(KNOWN_BUGS))
+                avoid=() if args.known_bugs else tuple(KNOWN_BUGS), jobs=args.jobs)
     return 1 if total.mismatches or total.errors else 0
 
 

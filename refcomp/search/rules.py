@@ -59,6 +59,16 @@ def _is(edge: Edge, op: str) -> bool:
     return edge.node.op.name == op
 
 
+def _unmasked(edge: Edge) -> bool:
+    """Every element of the edge reads an element of its node (no pad: a masked read is 0, not f(x))."""
+    return all(v.mask is None for v in edge.views.views)
+
+
+def _reads(edge: Edge, op: str) -> bool:
+    """The edge reads an `op` node with no masked positions, so each element it reads is op(something)."""
+    return _is(edge, op) and _unmasked(edge)
+
+
 def _broadcast_constant(value: float, shape) -> Edge:
     node = make_node("Constant", value=value)
     views = ViewStack.of_buffer(()).reshape((1,) * len(shape)).expand(shape) if shape else ViewStack.of_buffer(())
@@ -84,16 +94,19 @@ ALGEBRA: list[Rule] = [
          lambda n, ctx: n.op.name == "Mul" and _other(n, 1.0) is not None, lambda n: _other(n, 1.0)),
     Rule("recip_recip", "recip(recip(x)) -> x",
          "exact in real arithmetic for x != 0 (and for 0 and +-inf through the infinities); in float32 "
-         "within 1 ulp wherever 1/x is a normal number",
-         lambda n, ctx: n.op.name == "Recip" and _is(n.srcs[0], "Recip"), lambda n: _through(n.srcs[0])),
+         "within 1 ulp wherever 1/x is a normal number. Not across a pad between the two: a padded 0 is no "
+         "recip(x), and recip(0) = inf",
+         lambda n, ctx: n.op.name == "Recip" and _reads(n.srcs[0], "Recip"), lambda n: _through(n.srcs[0])),
     Rule("log2_exp2", "log2(exp2(x)) -> x",
          "exact in real arithmetic for every x; in float32 whenever exp2(x) neither overflows nor "
-         "underflows (|x| < 126), and the rewrite is the better answer outside that range",
-         lambda n, ctx: n.op.name == "Log2" and _is(n.srcs[0], "Exp2"), lambda n: _through(n.srcs[0])),
+         "underflows (|x| < 126), and the rewrite is the better answer outside that range. Not across a pad "
+         "between the two: log2 of a padded 0 is -inf",
+         lambda n, ctx: n.op.name == "Log2" and _reads(n.srcs[0], "Exp2"), lambda n: _through(n.srcs[0])),
     Rule("exp2_product", "exp2(a) * exp2(b) -> exp2(a + b)",
          "exact in real arithmetic; in float32 within a few ulp while exp2(a), exp2(b) and exp2(a+b) are "
-         "finite and normal. Applied only when both exp2 nodes have no other reader, so it saves an op",
-         lambda n, ctx: (n.op.name == "Mul" and all(_is(s, "Exp2") for s in n.srcs)
+         "finite and normal. Applied only when both exp2 nodes have no other reader, so it saves an op, and "
+         "never to a padded read of an exp2 (a padded 0 is no exp2(a))",
+         lambda n, ctx: (n.op.name == "Mul" and all(_reads(s, "Exp2") for s in n.srcs)
                          and all(ctx.consumers.get(s.node.id, 0) == 1 and s.node.id not in ctx.outputs for s in n.srcs)),
          _exp2_sum),
     Rule("fold_constants", "an elementwise op on constants -> its value",

@@ -21,7 +21,7 @@ from ..codegen.lower import Group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
-from .fusion import FUSION, Graph, Schedule, check_group, group_cost, group_of
+from .fusion import CLEANUP, FUSION, Graph, Schedule, check_group, group_cost, group_of
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -91,7 +91,7 @@ class _Evaluator:
 
     def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule) -> Optional[tuple[dict, float]]:
         """The partition and total cost after a move from `old` to `sched` (only touched kernels change)."""
-        changed = (sched.inline - old.inline) | (sched.row - old.row) | (sched.matmul - old.matmul)
+        changed = (sched.inline - old.inline) | (sched.row - old.row) | (sched.matmul - old.matmul) | (sched.epilogue - old.epilogue)
         new = dict(groups)
         for root_id in set().union(*(touching.get(c, set()) for c in changed)):
             cost -= self.cost(old, groups[root_id]).time_s
@@ -168,7 +168,7 @@ def _context(edges: Sequence[Edge]) -> Context:
 
 
 def _key(sched: Schedule):
-    return (sched.inline, sched.row, sched.matmul, sched.params)
+    return (sched.inline, sched.row, sched.matmul, sched.epilogue, sched.params)
 
 
 def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None, profile: DeviceProfile = H200,
@@ -184,27 +184,28 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     ev = _Evaluator(graph, bindings, profile)
     plain = Schedule()
     groups = ev.partition(plain)
-    frontier = [(ev.total(plain, groups), plain, groups, [])]
-    best = frontier[0]
+    best = (ev.total(plain, groups), plain, groups, [])
     seen = {_key(plain)}
     finalists = [(best[0], plain)]
     states, shown = 1, False
-    while frontier and states < max_states and time.perf_counter() - start < max_seconds:
-        successors = []
-        for cost, sched, groups, path in frontier:
-            moves = _moves(graph, ev, sched, groups, cost, seen)
-            states += len(moves)
-            successors += [(c, s, g, path + [(rule, node, c, len(g))]) for c, rule, node, s, g in moves[:beam]]
-            descent = _descend(graph, ev, sched, cost, groups, path, moves, seen)
-            if descent is not None:
-                successors.append(descent)
-            shown = _show_progress(progress, start, states, best[0]) or shown
-        successors.sort(key=lambda item: item[0])
-        finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
-        frontier = successors[:beam]
-        if not frontier or frontier[0][0] >= best[0]:
-            break
-        best = frontier[0]
+    for rules in (FUSION, FUSION + CLEANUP):  # clean-up rules only once the main fusions are settled
+        frontier = [best]
+        while frontier and states < max_states and time.perf_counter() - start < max_seconds:
+            successors = []
+            for cost, sched, groups, path in frontier:
+                moves = _moves(graph, ev, sched, groups, cost, seen, rules)
+                states += len(moves)
+                successors += [(c, s, g, path + [(rule, node, c, len(g))]) for c, rule, node, s, g in moves[:beam]]
+                descent = _descend(graph, ev, sched, cost, groups, path, moves, seen)
+                if descent is not None:
+                    successors.append(descent)
+                shown = _show_progress(progress, start, states, best[0]) or shown
+            successors.sort(key=lambda item: item[0])
+            finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
+            frontier = successors[:beam]
+            if not frontier or frontier[0][0] >= best[0]:
+                break
+            best = frontier[0]
     cost, sched, groups, path = best
     trace += [Step(rule.name, f"{node.op.name}#{node.id}", c, k) for rule, node, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
@@ -227,12 +228,12 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
-def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set) -> list:
+def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set, rules) -> list:
     """Every unexplored single rule application, best first: (cost, rule, node, schedule, groups)."""
     out = []
     touching = ev.touching(groups)
     for node in graph.compute:
-        for rule in FUSION:
+        for rule in rules:
             if not rule.applies(graph, sched, node):
                 continue
             new = rule.apply(graph, sched, node)
