@@ -5,6 +5,7 @@ from .ops.movement import concat, stack
 from .ops.elementwise import fmod, maximum, minimum, where
 from .ops.reductions import arange
 from .ops import nn
+from .frontends import onnx  # imports the onnx package only when first used
 from .exec.reference import evaluate
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",

@@ -119,6 +119,8 @@ class CPrinter:
                 return f"(1.0 / sqrt({self._double(e.base)}))"
             if e.exp.is_Integer and e.exp > 0:
                 return "(" + " * ".join([self._double(e.base)] * int(e.exp)) + ")"
+            if e.exp.is_Integer and e.exp < 0:
+                return "(1.0 / (" + " * ".join([self._double(e.base)] * -int(e.exp)) + "))"
         if isinstance(e, (idiv, imod)):
             return f"(double)({self.int(e)})"
         raise NotImplementedError(f"cannot print constant expression {e} as C")

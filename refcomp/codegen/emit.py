@@ -17,10 +17,10 @@ import sympy
 from ..exec.abi import KernelSignature, Param
 from ..errors import RefcompError
 from ..ops.primitives import BINARY, COPY, REDUCE, UNARY, Edge, Node
-from ..symbolic.dims import Dim, prod
+from ..symbolic.dims import Dim, idiv, imod, prod
 from ..symbolic.index import index_of, unravel
 from ..symbolic.view import contiguous_strides
-from ..symbolic.simplify import simplify_index
+from ..symbolic.simplify import simplify_index, tighten
 from .cprint import CPrinter, float_literal
 
 
@@ -29,6 +29,10 @@ SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into 
 
 class Unfusable(RefcompError):
     """A fusion decision that this kernel cannot honour; the search discards the candidate."""
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(x == y or sympy.expand(sympy.sympify(x) - y) == 0 for x, y in zip(a, b))
 
 
 def index_symbol(name: str) -> sympy.Symbol:
@@ -49,13 +53,14 @@ class KernelBody:
     symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
     reads: list[Node] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)  # for the kernel's comment
-    flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol) of the kernel's output
+    flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
     _count: int = 0
     _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
     _alive: list = field(default_factory=list)
     fused: list = field(default_factory=list)  # nodes recomputed inline, for the comment and reports
+    bind_compound: bool = True  # False where the index expressions are analysed rather than printed
 
     def __post_init__(self):
         self.printer = CPrinter({**self.dim_names})
@@ -93,7 +98,7 @@ class KernelBody:
             sym = self.index_var(f"{prefix}{k}", shape[k])
             self._index_lines.append((sym, f"const long long {prefix}{k} = {self.comment_printer.int(expr)};", expr))
             axes.append(sym)
-        self.flat_axes = (tuple(axes), flat)
+        self.flat_axes = (tuple(axes), flat, tuple(shape))
         return axes
 
     def used_index_lines(self) -> list[str]:
@@ -134,9 +139,9 @@ class KernelBody:
         """Recompute a fused producer here; under a mask its loads run only where the mask holds."""
         if node not in self.fused:
             self.fused.append(node)
-        outer = self.statements
-        if valid is not sympy.true:
-            self.statements = []
+        outer, outer_ranges = self.statements, self.ranges
+        if valid is not sympy.true:  # inside `if (valid)`: the mask's bounds help simplify the indices
+            self.statements, self.ranges = [], tighten(self.ranges, valid)
         node_idx = self.unravel(flat, node.shape)
         if node.op.kind == REDUCE:  # a short reduce (maximum's pair, say) unrolls into a combine chain
             extent = node.srcs[0].shape[node.attrs["axis"]]
@@ -150,7 +155,7 @@ class KernelBody:
             value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
         if valid is sympy.true:
             return value
-        inner, self.statements = self.statements, outer
+        inner, self.statements, self.ranges = self.statements, outer, outer_ranges
         name = self.fresh()
         self.statements.append(f"float {name} = 0.0f;")
         self.statements.append(f"if ({self.printer.cond(valid)}) {{")
@@ -170,7 +175,17 @@ class KernelBody:
         return name
 
     def unravel(self, flat, shape) -> list[sympy.Expr]:
-        return [simplify_index(e, self.ranges) for e in unravel(flat, shape)]
+        """Per-axis indices of a flat position. A component that stays a div/mod tower is bound to a
+        `const long long uN` of known range [0, extent), so nested views cannot blow expressions up."""
+        out = []
+        for e, n in zip(unravel(flat, shape), shape):
+            e = simplify_index(e, self.ranges)
+            if self.bind_compound and e.has(idiv, imod):
+                name = self.fresh("u")
+                self.statements.append(f"const long long {name} = {self.printer.int(e)};")
+                e = self.index_var(name, n)
+            out.append(e)
+        return out
 
     def value_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
         """Like load_expr, but bound to a `const float vN`; a repeated read reuses its variable."""
@@ -188,7 +203,8 @@ class KernelBody:
 
     def _locate(self, edge: Edge, idx: Sequence[sympy.Expr]):
         """Flat position and validity; an identity read of the output's own shape is just `i`."""
-        if self.flat_axes is not None and tuple(idx) == self.flat_axes[0] and edge.views.is_identity:
+        if (self.flat_axes is not None and tuple(idx) == self.flat_axes[0] and edge.views.is_identity
+                and _same_shape(edge.shape, self.flat_axes[2])):
             return self.flat_axes[1], sympy.true
         return index_of(edge.views, tuple(idx), self.ranges)
 

@@ -78,7 +78,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     flat, valid = index_of(src.views, syms, ranges)
     if valid is not sympy.true:
         return None
-    body = KernelBody({}, ranges=dict(ranges))
+    body = KernelBody({}, ranges=dict(ranges), bind_compound=False)
     pidx = body.unravel(flat, product.shape)
     deps = []
     for operand in product.srcs:
@@ -112,7 +112,10 @@ def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Call
             continue
         flat = body.index_var(flat_name, sizes[key])
         batch_sym = flat if flat_name == "batch" else batch_sym
-        for a, expr in zip(group, body.unravel(flat, [shape[a] for a in group])):
+        body.bind_compound = False  # these become index lines of their own, declared before any statement
+        components = body.unravel(flat, [shape[a] for a in group])
+        body.bind_compound = True
+        for a, expr in zip(group, components):
             if expr.is_Symbol or expr.is_Integer:
                 per_axis[a] = expr
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -107,7 +108,21 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
-    return Kernel(name, kind, node, nodes, tuple(body.reads), signature, source, launch)
+    return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch)
+
+
+_INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)
+
+
+def _drop_unused_indices(source: str) -> str:
+    """Remove unravelled-index variables (uN) that no statement ended up reading (nvcc warns)."""
+    while True:
+        unused = [m for m in _INDEX_DECLARATION.finditer(source)
+                  if len(re.findall(rf"\b{m.group(1)}\b", source)) == 1]
+        if not unused:
+            return source
+        for m in reversed(unused):
+            source = source[:m.start()] + source[m.end():]
 
 
 def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,

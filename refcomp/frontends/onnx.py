@@ -80,7 +80,7 @@ def load(model_or_path):
 def check_supported(model) -> None:
     """Refuse unsupported operators and attributes by name, before anything else looks at the graph."""
     from . import onnx_ops_core as core
-    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_shape  # noqa: F401  (they register the ops)
+    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
     for index, node in enumerate(model.graph.node):
         ctx = core.NodeContext(None, node, index)
         if node.domain not in ("", "ai.onnx"):
@@ -119,7 +119,7 @@ class OnnxModel:
         self.output_types: dict[str, str] = importer.output_types
         self.output_names: list[str] = importer.output_names
         self._id_rows: dict[str, set] = importer.id_rows
-        self._program = None
+        self._programs: dict = {}
         from ..ops.graph import toposort
         nodes = toposort([t.node for t in self.outputs.values()])
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
@@ -198,19 +198,20 @@ class OnnxModel:
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
         return self._finish(results, merged, dims)
 
-    def compile(self):
+    def compile(self, search: bool = True):
+        """`rc.compile(self.outputs)`, cached per `search` setting."""
         from ..codegen.program import compile
-        if self._program is None:
-            self._program = compile(self.outputs)
-        return self._program
+        if search not in self._programs:
+            self._programs[search] = compile(self.outputs, search=search)
+        return self._programs[search]
 
     def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
-            dims: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
+            dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict[str, np.ndarray]:
         """Every graph output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
         if backend == "numpy":
             return self.evaluate(feeds, dims)
         merged = self.feeds(feeds)
-        results = self.compile().run(merged, backend=backend, dims=dims) if self.outputs else {}
+        results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
         return self._finish(results, merged, dims)
 
 

@@ -180,11 +180,6 @@ KNOWN_FAILURES: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^test_mod_float_edge_cases_fmod_0_float32$",
      "Mod(fmod=0) with an infinite divisor: the sign fix-up r + flip * b forms 0 * inf = NaN (refcomp's blends)",
      ("CPU", "CUDA")),
-    # Core bug: rc.compile of a graph with a zero-size tensor raises ZeroDivisionError in
-    # symbolic/dims.py divide_term (repro: rc.compile(rc.input("x", (20, 10, 5))[:, 1000:1000])).
-    (r"_empty_set|^test_reduce_sum_empty_set_non_reduced_axis_zero$|^test_reshape_allowzero_reordered$"
-     r"|^test_slice_start_out_of_bounds$",
-     "core bug: compiling a zero-size tensor raises ZeroDivisionError", ("CUDA",)),
 ]
 
 #: Node tests run on the emulator by default (the whole in-scope set runs under `pytest -m slow`):
@@ -218,7 +213,7 @@ def node_test_selection() -> dict:
 
     from onnx.backend.test.loader import load_model_tests
 
-    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_shape  # noqa: F401  (they register the ops)
+    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
     from .onnx_ops_core import OPS
 
     with warnings.catch_warnings():  # generating the cases divides by zero on purpose (empty-set tests)

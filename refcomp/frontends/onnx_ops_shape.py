@@ -82,15 +82,17 @@ def constant_of_shape(ctx):
 
 @op("Range")
 def range_op(ctx):
-    values = [ctx.value(i) for i in range(3)]
-    if all(v.is_static and is_int_array(v.static) and v.static.dtype != object for v in values):
-        start, limit, delta = (int(v.static.reshape(-1)[0]) for v in values)
-        return static_value(np.arange(start, limit, delta, dtype=values[0].static.dtype), values[0].etype)
-    if not all(v.is_static for v in values):
-        raise ctx.error("start, limit and delta must be static")
-    start, limit, delta = (float(v.static.reshape(-1)[0]) for v in values)
-    count = max(int(np.ceil((limit - start) / delta)), 0)
-    return float_value(arange(count) * delta + start)
+    names = ("start", "limit", "delta")
+    arrays = [ctx.static(i, f"{names[i]} (input {i})") for i in range(3)]
+    if any(a.dtype == object or a.size != 1 for a in arrays):
+        raise ctx.error(f"start, limit and delta must be concrete scalars, got {[a.tolist() for a in arrays]}")
+    start, limit, delta = (a.reshape(-1)[0] for a in arrays)
+    if delta == 0:
+        raise ctx.error("delta must be non-zero")
+    if all(is_int_array(a) for a in arrays):
+        return static_value(np.arange(start, limit, delta, dtype=arrays[0].dtype), ctx.value(0).etype)
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return float_value(arange(count) * float(delta) + float(start))
 
 
 @op("Shape", attrs=("start", "end"))

@@ -47,14 +47,14 @@ class ReductionMixin:
 
     def mean(self, axis=None, keepdims: bool = False):
         count = self._count(axis)
-        return self.sum(axis, keepdims) * (1.0 / count if isinstance(count, int) else 1 / count)
+        return self.sum(axis, keepdims) * _inverse(count)
 
     def var(self, axis=None, keepdims: bool = False, correction: int = 0):
         """Population variance by default (NumPy's ddof=0); correction=1 gives PyTorch's default."""
         centred = self - self.mean(axis, keepdims=True)
         count = dim(self._count(axis) - correction)
         total = (centred * centred).sum(axis, keepdims)
-        return total * (1.0 / count if isinstance(count, int) else 1 / count)
+        return total * _inverse(count)
 
     def softmax(self, axis: int = -1):
         shifted = self - self.max(axis, keepdims=True)
@@ -114,6 +114,13 @@ class ReductionMixin:
     def __rmatmul__(self, other):
         from .tensor import lift
         return lift(other).matmul(self)
+
+
+def _inverse(count):
+    """1/count for averaging; NaN for an empty reduction, as np.mean gives."""
+    if isinstance(count, int):
+        return 1.0 / count if count else float("nan")
+    return 1 / count
 
 
 def _batch_of(t):

@@ -19,6 +19,8 @@ Dim = Union[int, sympy.Expr]
 
 def divide_term(term, c):
     """term / c if c divides the monomial `term` exactly (integer coefficient, symbol powers), else None."""
+    if c == 0:
+        return None
     c_coeff, c_rest = c.as_coeff_Mul()
     t_coeff, t_rest = term.as_coeff_Mul()
     if not (c_coeff.is_Integer and t_coeff.is_Integer) or int(t_coeff) % int(c_coeff):
@@ -57,6 +59,8 @@ class idiv(sympy.Function):
 
     @classmethod
     def eval(cls, a, b):
+        if b == 0:  # only in the index arithmetic of an empty tensor, which no thread evaluates
+            return sympy.Integer(0)
         if b == 1:
             return a
         if a == 0:
@@ -74,7 +78,7 @@ class imod(sympy.Function):
 
     @classmethod
     def eval(cls, a, b):
-        if b == 1 or a == 0:
+        if b == 0 or b == 1 or a == 0:
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))

@@ -27,13 +27,15 @@ def _nonneg(e) -> bool:
 
 
 def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
-    """Inclusive bounds of `e`, where each index symbol s lies in [0, ranges[s]); None if unknown."""
+    """Inclusive bounds of `e`, where each index symbol s lies in [0, ranges[s]) (or in [lo, hi) when
+    ranges[s] is a pair, as inside a mask); None if unknown."""
     e = sympy.sympify(e)
     if e.is_Integer:
         return e, e
     if e.is_Symbol:
         if e in ranges:
-            return sympy.Integer(0), sympy.expand(ranges[e] - 1)
+            lo, hi = ranges[e] if isinstance(ranges[e], tuple) else (0, ranges[e])
+            return sympy.sympify(lo), sympy.expand(hi - 1)
         return (e, e) if e.is_positive else None  # a dim: itself
     if isinstance(e, sympy.Add):
         lo, hi = sympy.Integer(0), sympy.Integer(0)
@@ -62,8 +64,21 @@ def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
 
 
 def _split(a, c):
-    """a = q*c + b: the terms of `a` that are multiples of c, divided by c, and the rest."""
-    return split_multiple(sympy.expand(a), c)
+    """a = q*c + b: the terms of `a` that are multiples of c, divided by c, and the rest.
+
+    A divisor that is a sum (a padded extent such as T + 2) divides no single term of the expanded
+    `a`, so polynomial division does the work there, dividing by c's symbols first.
+    """
+    a = sympy.expand(a)
+    if isinstance(c, sympy.Add):
+        try:
+            gens = sorted(c.free_symbols, key=str)
+            gens += [g for g in sympy.Poly(a).gens if g not in gens]
+            q, b = sympy.div(a, c, *gens, domain="ZZ")
+            return q.as_expr() if hasattr(q, "as_expr") else q, b.as_expr() if hasattr(b, "as_expr") else b
+        except (sympy.PolynomialError, sympy.CoercionFailed, sympy.GeneratorsError):
+            pass
+    return split_multiple(a, c)
 
 
 def _in_range(b, c, ranges) -> bool:
@@ -95,3 +110,19 @@ def _simplify(e, ranges_items):
             return sympy.expand(q + (sympy.Integer(0) if _in_range(b, c, ranges) else idiv(b, c)))
         return b if _in_range(b, c, ranges) else imod(b, c)
     return e.func(*args)
+
+
+def tighten(ranges: Mapping[sympy.Symbol, object], valid) -> dict:
+    """The ranges that hold where `valid` (an And of bounds such as 1 <= o2, o2 < T + 1) is true."""
+    out = dict(ranges)
+    for cond in (valid.args if isinstance(valid, sympy.And) else (valid,)):
+        if isinstance(cond, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt)):
+            small, big = (cond.lhs, cond.rhs) if isinstance(cond, (sympy.Le, sympy.Lt)) else (cond.rhs, cond.lhs)
+            strict = isinstance(cond, (sympy.Lt, sympy.Gt))
+            if big in out and big.is_Symbol:  # small <= sym (or small < sym)
+                lo, hi = out[big] if isinstance(out[big], tuple) else (0, out[big])
+                out[big] = (sympy.expand(small + 1) if strict else small, hi)
+            elif small in out and small.is_Symbol:  # sym < big (or sym <= big)
+                lo, hi = out[small] if isinstance(out[small], tuple) else (0, out[small])
+                out[small] = (lo, big if strict else sympy.expand(big + 1))
+    return out

@@ -1,0 +1,115 @@
+"""ONNX reductions (the Reduce* family) and Softmax / LogSoftmax.
+
+refcomp's primitive reductions are SumReduce and MaxReduce over one axis; the ONNX forms are chains of
+them with keepdims as a reshape. ReduceProd has no primitive: it multiplies halves (a tree of Mul)
+along each axis, whose length must be concrete. Integer reductions of static arrays fold with NumPy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.tensor import Tensor, constant
+from .onnx_ops_core import BOOL, FLOAT, Value, float_value, is_int_array, op
+from .onnx_ops_math import FLT_MAX, _fold_result
+
+
+# --- reductions ----------------------------------------------------------------------------------
+def product(t: Tensor, axis: int, ctx) -> Tensor:
+    """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
+    n = t.shape[axis]
+    if not isinstance(n, int):
+        raise ctx.error(f"ReduceProd over axis {axis} of symbolic length {n} is not supported")
+    if n == 0:
+        return constant(1.0).broadcast_to(t.shape[:axis] + t.shape[axis + 1:])
+    index = [slice(None)] * t.ndim
+    while n > 1:
+        if n % 2:
+            widths = [(0, 0)] * t.ndim
+            widths[axis] = (0, 1)
+            t, n = t.pad(widths, value=1.0), n + 1
+        half = n // 2
+        index[axis] = slice(0, half)
+        left = t[tuple(index)]
+        index[axis] = slice(half, n)
+        t, n = left * t[tuple(index)], half
+    return t.squeeze(axis)
+
+
+def _reduce_axes(ctx, ndim: int):
+    """(axes, keepdims) from the attribute (older opsets) or input 1; None means "no-op"."""
+    keepdims = ctx.int_attr("keepdims", 1)
+    noop = ctx.int_attr("noop_with_empty_axes", 0)
+    if ctx.has_attr("axes"):
+        axes = ctx.ints_attr("axes")
+    elif ctx.has(1):
+        axes = ctx.static_ints(1, "axes (input 1)")
+    else:
+        axes = []
+    if not axes:
+        return (None if noop else list(range(ndim))), keepdims
+    return ctx.axes(axes, ndim), keepdims
+
+
+def _keep(out: Tensor, shape, axes, keepdims) -> Tensor:
+    if keepdims:
+        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    return out
+
+
+REDUCE_NUMPY = {"ReduceSum": np.sum, "ReduceProd": np.prod, "ReduceMax": np.max, "ReduceMin": np.min}
+
+
+@op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def reduce(ctx):
+    v = ctx.value(0)
+    axes, keepdims = _reduce_axes(ctx, v.ndim)
+    if v.is_static and is_int_array(v.static) and ctx.op_type in REDUCE_NUMPY:
+        if axes is None:
+            return v
+        return _fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
+    x = ctx.tensor(0, (FLOAT, BOOL) if ctx.op_type in ("ReduceMax", "ReduceMin") else (FLOAT,))
+    if axes is None:
+        return Value(v.etype, tensor=x)
+    shape, kind = x.shape, ctx.op_type
+    if kind == "ReduceProd":
+        out = x
+        for a in sorted(axes, reverse=True):
+            out = product(out, a, ctx)
+        return float_value(_keep(out, shape, axes, keepdims))
+    if kind in ("ReduceMax", "ReduceMin"):
+        out = x.max(axes) if kind == "ReduceMax" else x.min(axes)
+        if v.etype == BOOL:  # the max of no booleans is False, the min True
+            out = out.clip(0.0, 1.0)
+        return Value(v.etype, tensor=_keep(out, shape, axes, keepdims))
+    if kind == "ReduceLogSumExp":
+        m = x.max(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
+        out = (x - m).exp().sum(axes, keepdims=True).log() + m
+        return float_value(out if keepdims else out.reshape(tuple(n for i, n in enumerate(shape) if i not in axes)))
+    terms = {"ReduceSum": x, "ReduceMean": x, "ReduceL1": None, "ReduceL2": x * x, "ReduceLogSum": x,
+             "ReduceSumSquare": x * x}[kind]
+    if kind == "ReduceL1":
+        terms = x.abs()
+    out = terms.sum(axes)
+    if kind == "ReduceMean":
+        count = 1
+        for a in axes:
+            count = count * shape[a]
+        if isinstance(count, int):
+            out = out * (1.0 / count if count else float("nan"))
+        else:
+            out = out * (1 / constant(count))
+    elif kind == "ReduceL2":
+        out = out.sqrt()
+    elif kind == "ReduceLogSum":
+        out = out.log()
+    return float_value(_keep(out, shape, axes, keepdims))
+
+
+@op("Softmax", "LogSoftmax", attrs=("axis",))
+def softmax(ctx):
+    x = ctx.tensor(0)
+    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
+    if x.ndim == 0:
+        raise ctx.error("input must have at least one axis")
+    return float_value(x.softmax(axis) if ctx.op_type == "Softmax" else x.log_softmax(axis))
