@@ -141,15 +141,20 @@ def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
         raise ctx.error(f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} expects {per_group * groups}")
 
 
-@op("Conv", attrs=CONV_ATTRS)
-def conv(ctx):
+def _conv_operands(ctx):
+    """Input, weight, kernel_shape and group of a Conv or ConvTranspose node, checked against each other."""
     x, w = ctx.tensor(0), ctx.tensor(1)
     if w.ndim != x.ndim:
         raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
     kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
     if kernel != list(w.shape[2:]):
         raise ctx.attr_error("kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}")
-    groups = ctx.int_attr("group", 1)
+    return x, w, kernel, ctx.int_attr("group", 1)
+
+
+@op("Conv", attrs=CONV_ATTRS)
+def conv(ctx):
+    x, w, kernel, groups = _conv_operands(ctx)
     _check_channels(ctx, x, w, groups, 1)
     if isinstance(w.shape[0], int) and w.shape[0] % groups:
         raise ctx.error(f"{w.shape[0]} output channels do not split into group={groups}")
@@ -191,13 +196,7 @@ def _crop(x: Tensor, axis: int, begin: int, end: int) -> Tensor:
 
 @op("ConvTranspose", attrs=CONV_ATTRS + ("output_padding", "output_shape"))
 def conv_transpose(ctx):
-    x, w = ctx.tensor(0), ctx.tensor(1)
-    if w.ndim != x.ndim:
-        raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
-    kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
-    if kernel != list(w.shape[2:]):
-        raise ctx.attr_error("kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}")
-    groups = ctx.int_attr("group", 1)
+    x, w, kernel, groups = _conv_operands(ctx)
     c_in, m_per_group = w.shape[:2]
     if isinstance(x.shape[1], int) and isinstance(c_in, int) and x.shape[1] != c_in:
         raise ctx.error(f"input has {x.shape[1]} channels but the kernel {tuple(w.shape)} expects {c_in}")
