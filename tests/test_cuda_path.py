@@ -35,7 +35,6 @@ def test_source_builds_with_nvcc_for_sm90(case, search):
     assert all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in report.kernels.values())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_plain_lowering_is_clean_under_address_sanitizer(case, monkeypatch):
     from refcomp.exec import backends
