@@ -1,4 +1,4 @@
-"""Differential fuzzing in the normal test run: random primitive graphs (refcomp/search/fuzz.py)
+"""Differential fuzzing in the normal test run: random primitive graphs (refcomp/search/fuzz/)
 compiled with the search on and off, run on the host emulator, compared with the float64 NumPy
 reference. 210 graphs, 35 to a program, two programs at a time (fixed seed: deterministic).
 
