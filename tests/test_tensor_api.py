@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import refcomp as rc
+from golden.cases_common import conv2d as conv2d_oracle  # direct loops, shared with the golden suite
 
 try:
     import torch
@@ -449,27 +450,6 @@ def test_layer_norm_and_rms_norm(rng):
     close(run(lambda t: rc.nn.rms_norm(t), x), rms, rtol=1e-4, atol=1e-5)
 
 
-def conv2d_oracle(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    n, c, h, wd = x.shape
-    co, cpg, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2])
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    out = np.zeros((n, co, ho, wo))
-    per_group = co // groups
-    for o in range(co):
-        g = o // per_group
-        for i in range(ho):
-            for j in range(wo):
-                for ci in range(cpg):
-                    for p in range(kh):
-                        for q in range(kw):
-                            out[:, o, i, j] += xp[:, g * cpg + ci, i * stride[0] + p * dilation[0], j * stride[1] + q * dilation[1]] * w[o, ci, p, q]
-        if b is not None:
-            out[:, o] += b[o]
-    return out
-
-
 CONV_CONFIGS = [
     dict(), dict(stride=2), dict(padding=1), dict(stride=(2, 1), padding=(1, 2)), dict(dilation=2),
     dict(groups=2), dict(stride=2, padding=2, dilation=(1, 2), groups=2), dict(groups=4, padding=1),
@@ -481,7 +461,7 @@ def test_conv2d(rng, config):
     groups = config.get("groups", 1)
     x, w, b = f32(rng, 2, 4, 7, 8), f32(rng, 4, 4 // groups, 3, 2), f32(rng, 4)
     pair = lambda v: (v, v) if isinstance(v, int) else v
-    expected = conv2d_oracle(x, w, b, pair(config.get("stride", 1)), pair(config.get("padding", 0)), pair(config.get("dilation", 1)), groups)
+    expected = conv2d_oracle(x.astype(np.float64), w.astype(np.float64), b, pair(config.get("stride", 1)), pair(config.get("padding", 0)), pair(config.get("dilation", 1)), groups)
     close(run(lambda x_, w_, b_: rc.nn.conv2d(x_, w_, b_, **config), x, w, b), expected, rtol=1e-4, atol=1e-5)
     expected_no_bias = expected - b[None, :, None, None]
     close(run(lambda x_, w_: rc.nn.conv2d(x_, w_, **config), x, w), expected_no_bias, rtol=1e-4, atol=1e-5)

@@ -349,13 +349,18 @@ def _normalize(x: Tensor, axes, eps: float):
     return centred * inv, mean, inv
 
 
-@op("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
-def layer_norm(ctx):
-    x = ctx.tensor(0)
+def _statistics_axes(ctx, x: Tensor) -> tuple[int, ...]:
+    """The axes from `axis` to the last, for LayerNormalization and RMSNormalization (float32 stats only)."""
     if ctx.int_attr("stash_type", 1) != 1:
         raise ctx.attr_error("stash_type", ctx.int_attr("stash_type"), "refcomp computes the statistics in float32 (stash_type=1)")
     axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
-    y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), ctx.float_attr("epsilon", 1e-5))
+    return tuple(range(axis, x.ndim))
+
+
+@op("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def layer_norm(ctx):
+    x = ctx.tensor(0)
+    y, mean, inv = _normalize(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5))
     y = y * ctx.tensor(1)
     if ctx.has(2):
         y = y + ctx.tensor(2)
@@ -383,10 +388,7 @@ def mvn(ctx):
 @op("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def rms_norm(ctx):
     x = ctx.tensor(0)
-    if ctx.int_attr("stash_type", 1) != 1:
-        raise ctx.attr_error("stash_type", ctx.int_attr("stash_type"), "refcomp computes the statistics in float32 (stash_type=1)")
-    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
-    axes = tuple(range(axis, x.ndim))
+    axes = _statistics_axes(ctx, x)
     y = x * ((x * x).mean(axes, keepdims=True) + ctx.float_attr("epsilon", 1e-5)).rsqrt()
     return float_value(y * ctx.tensor(1))
 
