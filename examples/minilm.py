@@ -45,7 +45,6 @@ D_HEAD = HIDDEN // N_HEADS
 INTERMEDIATE = 1536
 LN_EPS = 1e-12
 MAX_LENGTH = 256  # sentence-transformers' max_seq_length for this model
-MASKED_SCORE = -1e30  # added to the scores of padding keys; exp underflows to exactly 0 (as rc.nn does)
 # Linear layers: None is plain rc.nn.linear; an int contracts K as a sum of matmuls over K-chunks
 # of that size (see `linear`), which only helps programs compiled with search=False.
 K_CHUNK: Optional[int] = None
@@ -142,7 +141,7 @@ def build_encoder(k_chunk: Optional[int] = K_CHUNK):
          + rc.nn.embedding(types, _weight(f"{e}.token_type_embeddings.weight", (2, HIDDEN))))
     h = layer_norm(h, f"{e}.LayerNorm")
 
-    additive_mask = ((1.0 - mask) * MASKED_SCORE).reshape(B, 1, 1, T)
+    additive_mask = rc.where(mask, 0.0, -math.inf).reshape(B, 1, 1, T)  # padding keys get weight exactly 0
     for i in range(N_LAYERS):
         p = f"encoder.layer.{i}"
         q = heads(dense(h, f"{p}.attention.self.query", HIDDEN, HIDDEN))

@@ -136,6 +136,56 @@ def _where_np(f):
     return {"y": np.where(c > 0, a, b), "scalar": np.where(a < b, a, 0.0), "mixed": np.where(c > 0.5, 2.0, a)}
 
 
+def _specials(rng, shape):
+    """Normal values with infinities, NaN and signed zeros planted at random positions."""
+    x = normal(rng, shape).reshape(-1)
+    picks = rng.choice(x.size, 8, replace=False)
+    x[picks] = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, -np.inf], np.float32)
+    return x.reshape(shape)
+
+
+def _select_build():
+    x, m = rc.input("x", (4, 6)), rc.input("m", (4, 6))
+    keep = m > 0.0
+    return {"log_pos": rc.where(x > 0.0, x.log(), -math.inf),  # log of a negative is NaN: never selected
+            "inf_branch": rc.where(x.isfinite(), x, 0.0),
+            "masked_softmax": (m + rc.where(keep, 0.0, -math.inf)).softmax(-1),
+            "remainder": x % rc.where(keep, math.inf, -math.inf)}
+
+
+def _select_np(f):
+    x, m = f64(f, "x", "m")
+    with np.errstate(all="ignore"):
+        masked = np.where(m > 0, m, -np.inf)
+        return {"log_pos": np.where(x > 0, np.log(x), -np.inf), "inf_branch": np.where(np.isfinite(x), x, 0.0),
+                "masked_softmax": softmax(masked, -1), "remainder": np.remainder(x, np.where(m > 0, np.inf, -np.inf))}
+
+
+def _select_inputs(rng, b):
+    m = normal(rng, (4, 6))
+    m[:, 0] = np.abs(m[:, 0]) + 0.1  # every row keeps one entry
+    return {"x": _specials(rng, (4, 6)), "m": m}
+
+
+def _power_edges(x, y):
+    return {"tensor": x ** y, "half": x ** 0.5, "p03": x ** 0.3, "cube": x ** 3, "m3": x ** -3, "zero": x ** 0,
+            "inf": x ** math.inf, "m_inf": x ** -math.inf, "neg_base": (-2.0) ** y, "zero_base": 0.0 ** y}
+
+
+def _power_edges_np(x, y):
+    with np.errstate(all="ignore"):
+        return {"tensor": np.power(x, y), "half": np.sqrt(x), "p03": np.power(x, 0.3), "cube": x ** 3, "m3": x ** -3.0,
+                "zero": np.power(x, 0.0), "inf": np.power(x, np.inf), "m_inf": np.power(x, -np.inf),
+                "neg_base": np.power(-2.0, y), "zero_base": np.power(0.0, y)}
+
+
+def _power_inputs(rng, b):
+    x = _specials(rng, (5, 8))
+    x[0, :] = [-8.0, -2.0, -0.5, -1.0, 0.5, 2.0, -3.0, -1.5]  # negative bases against the integral exponents below
+    y = rng.choice(np.array([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 0.5, -0.5, 1.5, np.inf, -np.inf, np.nan], np.float32), (5, 8))
+    return {"x": x, "y": y}
+
+
 CASES = [
     _binary("hl_sub", lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25},
             lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25}, normal, normal),
@@ -175,6 +225,9 @@ CASES = [
     case("hl_where", build=_where_build,
          make_inputs=lambda rng, b: {"c": normal(rng, (3, 4)), "a": normal(rng, (3, 4)), "b": normal(rng, (4,))},
          oracle=_where_np, tags=T + ("broadcast",)),
+    case("hl_where_select", build=_select_build, make_inputs=_select_inputs, oracle=_select_np, tags=T),
+    case("hl_pow_edges", build=lambda: _power_edges(rc.input("x", (5, 8)), rc.input("y", (5, 8))),
+         make_inputs=_power_inputs, oracle=lambda f: _power_edges_np(*f64(f, "x", "y")), tags=T),
     _unary("hl_reduce_every_axis", _reduce_3d, _reduce_3d_np, normal, shape=(3, 4, 5)),
     _unary("hl_reduce_axis_tuples", _reduce_tuples, _reduce_tuples_np, normal, shape=(3, 4, 5)),
     _unary("hl_softmax", lambda x: {"last": x.softmax(), "first": x.softmax(0), "mid": x.softmax(1)},

@@ -1,6 +1,8 @@
 """Golden cases with symbolic dims ("B", "T", ...): one graph, checked at two or more bindings."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 import refcomp as rc
@@ -83,6 +85,14 @@ def _cumsum_np(x):
 
 BT = ({"B": 2, "T": 5}, {"B": 3, "T": 12})
 
+def _empty_reductions_np(x):
+    """NumPy over a possibly empty axis: sum 0, max -inf, min inf, mean and var NaN."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice": NaN is the point
+        return {"sum": x.sum(1), "max": np.max(x, 1, initial=-np.inf), "min": np.min(x, 1, initial=np.inf),
+                "mean": x.mean(1), "var": x.var(1), "var1": x.var(1, ddof=1), "mean_all": x.mean(), "softmax": softmax(x, -1) if x.size else x}
+
+
 CASES = [
     case("sym_broadcast_add", build=_broadcast_build,
          make_inputs=lambda rng, b: {"x": normal(rng, ("B", 8), b), "bias": normal(rng, (8,)), "col": normal(rng, ("B", 1), b)},
@@ -134,6 +144,10 @@ CASES = [
     case("sym_conv_pool", build=_conv_build,
          make_inputs=lambda rng, b: {"x": normal(rng, ("N", 2, "H", "W"), b), "w": normal(rng, (3, 2, 3, 3), scale=0.5), "bias": normal(rng, (3,))},
          oracle=_conv_np, bindings=({"N": 1, "H": 4, "W": 6}, {"N": 2, "H": 6, "W": 5}), tags=T + ("nn",)),
+    _sym("sym_empty_reductions", ("B", "T"), ({"B": 3, "T": 0}, {"B": 2, "T": 1}, {"B": 1, "T": 5}),
+         lambda x: {"sum": x.sum(1), "max": x.max(1), "min": x.min(1), "mean": x.mean(1), "var": x.var(1),
+                    "var1": x.var(1, correction=1), "mean_all": x.mean(), "softmax": x.softmax(-1)},
+         _empty_reductions_np),
     _sym("sym_masked_view_chain", ("T", 4), ({"T": 8}, {"T": 5}),
          lambda x: {"pad_flat": x.pad([(1, 0), (0, 1)]).reshape(-1), "odd_step": x[1::3].reshape(-1),
                     "flip_tail": x.flip(0)[1:].T, "chain": x[:, ::2].pad([(0, 1), (1, 0)], value=-1.0).permute(1, 0)[::-1].reshape(-1)},

@@ -1,5 +1,5 @@
 """refcomp: a readable reference compiler for tensor programs that emits CUDA."""
-from .errors import BindingError, FeedError, RefcompError, ShapeError
+from .errors import AllocationError, BindingError, CacheError, FeedError, RefcompError, ShapeError
 from .ops.tensor import Tensor, constant, input
 from .ops.movement import concat, stack
 from .ops.elementwise import fmod, maximum, minimum, where
@@ -9,7 +9,8 @@ from .frontends import onnx  # imports the onnx package only when first used
 from .exec.reference import evaluate
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
-           "arange", "nn", "evaluate", "RefcompError", "ShapeError", "BindingError", "FeedError"]
+           "arange", "nn", "evaluate", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
+           "CacheError"]
 from .codegen.program import Program, compile  # noqa: E402
 
 __all__ += ["Program", "compile"]

@@ -19,3 +19,13 @@ class BindingError(RefcompError):
 
 class FeedError(RefcompError):
     """A fed array is missing or has the wrong shape or dtype."""
+
+
+class AllocationError(RefcompError):
+    """A tensor or buffer would not fit in memory: said with the bytes it needs and the tensor that
+    needs them, instead of a MemoryError (or the machine swapping) deep inside NumPy."""
+
+
+class CacheError(RefcompError):
+    """The kernel cache cannot be used: its directory is not writable, or an artifact stays
+    unloadable after a rebuild. Raised instead of an OSError so the message can say how to fix it."""

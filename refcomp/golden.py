@@ -311,6 +311,11 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
     return failures
 
 
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shape, dtype and values, NaN equal to NaN (inputs may plant NaN on purpose)."""
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
 def _staleness(case: GoldenCase, i: int, feeds: Mapping, dims: Mapping) -> list[str]:
     problems = []
     if dict(dims) != {k: int(v) for k, v in case.bindings[i].items()}:
@@ -319,7 +324,7 @@ def _staleness(case: GoldenCase, i: int, feeds: Mapping, dims: Mapping) -> list[
     if set(fresh) != set(feeds):
         problems.append(f"stored inputs {sorted(feeds)} != the case's inputs {sorted(fresh)}")
     else:
-        changed = [k for k in fresh if fresh[k].shape != feeds[k].shape or fresh[k].dtype != feeds[k].dtype or not np.array_equal(fresh[k], feeds[k])]
+        changed = [k for k in fresh if not _same_array(fresh[k], feeds[k])]
         if changed:
             problems.append(f"stored inputs {changed} differ from what the case's make_inputs draws now")
     return problems
@@ -412,7 +417,7 @@ def _differences(old: Mapping, feeds: Mapping, dims: Mapping, outputs: Mapping) 
     if set(old["in"]) != set(feeds):
         what.append(f"inputs {sorted(old['in'])} -> {sorted(feeds)}")
     else:
-        changed = [k for k in feeds if old["in"][k].shape != feeds[k].shape or old["in"][k].dtype != feeds[k].dtype or not np.array_equal(old["in"][k], feeds[k])]
+        changed = [k for k in feeds if not _same_array(old["in"][k], feeds[k])]
         if changed:
             what.append("inputs changed: " + ", ".join(changed))
     for name in sorted(set(old["out"]) - set(outputs)):

@@ -281,7 +281,7 @@ def test_missing_and_unknown_feeds():
 
 def test_two_inputs_with_one_name():
     a, b = rc.input("x", (3, 4)), rc.input("x", (4,))
-    with raises(rc.RefcompError, "'x'", "[3, 4]", "[4]"):
+    with raises(rc.RefcompError, "'x'", "(3, 4) float32", "(4,) float32"):
         rc.evaluate(a + b, {"x": ones(3, 4)})
 
 
@@ -296,9 +296,9 @@ def test_embedding_id_out_of_range():
 
 def test_symbolic_slice_out_of_range_for_a_binding():
     t = rc.input("t", ("T",))
-    with raises(rc.BindingError, "input 't'", "'T': 4", "out of range"):
+    with raises(rc.BindingError, "input 't'", "T=4", "out of range"):
         rc.evaluate(t[:10], {"t": ones(4)})
-    with raises(rc.BindingError, "input 't'", "T - 3", "'T': 2"):
+    with raises(rc.BindingError, "input 't'", "T - 3", "T=2"):
         rc.evaluate(t[3:], {"t": ones(2)})
     np.testing.assert_array_equal(rc.evaluate(t[3:], {"t": np.arange(5, dtype=np.float32)}), [3.0, 4.0])
 

@@ -121,6 +121,6 @@ class CPrinter:
                 return "(" + " * ".join([self._double(e.base)] * int(e.exp)) + ")"
             if e.exp.is_Integer and e.exp < 0:
                 return "(1.0 / (" + " * ".join([self._double(e.base)] * -int(e.exp)) + "))"
-        if isinstance(e, (idiv, imod)):
+        if isinstance(e, (idiv, imod, sympy.Max, sympy.Min)):
             return f"(double)({self.int(e)})"
         raise NotImplementedError(f"cannot print constant expression {e} as C")

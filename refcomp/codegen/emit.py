@@ -16,7 +16,8 @@ import sympy
 
 from ..exec.abi import KernelSignature, Param
 from ..errors import RefcompError
-from ..ops.primitives import BINARY, COPY, REDUCE, UNARY, Edge, Node
+from ..ops.graph import symbols_of
+from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
 from ..symbolic.dims import Dim, idiv, imod, prod
 from ..symbolic.index import index_of, unravel
 from ..symbolic.view import contiguous_strides
@@ -25,6 +26,10 @@ from .cprint import CPrinter, float_literal
 
 
 SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader
+# value_at recurses once per fused producer on a chain (four Python frames a level), so a kernel
+# fuses at most this many nodes: deep graphs split into several kernels instead of overflowing the
+# interpreter's stack, and no kernel grows past what nvcc and g++ digest quickly.
+MAX_FUSED_NODES = 128
 
 
 class Unfusable(RefcompError):
@@ -33,6 +38,29 @@ class Unfusable(RefcompError):
 
 def _same_shape(a, b) -> bool:
     return len(a) == len(b) and all(x == y or sympy.expand(sympy.sympify(x) - y) == 0 for x, y in zip(a, b))
+
+
+@dataclass(frozen=True)
+class ProgramNames:
+    """Names shared by every kernel of one program: C names for the symbolic dims (dim0, dim1, ... in
+    order of the symbols' names) and a number for each node, its position in the program's
+    topological order. Kernel comments show these numbers rather than the process-wide node ids, so
+    the same graph compiles to byte-identical source in any process (and the emulator's cache hits)."""
+
+    dims: dict  # sympy.Symbol -> "dim0", ...
+    numbers: dict  # node id -> position in the program's graph
+
+    @staticmethod
+    def of(nodes: Sequence[Node]) -> "ProgramNames":
+        """`nodes` in topological order: the whole graph of the program."""
+        dims = {s: f"dim{k}" for k, s in enumerate(sorted(symbols_of(list(nodes)), key=lambda s: s.name))}
+        return ProgramNames(dims, {n.id: k for k, n in enumerate(nodes)})
+
+    def label(self, node: Node) -> str:
+        return f"{node.op.name}#{self.numbers[node.id]}"
+
+    def order(self, nodes) -> list[Node]:
+        return sorted(set(nodes), key=lambda n: self.numbers[n.id])
 
 
 def index_symbol(name: str) -> sympy.Symbol:
@@ -44,7 +72,7 @@ def index_symbol(name: str) -> sympy.Symbol:
 
 @dataclass
 class KernelBody:
-    dim_names: dict[sympy.Symbol, str]  # program-wide: symbol -> "dim0", ...
+    names: ProgramNames
     buffer_names: dict[int, str] = field(default_factory=dict)  # node id -> "in0", ...
     buffer_ctypes: dict[int, str] = field(default_factory=dict)
     inline: Callable[[Node], bool] = lambda node: False  # fused producers are recomputed here
@@ -63,6 +91,7 @@ class KernelBody:
     bind_compound: bool = True  # False where the index expressions are analysed rather than printed
 
     def __post_init__(self):
+        self.dim_names = self.names.dims
         self.printer = CPrinter({**self.dim_names})
         self.comment_printer = CPrinter(self.printer.names)
 
@@ -124,7 +153,7 @@ class KernelBody:
         elif node.op.name == "Iota":
             position = self.unravel(flat, node.shape)[node.attrs["axis"]]
             value = f"(float)({self.printer.int(position)})"
-        elif self.inline(node) and node.op.kind in (UNARY, BINARY, COPY, REDUCE):
+        elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind == REDUCE):
             return self._inlined(node, flat, valid)
         else:
             value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
@@ -139,6 +168,8 @@ class KernelBody:
         """Recompute a fused producer here; under a mask its loads run only where the mask holds."""
         if node not in self.fused:
             self.fused.append(node)
+            if len(self.fused) > MAX_FUSED_NODES:
+                raise Unfusable(f"a kernel may fuse at most {MAX_FUSED_NODES} nodes")
         outer, outer_ranges = self.statements, self.ranges
         if valid is not sympy.true:  # inside `if (valid)`: the mask's bounds help simplify the indices
             self.statements, self.ranges = [], tighten(self.ranges, valid)

@@ -20,7 +20,7 @@ from ..ops.primitives import REDUCE, Node
 from ..symbolic.dims import Dim, dims_equal, prod
 from ..symbolic.index import index_of
 from ..symbolic.view import contiguous_strides
-from .emit import KernelBody, Unfusable
+from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, Kernel, Late, Launch, _finish
 
 
@@ -28,7 +28,7 @@ def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
     return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
-def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], dim_names, inline: Callable[[Node], bool],
+def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inline: Callable[[Node], bool],
                block: int = BLOCK) -> Kernel:
     phases = list(row_reduces) + ([output] if output.op.kind == REDUCE else [])
     axis = phases[0].attrs["axis"]
@@ -39,7 +39,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], dim_names, 
         if r.attrs["axis"] != axis or not _same(r.srcs[0].shape, shape):
             raise Unfusable(f"{r.op.name}#{r.id} reduces a different row than {phases[0].op.name}#{phases[0].id}")
     rows_shape, extent = shape[:axis] + shape[axis + 1:], shape[axis]
-    body = KernelBody(dim_names, inline=inline)
+    body = KernelBody(names, inline=inline)
     o = body.axis_indices("row", rows_shape)
     body.flat_axes = None
     r = body.index_var("r", extent)
@@ -48,7 +48,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], dim_names, 
     for j, red in enumerate(phases):
         body.statements = []
         value = body.value_at(red.srcs[0], idx)
-        rendered.append(dict(what=f"{red.op.name}#{red.id}", statements=body.statements, identity=red.op.c_identity,
+        rendered.append(dict(what=names.label(red), statements=body.statements, identity=red.op.c_identity,
                              combine=red.op.c.format("acc", value), tree=red.op.c.format("mine", "other")))
         body.scalars[red.id] = (f"red{j}", _linear(o, rows_shape))
     epilogue = None
@@ -78,7 +78,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     flat, valid = index_of(src.views, syms, ranges)
     if valid is not sympy.true:
         return None
-    body = KernelBody({}, ranges=dict(ranges), bind_compound=False)
+    body = KernelBody(ProgramNames({}, {}), ranges=dict(ranges), bind_compound=False)
     pidx = body.unravel(flat, product.shape)
     deps = []
     for operand in product.srcs:
@@ -95,7 +95,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     return batch, m, n
 
 
-def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Callable[[Node], bool], tile: int = 16) -> Kernel:
+def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = 16) -> Kernel:
     axes = matmul_axes(reduce)
     if axes is None:
         raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
@@ -103,7 +103,7 @@ def matmul_kernel(name: str, output: Node, reduce: Node, dim_names, inline: Call
     src, k_axis = reduce.srcs[0], reduce.attrs["axis"]
     shape = src.shape
     sizes = {key: prod(shape[a] for a in group) for key, group in (("batch", batch_axes), ("m", m_axes), ("n", n_axes))}
-    body = KernelBody(dim_names, inline=lambda n: inline(n) or n is src.node)
+    body = KernelBody(names, inline=lambda n: inline(n) or n is src.node)
     per_axis: dict[int, sympy.Expr] = {}
     batch_sym = None
     for flat_name, group in (("batch", batch_axes), ("bm", m_axes), ("bn", n_axes)):

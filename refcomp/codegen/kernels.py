@@ -16,9 +16,8 @@ import jinja2
 import sympy
 
 from ..exec.abi import KernelSignature
-from ..ops.primitives import BINARY, COPY, GATHER, REDUCE, UNARY, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
-from .cprint import CPrinter
 from .emit import KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -88,11 +87,11 @@ class Late:
 
 
 def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node, extra: str = "") -> str:
-    nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
+    label = body.names.label
     shape = ", ".join(body.comment_printer.int(n) for n in output.shape)
-    computes = ", ".join(f"{n.op.name}#{n.id}" for n in nodes)
+    computes = ", ".join(label(n) for n in body.names.order(list(body.fused) + list(nodes)))
     lines = [f"// {name}: computes {computes} -> out0, shape ({shape}){extra}"]
-    reads = {f"in{k}": f"{n.op.name}#{n.id}" for k, n in enumerate(body.reads)}
+    reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
     lines += [f"//   reads {r}" for r in dict.fromkeys(body.loads)]
     lines += [f"//   {k} = {v}" for k, v in reads.items()]
     return "\n".join(lines)
@@ -107,7 +106,7 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
     source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
-    nodes = tuple(sorted(set(body.fused) | set(nodes), key=lambda n: n.id))
+    nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch)
 
 
@@ -125,18 +124,18 @@ def _drop_unused_indices(source: str) -> str:
             source = source[:m.start()] + source[m.end():]
 
 
-def elementwise_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
                        block: int = BLOCK) -> Kernel:
-    body = KernelBody(dim_names, inline=inline)
+    body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
-    assert node.op.kind in (UNARY, BINARY, COPY), node
+    assert node.op.kind in ELEMENTWISE, node
     result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
     size = prod(node.shape)
     return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
                    False, result=result, size=lambda b: b.printer.int(size))
 
 
-def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
                   strategy: Optional[str] = None, block: int = BLOCK, epilogue: Optional[Node] = None) -> Kernel:
     """A reduction; with `epilogue`, an elementwise node of the reduction's shape applied to its result."""
     assert node.op.kind == REDUCE, node
@@ -144,7 +143,7 @@ def reduce_kernel(name: str, node: Node, dim_names, inline: Callable[[Node], boo
     extent = src.shape[axis]
     if strategy is None:
         strategy = "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
-    body = KernelBody(dim_names, inline=inline)
+    body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
     r = body.index_var("r", extent)
@@ -176,10 +175,10 @@ def _linear_of(idx, shape):
     return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
-def gather_kernel(name: str, node: Node, dim_names) -> Kernel:
+def gather_kernel(name: str, node: Node, names) -> Kernel:
     assert node.op.kind == GATHER, node
     table, ids = node.srcs
-    body = KernelBody(dim_names)
+    body = KernelBody(names)
     idx = body.axis_indices("i", node.shape)
     body.flat_axes = None
     id_name = body.int_at(ids, idx[:-1])

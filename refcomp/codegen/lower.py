@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-import sympy
-
 from ..ops.graph import toposort
-from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Edge, Node, make_node
-from ..symbolic.dims import free_symbols
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
+from .emit import ProgramNames
 from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel
 
 
@@ -28,30 +26,14 @@ def materialise_outputs(tensors) -> list[Node]:
     return nodes
 
 
-def dim_names_of(nodes: Sequence[Node]) -> dict[sympy.Symbol, str]:
-    """Program-wide C names for symbolic dims: dim0, dim1, ... in order of the symbols' names."""
-    symbols: set[sympy.Symbol] = set()
-    for node in nodes:
-        for n in node.shape:
-            symbols |= free_symbols(n)
-        for e in node.srcs:
-            for view in e.views.views:
-                for d in view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r):
-                    symbols |= free_symbols(d)
-        value = node.attrs.get("value")
-        if isinstance(value, sympy.Basic):
-            symbols |= value.free_symbols
-    return {s: f"dim{k}" for k, s in enumerate(sorted(symbols, key=lambda s: s.name))}
-
-
-def kernel_for(name: str, node: Node, dim_names, inline: Callable[[Node], bool] = lambda n: False,
+def kernel_for(name: str, node: Node, names: ProgramNames, inline: Callable[[Node], bool] = lambda n: False,
                strategy: Optional[str] = None) -> Kernel:
-    if node.op.kind in (UNARY, BINARY, COPY):
-        return elementwise_kernel(name, node, dim_names, inline)
+    if node.op.kind in ELEMENTWISE:
+        return elementwise_kernel(name, node, names, inline)
     if node.op.kind == REDUCE:
-        return reduce_kernel(name, node, dim_names, inline, strategy)
+        return reduce_kernel(name, node, names, inline, strategy)
     if node.op.kind == GATHER:
-        return gather_kernel(name, node, dim_names)
+        return gather_kernel(name, node, names)
     raise AssertionError(f"no kernel for {node}")
 
 
@@ -61,9 +43,9 @@ def kernel_name(index: int, node: Node) -> str:
 
 def lower_plain(output_nodes: Sequence[Node]) -> list[Kernel]:
     nodes = toposort(list(output_nodes))
-    dim_names = dim_names_of(nodes)
+    names = ProgramNames.of(nodes)
     compute = [n for n in nodes if n.op.kind != LEAF]
-    return [kernel_for(kernel_name(k, n), n, dim_names) for k, n in enumerate(compute)]
+    return [kernel_for(kernel_name(k, n), n, names) for k, n in enumerate(compute)]
 
 
 @dataclass(frozen=True)
@@ -76,21 +58,21 @@ class Group:
     kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
 
 
-def kernel_for_group(name: str, group: Group, dim_names, fused: Callable[[Node], bool], params: dict) -> Kernel:
+def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict) -> Kernel:
     """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured."""
     from .fused import matmul_kernel, row_kernel
     root = group.root
     if group.kind == "row":
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
-        return row_kernel(name, root, rows, dim_names, fused, block=params.get("block", 256))
+        return row_kernel(name, root, rows, names, fused, block=params.get("block", 256))
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
-        return matmul_kernel(name, root, reduce, dim_names, fused, tile=params.get("tile", 16))
+        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", 16))
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
-            return reduce_kernel(name, root, dim_names, fused, params.get("strategy"), params.get("block", 256))
+            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", 256))
         reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
-        return reduce_kernel(name, reduce, dim_names, fused, params.get("strategy"), params.get("block", 256), epilogue=root)
+        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", 256), epilogue=root)
     if group.kind == "gather":
-        return gather_kernel(name, root, dim_names)
-    return elementwise_kernel(name, root, dim_names, fused, params.get("block", 256))
+        return gather_kernel(name, root, names)
+    return elementwise_kernel(name, root, names, fused, params.get("block", 256))

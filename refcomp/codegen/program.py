@@ -11,15 +11,17 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import FeedError, RefcompError
+from ..errors import RefcompError
 from ..exec.backends import get_backend
-from ..exec.bindings import bind_dims
-from ..exec.reference import evaluate
-from ..ops.graph import flatten_outputs, input_nodes, toposort
+from ..exec import limits
+from ..exec.bindings import bind_dims, check_binding, check_ids, show_binding
+from ..exec.reference import evaluate, read_edge
+from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..symbolic.dims import evaluate_dim, prod
 from .kernels import Kernel, prelude
-from .lower import dim_names_of, kernel_for_group, kernel_name, lower_plain, materialise_outputs
+from .emit import ProgramNames
+from .lower import kernel_for_group, kernel_name, lower_plain, materialise_outputs
 from .memory import MemoryPlan, plan_memory
 
 
@@ -32,9 +34,14 @@ class Program:
         self.search = search  # the SearchResult (trace, costs) when the program was searched
         self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
         nodes = toposort(list(output_nodes))
-        self._inputs = input_nodes(nodes)
+        self._nodes = nodes
+        self._user_nodes = toposort([t.node for t in self.tensors])
+        self._accepted: set = set()  # bindings the validator has accepted
+        self._symbols = {s.name for s in symbols_of(self._user_nodes, [t.edge for t in self.tensors])}
+        self._inputs = input_nodes(self._user_nodes)  # the reference's inputs: the search may drop some
         self._all_inputs = [n for n in nodes if n.op.name == "Input"]
-        self.dim_symbols = {name: sym for sym, name in dim_names_of(nodes).items()}
+        self.names = ProgramNames.of(nodes)
+        self.dim_symbols = {name: sym for sym, name in self.names.dims.items()}
         self.source = prelude(len(kernels)) + "\n\n" + "\n\n".join(k.source for k in kernels) + "\n"
         self._modules: dict[str, object] = {}
 
@@ -55,31 +62,70 @@ class Program:
         return self.memory_plan(dict(dims or {})).peak_bytes
 
     # --- running -----------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
-        if backend == "numpy":
-            return evaluate(self.outputs, feeds, dims)
-        be = get_backend(backend)
-        arrays, bindings = bind_dims(self._inputs, feeds, dims)
-        self._check_ids(arrays)
-        if be.name not in self._modules:
-            self._modules[be.name] = be.load(self.source, [k.signature for k in self.kernels])
-        module = self._modules[be.name]
-        buffers: dict[int, object] = {}
-        uploaded = {name: be.upload(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else np.float32))
-                    for name, a in arrays.items()}
-        for node in self._all_inputs:
-            buffers[node.id] = uploaded[node.attrs["name"]]
+    def bind(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+        """Checked feeds and the dims' values, refused exactly where the reference refuses them.
+
+        Every backend runs this before any launch: the feeds, the binding validator (on the user's
+        graph, whose error is the reference's, and on the compiled graph, whose views the kernels
+        read) and the embedding ids (the gather template also guards every lookup)."""
+        arrays, bindings = bind_dims(self._inputs, feeds, dims, self._symbols)
+        key = tuple(sorted(bindings.items()))
+        if key not in self._accepted:
+            check_binding(self._user_nodes, [t.edge for t in self.tensors], bindings)
+            check_binding(self._nodes, [], bindings)
+            self._accepted.add(key)
+        for node in self._user_nodes:  # in the reference's order, so the first bad lookup is the one it names
+            if node.op.name == "Gather":
+                ids = node.srcs[1]
+                check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
+        return arrays, bindings
+
+    def allocate(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> dict[int, object]:
+        """Backend buffers for one run: inputs uploaded, intermediates in the memory plan's slots,
+        outputs on their own; everything written by a kernel starts as NaN, so a missed write shows."""
+        self._check_room(be, arrays, bindings)
+        uploaded: dict[str, object] = {}
+        for name in dict.fromkeys(node.attrs["name"] for node in self._all_inputs):
+            a = arrays[name]
+            uploaded[name] = be.upload(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else np.float32))
+        buffers: dict[int, object] = {node.id: uploaded[node.attrs["name"]] for node in self._all_inputs}
         plan = self.memory_plan(bindings)
-        slots = [be.alloc(max(n, 4)) for n in plan.slot_bytes]
-        for slot, n in zip(slots, plan.slot_bytes):
-            be.fill_nan(slot, max(n, 4))
+        slots = [self._poisoned(be, n) for n in plan.slot_bytes]
         for node_id, slot in plan.slot_of.items():
             buffers[node_id] = slots[slot]
         for node in self.output_nodes:
             if node.id not in buffers:
-                n = max(self._node_bytes(node, bindings), 4)
-                buffers[node.id] = be.alloc(n)
-                be.fill_nan(buffers[node.id], n)
+                buffers[node.id] = self._poisoned(be, self._node_bytes(node, bindings))
+        return buffers
+
+    def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
+        """Refuse a run whose buffers exceed the backend's memory, naming the largest one."""
+        sizes = {f"input {name!r}": 4 * a.size for name, a in arrays.items()}
+        sizes.update({f"output {k} ({t.label})": self._node_bytes(n, bindings)
+                      for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
+        largest = max(self.kernels, key=lambda k: self._node_bytes(k.output, bindings), default=None)
+        if largest is not None:
+            sizes[f"{largest.output.label} (written by {largest.name})"] = self._node_bytes(largest.output, bindings)
+        total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
+        biggest = max(sizes, key=sizes.get)
+        limits.require(total, be.memory_bytes(), f"running this program at {show_binding(bindings)} (largest buffer: "
+                       f"{biggest}, {limits.show_bytes(sizes[biggest])})", f"the {be.name} backend")
+
+    @staticmethod
+    def _poisoned(be, nbytes: int):
+        buffer = be.alloc(max(nbytes, 4))
+        be.fill_nan(buffer, max(nbytes, 4))
+        return buffer
+
+    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
+        if backend == "numpy":
+            return evaluate(self.outputs, feeds, dims)
+        be = get_backend(backend)
+        arrays, bindings = self.bind(feeds, dims)
+        if be.name not in self._modules:
+            self._modules[be.name] = be.load(self.source, [k.signature for k in self.kernels])
+        module = self._modules[be.name]
+        buffers = self.allocate(be, arrays, bindings)
         for kernel in self.kernels:
             grid, block = kernel.launch.geometry(bindings)
             if grid[0] == 0:
@@ -91,18 +137,6 @@ class Program:
             shape = tuple(evaluate_dim(n, bindings) for n in tensor.shape)
             results.append(be.download(buffers[node.id], shape, np.dtype(np.float32)))
         return self._rebuild(results)
-
-    def _check_ids(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Reject out-of-range embedding ids before launch (the reference interpreter does the same)."""
-        for kernel in self.kernels:
-            if kernel.kind != "gather":
-                continue
-            table, ids = kernel.output.srcs
-            if ids.node.op.name == "Input":
-                values = arrays[ids.node.attrs["name"]]
-                rows = table.shape[0]
-                if values.size and (values.min() < 0 or (isinstance(rows, int) and values.max() >= rows)):
-                    raise FeedError(f"{kernel.output.label}: ids from input {ids.node.attrs['name']!r} must lie in [0, {rows}), got {values.min()}..{values.max()}")
 
     # --- reports -------------------------------------------------------------------------------
     def explain(self) -> str:
@@ -160,6 +194,6 @@ def program_for_schedule(outputs, result, schedule) -> Program:
     result = with_schedule(result, schedule)
     groups = result.groups
     fused = lambda node: node.id in schedule.inline
-    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.dim_names, fused, group_params(schedule, g))
+    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.names, fused, group_params(schedule, g))
                for k, g in enumerate(groups)]
     return Program(outputs, kernels, result.graph.output_nodes, search=result)

@@ -5,18 +5,24 @@ A graph is built once with symbols; each run binds every symbol to an int, read 
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+import functools
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import sympy
 
 from ..errors import BindingError, FeedError
-from ..ops.primitives import Node
+from ..ops.primitives import Edge, Node
+from ..symbolic.dims import Dim, evaluate_dim, idiv, imod, prod
+from ..symbolic.view import View
 
 
 def check_feed(node: Node, value) -> np.ndarray:
     name = node.attrs["name"]
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
+        raise FeedError(f"input {name!r}: the fed value is not a rectangular array ({exc})") from None
     if node.dtype == "int32":
         if array.dtype.kind not in "iu":
             raise FeedError(f"input {name!r} takes int32 ids, but the fed array has dtype {array.dtype}")
@@ -28,18 +34,26 @@ def check_feed(node: Node, value) -> np.ndarray:
     return array
 
 
-def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Validated feeds by input name, and the value of every symbol they (and `dims`) determine."""
+def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None,
+              symbols: Optional[set] = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Validated feeds by input name, and the value of every symbol they (and `dims`) determine.
+
+    `symbols` (names) are the graph's symbolic dims: `dims=` may name only those."""
     if not isinstance(feeds, Mapping):
         raise FeedError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
     known = {n.attrs["name"] for n in inputs}
     unknown = sorted(set(feeds) - known)
     if unknown:
         raise FeedError(f"feed {unknown[0]!r} matches no input of this graph (its inputs are {sorted(known)})")
+    if dims is not None and not isinstance(dims, Mapping):
+        raise BindingError(f"dims must be a dict of dimension name -> int, got {type(dims).__name__}")
     bindings: dict[str, int] = {}
     origin: dict[str, str] = {}
     for name, value in (dims or {}).items():
-        if not isinstance(value, (int, np.integer)) or value < 0:
+        if symbols is not None and name not in symbols:
+            raise BindingError(f"dims names {name!r}, which is not a dimension of this graph "
+                               f"(its dimensions are {', '.join(sorted(symbols)) or 'none'})")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
             raise BindingError(f"dims[{name!r}] = {value!r} must be a non-negative int")
         bindings[name], origin[name] = int(value), "dims="
     arrays: dict[str, np.ndarray] = {}
@@ -61,3 +75,86 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
                 raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {array.shape}")
         arrays[name] = array
     return arrays, bindings
+
+
+# --- the binding validator: what every backend checks before any launch -------------------------
+def check_binding(nodes: Sequence[Node], outputs: Sequence[Edge], bindings: Mapping[str, int]) -> None:
+    """Refuse a binding at which the graph has no meaning, with the error the reference gives.
+
+    Views are built assuming that a slice or index of a symbolic axis lies inside it (x[:, 3] of a
+    T axis), that windows fit their input and that shapes are non-negative. At a small binding
+    (T = 0, 1, 2) that can fail; a kernel would then read outside its buffer and return garbage.
+    So every view of every edge is checked at the binding: its shape is non-negative and the
+    positions its unmasked elements reach lie inside the data below it. The reach of a strided view
+    over a box of valid indices is attained at the box's corners, so the check is exact and costs
+    nothing per element. Every floor division inside a dim must see a non-negative dividend, where
+    C's `/` (which truncates) agrees with it.
+    """
+    for node in nodes:
+        _check_dims(node.shape, bindings, node.label)
+        for edge in node.srcs:
+            _check_edge(edge, bindings, f"{node.label} reading {edge.node.label}")
+    for k, edge in enumerate(outputs):
+        _check_edge(edge, bindings, f"output {k} ({edge.node.label})")
+
+
+def _check_edge(edge: Edge, bindings: Mapping[str, int], what: str) -> None:
+    below = evaluate_dim(prod(edge.node.shape), bindings)
+    for view in edge.views.views:
+        _check_dims(view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), bindings, what)
+        shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
+        if any(n < 0 for n in shape):
+            raise BindingError(f"{what}: shape {_show(view.shape)} is {shape} at {show_binding(bindings)}; a slice of a "
+                               f"symbolic axis is longer than the axis for these dims")
+        reach = _reach(view, shape, bindings)
+        if reach is not None and (reach[0] < 0 or reach[1] >= below):
+            raise BindingError(f"{what}: the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
+                               f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
+                               f"out of range for these dims")
+        below = prod(shape)
+
+
+def _reach(view: View, shape: tuple[int, ...], bindings) -> Optional[tuple[int, int]]:
+    """The lowest and highest position an unmasked element of `view` reads, or None if none is unmasked."""
+    low = high = evaluate_dim(view.offset, bindings)
+    for n, stride, (lo, hi) in zip(shape, view.strides, view.ranges()):
+        first, last = max(evaluate_dim(lo, bindings), 0), min(evaluate_dim(hi, bindings), n) - 1
+        if first > last:
+            return None
+        s = evaluate_dim(stride, bindings)
+        low, high = low + min(s * first, s * last), high + max(s * first, s * last)
+    return low, high
+
+
+def _check_dims(dims: Sequence[Dim], bindings: Mapping[str, int], what: str) -> None:
+    for d in dims:
+        for dividend, divisor in _divisions(d):
+            if evaluate_dim(dividend, bindings) < 0:
+                raise BindingError(f"{what}: the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
+                                   f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims")
+
+
+@functools.lru_cache(maxsize=65536)
+def _divisions(d) -> tuple:
+    """(dividend, divisor) of every idiv/imod inside a dim (none in an int)."""
+    if isinstance(d, int):
+        return ()
+    return tuple(e.args for e in sympy.preorder_traversal(d) if isinstance(e, (idiv, imod)))
+
+
+def _show(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def show_binding(bindings: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(bindings.items())) or "no dims"
+
+
+# --- embedding ids --------------------------------------------------------------------------------
+def check_ids(node: Node, ids: np.ndarray, bindings: Mapping[str, int]) -> None:
+    """Gather ids must lie in [0, rows) of the table, on every backend (a GPU would read anywhere)."""
+    rows = evaluate_dim(node.srcs[0].shape[0], bindings)
+    if ids.size and (ids.min() < 0 or ids.max() >= rows):
+        bad = ids[(ids < 0) | (ids >= rows)]
+        raise FeedError(f"embedding ids from {node.srcs[1].node.label} must lie in [0, {rows}) (the rows of "
+                        f"{node.srcs[0].node.label}), got {bad.size} outside, e.g. {bad.flat[0]}")

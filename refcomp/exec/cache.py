@@ -5,32 +5,59 @@ same programs on every run. Artifacts are therefore stored under a key that hash
 determines them (source, flags, compiler version), so a stale hit is impossible and no invalidation
 is needed. Writes go to a temporary file in the same directory followed by `os.replace`, so
 concurrent processes (pytest-xdist workers) never see a half-written file.
+
+A file can still go bad after it is written (a full disk, a crash mid-copy, a user's stray edit),
+and `dlopen` on a damaged library can crash the process. So binaries are only trusted through a
+stamp: a sidecar `<name>.stamp` holding the sha256 of the bytes and who built them, written after
+the artifact and checked before every load from disk. No valid stamp means rebuild.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable, Union
 
+from refcomp.errors import CacheError
+
 Part = Union[str, bytes]
+ENV = "REFCOMP_CACHE_DIR"
+
+
+def _unusable(path: Path, why: object) -> CacheError:
+    return CacheError(f"refcomp cannot use {path} for its kernel cache ({why}); set {ENV} to a "
+                      f"writable directory, e.g. {ENV}=/tmp/refcomp-cache")
+
+
+def broken_after_rebuild(what: str, path: Path, exc: OSError) -> CacheError:
+    return CacheError(f"cannot {what} {path} even after rebuilding it: {exc}; delete it, or set {ENV} "
+                      f"to another directory")
 
 
 def cache_dir(kind: str = "", root: str | os.PathLike | None = None) -> Path:
     """`root` if given, else `$REFCOMP_CACHE_DIR`, else `$XDG_CACHE_HOME/refcomp`, else
-    `~/.cache/refcomp`; the `kind` subfolder is created on demand.
+    `~/.cache/refcomp`; created if missing (a missing cache is normal, an unusable one an error).
 
     Read from the environment on every call so tests can redirect it with monkeypatch.
     """
-    root = root or os.environ.get("REFCOMP_CACHE_DIR")
+    root = root or os.environ.get(ENV)
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = os.path.join(xdg, "refcomp") if xdg else os.path.join(Path.home(), ".cache", "refcomp")
     path = Path(root) / kind if kind else Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next(p for p in (path, *path.parents) if p.exists())
+        why = f"{blocker} is a file" if not blocker.is_dir() else f"cannot create it: {exc.strerror}"
+        raise _unusable(path, why) from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _unusable(path, "not writable")
     return path
 
 
@@ -47,14 +74,22 @@ def cache_key(*parts: Part) -> str:
 def build_atomically(target: Path, build: Callable[[Path], None]) -> Path:
     """Produce `target` by calling `build(tmp)` on a temporary path next to it, then renaming.
 
-    If `build` raises, the temporary file is removed and `target` is left untouched.
+    If `build` raises, the temporary file is removed and `target` is left untouched. A directory
+    squatting on `target` is removed first: `os.replace` cannot overwrite it.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
+    directory = cache_dir(root=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as exc:
+        raise _unusable(directory, exc.strerror) from exc
     try:
         build(Path(tmp))
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
+    except OSError as exc:
+        raise _unusable(directory, f"cannot write {target.name}: {exc.strerror or exc}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -65,6 +100,33 @@ def write_atomically(target: Path, data: Part) -> Path:
     """Write text or bytes to `target` atomically."""
     payload = data.encode() if isinstance(data, str) else data
     return build_atomically(target, lambda tmp: tmp.write_bytes(payload))
+
+
+def _stamp(target: Path) -> Path:
+    return target.with_name(target.name + ".stamp")
+
+
+def _vouched(target: Path, meta: dict[str, str]) -> bool:
+    try:
+        stamp = json.loads(_stamp(target).read_text())  # stamp first: it is written last
+        return stamp == {"sha256": hashlib.sha256(target.read_bytes()).hexdigest(), **meta}
+    except (OSError, ValueError):  # missing, a directory, garbage, not UTF-8
+        return False
+
+
+def cached_build(target: Path, build: Callable[[Path], None], meta: dict[str, str],
+                 force: bool = False) -> Path:
+    """`target` if its stamp vouches for its bytes and for `meta` (key, compiler version), else a
+    fresh `build` stamped afterwards; `force` rebuilds a file the loader rejected anyway.
+
+    Processes racing to rebuild can leave a library and a stamp from different builds: that costs
+    one more rebuild, never a bad load.
+    """
+    if force or not _vouched(target, meta):
+        build_atomically(target, build)
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        write_atomically(_stamp(target), json.dumps({"sha256": digest, **meta}))
+    return target
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from refcomp.errors import CacheError
 from refcomp.exec import cache
 
 
@@ -55,7 +56,10 @@ def doctor() -> str:
     ]
     lines = ["refcomp doctor: executors on this machine"]
     lines += [_line(name, reason, what) for name, reason, what in checks]
-    lines.append(f"  cache directory    {cache.cache_dir()}")
+    try:
+        lines.append(f"  cache directory    {cache.cache_dir()}")
+    except CacheError as exc:  # doctor reports what is wrong instead of failing
+        lines.append(f"  cache directory    unusable: {exc}")
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
 from refcomp.exec.abi import Dim3, KernelSignature
+from refcomp.exec.limits import host_memory_bytes
 
 SHIM_PATH = Path(__file__).with_name("emu_shim.h")
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
@@ -40,7 +41,7 @@ SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", 
 ASAN_EXIT_CODE = 86
 _SOURCE_NAME = "generated.cu"
 
-_memory_cache: dict[str, ctypes.CDLL | Path] = {}
+_memory_cache: dict[str, ctypes.CDLL | Path] = {}  # key -> library; runner path -> verified runner
 _launch_lock = threading.Lock()  # the shim's grid state is per library but not per thread
 _gxx_runs = 0
 
@@ -99,20 +100,32 @@ def _run_gxx(args: list[str], text: str, what: str) -> None:
     raise RefcompError(f"g++ failed to compile {what}:\n{msg}{excerpt}")
 
 
-def _compile_library(full_text: str, flags: Sequence[str], key: str, root: str | None) -> Path:
-    """Compile `full_text` to a shared library in the disk cache (or find it there)."""
+def _compile_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
+                     force: bool = False) -> Path:
+    """Compile `full_text` to a shared library in the disk cache (or find a stamped one there)."""
+    gxx = gxx_path()
     target = cache.cache_dir("emu", root) / f"{key}.so"
-    if target.exists():
-        return target
 
     def build(tmp: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work:
             src = Path(work) / _SOURCE_NAME
             src.write_text(full_text)
-            _run_gxx([gxx_path(), *flags, "-shared", "-fPIC", "-include", str(SHIM_PATH), "-x", "c++",
+            _run_gxx([gxx, *flags, "-shared", "-fPIC", "-include", str(SHIM_PATH), "-x", "c++",
                       str(src), "-o", str(tmp)], full_text, "the generated CUDA source for the emulator")
 
-    return cache.build_atomically(target, build)
+    return cache.cached_build(target, build, {"key": key, "compiler": cache.tool_version(gxx)}, force)
+
+
+def _load_library(full_text: str, flags: Sequence[str], key: str, root: str | None) -> ctypes.CDLL:
+    """dlopen the cached library; one that passes its stamp but still fails to load (a stamp
+    forged or copied along with a bad file) is rebuilt once, then reported."""
+    for force in (False, True):
+        path = _compile_library(full_text, flags, key, root, force)
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as exc:
+            error = exc
+    raise cache.broken_after_rebuild("load the emulator library", path, error)
 
 
 _RUNNER_SOURCE = r"""
@@ -167,11 +180,11 @@ int main(int argc, char** argv) {
 """
 
 
-def _runner_path(root: str | None = None) -> Path:
+def _runner_path(root: str | None = None, force: bool = False) -> Path:
     gxx = gxx_path()
     key = cache.cache_key("runner", _RUNNER_SOURCE, cache.tool_version(gxx), *SANITIZE_FLAGS)
     target = cache.cache_dir("emu", root) / f"runner-{key[:32]}"
-    if target.exists():
+    if not force and _memory_cache.get(str(target)) == target:  # verified once per process
         return target
 
     def build(tmp: Path) -> None:
@@ -182,7 +195,20 @@ def _runner_path(root: str | None = None) -> Path:
                      _RUNNER_SOURCE, "the sanitizer runner")
         tmp.chmod(0o755)
 
-    return cache.build_atomically(target, build)
+    meta = {"key": key, "compiler": cache.tool_version(gxx)}
+    _memory_cache[str(target)] = cache.cached_build(target, build, meta, force)
+    return target
+
+
+def _run_runner(args: list[str], env: dict[str, str], root: str | None) -> subprocess.CompletedProcess:
+    """Run the sanitizer runner; one the OS cannot execute is rebuilt once, then reported."""
+    for force in (False, True):
+        runner = _runner_path(root, force)
+        try:
+            return subprocess.run([str(runner), *args], capture_output=True, text=True, env=env)
+        except OSError as exc:
+            error = exc
+    raise cache.broken_after_rebuild("run the sanitizer runner", runner, error)
 
 
 def _dim3(value: Any, what: str) -> Dim3:
@@ -295,7 +321,7 @@ class EmulatorModule:
                 offsets.append(data.tell())
                 data.write(memoryview(buf).cast("B"))
             data.flush()
-            argv = [str(_runner_path(self._cache_root)), str(self._library), f"refcomp_launch_{sig.name}",
+            argv = [str(self._library), f"refcomp_launch_{sig.name}",
                     *map(str, g), *map(str, b), data.name, str(len(bound.buffers))]
             for off, buf in zip(offsets, bound.buffers):
                 argv += [str(off), str(buf.nbytes)]
@@ -303,7 +329,7 @@ class EmulatorModule:
             env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
             env["ASAN_OPTIONS"] = (f"detect_leaks=0:halt_on_error=1:exitcode={ASAN_EXIT_CODE}:"
                                    "detect_stack_use_after_return=0:verify_asan_link_order=0")
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+            proc = _run_runner(argv, env, self._cache_root)
             where = f"kernel {sig.name} (grid {g}, block {b})"
             if proc.returncode == ASAN_EXIT_CODE or "ERROR: AddressSanitizer" in proc.stderr:
                 lines = proc.stderr.splitlines()
@@ -341,11 +367,10 @@ class EmulatorBackend:
         key = cache.cache_key("emu-v1", SHIM_PATH.read_bytes(), full, *flags, cache.tool_version(gxx))
         known = _memory_cache.get(key)
         if known is None or (isinstance(known, Path) and not known.exists()):
-            path = _compile_library(full, flags, key, self._cache_dir)
-            if self.sanitize:
-                _memory_cache[key] = path  # loaded by the runner process, never by Python
+            if self.sanitize:  # loaded by the runner process, never by Python
+                _memory_cache[key] = _compile_library(full, flags, key, self._cache_dir)
             else:
-                lib = ctypes.CDLL(str(path))
+                lib = _load_library(full, flags, key, self._cache_dir)
                 for k in kernels:
                     fn = getattr(lib, f"refcomp_launch_{k.name}")
                     fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_void_p]
@@ -376,3 +401,6 @@ class EmulatorBackend:
 
     def synchronize(self) -> None:
         pass
+
+    def memory_bytes(self) -> int:
+        return host_memory_bytes()

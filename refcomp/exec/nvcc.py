@@ -104,10 +104,9 @@ def nvcc_check(source: str, arch: str = "sm_90", *, fail_on_spills: bool = False
     flags = nvcc_flags(arch, fail_on_spills, allow_double)
     key = cache.cache_key("nvcc-v1", source, *flags, cache.tool_version(nvcc))
     target = cache.cache_dir("nvcc") / f"{key}.json"
-    if target.exists():
-        data = json.loads(target.read_text())
-        kernels = {k: KernelResources(**v) for k, v in data["kernels"].items()}
-        return NvccReport(data["arch"], kernels, data["log"], cached=True)
+    cached = _read_report(target)
+    if cached is not None:
+        return cached
     with tempfile.TemporaryDirectory(prefix="refcomp-nvcc-") as work:
         src = Path(work) / "generated.cu"
         src.write_text(source)
@@ -125,6 +124,16 @@ def nvcc_check(source: str, arch: str = "sm_90", *, fail_on_spills: bool = False
     cache.write_atomically(target, json.dumps(
         {"arch": arch, "log": output, "kernels": {k: asdict(v) for k, v in kernels.items()}}))
     return report
+
+
+def _read_report(target: Path) -> NvccReport | None:
+    """The cached report, or None when there is none or it is damaged (then nvcc runs again)."""
+    try:
+        data = json.loads(target.read_text())
+        kernels = {k: KernelResources(**v) for k, v in data["kernels"].items()}
+        return NvccReport(data["arch"], kernels, data["log"], cached=True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _excerpt(output: str, source: str, limit: int = 4000) -> str:

@@ -14,9 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from refcomp.errors import RefcompError
+from refcomp.errors import AllocationError, RefcompError
 from refcomp.exec.abi import Dim3, KernelSignature
 from refcomp.exec.emulator import check_launch_shape
+from refcomp.exec.limits import show_bytes
 
 FIX_HINT = 'install it with `pip install -e ".[cuda]"` and check the GPU with `bash scripts/gpu_check.sh`'
 
@@ -117,7 +118,10 @@ class PyCudaBackend:
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         # cuMemAlloc rejects 0 bytes; a 1-byte allocation keeps zero-sized tensors valid pointers.
-        return DeviceBuffer(self._drv.mem_alloc(max(1, int(nbytes))), int(nbytes))
+        try:
+            return DeviceBuffer(self._drv.mem_alloc(max(1, int(nbytes))), int(nbytes))
+        except self._drv.MemoryError as exc:
+            raise AllocationError(f"the GPU could not allocate {show_bytes(int(nbytes))}: {exc}") from exc
 
     def upload(self, array: np.ndarray) -> DeviceBuffer:
         host = np.ascontiguousarray(array)
@@ -142,3 +146,6 @@ class PyCudaBackend:
 
     def synchronize(self) -> None:
         self._drv.Context.synchronize()
+
+    def memory_bytes(self) -> int:
+        return int(self._drv.mem_get_info()[1])  # the device's total memory

@@ -6,47 +6,41 @@ index and mask arrays in NumPy and gathering. No fusion, no cleverness.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import BindingError, FeedError, RefcompError
-from ..ops.graph import flatten_outputs, input_nodes, toposort
+from ..errors import AllocationError, RefcompError
+from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
-from ..symbolic.dims import evaluate_dim, evaluate_value
+from ..symbolic.dims import evaluate_dim, evaluate_value, prod
 from ..symbolic.view import View, ViewStack
+from . import limits
+from .bindings import bind_dims, check_binding, check_ids, show_binding
 
 PRECISIONS = {"float32": np.float32, "float64": np.float64}
 
 
-def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int], what: str = "a tensor") -> np.ndarray:
+def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.ndarray:
     """Read `flat` through one view: out[i] = flat[offset + sum(i_k*stride_k)] where the mask holds, else 0.
 
-    Views are built assuming a slice of a symbolic axis lies inside it (x[:10] of a T axis is 10
-    long); a binding that breaks that is reported here, naming the dims, instead of reading garbage.
+    `bindings.check_binding` has already refused any binding at which a view reads outside `flat`.
     """
     shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
-    if any(n < 0 for n in shape):
-        raise BindingError(f"reading {what}: shape {tuple(map(str, view.shape))} is {shape} at {dict(bindings)}; "
-                           f"a slice of a symbolic axis is longer than the axis for these dims")
     index = np.full(shape, evaluate_dim(view.offset, bindings), dtype=np.int64)
     valid = np.ones(shape, dtype=bool)
     for axis, (n, stride, (lo, hi)) in enumerate(zip(shape, view.strides, view.ranges())):
         position = np.arange(n, dtype=np.int64).reshape([-1 if a == axis else 1 for a in range(len(shape))])
         index = index + position * evaluate_dim(stride, bindings)
         valid &= (position >= evaluate_dim(lo, bindings)) & (position < evaluate_dim(hi, bindings))
-    if valid.any():
-        reached = index[valid]
-        if reached.min() < 0 or reached.max() >= flat.size:
-            raise BindingError(f"reading {what} of shape {tuple(map(str, view.shape))} at {dict(bindings)}: the view reads "
-                               f"outside the {flat.size} elements below it; a slice or index of a symbolic axis is out of range for these dims")
     picked = flat[np.where(valid, index, 0)] if flat.size else np.zeros(shape, flat.dtype)
     return np.where(valid, picked, np.zeros((), flat.dtype))
 
 
-def read_edge(array: np.ndarray, views: ViewStack, bindings: Mapping[str, int], what: str = "a tensor") -> np.ndarray:
+def read_edge(array: np.ndarray, views: ViewStack, bindings: Mapping[str, int]) -> np.ndarray:
     for view in views.views:
-        array = apply_view(np.ascontiguousarray(array).reshape(-1), view, bindings, what)
+        array = apply_view(np.ascontiguousarray(array).reshape(-1), view, bindings)
     return array
 
 
@@ -61,13 +55,30 @@ def _bound_attrs(node: Node, bindings: Mapping[str, int]) -> dict:
 
 def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], dtype) -> np.ndarray:
     if node.op.name == "Gather":
-        table, ids = args
-        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            bad = ids[(ids < 0) | (ids >= table.shape[0])]
-            raise FeedError(f"embedding ids from {node.srcs[1].node.label} must lie in [0, {table.shape[0]}) (the rows of "
-                            f"{node.srcs[0].node.label}), got {bad.size} outside, e.g. {bad.flat[0]}")
+        check_ids(node, args[1], bindings)
     out = node.op.numpy(args, _bound_attrs(node, bindings), dtype)
     return np.asarray(out, dtype=dtype)
+
+
+# Reading a view materialises int64 indices, a mask and the gathered values: about this many bytes
+# per element, the largest transient of the interpreter.
+BYTES_PER_READ_ELEMENT = 8 + 8 + 1 + 8
+
+
+@contextlib.contextmanager
+def _room_for(what: str, shapes, bindings: Mapping[str, int]):
+    """Refuse a step whose arrays cannot fit in memory, before NumPy tries (and after, if it fails)."""
+    elements = sum(evaluate_dim(prod(shape), bindings) for shape in shapes)
+    nbytes = elements * BYTES_PER_READ_ELEMENT
+    at = show_binding(bindings)
+    limits.require(nbytes, limits.host_memory_bytes(), f"evaluating {what} at {at}", "this machine's memory")
+    try:
+        yield
+    except (MemoryError, ValueError) as exc:
+        if isinstance(exc, ValueError) and "too big" not in str(exc):
+            raise
+        raise AllocationError(f"evaluating {what} at {at} needs about {limits.show_bytes(nbytes)}, which NumPy "
+                              f"could not allocate ({type(exc).__name__})") from None
 
 
 def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, precision: str = "float32"):
@@ -77,7 +88,8 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
     dtype = PRECISIONS[precision]
     tensors, rebuild = flatten_outputs(outputs)
     nodes = toposort([t.node for t in tensors])
-    arrays, bindings = bind_dims(input_nodes(nodes), feeds, dims)
+    arrays, bindings = bind_dims(input_nodes(nodes), feeds, dims, {s.name for s in symbols_of(nodes, [t.edge for t in tensors])})
+    check_binding(nodes, [t.edge for t in tensors], bindings)
     values: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for node in nodes:
@@ -85,10 +97,12 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
                 array = arrays[node.attrs["name"]]
                 values[node.id] = array if node.dtype == "int32" else array.astype(dtype)
                 continue
-            args = [read_edge(values[e.node.id], e.views, bindings, e.node.label) for e in node.srcs]
-            values[node.id] = run_node(node, args, bindings, dtype)
-        results = [read_edge(values[t.node.id], t.views, bindings, t.node.label) for t in tensors]
+            with _room_for(node.label, [e.shape for e in node.srcs] + [node.shape], bindings):
+                args = [read_edge(values[e.node.id], e.views, bindings) for e in node.srcs]
+                values[node.id] = run_node(node, args, bindings, dtype)
+        results = []
+        for k, t in enumerate(tensors):
+            with _room_for(f"output {k} ({t.label})", [t.shape], bindings):
+                results.append(read_edge(values[t.node.id], t.views, bindings))
     return rebuild([r if r.dtype == np.int32 else r.astype(dtype) for r in results])
 
-
-from .bindings import bind_dims  # noqa: E402  (kept at the bottom: bindings imports primitives too)

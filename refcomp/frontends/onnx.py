@@ -35,18 +35,31 @@ def _onnx():
     return onnx
 
 
+def _onnx_message(exc: Exception) -> str:
+    """onnx's key message: its first lines (the context lines it appends repeat what refcomp says)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return " ".join(lines[:2]) or type(exc).__name__
+
+
 def load(model_or_path):
-    """A checked `onnx.ModelProto` from a ModelProto, serialized bytes, or a file path."""
+    """A checked `onnx.ModelProto` from a ModelProto, serialized bytes, or a file path.
+
+    refcomp's own checks run before onnx's checker, so that an unsupported operator, a node the
+    checker rejects, or an undefined input is reported by its node rather than by onnx's first
+    complaint about the graph (an undefined input reads "not topologically sorted" there).
+    """
     onnx = _onnx()
     from google.protobuf.message import DecodeError
 
+    path = None
     if isinstance(model_or_path, onnx.ModelProto):
         model, where = model_or_path, "the ONNX model"
     else:
         if isinstance(model_or_path, (bytes, bytearray)):
             data, where, base = bytes(model_or_path), "the ONNX bytes", None
         elif isinstance(model_or_path, (str, os.PathLike)):
-            where, base = f"ONNX file {os.fspath(model_or_path)!r}", os.path.dirname(os.path.abspath(model_or_path))
+            path = os.fspath(model_or_path)
+            where, base = f"ONNX file {path!r}", os.path.dirname(os.path.abspath(path))
             try:
                 with open(model_or_path, "rb") as f:
                     data = f.read()
@@ -59,28 +72,46 @@ def load(model_or_path):
             model.ParseFromString(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
-        if base is not None and any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            try:
-                onnx.external_data_helper.load_external_data_for_model(model, base)
-            except (OSError, ValueError) as exc:
-                raise RefcompError(f"{where}: cannot load its external data: {exc}") from exc
+        if base is not None:
+            _load_external_data(model, base, where)
     if not model.HasField("graph") or not model.graph.output:
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
     check_supported(model)
-    try:
-        onnx.checker.check_model(model)
-    except (onnx.checker.ValidationError, ValueError) as exc:
-        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-        raise RefcompError(f"{where} is malformed: {' '.join(lines[:2])}") from exc
+    check_defined(model)
+    try:  # a model over 2 GiB (its external data loaded) can only be checked from its file
+        big = path is not None and model.ByteSize() > onnx.checker.MAXIMUM_PROTOBUF
+        onnx.checker.check_model(path if big else model)
+    except Exception as exc:  # noqa: BLE001 - ValidationError, ValueError, ...: onnx's checker raises several kinds
+        raise RefcompError(f"{where} is malformed: {_onnx_message(exc)}") from exc
     return model
 
 
+def _load_external_data(model, base: str, where: str) -> None:
+    """Read the tensors a file keeps beside it (onnx refuses locations outside its directory)."""
+    from onnx import external_data_helper as ext
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        for a in node.attribute:
+            tensors += ([a.t] if a.HasField("t") else []) + list(a.tensors)
+    for t in tensors:
+        if ext.uses_external_data(t):
+            try:
+                ext.load_external_data_for_tensor(t, base)
+            except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
+                raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
+
+
 def check_supported(model) -> None:
-    """Refuse unsupported operators and attributes by name, before anything else looks at the graph."""
+    """Refuse unsupported operators and attributes, and nodes onnx's checker rejects, by node."""
+    from onnx import checker
+
     from . import onnx_ops_core as core
     from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
+    context = checker.C.CheckerContext()
+    context.ir_version = model.ir_version
+    context.opset_imports = {o.domain: o.version for o in model.opset_import}
     for index, node in enumerate(model.graph.node):
         ctx = core.NodeContext(None, node, index)
         if node.domain not in ("", "ai.onnx"):
@@ -91,6 +122,46 @@ def check_supported(model) -> None:
         for a in node.attribute:
             if a.name not in spec.attrs:
                 raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
+        try:
+            checker.check_node(node, context)
+        except Exception as exc:  # noqa: BLE001 - ValidationError, or a schema lookup failure
+            raise ctx.error(f"onnx.checker: {_onnx_message(exc)}") from exc
+
+
+def check_defined(model) -> None:
+    """Every node input, and every graph output, must be produced earlier and exactly once."""
+    from . import onnx_ops_core as core
+    graph = model.graph
+    known = {t.name for t in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+    known |= {vi.name for vi in graph.input}
+    producer: dict[str, int] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            producer.setdefault(name, index)
+    for index, node in enumerate(graph.node):
+        ctx = core.NodeContext(None, node, index)
+        for name in node.input:
+            if not name or name in known:
+                continue
+            later = producer.get(name)
+            if later is None:
+                raise ctx.error(f"input {name!r} is undefined: no node, initializer or graph input produces it")
+            other = core.NodeContext(None, graph.node[later], later)
+            raise ctx.error(f"input {name!r} is produced by a later node ({other.op_type} node {other.label!r}); "
+                            f"ONNX nodes must be in topological order")
+        for name in filter(None, node.output):
+            if name in known:
+                raise ctx.error(f"output {name!r} is already produced by an earlier node, initializer or graph input "
+                                f"(ONNX assigns each name once)")
+            known.add(name)
+    for vi in graph.output:
+        if vi.name not in known:
+            raise RefcompError(f"graph output {vi.name!r} is undefined: no node, initializer or graph input produces it")
+
+
+def _is_dim(d) -> bool:
+    """A dim the user may give in `dims=`: a name, or a non-negative int (not a bool)."""
+    return isinstance(d, str) or (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0)
 
 
 def _symbol_name(text: str) -> str:
@@ -318,29 +389,32 @@ class Importer:
 
     # --- the graph -----------------------------------------------------------------------------
     def _input_shape(self, vi) -> tuple:
-        if vi.name in self.dims:
-            return tuple(self.dims[vi.name])
-        shape = []
         tt = vi.type.tensor_type
+        if vi.name in self.dims:
+            given = self.dims[vi.name]
+            if isinstance(given, str) or not hasattr(given, "__len__") or not all(_is_dim(d) for d in given):
+                raise RefcompError(f"dims[{vi.name!r}] = {given!r} must be a shape: a sequence of ints and dim names")
+            if tt.HasField("shape") and len(given) != len(tt.shape.dim):
+                raise RefcompError(f"dims[{vi.name!r}] = {given!r} has rank {len(given)}, but graph input {vi.name!r} "
+                                   f"has rank {len(tt.shape.dim)}")
+            return tuple(d if isinstance(d, str) else int(d) for d in given)
+        shape = []
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
                 shape.append(int(d.dim_value))
             else:
                 param = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}_{axis}"
                 fixed = self.dims.get(param, param)
-                shape.append(fixed if isinstance(fixed, (int, np.integer)) and not isinstance(fixed, bool) else _symbol_name(str(fixed)))
+                if not _is_dim(fixed):
+                    raise RefcompError(f"dims[{param!r}] = {fixed!r} (a dim of graph input {vi.name!r}) must be an int or a name")
+                shape.append(int(fixed) if not isinstance(fixed, str) else _symbol_name(fixed))
         return tuple(shape)
 
     def _add_graph_inputs(self) -> None:
         core = self.core
-        from onnx import numpy_helper
         initializers = {t.name: t for t in self.graph.initializer}
         for t in self.graph.initializer:
-            try:
-                array = numpy_helper.to_array(t)
-            except Exception as exc:  # noqa: BLE001 - numpy_helper raises many kinds
-                raise RefcompError(f"initializer {t.name!r} cannot be read: {exc}") from exc
-            self.values[t.name] = core.Value(t.data_type, static=array, name=t.name)
+            self.values[t.name] = core.Value(t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name)
         for s in self.graph.sparse_initializer:
             raise RefcompError(f"sparse initializer {s.values.name!r} is not supported")
         for vi in self.graph.input:
@@ -352,6 +426,8 @@ class Importer:
             etype = vi.type.tensor_type.elem_type
             if vi.name in self.constants:
                 array = np.asarray(self.constants[vi.name])
+                if array.dtype.kind not in "biuf":
+                    raise RefcompError(f"constants[{vi.name!r}] must be a numeric array, got dtype {array.dtype}")
                 if etype != core.FLOAT and etype in core.INT_TYPES | {core.BOOL}:
                     array = array.astype(core.numpy_dtype(etype))
                 self.values[vi.name] = core.Value(etype, static=array, name=vi.name)
@@ -374,7 +450,13 @@ class Importer:
         self._add_graph_inputs()
         for index, node in enumerate(self.graph.node):
             ctx = core.NodeContext(self, node, index)
-            results = core.OPS[node.op_type].fn(ctx)
+            try:
+                results = core.OPS[node.op_type].fn(ctx)
+            except RefcompError as exc:
+                raise ctx.located(exc)
+            except (ArithmeticError, AttributeError, LookupError, MemoryError, RecursionError, TypeError, ValueError) as exc:
+                # the last resort: a model refcomp's checks missed still fails by its node, not deep in NumPy
+                raise ctx.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
             results = list(results) if isinstance(results, (list, tuple)) else [results]
             for k, name in enumerate(node.output):
                 if not name:

@@ -128,13 +128,17 @@ class RefcompBackend(Backend):
         """Run one node: wrap it in a model whose inputs take the given arrays' types and shapes."""
         arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, dict) else inputs)]
         names = [n for n in node.input if n]
-        graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                        for n, a in zip(names, arrays)]
         opset = kwargs.pop("opset_version", None) or onnx.defs.onnx_opset_version()
-        empty = [onnx.ValueInfoProto(name=n) for n in node.output if n]
-        model = helper.make_model(helper.make_graph([node], "node", graph_inputs, empty),
-                                  opset_imports=[helper.make_opsetid("", opset)])
-        inferred = onnx.shape_inference.infer_shapes(model)
+        try:
+            graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                            for n, a in zip(names, arrays)]
+            empty = [onnx.ValueInfoProto(name=n) for n in node.output if n]
+            model = helper.make_model(helper.make_graph([node], "node", graph_inputs, empty),
+                                      opset_imports=[helper.make_opsetid("", opset)])
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception as exc:  # noqa: BLE001 - an input dtype ONNX has no type for, InferenceError, ...
+            raise RefcompError(f"ONNX {node.op_type} node {node.name!r}: cannot build a model around it: "
+                               f"{type(exc).__name__}: {exc}") from exc
         types = {vi.name: vi.type for vi in inferred.graph.value_info}
         types.update({vi.name: vi.type for vi in inferred.graph.output if vi.type.HasField("tensor_type")})
         for vi in model.graph.output:
@@ -176,11 +180,7 @@ EXPECTED_ERRORS: list[tuple[str, str]] = [
 ]
 
 #: In-scope tests that are excluded: (pattern, reason, devices) for a limitation of refcomp.
-KNOWN_FAILURES: list[tuple[str, str, tuple[str, ...]]] = [
-    (r"^test_mod_float_edge_cases_fmod_0_float32$",
-     "Mod(fmod=0) with an infinite divisor: the sign fix-up r + flip * b forms 0 * inf = NaN (refcomp's blends)",
-     ("CPU", "CUDA")),
-]
+KNOWN_FAILURES: list[tuple[str, str, tuple[str, ...]]] = []
 
 #: Node tests run on the emulator by default (the whole in-scope set runs under `pytest -m slow`):
 #: the first two tests of each operator, plus these, which cover attributes the first two miss.

@@ -16,13 +16,14 @@ on static arrays is folded with NumPy, as any shape computation is.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import sympy
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import RefcompError
 from ..ops.tensor import Tensor
@@ -31,6 +32,9 @@ FLOAT, BOOL, INT64, INT32 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT
 INT_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                        TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
 ID_TYPES = frozenset({INT64, INT32})  # integer graph inputs that may be fed at run time as Gather ids
+# The most elements an array folded at import time (ConstantOfShape, Range, Expand, Tile, ...) may hold.
+# Shape computations stay far below it; a model asking for more would exhaust memory inside NumPy.
+MAX_FOLD_ELEMENTS = 2 ** 24
 # ONNX's NodeProto.output of optional outputs that are not wanted is the empty string.
 
 
@@ -43,6 +47,25 @@ def type_name(etype: int) -> str:
 
 def numpy_dtype(etype: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(etype))
+
+
+def _byte_size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def read_tensor(proto, what: str) -> np.ndarray:
+    """A TensorProto (initializer, Constant or ConstantOfShape value) as an array, or an error naming it."""
+    if proto.data_type not in TensorProto.DataType.values() or proto.data_type == TensorProto.UNDEFINED:
+        raise RefcompError(f"{what} has element type {type_name(proto.data_type)}, which ONNX does not define")
+    if proto.data_type == TensorProto.STRING:
+        raise RefcompError(f"{what} is a STRING tensor; refcomp imports numeric tensors only")
+    try:
+        return numpy_helper.to_array(proto)
+    except Exception as exc:  # noqa: BLE001 - numpy_helper raises ValueError, KeyError, TypeError, ...
+        raise RefcompError(f"{what} cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 def onnx_type_of(array: np.ndarray) -> int:
@@ -156,6 +179,33 @@ class NodeContext:
     def attr_error(self, name: str, value, why: str) -> RefcompError:
         return RefcompError(f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} is not supported ({why})")
 
+    def located(self, exc: RefcompError) -> RefcompError:
+        """exc, its message prefixed with this node unless it names one (errors from refcomp's Tensor ops do not)."""
+        if not str(exc).startswith("ONNX "):
+            exc.args = (f"ONNX {self.op_type} node {self.label!r}: {exc}",) + exc.args[1:]
+        return exc
+
+    # import-time folding ----------------------------------------------------------------------
+    def check_fold(self, shape, dtype, what: str = "the folded result") -> tuple:
+        """shape, if an array of it may be built at import time; else an error saying what it would cost."""
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise self.error(f"{what} would have a negative dimension: shape {list(shape)}")
+        count = math.prod(shape)
+        if count > MAX_FOLD_ELEMENTS:
+            size = _byte_size(count * np.dtype(dtype).itemsize)
+            raise self.error(f"{what} of shape {list(shape)} would be built at import time and hold {count:,} elements "
+                             f"({size}); refcomp folds at most {MAX_FOLD_ELEMENTS:,} elements (MAX_FOLD_ELEMENTS)")
+        return shape
+
+    def check_fold_broadcast(self, arrays, what: str = "the folded result") -> tuple:
+        """The broadcast shape of static arrays about to be combined by NumPy, checked by check_fold."""
+        try:
+            shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        except ValueError:
+            raise self.error(f"static inputs of shapes {[a.shape for a in arrays]} do not broadcast") from None
+        return self.check_fold(shape, max((a.dtype for a in arrays), key=lambda d: d.itemsize), what)
+
     # attributes -------------------------------------------------------------------------------
     def has_attr(self, name: str) -> bool:
         return any(a.name == name for a in self.node.attribute)
@@ -248,6 +298,8 @@ class NodeContext:
         return int(axis) % ndim if ndim else 0
 
     def axes(self, axes: Sequence[int], ndim: int, what: str = "axes") -> list[int]:
+        if ndim == 0 and len(axes):
+            raise self.error(f"{what} {list(axes)} given for a scalar, which has no axes")
         out = [self.axis(a, ndim, what) for a in axes]
         if len(set(out)) != len(out):
             raise self.error(f"{what} {list(axes)} repeats an axis")

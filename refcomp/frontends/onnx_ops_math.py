@@ -1,8 +1,7 @@
 """ONNX elementwise math, activations, comparisons, logic and Cast.
 
-Everything here is built from refcomp's Tensor methods (so from its nine arithmetic primitives).
-Where refcomp has no primitive, the formula is chosen to stay finite in the branch a blend does not
-select (refcomp's `where` is the arithmetic `c*a + (1-c)*b`, and 0 * inf is NaN):
+Everything here is built from refcomp's Tensor methods (so from its arithmetic primitives). Where
+refcomp has no primitive, the formula is chosen to be accurate over the whole float range:
 
 * Erf: a 13-term Taylor series for |x| <= 1 and erfc(|x|) = t*exp(-x^2 + P(t)) (Numerical Recipes'
   Chebyshev fit, fractional error < 1.2e-7) above; measured max |error| vs math.erf: see ERF_MAX_ABS_ERROR.
@@ -44,11 +43,6 @@ def equal(a, b) -> Tensor:
 def less_equal(a, b) -> Tensor:
     a, b = lift(a), lift(b)
     return (1.0 - (a > b)) * not_nan(a) * not_nan(b)
-
-
-def nan_where(mask: Tensor) -> Tensor:
-    """0.0 where mask is 0, NaN where it is 1: 0 * log2(1 - mask)."""
-    return (1.0 - mask).log2() * 0.0
 
 
 def log1p_nonneg(e: Tensor) -> Tensor:
@@ -105,7 +99,9 @@ def erf(x: Tensor) -> Tensor:
 def _static_ints(ctx):
     values = ctx.values()
     if values and all(v.is_static and (is_int_array(v.static) or v.static.dtype == np.bool_) for v in values):
-        return [v.static for v in values]
+        arrays = [v.static for v in values]
+        ctx.check_fold_broadcast(arrays)
+        return arrays
     return None
 
 
@@ -135,6 +131,8 @@ FOLD_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lamb
 def binary(ctx):
     folded = _static_ints(ctx)
     if folded is not None:
+        if ctx.op_type == "Div" and np.any(folded[1] == 0):
+            raise ctx.error("integer division by zero: the static divisor (input 1) holds a 0")
         return _fold_result(FOLD_BINARY[ctx.op_type](*folded), folded[0])
     a, b = ctx.tensor(0), ctx.tensor(1)
     return float_value({"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__, "Div": a.__truediv__}[ctx.op_type](b))
@@ -145,24 +143,11 @@ def mod(ctx):
     fmod_attr = ctx.int_attr("fmod", 0)
     folded = _static_ints(ctx)
     if folded is not None:
+        if np.any(folded[1] == 0):
+            raise ctx.error("integer modulo by zero: the static divisor (input 1) holds a 0")
         return _fold_result((np.fmod if fmod_attr else np.mod)(*folded), folded[0])
     a, b = ctx.tensor(0), ctx.tensor(1)
-    r = fmod(a, b)
-    if fmod_attr:
-        return float_value(r)
-    # Python's %, as np.mod: the remainder takes the divisor's sign
-    flip = (r < 0.0) * (b > 0.0) + (r > 0.0) * (b < 0.0)
-    return float_value(r + flip * b)
-
-
-def pow_tensor(x: Tensor, y: Tensor) -> Tensor:
-    """x ** y as NumPy: exp2(y * log2|x|), with the sign of odd integer powers of negative x and NaN
-    for negative x to a fractional power; log2|x| is clamped to +-FLT_MAX so 0 ** 0 and inf ** 0 are 1."""
-    magnitude = (y * x.abs().log2().clip(-FLT_MAX, FLT_MAX)).exp2()
-    negative = x < 0.0
-    integral = equal(fmod(y, 1.0), 0.0)
-    odd = equal(fmod(y.abs(), 2.0), 1.0)
-    return magnitude * (1.0 - 2.0 * negative * odd) + nan_where(negative * (1.0 - integral))
+    return float_value(fmod(a, b) if fmod_attr else a % b)  # `%` is np.mod: the divisor's sign
 
 
 @op("Pow")
@@ -171,16 +156,12 @@ def power(ctx):
     yv = ctx.value(1)
     if yv.is_static and yv.static.dtype != object:
         y = yv.static.astype(np.float64)
-        if y.size and np.all(y == y.reshape(-1)[0]) and y.ndim <= x.ndim:
-            e = float(y.reshape(-1)[0])
-            if e.is_integer() and abs(e) <= 16:
-                out = x ** int(e)
-                return float_value(out.broadcast_to(_broadcast_shape(x.shape, y.shape)) if out.shape != x.shape else out)
-            if e == 0.5:
-                return float_value(x.sqrt())
+        if y.size and np.all(y == y.reshape(-1)[0]) and y.ndim <= x.ndim:  # one exponent: decided at import
+            out = x ** float(y.reshape(-1)[0])
+            return float_value(out.broadcast_to(_broadcast_shape(x.shape, y.shape)) if out.shape != x.shape else out)
         if yv.etype in INT_TYPES:
             yv = static_value(y.astype(np.float32), FLOAT)
-    return float_value(pow_tensor(x, ctx.as_tensor(yv, "exponent (input 1)")))
+    return float_value(x ** ctx.as_tensor(yv, "exponent (input 1)"))  # NumPy's pow, at every edge
 
 
 def _broadcast_shape(a, b):
@@ -269,6 +250,8 @@ def selu(ctx):
 def celu(ctx):
     x = ctx.tensor(0)
     alpha = ctx.float_attr("alpha", 1.0)
+    if alpha == 0.0:
+        raise ctx.attr_error("alpha", alpha, "Celu divides by it")
     return float_value(x.relu() + alpha * _expm1_negative_part(x * (1.0 / alpha)))
 
 
@@ -363,6 +346,7 @@ def logic(ctx):
     values = ctx.values()
     if all(v.is_static for v in values):
         arrays = [v.static.astype(bool) for v in values]
+        ctx.check_fold_broadcast(arrays)
         fn = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[ctx.op_type]
         return static_value(fn(*arrays), BOOL)
     if ctx.op_type == "Not":
@@ -370,50 +354,17 @@ def logic(ctx):
     return bool_value(LOGIC[ctx.op_type](ctx.tensor(0, (BOOL,)), ctx.tensor(1, (BOOL,))))
 
 
-def _branch(ctx, v: Value, mask: Tensor, what: str):
-    """(finite part, extra) of one Where branch selected by `mask`.
-
-    A static branch's infinities and NaNs are added as +-log2 terms of the mask (-log2(1 - m) is
-    +inf where m = 1 and 0 where m = 0), so they never meet a 0 * inf in the blend.
-    """
-    if not v.is_static or v.static.dtype == object or not np.issubdtype(v.static.dtype, np.floating):
-        return ctx.as_tensor(v, what, (FLOAT, BOOL)), None
-    array = v.static.astype(np.float32)
-    finite = np.isfinite(array)
-    if finite.all():
-        return ctx.as_tensor(v, what, (FLOAT, BOOL)), None
-    importer = ctx.importer
-    part = importer.materialize(static_value(np.where(finite, array, np.float32(0)), FLOAT))
-    extra = None
-    for kind, select in (("+inf", np.isposinf), ("-inf", np.isneginf), ("nan", np.isnan)):
-        where_kind = select(array)
-        if not where_kind.any():
-            continue
-        m = mask * importer.materialize(static_value(where_kind.astype(np.float32), FLOAT))
-        term = -((1.0 - m).log2()) if kind == "+inf" else (1.0 - m).log2() if kind == "-inf" else nan_where(m)
-        extra = term if extra is None else extra + term
-    return part, extra
-
-
 @op("Where")
 def where_op(ctx):
     c, x, y = ctx.value(0), ctx.value(1), ctx.value(2)
     if c.is_static and x.is_static and y.is_static:
+        ctx.check_fold_broadcast([c.static, x.static, y.static])
         return static_value(np.where(c.static.astype(bool), x.static, y.static), x.etype)
     if x.etype != y.etype:
         raise ctx.error(f"X is {type_name(x.etype)} but Y is {type_name(y.etype)}")
     cond = ctx.tensor(0, (BOOL,))
-    from ..ops.tensor import broadcast_shape
-    a, extra_a = _branch(ctx, x, cond, "input 1 (X)")
-    b, extra_b = _branch(ctx, y, 1.0 - cond, "input 2 (Y)")
-    shape = broadcast_shape([cond, a, b], "Where")
-    if c.is_static and c.static.size and (c.static.all() or not c.static.any()) and extra_a is None and extra_b is None:
-        return Value(x.etype, tensor=(a if c.static.all() else b).broadcast_to(shape))
-    out = where(cond, a, b)
-    for extra in (extra_a, extra_b):
-        if extra is not None:
-            out = out + extra
-    return Value(x.etype, tensor=out.broadcast_to(shape) if out.shape != shape else out)
+    a, b = ctx.as_tensor(x, "input 1 (X)", (FLOAT, BOOL)), ctx.as_tensor(y, "input 2 (Y)", (FLOAT, BOOL))
+    return Value(x.etype, tensor=where(cond, a, b))
 
 
 # --- Cast ----------------------------------------------------------------------------------------
@@ -431,6 +382,8 @@ def cast(ctx):
     if v.is_static:
         if to in INT_TYPES and v.static.dtype == object:
             return static_value(v.static, to)
+        if v.static.dtype == object:
+            raise ctx.error(f"cannot cast the symbolic dims {v.static.tolist()} to {type_name(to)}")
         if to not in INT_TYPES | {FLOAT, BOOL}:
             raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32)")
         return static_value(v.static.astype(numpy_dtype(to)), to)

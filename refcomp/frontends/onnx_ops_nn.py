@@ -7,11 +7,13 @@ zero-stuffed input with the flipped, transposed kernel, cropped by the pads.
 """
 from __future__ import annotations
 
-from ..ops.nn import MOST_NEGATIVE
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, idiv, prod
 from ..symbolic.view import contiguous_strides
 from .onnx_ops_core import float_value, op
+
+# MaxPool pads with the most negative finite float32: a ceil_mode window may lie wholly in the padding.
+MOST_NEGATIVE = -3.4028234663852886e38
 
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
@@ -50,6 +52,8 @@ def _spatial_params(ctx, x: Tensor, kernel: list, *, has_dilations: bool = True,
         raise ctx.error(f"input must have 1, 2 or 3 spatial axes, got shape {x.shape}")
     if len(kernel) != d:
         raise ctx.error(f"kernel_shape {kernel} does not match the {d} spatial axes of input shape {x.shape}")
+    if any(isinstance(k, int) and k < 1 for k in kernel):
+        raise ctx.attr_error("kernel_shape", kernel, "window sizes must be positive")
     strides = ctx.ints_attr("strides", [1] * d)
     dilations = ctx.ints_attr("dilations", [1] * d) if has_dilations else [1] * d
     pads = ctx.ints_attr("pads", [0] * (2 * d))
@@ -144,6 +148,8 @@ def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
 def _conv_operands(ctx):
     """Input, weight, kernel_shape and group of a Conv or ConvTranspose node, checked against each other."""
     x, w = ctx.tensor(0), ctx.tensor(1)
+    if x.ndim < 3:
+        raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
     if w.ndim != x.ndim:
         raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
     kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
@@ -323,7 +329,10 @@ def global_pool(ctx):
 
 
 # --- normalisation --------------------------------------------------------------------------------
-def _per_channel(t: Tensor, ndim: int) -> Tensor:
+def _per_channel(ctx, i: int, ndim: int) -> Tensor:
+    t = ctx.tensor(i)
+    if t.ndim != 1:
+        raise ctx.error(f"input {i} ({ctx.node.input[i]!r}) holds one value per channel and must be 1-D, got shape {t.shape}")
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2)) if ndim > 2 else t
 
 
@@ -337,7 +346,7 @@ def batch_norm(ctx):
     x = ctx.tensor(0)
     if x.ndim < 2:
         raise ctx.error(f"input must be (N, C, ...), got shape {x.shape}")
-    scale, bias, mean, var = (_per_channel(ctx.tensor(i), x.ndim) for i in (1, 2, 3, 4))
+    scale, bias, mean, var = (_per_channel(ctx, i, x.ndim) for i in (1, 2, 3, 4))
     eps = ctx.float_attr("epsilon", 1e-5)
     return float_value((x - mean) * ((var + eps).rsqrt() * scale) + bias)
 
@@ -373,7 +382,7 @@ def instance_norm(ctx):
     if x.ndim < 3:
         raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
     y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.float_attr("epsilon", 1e-5))
-    return float_value(y * _per_channel(ctx.tensor(1), x.ndim) + _per_channel(ctx.tensor(2), x.ndim))
+    return float_value(y * _per_channel(ctx, 1, x.ndim) + _per_channel(ctx, 2, x.ndim))
 
 
 @op("MeanVarianceNormalization", attrs=("axes",))

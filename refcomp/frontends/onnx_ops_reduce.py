@@ -47,6 +47,8 @@ def _reduce_axes(ctx, ndim: int):
         axes = []
     if not axes:
         return (None if noop else list(range(ndim))), keepdims
+    if ndim == 0:
+        raise ctx.error(f"axes {axes} given for a scalar input, which has none")
     return ctx.axes(axes, ndim), keepdims
 
 
@@ -67,6 +69,8 @@ def reduce(ctx):
     if v.is_static and is_int_array(v.static) and ctx.op_type in REDUCE_NUMPY:
         if axes is None:
             return v
+        if ctx.op_type in ("ReduceMax", "ReduceMin") and any(v.shape[a] == 0 for a in axes):
+            raise ctx.error(f"{ctx.op_type} of static integers over an empty axis of shape {v.shape} has no value")
         return _fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
     x = ctx.tensor(0, (FLOAT, BOOL) if ctx.op_type in ("ReduceMax", "ReduceMin") else (FLOAT,))
     if axes is None:

@@ -8,16 +8,17 @@ on symbolic batch sizes.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from onnx import numpy_helper
 
 from ..ops.movement import concat as rc_concat
 from ..ops.nn import embedding
 from ..ops.reductions import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, idiv, prod
-from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, static_value,
-                            type_name)
+from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,
+                            static_value, type_name)
 
 BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
 
@@ -52,8 +53,7 @@ def constant_op(ctx):
     if a is None:
         raise ctx.error("needs exactly one value attribute")
     if a.name == "value":
-        array = numpy_helper.to_array(a.t)
-        return static_value(array, a.t.data_type)
+        return static_value(read_tensor(a.t, "attribute 'value'"), a.t.data_type)
     if a.name == "value_float":
         return static_value(np.array(a.f, dtype=np.float32), FLOAT)
     if a.name == "value_floats":
@@ -69,12 +69,14 @@ def constant_op(ctx):
 def constant_of_shape(ctx):
     shape = ctx.static_ints(0, "shape (input 0)", symbolic=True)
     value = ctx.attr("value")
-    fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    fill = read_tensor(value, "attribute 'value'").reshape(-1) if value is not None else np.zeros(1, np.float32)
     etype = value.data_type if value is not None else FLOAT
     if fill.size != 1:
         raise ctx.attr_error("value", fill.tolist(), "it must hold one element")
+    if any(isinstance(n, int) and n < 0 for n in shape):
+        raise ctx.error(f"shape (input 0) = {shape} has a negative dimension")
     if concrete(shape):
-        return static_value(np.full(shape, fill[0], dtype=fill.dtype), etype)
+        return static_value(np.full(ctx.check_fold(shape, fill.dtype, "the constant"), fill[0], dtype=fill.dtype), etype)
     if etype not in (FLOAT, BOOL):
         raise ctx.error(f"an {type_name(etype)} fill with the symbolic shape {shape} cannot be folded")
     return Value(etype, tensor=constant(float(fill[0])).reshape((1,) * len(shape)).broadcast_to(shape))
@@ -90,9 +92,16 @@ def range_op(ctx):
     if delta == 0:
         raise ctx.error("delta must be non-zero")
     if all(is_int_array(a) for a in arrays):
+        start, limit, delta = int(start), int(limit), int(delta)
+        ctx.check_fold([max(-((start - limit) // delta), 0)], arrays[0].dtype, "the range")  # ceil((limit - start) / delta)
         return static_value(np.arange(start, limit, delta, dtype=arrays[0].dtype), ctx.value(0).etype)
-    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
-    return float_value(arange(count) * float(delta) + float(start))
+    start, limit, delta = float(start), float(limit), float(delta)
+    if not all(map(math.isfinite, (start, limit, delta))):
+        raise ctx.error(f"start {start}, limit {limit} and delta {delta} must be finite")
+    count = max(math.ceil((limit - start) / delta), 0)
+    if count > np.iinfo(np.int64).max:
+        raise ctx.error(f"the range from {start} to {limit} by {delta} has {count} elements, more than a dimension holds")
+    return float_value(arange(count) * delta + start)
 
 
 @op("Shape", attrs=("start", "end"))
@@ -119,6 +128,8 @@ def dropout(ctx):
     v = ctx.value(0)
     if ctx.has(2):
         training = ctx.static(2, "training_mode (input 2)")
+        if training.size != 1:
+            raise ctx.error(f"training_mode (input 2) must be a scalar, got shape {training.shape}")
         if training.reshape(-1)[0]:
             raise ctx.error("training_mode=True is not supported (refcomp imports inference graphs)")
     mask = None
@@ -135,7 +146,10 @@ def _reshape(ctx, v: Value, shape) -> Value:
     if v.is_static:
         if not concrete(shape):
             raise ctx.error(f"cannot reshape a static array to the symbolic shape {shape}")
-        return Value(v.etype, static=v.static.reshape(shape))
+        try:
+            return Value(v.etype, static=v.static.reshape(shape))
+        except ValueError:
+            raise ctx.error(f"cannot reshape a static array of shape {v.shape} to {shape}") from None
     return moved(v, data_tensor(ctx, v).reshape(tuple(shape)))
 
 
@@ -257,6 +271,8 @@ def slice_op(ctx):
 @op("Gather", attrs=("axis",))
 def gather(ctx):
     data, ids = ctx.value(0), ctx.value(1)
+    if data.ndim == 0:
+        raise ctx.error("data (input 0) is a scalar; Gather needs an axis to index")
     axis = ctx.axis(ctx.int_attr("axis", 0), data.ndim)
     rows = data.shape[axis]
     if ids.etype not in INT_TYPES:
@@ -267,6 +283,7 @@ def gather(ctx):
             raise ctx.error(f"static data with a symbolic axis {rows}")
         if idx.size and (idx.min() < -rows or idx.max() >= rows):
             raise ctx.error(f"indices {idx.min()}..{idx.max()} are out of range for an axis of size {rows}")
+        ctx.check_fold(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.static.dtype)
         return Value(data.etype, static=np.take(data.static, np.where(idx < 0, idx + rows, idx), axis=axis))
     if data.etype in INT_TYPES and data.tensor is None:
         raise ctx.error(f"gathering from static {type_name(data.etype)} data with run-time indices is not supported")
@@ -293,12 +310,19 @@ def gather(ctx):
 def concat_op(ctx):
     values = ctx.values()
     ndim = values[0].ndim
+    if ndim == 0 or any(v.ndim != ndim for v in values):
+        raise ctx.error(f"inputs of shapes {[v.shape for v in values]} must have one rank, at least 1")
     axis = ctx.axis(ctx.int_attr("axis"), ndim) if ctx.has_attr("axis") else None
     if axis is None:
         raise ctx.error("attribute 'axis' is required")
     if all(v.is_static for v in values):
         arrays = [v.static for v in values]
-        out = np.concatenate(arrays, axis=axis)
+        ctx.check_fold([sum(a.shape[axis] for a in arrays) if i == axis else n for i, n in enumerate(arrays[0].shape)],
+                       arrays[0].dtype)
+        try:
+            out = np.concatenate(arrays, axis=axis)
+        except ValueError:
+            raise ctx.error(f"static inputs of shapes {[a.shape for a in arrays]} do not concatenate on axis {axis}") from None
         if out.dtype == object and all(isinstance(x, (int, np.integer)) for x in out.reshape(-1)):
             out = out.astype(np.int64)
         return Value(values[0].etype, static=out)
@@ -313,6 +337,8 @@ def concat_op(ctx):
 @op("Split", attrs=("axis", "num_outputs"))
 def split(ctx):
     v = ctx.value(0)
+    if v.ndim == 0:
+        raise ctx.error("input 0 is a scalar; Split needs an axis to split")
     axis = ctx.axis(ctx.int_attr("axis", 0), v.ndim)
     n = v.shape[axis]
     k = len(ctx.node.output)
@@ -320,6 +346,8 @@ def split(ctx):
         sizes = ctx.static_ints(1, "split (input 1)", symbolic=True)
     elif ctx.has_attr("num_outputs"):
         k = ctx.int_attr("num_outputs")
+        if k < 1:
+            raise ctx.attr_error("num_outputs", k, "it must be at least 1")
         if not isinstance(n, int):
             raise ctx.error(f"num_outputs with an axis of symbolic size {n}")
         chunk = -(-n // k)
@@ -395,6 +423,7 @@ def pad(ctx):
     grow = [(max(0, b), max(0, e)) for b, e in widths]
     if v.is_static and (value_v is None or value_v.is_static):
         data = v.static[tuple(crop)]
+        ctx.check_fold([n + b + e for n, (b, e) in zip(data.shape, grow)], data.dtype)
         if mode == "constant":
             fill = value_v.static.reshape(-1)[0] if value_v is not None and value_v.static.size else 0
             return Value(v.etype, static=np.pad(data, grow, mode="constant", constant_values=fill))
@@ -442,7 +471,7 @@ def expand(ctx):
     v = ctx.value(0)
     shape = _broadcast(ctx, v.shape, ctx.static_ints(1, "shape (input 1)", symbolic=True))
     if v.is_static and concrete(shape):
-        return Value(v.etype, static=np.broadcast_to(v.static, shape).copy())
+        return Value(v.etype, static=np.broadcast_to(v.static, ctx.check_fold(shape, v.static.dtype)).copy())
     return moved(v, data_tensor(ctx, v).broadcast_to(shape))
 
 
@@ -453,6 +482,7 @@ def tile(ctx):
     if len(repeats) != v.ndim or any(r < 0 for r in repeats):
         raise ctx.error(f"repeats {repeats} must give a non-negative count for each of the {v.ndim} axes")
     if v.is_static:
+        ctx.check_fold([r * n for r, n in zip(repeats, v.shape)], v.static.dtype)
         return Value(v.etype, static=np.tile(v.static, repeats))
     t = data_tensor(ctx, v)
     interleaved = tuple(x for n in t.shape for x in (1, n))

@@ -1,10 +1,10 @@
-"""Elementwise math built from the primitives (Log2 Exp2 Sin Sqrt Recip Add Mul Mod LessThan).
+"""Elementwise math built from the primitives (Log2 Exp2 Sin Sqrt Recip Add Mul Mod LessThan Where).
 
 Formulas are chosen to be exact where a cheap exact form exists: `maximum` is a MaxReduce over a
 stacked pair (so infinities and NaN behave as in NumPy), and `abs`, `relu`, `clip` and `minimum` are
-built from it. `where` is the arithmetic blend `c*a + (1-c)*b`: exact for finite values, but an
-infinite or NaN value in the branch *not* selected still poisons the result (0 * inf = NaN), so masks
-in `rc.nn` use a large finite negative number instead of -inf.
+built from it. `where` is the Where primitive, a true select: an infinite or NaN value in the branch
+not taken never reaches the result, so masks may use -inf. `x ** y` follows C's powf, as NumPy does,
+at every edge (negative bases with integral exponents, 0 ** 0, infinities, -0.0).
 """
 from __future__ import annotations
 
@@ -54,36 +54,21 @@ class ElementwiseMixin:
         """NumPy's (and Python's) `%`: the remainder takes the sign of the divisor.
 
         fmod's remainder has the dividend's sign; where the signs differ (and it is not 0) the divisor
-        is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf. (One edge differs:
-        an infinite divisor with the dividend's sign gives 0 * inf = NaN, where NumPy gives the dividend.)
+        is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf.
         """
         divisor = _lift(other)
         r = self._binary("Mod", divisor)
         signs_differ = (r < 0.0) * (divisor > 0.0) + (r > 0.0) * (divisor < 0.0)
-        return r + signs_differ * divisor
+        return where(signs_differ, r + divisor, r)
 
     def __rmod__(self, other):
         return _lift(other) % self
 
     def __pow__(self, exponent):
-        if isinstance(exponent, numbers.Real) and not isinstance(exponent, bool):
-            if float(exponent).is_integer() and abs(exponent) <= MAX_SQUARING_EXPONENT:
-                return _integer_power(self, int(exponent))
-            if exponent == 0.5:
-                return self.sqrt()
-            if exponent == -0.5:
-                return self.rsqrt()
-            if float(exponent).is_integer():  # beyond MAX_SQUARING_EXPONENT every float is even
-                return (float(exponent) * self.abs().log2()).exp2()
-        # general case, as exp2(b * log2(a)): NaN for a < 0 (as NumPy gives for fractional b)
-        _check_broadcast(self, exponent, "Pow")
-        return (_lift(exponent) * self.log2()).exp2()
+        return power(self, exponent)
 
     def __rpow__(self, base):
-        if isinstance(base, numbers.Real) and not isinstance(base, bool) and base == 0:
-            # 0 ** x is 0, 1 or inf by the sign of x; exp2(x * log2(0)) would give 0 * -inf = NaN at x = 0
-            return (self <= 0.0) / (self >= 0.0)
-        return (self * _lift(base).log2()).exp2()
+        return power(_lift(base), self)
 
     # --- comparisons: 1.0 where true, else 0.0 ------------------------------------------------
     # Only `<` is a primitive. `<=`, `>=` and `==` are "not the opposite strict comparison", which
@@ -111,6 +96,13 @@ class ElementwiseMixin:
     def isnan(self):
         """1.0 where NaN: NaN is the only value neither below inf nor above -inf."""
         return 1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5)
+
+    def isinf(self):
+        return (self < -FLOAT32_MAX) + (self > FLOAT32_MAX)
+
+    def isfinite(self):
+        """1.0 where neither infinite nor NaN (every comparison with NaN is false)."""
+        return (self < math.inf) * (self > -math.inf)
 
     __eq__ = eq
     __ne__ = ne
@@ -182,6 +174,46 @@ class ElementwiseMixin:
 # Integer powers up to this size are exact-sign repeated squaring (at most ~128 multiplies); every
 # float beyond it is an even integer, so |x| ** n through exp2/log2 is right there.
 MAX_SQUARING_EXPONENT = 2 ** 64
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def power(x, y):
+    """x ** y as NumPy computes it in float32: C's powf, except that a scalar 0.5 is sqrt (as in NumPy,
+    so (-inf) ** 0.5 is NaN there, and inf elementwise).
+
+    The magnitude is exp2(y * log2|x|); the edges are selected explicitly: y == 0 or x == 1 give 1
+    (NaN included), |x| == 1 with an infinite y gives 1, a negative base takes the sign of an odd
+    integral y, and a finite negative base with a finite non-integral y is NaN. A Python-number
+    exponent decides its case when the graph is built.
+    """
+    if isinstance(y, numbers.Real) and not isinstance(y, bool):
+        return _power_by_number(x, float(y))
+    _check_broadcast(x, y, "Pow")
+    y = _lift(y)
+    magnitude = (y * x.abs().log2()).exp2()
+    integral = fmod(y, 1.0).eq(0.0)  # 0 for infinities and NaN
+    odd = integral * fmod(y, 2.0).abs().eq(1.0)
+    negative = x < 0.0
+    sign_bit = negative + x.eq(0.0) * (x.reciprocal() < 0.0)  # -0.0 too: 1 / -0.0 is -inf
+    signed = where(odd * sign_bit, -magnitude, magnitude)
+    undefined = negative * x.isfinite() * y.isfinite() * (1.0 - integral)
+    one = y.eq(0.0) + x.eq(1.0) + x.abs().eq(1.0) * y.isinf()
+    return where(one, 1.0, where(undefined, math.nan, signed))
+
+
+def _power_by_number(x, y: float):
+    if y.is_integer() and abs(y) <= MAX_SQUARING_EXPONENT:
+        return _integer_power(x, int(y))
+    if y == 0.5:
+        return x.sqrt()
+    if math.isnan(y):
+        return where(x.eq(1.0), 1.0, math.nan)
+    magnitude = (y * x.abs().log2()).exp2()
+    if math.isinf(y):
+        return where(x.abs().eq(1.0), 1.0, magnitude)
+    if y.is_integer():  # beyond MAX_SQUARING_EXPONENT every float is even: the sign is +
+        return magnitude
+    return where((x < 0.0) * x.isfinite(), math.nan, magnitude)
 
 
 def _integer_power(x, n: int):
@@ -219,11 +251,15 @@ def _ordered(a, b):
 
 
 def where(cond, a, b):
-    """c*a + (1-c)*b for a 0/1 condition; see the module docstring about non-finite branches."""
+    """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
     from .tensor import broadcast_shape, lift
+    from .primitives import make_node
     cond, a, b = lift(cond), lift(a), lift(b)
-    broadcast_shape([cond, a, b], "where")
-    return cond * a + (1.0 - cond) * b
+    shape = broadcast_shape([cond, a, b], "where")
+    operands = [t.broadcast_to(shape) for t in (cond, a, b)]
+    for t in operands:
+        t._require_float("where")
+    return type(cond).from_node(make_node("Where", tuple(t.edge for t in operands)))
 
 
 def maximum(a, b):
@@ -236,3 +272,4 @@ def minimum(a, b):
 
 def fmod(a, b):
     return _lift(a)._binary("Mod", b)
+

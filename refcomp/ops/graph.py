@@ -1,10 +1,13 @@
 """Walking the graph: topological order, and the list/dict/single shapes of user outputs."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import sympy
 
 from ..errors import RefcompError
-from .primitives import Node
+from ..symbolic.dims import free_symbols
+from .primitives import Edge, Node
 
 
 def toposort(roots: list[Node]) -> list[Node]:
@@ -46,6 +49,7 @@ def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
 
 
 def input_nodes(nodes: list[Node]) -> list[Node]:
+    """One Input node per name; two inputs may share a name only if they agree on shape and dtype."""
     inputs: dict[str, Node] = {}
     for node in nodes:
         if node.op.name != "Input":
@@ -53,5 +57,28 @@ def input_nodes(nodes: list[Node]) -> list[Node]:
         name = node.attrs["name"]
         other = inputs.setdefault(name, node)
         if other is not node and (other.attrs["shape"] != node.attrs["shape"] or other.dtype != node.dtype):
-            raise RefcompError(f"two different inputs are both named {name!r}: {other} and {node}")
+            raise RefcompError(f"two different inputs are both named {name!r}: one of shape {_shape(other)} {other.dtype}, "
+                               f"the other of shape {_shape(node)} {node.dtype}; give them different names")
     return list(inputs.values())
+
+
+def _shape(node: Node) -> str:
+    return "(" + ", ".join(map(str, node.shape)) + ("," if len(node.shape) == 1 else "") + ")"
+
+
+def symbols_of(nodes: list[Node], edges: Sequence[Edge] = ()) -> set[sympy.Symbol]:
+    """Every symbolic dim a graph mentions: in shapes, in views (strides, offsets, masks) and in
+    Constant values such as 1/T; `edges` are extra views read from outside (the outputs). These
+    are what a binding must give values to."""
+    symbols: set[sympy.Symbol] = set()
+    for edge in [e for node in nodes for e in node.srcs] + list(edges):
+        for view in edge.views.views:
+            for d in view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r):
+                symbols |= free_symbols(d)
+    for node in nodes:
+        for n in node.shape:
+            symbols |= free_symbols(n)
+        value = node.attrs.get("value")
+        if isinstance(value, sympy.Basic):
+            symbols |= value.free_symbols
+    return symbols

@@ -59,8 +59,11 @@ class MovementMixin:
                 inferred = inferred if sympy.fraction(inferred)[1] == 1 else None
             if inferred is None:
                 raise ShapeError(f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}")
-            shape[unknown[0]] = dim(inferred)
-        new_shape = tuple(dim(n) for n in shape)
+            shape[unknown[0]] = inferred
+        try:
+            new_shape = tuple(dim(n) for n in shape)
+        except ShapeError as exc:
+            raise ShapeError(f"reshape of {self.label} to {tuple(map(str, shape))}: {exc}") from None
         if any(isinstance(n, int) and n < 0 for n in new_shape):
             raise ShapeError(f"reshape of {self.label} to {new_shape}: negative dimension")
         if not dims_equal(prod(new_shape), total):
@@ -217,7 +220,7 @@ def _symbolic_bound(value, default: Dim, n: Dim) -> Dim:
 
 def concat(tensors, axis: int = 0):
     """Join along an existing axis: each part is padded to the full length and the parts are added."""
-    from .tensor import Tensor, lift
+    from .tensor import lift
     tensors = [lift(t) for t in tensors]
     if not tensors:
         raise ShapeError("concat needs at least one tensor")

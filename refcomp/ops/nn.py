@@ -12,13 +12,9 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, idiv
 from .primitives import make_node
+from .elementwise import where
 from .tensor import Tensor, constant, lift
 
-# Max pooling pads with the most negative finite float32, so a padded cell never wins a window
-# and never turns a blend into NaN (see elementwise.where).
-MOST_NEGATIVE = -3.4028234663852886e38
-# Attention masks add this instead of -inf: exp underflows to exactly 0 all the same.
-MASKED_SCORE = -1e30
 
 
 def _pair(value, what: str) -> tuple[int, int]:
@@ -101,7 +97,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0):
     pad = _pair(padding, "max_pool2d padding")
     if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
         raise ShapeError(f"max_pool2d: padding {pad} must be at most half the kernel {kernel}")
-    return _windows(lift(x), kernel, stride, pad, (1, 1), MOST_NEGATIVE, "max_pool2d").max((-2, -1))
+    return _windows(lift(x), kernel, stride, pad, (1, 1), -math.inf, "max_pool2d").max((-2, -1))
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0):
@@ -125,9 +121,10 @@ def embedding(ids, table):
 def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
     """softmax(q k^T / sqrt(d) + mask) v over the last two axes.
 
-    `causal` lets query i see keys j <= i (PyTorch's is_causal, top-left aligned). `mask` is a float
-    tensor added to the scores (0 to attend, a large negative number to block), as PyTorch's float
-    attn_mask; it broadcasts to (..., Tq, Tk).
+    `causal` lets query i see keys j <= i (PyTorch's is_causal, top-left aligned): the other scores
+    are selected to -inf, so their weights are exactly 0. `mask` is a float tensor added to the
+    scores (0 to attend, -inf or a large negative number to block), as PyTorch's float attn_mask;
+    it broadcasts to (..., Tq, Tk).
     """
     q, k, v = lift(q), lift(k), lift(v)
     d = q.shape[-1]
@@ -137,7 +134,7 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
         from .tensor import iota
         tq, tk = scores.shape[-2:]
         blocked = iota((tq, tk), 1) > iota((tq, tk), 0)
-        scores = scores + blocked * MASKED_SCORE
+        scores = where(blocked, -math.inf, scores)
     if mask is not None:
         scores = scores + mask
     return scores.softmax(-1) @ v

@@ -1,6 +1,6 @@
 """The primitive ops: the whole instruction set of refcomp.
 
-Everything a user writes is built from these dozen node kinds. Each is defined once, in `OPS`:
+Everything a user writes is built from these node kinds. Each is defined once, in `OPS`:
 its kind (which fixes its shape rule), its NumPy meaning (the oracle), and its C expression (what
 the CUDA templates inline). Nothing else in the project decides what an op means.
 
@@ -19,7 +19,8 @@ import numpy as np
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
 
-LEAF, UNARY, BINARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "reduce", "copy", "gather"
+LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
+ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("Mod", BINARY, lambda a, attrs, dt: np.fmod(a[0], a[1]), "fmodf({0}, {1})",
           doc="remainder with the sign of the dividend, as C's fmodf"),
     OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", doc="1.0 where a < b, else 0.0"),
+    OpDef("Where", TERNARY, lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]), "({0} != 0.0f ? {1} : {2})",
+          doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks"),
     OpDef("SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"),
     OpDef("MaxReduce", REDUCE, _max_reduce, "rc_max({0}, {1})", "-INFINITY",
           doc="starts at -inf; NaN propagates, as in np.max"),
@@ -115,9 +118,9 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
         return tuple(attrs.get("shape", ()))
     if op.kind in (UNARY, COPY):
         return srcs[0].shape
-    if op.kind == BINARY:
-        a, b = srcs[0].shape, srcs[1].shape
-        assert len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b)), (op.name, a, b)
+    if op.kind in (BINARY, TERNARY):
+        a = srcs[0].shape
+        assert all(len(a) == len(s.shape) and all(dims_equal(x, y) for x, y in zip(a, s.shape)) for s in srcs), op.name
         return a
     if op.kind == REDUCE:
         shape = srcs[0].shape

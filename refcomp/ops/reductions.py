@@ -6,6 +6,7 @@ which is the pattern the search later recognises and hands to the tiled matmul t
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 from ..errors import ShapeError
@@ -52,9 +53,13 @@ class ReductionMixin:
     def var(self, axis=None, keepdims: bool = False, correction: int = 0):
         """Population variance by default (NumPy's ddof=0); correction=1 gives PyTorch's default."""
         centred = self - self.mean(axis, keepdims=True)
-        count = dim(self._count(axis) - correction)
-        total = (centred * centred).sum(axis, keepdims)
-        return total * _inverse(count)
+        count = self._count(axis)
+        total = (centred * centred).sum(axis, keepdims) * _inverse(dim(count - correction))
+        if isinstance(count, int) or not correction:
+            return total
+        from .elementwise import where  # NumPy's NaN where the axis has no more values than the correction
+        from .tensor import constant
+        return where(constant(count) > correction, total, math.nan)
 
     def softmax(self, axis: int = -1):
         shifted = self - self.max(axis, keepdims=True)
@@ -117,9 +122,9 @@ class ReductionMixin:
 
 
 def _inverse(count):
-    """1/count for averaging; NaN for an empty reduction, as np.mean gives."""
+    """1/count for averaging; NaN for an empty reduction (or a count <= 0 after a correction), as NumPy."""
     if isinstance(count, int):
-        return 1.0 / count if count else float("nan")
+        return 1.0 / count if count > 0 else float("nan")
     return 1 / count
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ..ops.primitives import LEAF, Node
-from ..symbolic.dims import evaluate_dim, free_symbols, prod
+from ..ops.graph import symbols_of
+from ..symbolic.dims import evaluate_dim, prod
 
 DEFAULT_DIM = 64  # the value of a symbolic dim the user gave no hint for
 
@@ -41,15 +42,8 @@ class KernelCost:
 
 
 def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None) -> dict[str, int]:
-    names = set()
-    for n in nodes:
-        for d in n.shape:
-            names |= {s.name for s in free_symbols(d)}
-        for e in n.srcs:
-            for d in e.shape:
-                names |= {s.name for s in free_symbols(d)}
     hint = dict(dims_hint or {})
-    return {name: int(hint.get(name, DEFAULT_DIM)) for name in sorted(names)}
+    return {s.name: int(hint.get(s.name, DEFAULT_DIM)) for s in sorted(symbols_of(list(nodes)), key=lambda s: s.name)}
 
 
 def elements(shape, bindings: Mapping[str, int]) -> int:

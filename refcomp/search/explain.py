@@ -6,19 +6,23 @@ profile, next to the minimum bytes any program must move.
 """
 from __future__ import annotations
 
+from ..codegen.emit import ProgramNames
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import minimum_bytes
 
 
 def describe_graph(edges: list[Edge]) -> list[str]:
+    """One line per node, numbered by its position in this graph (as in the kernels' comments)."""
+    nodes = toposort([e.node for e in edges])
+    label = ProgramNames.of(nodes).label
     lines = []
-    for node in toposort([e.node for e in edges]):
+    for node in nodes:
         if node.op.kind == "leaf" and node.op.name != "Input":
             continue
-        srcs = ", ".join(f"{s.node.op.name}#{s.node.id}" + ("" if s.views.is_identity else "[view]") for s in node.srcs)
+        srcs = ", ".join(label(s.node) + ("" if s.views.is_identity else "[view]") for s in node.srcs)
         shape = "(" + ", ".join(str(d) for d in node.shape) + ")"
-        lines.append(f"  {node.op.name}#{node.id} {shape}" + (f" <- {srcs}" if srcs else ""))
+        lines.append(f"  {label(node)} {shape}" + (f" <- {srcs}" if srcs else ""))
     return lines
 
 
@@ -50,7 +54,7 @@ def explain(program) -> str:
     out.append("")
     out.append("kernels:")
     for kernel in program.kernels:
-        out.append(f"  {kernel.name}: " + ", ".join(f"{n.op.name}#{n.id}" for n in kernel.nodes))
+        out.append(f"  {kernel.name}: " + ", ".join(program.names.label(n) for n in kernel.nodes))
     out += cost_table(result, program.kernels)
     return "\n".join(out)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Optional
 
-from ..codegen.emit import SHORT_REDUCE, Unfusable
+from ..codegen.emit import MAX_FUSED_NODES, SHORT_REDUCE, Unfusable
 from ..codegen.fused import matmul_axes
-from ..codegen.lower import Group, dim_names_of, kernel_for_group
+from ..codegen.emit import ProgramNames
+from ..codegen.lower import Group, kernel_for_group
 from ..ops.graph import toposort
-from ..ops.primitives import BINARY, COPY, GATHER, LEAF, REDUCE, UNARY, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
 
 # A buffer read through a broadcast (the same element by many threads) costs at most this many
@@ -64,7 +65,7 @@ class Graph:
                 if n not in self.consumers[s.node.id]:
                     self.consumers[s.node.id].append(n)
         self.compute = [n for n in self.nodes if n.op.kind != LEAF]
-        self.dim_names = dim_names_of(self.nodes)
+        self.names = ProgramNames.of(self.nodes)
 
 
 def _short_reduce(node: Node) -> bool:
@@ -87,6 +88,8 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
                 if s.id not in members:
                     members[s.id] = s
                     stack.append(s)
+                    if len(members) > MAX_FUSED_NODES:  # too big a kernel (and too deep a recursion in codegen)
+                        return None
             else:
                 reads[s.id] = s
     ordered = tuple(sorted(members.values(), key=lambda n: graph.position[n.id]))
@@ -98,12 +101,12 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = "gather" if not members else None
     elif mm:
         # the matmul template stores the accumulator or one elementwise epilogue of it, never a reduction
-        epilogue_ok = root.id in sched.matmul or root.op.kind in (UNARY, BINARY, COPY)
+        epilogue_ok = root.id in sched.matmul or root.op.kind in ELEMENTWISE
         kind = "matmul" if len(mm) == 1 and not rows and not epilogues and epilogue_ok else None
     elif rows:
         kind = "row" if not epilogues else None
     elif epilogues:  # a reduction stores one elementwise function of its result
-        kind = "reduce" if len(epilogues) == 1 and root.op.kind in (UNARY, BINARY, COPY) else None
+        kind = "reduce" if len(epilogues) == 1 and root.op.kind in ELEMENTWISE else None
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
     fused_elsewhere = sched.row | sched.matmul | sched.epilogue
@@ -149,7 +152,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     else:
         points = count(root.shape)
         flops, threads = points * ops, points
-    return roofline(name or f"{root.op.name}#{root.id}", group.kind, nbytes, flops, threads, profile)
+    return roofline(name or root.op.name, group.kind, nbytes, flops, threads, profile)
 
 
 def _iteration_points(group: Group, sched: Schedule, count) -> int:
@@ -192,7 +195,7 @@ RECOMPUTE = "recomputing a pure function where it is read yields exactly the val
 FUSION: list[FusionRule] = [
     FusionRule("fuse_elementwise", "compute an elementwise node inside every kernel that reads it (chains, "
                "prologues of reductions, epilogues, and recompute instead of a round trip through memory)",
-               RECOMPUTE, lambda g, s, n: n.op.kind in (UNARY, BINARY, COPY) and _free(g, s, n),
+               RECOMPUTE, lambda g, s, n: n.op.kind in ELEMENTWISE and _free(g, s, n),
                lambda g, s, n: _add(s, "inline", n.id)),
     FusionRule("unroll_short_reduce", f"compute a reduction over at most {SHORT_REDUCE} values (maximum's pair) "
                "inline as a chain of combines", RECOMPUTE + "; the combine order is the reference's",
@@ -213,7 +216,7 @@ FUSION: list[FusionRule] = [
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)", RECOMPUTE,
                lambda g, s, n: n.id in s.matmul and _free(g, s, n) and len(g.consumers[n.id]) == 1
-               and g.consumers[n.id][0].op.kind in (UNARY, BINARY, COPY),
+               and g.consumers[n.id][0].op.kind in ELEMENTWISE,
                lambda g, s, n: _add(s, "inline", n.id)),
 ]
 
@@ -223,7 +226,7 @@ CLEANUP: list[FusionRule] = [
     FusionRule("reduce_epilogue", "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
                "a scale, rsqrt(var + eps)), to the accumulated value before it is stored", RECOMPUTE,
                lambda g, s, n: (n.op.kind == REDUCE and not _short_reduce(n) and n.id not in s.matmul and _free(g, s, n)
-                                and len(g.consumers[n.id]) == 1 and g.consumers[n.id][0].op.kind in (UNARY, BINARY, COPY)
+                                and len(g.consumers[n.id]) == 1 and g.consumers[n.id][0].op.kind in ELEMENTWISE
                                 and g.consumers[n.id][0].shape == n.shape and g.consumers[n.id][0].id not in s.inline),
                lambda g, s, n: _add(_add(s, "inline", n.id), "epilogue", n.id)),
 ]
@@ -237,7 +240,7 @@ def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> boo
     if key not in cache:
         try:
             fused = lambda n: n.id in sched.inline
-            kernel_for_group("check", group, graph.dim_names, fused, group_params(sched, group))
+            kernel_for_group("check", group, graph.names, fused, group_params(sched, group))
             cache[key] = True
         except Unfusable:
             cache[key] = False

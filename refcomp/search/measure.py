@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import BindingError, RefcompError
 from ..ops.graph import flatten_outputs, input_nodes, toposort
 from ..ops.primitives import Node
-from ..symbolic.dims import evaluate_dim, prod
+from ..symbolic.dims import evaluate_dim
 
 CHECK_DIM_CAP = 16  # symbols are bound to at most this for the correctness check (the reference is slow)
 PREFER_MODEL_MARGIN = 0.02  # another candidate replaces the model's pick only when this much faster
@@ -160,7 +160,7 @@ class ReferenceCheck:
     def problems(self, program, backend: str = "pycuda") -> list[str]:
         """Mismatches of `program`'s outputs with the reference ([] when they agree)."""
         from ..golden import FLOAT32_TOLERANCE, compare
-        names = {n.attrs["name"] for n in input_nodes(toposort(list(program.output_nodes)))}
+        names = {n.attrs["name"] for n in graph_inputs(program.outputs)}
         got = program.run({k: v for k, v in self.feeds.items() if k in names}, backend=backend, dims=self.dims)
         return compare(_flat(got), self.want, FLOAT32_TOLERANCE)
 
@@ -211,37 +211,17 @@ def _flush_buffer():
 def _prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]]):
     """Upload inputs, allocate the memory plan's buffers, and prepare every launch of one run.
 
-    Mirrors Program.run up to the launches; returns (launches, allocations to free)."""
+    Program.run up to the launches (the same binding checks and buffers); returns (launches, allocations to free)."""
     from pycuda.compiler import SourceModule
 
     from ..exec.backends import get_backend
-    from ..exec.bindings import bind_dims
     from ..exec.emulator import check_launch_shape
     from ..exec.pycuda_backend import DeviceBuffer
 
     be = get_backend("pycuda")
-    nodes = toposort(list(program.output_nodes))
-    inputs = input_nodes(nodes)
-    names = {n.attrs["name"] for n in inputs}
-    arrays, bindings = bind_dims(inputs, {k: v for k, v in feeds.items() if k in names}, dims)
-    owned: list[DeviceBuffer] = []
-    buffers: dict[int, Any] = {}
-    uploaded = {}
-    for name, a in arrays.items():
-        uploaded[name] = be.upload(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else np.float32))
-        owned.append(uploaded[name])
-    for node in nodes:
-        if node.op.name == "Input":
-            buffers[node.id] = uploaded[node.attrs["name"]]
-    plan = program.memory_plan(bindings)
-    slots = [be.alloc(max(n, 4)) for n in plan.slot_bytes]
-    owned += slots
-    for node_id, slot in plan.slot_of.items():
-        buffers[node_id] = slots[slot]
-    for node in program.output_nodes:
-        if node.id not in buffers:
-            buffers[node.id] = be.alloc(max(4 * evaluate_dim(prod(node.shape), bindings), 4))
-            owned.append(buffers[node.id])
+    arrays, bindings = program.bind(feeds, dims)
+    buffers = program.allocate(be, arrays, bindings)
+    owned: list[DeviceBuffer] = list({id(b): b for b in buffers.values()}.values())
     module = SourceModule(program.source, no_extern_c=True, arch=be.arch)
     launches = []
     for kernel in program.kernels:

@@ -53,14 +53,23 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
 
 
 def structural_key(node: Node, memo: dict[int, object]) -> object:
-    """Equal for nodes that compute the same values: same op, attributes and (recursively) sources."""
-    if node.id in memo:
-        return memo[node.id]
-    attrs = tuple(sorted((k, repr(v)) for k, v in node.attrs.items()))
-    srcs = tuple((structural_key(s.node, memo), s.views) for s in node.srcs)
-    key = hash((node.op.name, node.dtype, attrs, srcs))
-    memo[node.id] = key
-    return key
+    """Equal for nodes that compute the same values: same op, attributes and (recursively) sources.
+
+    Computed sources-first with an explicit stack (graphs may be thousands of nodes deep), stopping
+    at nodes already in `memo`."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        pending = [s.node for s in n.srcs if s.node.id not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if n.id not in memo:
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+            srcs = tuple((memo[s.node.id], s.views) for s in n.srcs)
+            memo[n.id] = hash((n.op.name, n.dtype, attrs, srcs))
+    return memo[node.id]
 
 
 def graph_hash(outputs: Sequence[Edge]) -> int:

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..ops.primitives import BINARY, UNARY, Edge, Node, make_node
+from ..ops.primitives import ELEMENTWISE, Edge, Node, make_node
 from ..symbolic.view import ViewStack
 from .rewrite import compose, identity_edge
 
@@ -112,7 +112,7 @@ ALGEBRA: list[Rule] = [
     Rule("fold_constants", "an elementwise op on constants -> its value",
          "exact: the value is computed with the same float32 operation (transcendentals with NumPy's, "
          "which may differ from CUDA's by an ulp)",
-         lambda n, ctx: n.op.kind in (UNARY, BINARY) and all(_constant(s) for s in n.srcs), _fold),
+         lambda n, ctx: n.op.kind in ELEMENTWISE and n.op.name != "Contiguous" and all(_constant(s) for s in n.srcs), _fold),
     Rule("drop_copy", "contiguous(x) -> x",
          "exact: a copy reads the same values through the same view (program outputs are made dense "
          "again after the search)",

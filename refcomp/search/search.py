@@ -85,25 +85,29 @@ class _Evaluator:
         """node id -> roots of the kernels that compute, fuse or read it."""
         index: dict[int, set[int]] = {}
         for root_id, g in groups.items():
-            for n in (g.root,) + g.members + g.reads:
+            for n in _touched_by(g):
                 index.setdefault(n.id, set()).add(root_id)
         return index
 
-    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule) -> Optional[tuple[dict, float]]:
-        """The partition and total cost after a move from `old` to `sched` (only touched kernels change)."""
-        changed = (sched.inline - old.inline) | (sched.row - old.row) | (sched.matmul - old.matmul) | (sched.epilogue - old.epilogue)
-        new = dict(groups)
-        for root_id in set().union(*(touching.get(c, set()) for c in changed)):
+    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule, node: Node) -> Optional[tuple[dict, float]]:
+        """The changed kernels ({root id: new group, or None when the root is now fused}) and the total
+        cost after the move at `node` from `old` to `sched`. A fusion move reschedules `node` or one
+        of its sources (matmul inlines its product), so only the kernels touching those can change:
+        they alone are re-partitioned, and the cost of a move does not grow with the graph."""
+        changed = [node.id] + [s.node.id for s in node.srcs]
+        roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
+        delta: dict[int, Optional[Group]] = {}
+        for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
             cost -= self.cost(old, groups[root_id]).time_s
             if root_id in sched.inline:
-                del new[root_id]
+                delta[root_id] = None
                 continue
             g = self._group(sched, self.by_id[root_id])
             if g is None:
                 return None
-            new[root_id] = g
+            delta[root_id] = g
             cost += self.cost(sched, g).time_s
-        return new, cost
+        return delta, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         key = (group.root.id, tuple(n.id for n in group.members), group.kind,
@@ -174,6 +178,7 @@ def _key(sched: Schedule):
 def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None, profile: DeviceProfile = H200,
            beam: int = 2, max_states: int = 20000, max_seconds: float = 30.0, progress: bool = True) -> SearchResult:
     start = time.perf_counter()
+    deadline = start + max_seconds  # honoured inside a round too: a round over a huge graph is long
     before = list(edges)
     bindings = binding_for(toposort([e.node for e in edges]), dims_hint)
     trace: list[Step] = []
@@ -190,13 +195,15 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     states, shown = 1, False
     for rules in (FUSION, FUSION + CLEANUP):  # clean-up rules only once the main fusions are settled
         frontier = [best]
-        while frontier and states < max_states and time.perf_counter() - start < max_seconds:
+        while frontier and states < max_states and time.perf_counter() < deadline:
             successors = []
             for cost, sched, groups, path in frontier:
-                moves = _moves(graph, ev, sched, groups, cost, seen, rules)
+                moves = _moves(graph, ev, sched, groups, cost, seen, rules, deadline)
                 states += len(moves)
-                successors += [(c, s, g, path + [(rule, node, c, len(g))]) for c, rule, node, s, g in moves[:beam]]
-                descent = _descend(graph, ev, sched, cost, groups, path, moves, seen)
+                for c, rule, node, s, delta in moves[:beam]:
+                    g = _apply(dict(groups), delta)
+                    successors.append((c, s, g, path + [(rule, node, c, len(g))]))
+                descent = _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline)
                 if descent is not None:
                     successors.append(descent)
                 shown = _show_progress(progress, start, states, best[0]) or shown
@@ -207,7 +214,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
                 break
             best = frontier[0]
     cost, sched, groups, path = best
-    trace += [Step(rule.name, f"{node.op.name}#{node.id}", c, k) for rule, node, c, k in path]
+    trace += [Step(rule.name, graph.names.label(node), c, k) for rule, node, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
@@ -228,11 +235,13 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
-def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set, rules) -> list:
-    """Every unexplored single rule application, best first: (cost, rule, node, schedule, groups)."""
+def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
+    """Every unexplored single rule application, best first: (cost, rule, node, schedule, changed kernels)."""
     out = []
     touching = ev.touching(groups)
     for node in graph.compute:
+        if time.perf_counter() > deadline:
+            break
         for rule in rules:
             if not rule.applies(graph, sched, node):
                 continue
@@ -240,29 +249,56 @@ def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, s
             if _key(new) in seen:
                 continue
             seen.add(_key(new))
-            moved = ev.moved(sched, groups, cost, touching, new)
+            moved = ev.moved(sched, groups, cost, touching, new, node)
             if moved is not None:
                 out.append((moved[1], rule, node, new, moved[0]))
     out.sort(key=lambda m: (m[0], graph.position[m[2].id]))
     return out
 
 
-def _descend(graph, ev, sched, cost, groups, path, moves, seen):
+def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float):
     """Apply every improving move in order of gain, re-checking each on the schedule built so far."""
-    path = list(path)
+    path, groups = list(path), dict(groups)
     improved = False
+    touching = ev.touching(groups)
     for _, rule, node, _, _ in moves:
+        if time.perf_counter() > deadline:
+            break
         if not rule.applies(graph, sched, node):
             continue
         new = rule.apply(graph, sched, node)
-        moved = ev.moved(sched, groups, cost, ev.touching(groups), new)
+        moved = ev.moved(sched, groups, cost, touching, new, node)
         if moved is not None and moved[1] < cost:
-            groups, cost, sched, improved = moved[0], moved[1], new, True
+            delta, cost, sched, improved = moved[0], moved[1], new, True
+            _retouch(touching, groups, delta)
+            _apply(groups, delta)
             path.append((rule, node, cost, len(groups)))
     if not improved or _key(sched) in seen:
         return None
     seen.add(_key(sched))
     return cost, sched, groups, path
+
+
+def _apply(groups: dict, delta: Mapping[int, Optional[Group]]) -> dict:
+    for root_id, g in delta.items():
+        if g is None:
+            groups.pop(root_id, None)
+        else:
+            groups[root_id] = g
+    return groups
+
+
+def _retouch(touching: dict[int, set[int]], groups: Mapping[int, Group], delta: Mapping[int, Optional[Group]]) -> None:
+    """Update the node -> kernel roots index for the kernels a move changes (a rebuild is O(graph))."""
+    for root_id, g in delta.items():
+        for n in _touched_by(groups.get(root_id)):
+            touching[n.id].discard(root_id)
+        for n in _touched_by(g):
+            touching.setdefault(n.id, set()).add(root_id)
+
+
+def _touched_by(group: Optional[Group]) -> tuple:
+    return () if group is None else (group.root,) + group.members + group.reads
 
 
 CANDIDATES = 4  # schedules kept for measured mode
@@ -277,13 +313,20 @@ PARAM_CHOICES = {
 
 
 def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: list[Step]):
-    """Enumerate each kernel's schedule parameters and keep the cheapest under the cost model."""
+    """Enumerate each kernel's schedule parameters and keep the cheapest under the cost model.
+
+    A kernel's cost reads only its own parameters, so each is priced on a schedule holding just
+    those (a schedule with every kernel's parameters would be rebuilt per choice: quadratic)."""
+    chosen: dict = {}
     for root_id, group in groups.items():
+        mine = {name: sched.param(root_id, name, None) for name, _ in PARAM_CHOICES[group.kind]}
         for name, choices in PARAM_CHOICES[group.kind]:
-            scored = [(ev.cost(sched.with_param(root_id, name, v), group).time_s, k, v) for k, v in enumerate(choices)]
-            _, _, value = min(scored)
-            if value != choices[0] or sched.param(root_id, name, None) is None:
-                sched = sched.with_param(root_id, name, value)
+            def priced(value):
+                params = tuple(sorted(((root_id, n), v) for n, v in {**mine, name: value}.items() if v is not None))
+                return ev.cost(replace(sched, params=params), group).time_s
+            mine[name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
+        chosen.update({(root_id, name): value for name, value in mine.items()})
+    sched = replace(sched, params=tuple(sorted({**dict(sched.params), **chosen}.items())))
     trace.append(Step("tune_schedules", f"{len(groups)} kernel(s)", ev.total(sched, groups), len(groups)))
     return sched, groups
 

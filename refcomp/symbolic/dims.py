@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable, Mapping, Union
 
+import numpy as np
 import sympy
 
 from ..errors import BindingError, ShapeError
@@ -106,11 +107,23 @@ def dim(value) -> Dim:
     if isinstance(value, sympy.Basic):
         if value.is_Integer:
             return int(value)
-        if value.is_integer is False:  # 2.5, or T / 2.0: a size is never fractional
-            raise ShapeError(f"dimension {value} is not an integer")
+        if value.is_integer is False or not _whole_coefficients(value):  # 2.5, T / 2.0, (B*T + 2)/2
+            raise ShapeError(f"dimension {value} is not integer arithmetic on dims (sums and products with integer "
+                             f"coefficients, idiv, imod, Max, Min): a reshape or slice that divides a symbolic size unevenly?")
         # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
         return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
     raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")
+
+
+def _whole_coefficients(e: sympy.Basic) -> bool:
+    """Integer arithmetic only: sums, products and positive powers of symbols with integer coefficients,
+    idiv, imod, Max and Min (what codegen prints as C), every term with an integer coefficient."""
+    for part in sympy.preorder_traversal(e):
+        if isinstance(part, sympy.Pow) and not (part.exp.is_Integer and part.exp > 0):
+            return False
+        if not isinstance(part, (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Integer, idiv, imod, sympy.Max, sympy.Min)):
+            return False
+    return all(term.as_coeff_Mul()[0].is_Integer for term in sympy.Add.make_args(sympy.expand(e)))
 
 
 def dims_equal(a: Dim, b: Dim) -> bool:
@@ -165,4 +178,28 @@ def evaluate_value(value, bindings: Mapping[str, int]) -> float:
     missing = sorted(n for n in names if n not in bindings)
     if missing:
         raise BindingError(f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}")
-    return float(value.xreplace({symbol(n): sympy.Integer(bindings[n]) for n in names}))
+    return float(_as_double(value, {symbol(n): bindings[n] for n in names}))
+
+
+def _as_double(e, values: Mapping[sympy.Symbol, int]) -> np.float64:
+    """`e` in IEEE double arithmetic, operation by operation as codegen's C printer writes it, so the
+    reference and the kernels agree at every binding: 1/T at T = 0 is inf on both (not SymPy's zoo)."""
+    if e.is_Number:
+        return np.float64(float(e))
+    if e.is_Symbol:
+        return np.float64(values[e])
+    if isinstance(e, (idiv, imod, sympy.Max, sympy.Min)):
+        return np.float64(evaluate_dim(e, {s.name: v for s, v in values.items()}))
+    with np.errstate(all="ignore"):
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            terms = [_as_double(a, values) for a in e.args]
+            return functools.reduce((lambda x, y: x + y) if isinstance(e, sympy.Add) else (lambda x, y: x * y), terms)
+        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
+            base = _as_double(e.base, values)
+            if e.exp == sympy.Rational(1, 2) or e.exp == sympy.Rational(-1, 2):
+                root = np.sqrt(base)
+                return root if e.exp > 0 else np.float64(1.0) / root
+            if e.exp.is_Integer:
+                product = functools.reduce(lambda x, y: x * y, [base] * abs(int(e.exp)))
+                return product if e.exp > 0 else np.float64(1.0) / product
+    raise BindingError(f"cannot evaluate the constant {e} (only sums, products, integer powers and square roots of dims)")

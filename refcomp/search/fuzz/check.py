@@ -28,51 +28,74 @@ class Mismatch:
 
 
 def bindings_for(seed: int, program: int) -> list[dict]:
-    """Two bindings of the symbolic dims for one program (B = 1 and extremes included over a run)."""
+    """Three bindings of the symbolic dims for one program: two in [1, MAX_BINDING] (B = 1 and the
+    extremes included over a run), and the edge binding in [0, 2], where axes are empty and views of
+    symbolic axes may not fit (then every backend must refuse as the reference does)."""
     rng = np.random.default_rng([seed, 1_000_000_007, program])
     out = []
     for _ in range(2):
         out.append({s: int(rng.integers(1, MAX_BINDING + 1)) for s in SYMBOLS})
+    out.append({s: int(rng.integers(0, 3)) for s in SYMBOLS})
     return out
 
 
 def tolerance(want64: np.ndarray, want32: np.ndarray) -> np.ndarray:
-    """Per element: golden's float32 tolerance plus 4x the float32 reference's own error there."""
+    """Per element: golden's float32 tolerance plus 4x the float32 reference's own error there
+    (unbounded where the float32 reference itself overflows)."""
     rtol, atol = FLOAT32_TOLERANCE["rtol"], FLOAT32_TOLERANCE["atol"]
-    return atol + rtol * np.abs(want64) + 4.0 * np.abs(want32.astype(np.float64) - want64)
+    with np.errstate(invalid="ignore"):
+        own = np.abs(want32.astype(np.float64) - want64)
+    return atol + rtol * np.abs(want64) + 4.0 * np.where(np.isfinite(own), own, np.inf)
 
 
 def compare(got, want64, want32) -> Optional[str]:
+    """None when `got` matches: within tolerance where the reference is finite, and exactly the same
+    NaN or infinity where it is not."""
     got = np.asarray(got, dtype=np.float64)
     if got.shape != want64.shape:
         return f"shape {got.shape}, expected {want64.shape}"
-    if not np.all(np.isfinite(want64)):
-        return None  # the reference itself is not finite: a generator problem, counted separately
-    err = np.abs(got - want64)
-    bad = ~(err <= tolerance(want64, want32))  # NaN counts as bad
+    finite = np.isfinite(want64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - want64)
+        same_special = (np.isnan(got) & np.isnan(want64)) | (got == want64)
+        bad = np.where(finite, ~(err <= tolerance(want64, want32)), ~same_special)  # NaN counts as bad
     if not bad.any():
         return None
     where = np.argwhere(bad)
     i = tuple(where[0])
+    worst = np.where(finite & np.isfinite(err), err, 0.0)
     return (f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, expected {want64[i]!r} "
-            f"(float32 reference {float(want32[i])!r}); max abs error {np.nanmax(np.where(np.isfinite(err), err, np.inf)):.3g}")
+            f"(float32 reference {float(want32[i])!r}); max abs error where finite {float(worst.max()):.3g}")
 
 
 @dataclass
 class BatchResult:
     mismatches: list[Mismatch] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # exceptions while compiling or running
-    skipped: int = 0  # outputs whose float64 reference is not finite (a generator problem)
-    compared: int = 0  # (graph, mode, binding) triples compared
+    errors: list[str] = field(default_factory=list)  # internal errors: exceptions while compiling or running
+    compared: int = 0  # (graph output, mode, binding) triples compared
+    refusals: dict = field(default_factory=dict)  # error type -> (mode, binding) pairs refused as the reference refused
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
 
 
+def _reference(outputs, feeds, binding):
+    """(float64, float32) outputs, or the RefcompError with which the reference refuses these feeds."""
+    import refcomp as rc
+    try:
+        return (rc.evaluate(outputs, feeds, dims=binding, precision="float64"),
+                rc.evaluate(outputs, feeds, dims=binding, precision="float32")), None
+    except rc.RefcompError as exc:
+        return None, exc
+
+
 def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("search", "plain"),
                 backend: str = "emulator") -> BatchResult:
-    """Compile all graphs into one program per mode, run at every binding, compare with the reference."""
-    import refcomp as rc
+    """Compile all graphs into one program per mode, run at every binding, compare with the reference.
+
+    Where the reference refuses a binding or feeds (a view that does not fit, stray ids), every mode
+    must refuse with the same error type and message. Any other exception is an internal error."""
+    from ...errors import RefcompError
     result = BatchResult()
     outputs, owner = {}, {}
     for g in graphs:
@@ -83,12 +106,11 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
     references = []
     t0 = time.perf_counter()
     for which, binding in enumerate(bindings):
+        binding = own_dims(outputs.values(), binding)
         feeds = {}
         for g in graphs:
             feeds.update(g.feeds(f"g{g.index}_", binding, which))
-        want64 = rc.evaluate(outputs, feeds, dims=binding, precision="float64")
-        want32 = rc.evaluate(outputs, feeds, dims=binding, precision="float32")
-        references.append((feeds, want64, want32))
+        references.append((binding, feeds) + _reference(outputs, feeds, binding))
     result.seconds["reference"] = time.perf_counter() - t0
     for mode in modes:
         t0 = time.perf_counter()
@@ -98,23 +120,68 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
             continue
         result.kernels[mode] = len(prog.kernels)
-        for which, (binding, (feeds, want64, want32)) in enumerate(zip(bindings, references)):
+        for which, (binding, feeds, want, refused) in enumerate(references):
             try:
                 got = prog.run(feeds, backend=backend, dims=binding)
+            except RefcompError as exc:
+                got = exc
             except Exception:
                 result.errors.append(f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
                 continue
+            if refused is not None:
+                _check_refusal(result, graphs, outputs, owner, mode, binding, which, feeds, refused, got)
+                continue
+            if isinstance(got, Exception):
+                result.errors.append(f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} raised "
+                                     f"{type(got).__name__} where the reference ran: {got}")
+                continue
+            want64, want32 = want
             for key in outputs:
                 g, var = owner[key]
-                if not np.all(np.isfinite(want64[key])):
-                    result.skipped += 1
-                    continue
                 result.compared += 1
                 message = compare(got[key], want64[key], want32[key])
                 if message is not None:
                     result.mismatches.append(Mismatch(g, mode, binding, which, var, message))
         result.seconds[mode] = time.perf_counter() - t0
     return result
+
+
+def _check_refusal(result: BatchResult, graphs, outputs, owner, mode, binding, which, feeds, refused, got) -> None:
+    """The program must refuse exactly as the reference did; the mismatch names the graph at fault."""
+    same = isinstance(got, Exception) and type(got) is type(refused) and str(got) == str(refused)
+    if same:
+        kind = type(refused).__name__
+        result.refusals[kind] = result.refusals.get(kind, 0) + 1
+        return
+    culprit = _refusing_graph(graphs, outputs, owner, binding, feeds) or graphs[0]
+    what = f"raised {type(got).__name__}: {got}" if isinstance(got, Exception) else "returned values"
+    result.mismatches.append(Mismatch(culprit, mode, binding, which, "(refusal)",
+                                      f"the reference refused with {type(refused).__name__}: {refused}\nbut the program {what}"))
+
+
+def _refusing_graph(graphs, outputs, owner, binding, feeds):
+    """The first graph whose own reference refuses these feeds."""
+    for g in graphs:
+        mine = {k: t for k, t in outputs.items() if owner[k][0] is g}
+        _, refused = _reference(mine, feeds_of(mine, feeds), own_dims(mine.values(), binding))
+        if refused is not None:
+            return g
+    return None
+
+
+def feeds_of(outputs, feeds) -> dict:
+    """The feeds these outputs read."""
+    from ...ops.graph import input_nodes, toposort
+    names = {n.attrs["name"] for n in input_nodes(toposort([t.node for t in outputs.values()]))}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def own_dims(tensors, binding: dict) -> dict:
+    """The part of a binding that names dims of these tensors' graph (dims= refuses any other)."""
+    from ...ops.graph import symbols_of, toposort
+    tensors = list(tensors)
+    names = {s.name for s in symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])}
+    return {k: v for k, v in binding.items() if k in names}
 
 
 def _compile(outputs, mode: str):
@@ -146,7 +213,7 @@ def shrink(graph: FuzzGraph, binding: dict, which: int, mode: str) -> FuzzGraph:
 
 
 def _check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
-    bindings = [binding] if which == 0 else [binding, binding]
+    bindings = [binding] * (which + 1)  # the data of binding `which`
     try:
         res = check_batch([graph], bindings, (mode,))
     except Exception:

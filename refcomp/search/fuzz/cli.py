@@ -106,7 +106,7 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
     if progress:
         print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
               f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
-              f"{total.skipped} non-finite references skipped, kernels {total.kernels}, "
+              f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
               f"{total.seconds['total']:.1f} s", file=out)
         print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
     return total
@@ -144,7 +144,8 @@ def _check_alone(conn, graph: FuzzGraph, bindings, modes) -> None:
 def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None:
     total.mismatches += res.mismatches
     total.errors += res.errors
-    total.skipped += res.skipped
+    for kind, n in res.refusals.items():
+        total.refusals[kind] = total.refusals.get(kind, 0) + n
     total.compared += res.compared
     for k, v in res.kernels.items():
         total.kernels[k] = total.kernels.get(k, 0) + v

@@ -1,6 +1,7 @@
 """The random graph generator: tracks value intervals so every op stays in a safe domain."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -8,7 +9,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...symbolic.dims import dim, evaluate_dim, prod
-from .graph import FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SYMBOLS, _names_in
+from .graph import (FRAGILE, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
+                    SYMBOLS, _names_in)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -55,7 +57,7 @@ class Generator:
         self.avoid = set(avoid)
         self.rng = np.random.default_rng([seed, index])
         self.graph = FuzzGraph(seed, index)
-        self.namespace = {"rc": rc, "np": np, "math": math, "P": ""}
+        self.namespace = {"rc": rc, "np": np, "math": math, "functools": functools, "P": ""}
         self.vars: list[Var] = []
         self.counter = 0
 
@@ -68,12 +70,13 @@ class Generator:
 
     def new_input(self, shape, kind: str = "normal", high: int = 0) -> Var:
         name = f"x{len(self.graph.inputs)}"
-        spec = InputSpec(name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high)
+        specials = kind in ("normal", "positive") and self.chance(SPECIALS_RATE)
+        spec = InputSpec(name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high, specials)
         self.graph.inputs.append(spec)
         exec(spec.code(), self.namespace)
-        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high))}[kind]
+        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high)), "small_ints": (-2.0, float(high))}[kind]
         var = Var(name, self.namespace[name], lo, hi, True)
-        if kind != "ids":
+        if kind in ("normal", "positive"):
             self.vars.append(var)
         return var
 
@@ -99,7 +102,7 @@ class Generator:
         except ShapeError:
             return None
         tensor = self.namespace[name]
-        if any(_min_extent(d) < 1 for d in tensor.shape) or _elements(tensor.shape) > MAX_ELEMENTS:
+        if _elements(tensor.shape) > MAX_ELEMENTS or (op not in FRAGILE and any(_min_extent(d) < 1 for d in tensor.shape)):
             del self.namespace[name]
             return None
         if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -152,7 +155,8 @@ class Generator:
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
         kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5),
-                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4)]
+                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4), ("select", 0.6), ("power", 0.5),
+                 ("fragile", 0.12), ("deep", 0.04)]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
@@ -546,7 +550,56 @@ class Generator:
         table = v if v is not None and self.chance(0.6) else self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
         rows = table.shape[0]
         ids = self.new_input(self.choice([(3,), ("B",), (2, "T"), (1,)]), "ids", rows)
-        self.emit(f"rc.nn.embedding({ids.name}, {table.name})", table.lo, table.hi, table.exact, "gather")
+        view = self.choice(["", "", ".flip(0)", "[::-1]" if len(ids.shape) == 1 else "[:, ::2]", ".unsqueeze(0)"])
+        self.emit(f"rc.nn.embedding({ids.name}{view}, {table.name})", table.lo, table.hi, table.exact, "gather")
+
+    def step_select(self) -> None:
+        """rc.where whose branch not taken is NaN or infinite: a select must not let it leak."""
+        v = self.pick(lambda v: v.exact)
+        if v is None:
+            v = self.new_input(self.random_shape(long_ok=False))
+        n = v.name
+        op = self.choice(["log", "recip", "mask_softmax"])
+        if op == "log":  # log of a value <= 0.25 (NaN or -inf for <= 0) is never selected
+            hi = math.log(max(v.hi, 0.25))
+            self.emit(f"rc.where({n} > 0.25, {n}.log(), -1.5)", min(math.log(0.25), -1.5), max(hi, -1.5), False, "where_nan_branch")
+        elif op == "recip":  # 1/0 = inf lies in the branch not taken
+            self.emit(f"rc.where({n}.abs() < 0.5, {n}, 1.0 / {n})", -2.0, 2.0, False, "where_inf_branch")
+        elif v.shape:  # -inf scores outside a mask that keeps every row's maximum
+            axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
+            c = self.choice([0.0, 0.5, -0.5])
+            keep = f"({n}.eq({n}.max({axis}, keepdims=True)) + ({n} > {c!r}))"
+            self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
+
+    def step_power(self) -> None:
+        """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy)."""
+        v = self.pick()
+        n = v.name
+        base = f"rc.where({n} < 0.0, -({n}.abs() + 0.5), {n}.abs() + 0.5)"  # |base| >= 0.5: no blow-up
+        top = v.bound + 0.5
+        if self.chance(0.5) and v.exact:
+            e = self.new_input(tuple(d if _simple(d) else 1 for d in v.shape), "small_ints", 4)
+            self.emit(f"({base} ** {e.name})", -top ** 3, top ** 3, False, "pow_tensor")
+        else:
+            k = self.choice([-2, -1, 2, 3, 0.5, 1.5, 0])
+            self.emit(f"({base} ** {k!r})", -top ** 3, top ** 3, False, "pow_negative_base")
+
+    def step_fragile(self) -> None:
+        """An index or slice of a symbolic axis that only some bindings can take (x[:, 3] needs T > 3);
+        at the others every backend must refuse the binding as the reference does."""
+        v = self.pick(lambda v: any(not isinstance(d, int) for d in v.shape))
+        if v is None:
+            return self.step_view()
+        axis = self.choice([a for a, d in enumerate(v.shape) if not isinstance(d, int)])
+        item = self.choice(["0", "1", "3", "-1", "-2", "1:", "2:", ":1", ":3", "-2:", "1:-1", "::2"])
+        index = ", ".join([":"] * axis + [item])
+        self.emit(f"{v.name}[{index}]", v.lo, v.hi, v.exact, "fragile_index")
+
+    def step_deep(self) -> None:
+        """A chain deeper than one kernel may fuse (codegen.emit.MAX_FUSED_NODES)."""
+        v = self.pick()
+        depth = int(self.rng.integers(130, 260))
+        self.emit(f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})", -1.0, 1.0, False, "deep_chain")
 
     # --- one whole graph ------------------------------------------------------------------------
     def generate(self) -> FuzzGraph:

@@ -1,6 +1,7 @@
 """The fuzzer's graphs: random programs over rc kept as text, and the knobs that bound them."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -10,10 +11,15 @@ import numpy as np
 
 
 SYMBOLS = ("B", "T")
-MAX_BINDING = 7  # symbolic dims are bound in [1, MAX_BINDING]
+MAX_BINDING = 7  # symbolic dims are bound in [1, MAX_BINDING], and at the edge binding in [0, 2]
+SPECIALS_RATE = 0.08  # inputs that hold a few infinities and NaNs
+STRAY_IDS_RATE = 0.25  # at the edge binding, embedding ids outside the table (every backend must refuse)
+FRAGILE = ("fragile_index",)  # generator moves whose tensors may be empty or invalid at small bindings
+NAN_BY_DESIGN = ("pow_negative_base",)  # moves whose NaN is NumPy's answer (a negative base to a fractional power)
 MAX_ELEMENTS = 6000  # no tensor of a graph grows beyond this many elements at the largest binding
 LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows beyond this
 LONG = (150, 600)  # the extent of an occasional long axis
+EDGE_BINDING = 2  # index of each program's third binding, whose dims lie in [0, 2]
 
 
 # Open bugs outside the search whose trigger the generator steers around by default (so that one
@@ -28,21 +34,32 @@ KNOWN_BUGS: dict[str, str] = {}
 class InputSpec:
     name: str
     shape: tuple  # ints and symbol names
-    kind: str = "normal"  # "normal": uniform(-2, 2); "positive": uniform(0.5, 2); "ids": ints in [0, high)
+    kind: str = "normal"  # "normal": uniform(-2, 2); "positive": uniform(0.5, 2); "ids": ints in [0, high);
+    # "small_ints": integral floats in [-2, high) (exponents)
     high: int = 0
+    specials: bool = False  # a few values are +-inf and NaN
 
     def code(self) -> str:
         shape = "(" + ", ".join(repr(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
         dtype = ', "int32"' if self.kind == "ids" else ""
         return f'{self.name} = rc.input(P + "{self.name}", {shape}{dtype})'
 
-    def feed(self, rng: np.random.Generator, binding: dict) -> np.ndarray:
+    def feed(self, rng: np.random.Generator, binding: dict, edge: bool = False) -> np.ndarray:
+        """Random values; at the edge binding ids may stray outside the table."""
         shape = tuple(binding[d] if isinstance(d, str) else d for d in self.shape)
         if self.kind == "ids":
-            return rng.integers(0, self.high, size=shape).astype(np.int32)
-        if self.kind == "positive":
-            return rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
-        return rng.uniform(-2.0, 2.0, size=shape).astype(np.float32)
+            ids = rng.integers(0, self.high, size=shape).astype(np.int32)
+            if edge and ids.size and rng.random() < STRAY_IDS_RATE:
+                ids.reshape(-1)[rng.integers(ids.size)] = rng.choice([-1, self.high])
+            return ids
+        if self.kind == "small_ints":
+            return rng.integers(-2, self.high, size=shape).astype(np.float32)
+        lo = 0.5 if self.kind == "positive" else -2.0
+        values = rng.uniform(lo, 2.0, size=shape).astype(np.float32)
+        if self.specials and values.size:
+            picks = rng.integers(0, values.size, size=3)
+            values.reshape(-1)[picks] = rng.choice(np.array([np.inf, -np.inf, np.nan], np.float32), size=3)
+        return values
 
 
 @dataclass
@@ -57,7 +74,7 @@ class FuzzGraph:
     ops: list[str] = field(default_factory=list)  # the generator's move per line, for coverage reports
 
     def code(self, prefix: str = "") -> str:
-        head = [f"P = {prefix!r}"] + [spec.code() for spec in self.inputs]
+        head = ["import functools, math", f"P = {prefix!r}"] + [spec.code() for spec in self.inputs]
         body = [f"{var} = {expr}" for var, expr in self.lines]
         outs = "outputs = {" + ", ".join(f"{o!r}: {o}" for o in self.outputs) + "}"
         return "\n".join(head + body + [outs])
@@ -65,13 +82,19 @@ class FuzzGraph:
     def build(self, prefix: str = "") -> dict:
         """The graph's outputs as {variable: Tensor}; inputs are named prefix + name."""
         import refcomp as rc
-        namespace = {"rc": rc, "np": np, "math": math}
+        namespace = {"rc": rc, "np": np, "math": math, "functools": functools}
         exec(compile(self.code(prefix), f"<fuzz graph {self.seed}:{self.index}>", "exec"), namespace)
         return namespace["outputs"]
 
     def feeds(self, prefix: str, binding: dict, which: int) -> dict:
+        """The inputs at binding number `which` (the last of a program's bindings is the edge one)."""
         rng = np.random.default_rng([self.seed, self.index, which])
-        return {prefix + spec.name: spec.feed(rng, binding) for spec in self.inputs}
+        return {prefix + spec.name: spec.feed(rng, binding, which == EDGE_BINDING) for spec in self.inputs}
+
+    @property
+    def finite(self) -> bool:
+        """Whether every reference value is finite by construction (no planted specials, no NaN by design)."""
+        return not any(spec.specials for spec in self.inputs) and not set(self.ops) & set(NAN_BY_DESIGN)
 
     def truncated(self, upto: int) -> "FuzzGraph":
         """The graph whose only output is line `upto`'s variable, dead lines dropped."""
