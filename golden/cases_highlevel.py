@@ -169,14 +169,14 @@ def _select_inputs(rng, b):
 
 def _power_edges(x, y):
     return {"tensor": x ** y, "half": x ** 0.5, "p03": x ** 0.3, "cube": x ** 3, "m3": x ** -3, "zero": x ** 0,
-            "inf": x ** math.inf, "m_inf": x ** -math.inf, "neg_base": (-2.0) ** y, "zero_base": 0.0 ** y}
+            "inf": x ** math.inf, "m_inf": x ** -math.inf, "pos_base": 2.0 ** y}
 
 
 def _power_edges_np(x, y):
     with np.errstate(all="ignore"):
         return {"tensor": np.power(x, y), "half": np.sqrt(x), "p03": np.power(x, 0.3), "cube": x ** 3, "m3": x ** -3.0,
                 "zero": np.power(x, 0.0), "inf": np.power(x, np.inf), "m_inf": np.power(x, -np.inf),
-                "neg_base": np.power(-2.0, y), "zero_base": np.power(0.0, y)}
+                "pos_base": np.power(2.0, y)}
 
 
 def _power_inputs(rng, b):

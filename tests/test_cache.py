@@ -11,6 +11,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -82,6 +83,26 @@ def source() -> str:
     return AXPY + f"// {uuid.uuid4()}\n"
 
 
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory):
+    """Caches built by a child process, as an earlier run leaves them (one plain, one sanitized),
+    built once per module; each test damages its own copy (`prebuilt_cache`)."""
+    src, roots = AXPY + f"// {uuid.uuid4()}\n", {}
+    for sanitize in (False, True):
+        roots[sanitize] = tmp_path_factory.mktemp("prebuilt")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("REFCOMP_CACHE_DIR", str(roots[sanitize]))
+            assert_right(in_children(src, 1, sanitize)[0])
+    return src, roots
+
+
+def prebuilt_copy(prebuilt, cache_root: Path, sanitize: bool = False) -> str:
+    """This test's cache as a copy of a prebuilt one; the source it holds."""
+    src, roots = prebuilt
+    shutil.copytree(roots[sanitize], cache_root)
+    return src
+
+
 def only(pattern: str, root: Path) -> Path:
     (path,) = [p for p in (root / "emu").glob(pattern) if not p.name.endswith(".stamp")]
     return path
@@ -118,8 +139,8 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_damaged_library_is_rebuilt(cache_root, source, damage):
-    assert_right(in_children(source, 1)[0])
+def test_damaged_library_is_rebuilt(cache_root, prebuilt, damage):
+    source = prebuilt_copy(prebuilt, cache_root)
     lib = only("*.so", cache_root)
     DAMAGE[damage](lib)
     assert load_counting_gxx(source) == 1
@@ -174,8 +195,8 @@ def test_unloadable_library_is_a_refcomp_error_naming_it(cache_root, source, fak
 # ---- the sanitizer runner -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "directory"])
-def test_damaged_runner_is_rebuilt(cache_root, source, damage):
-    assert_right(in_children(source, 1, sanitize=True)[0])
+def test_damaged_runner_is_rebuilt(cache_root, prebuilt, damage):
+    source = prebuilt_copy(prebuilt, cache_root, sanitize=True)
     runner = only("runner-*", cache_root)
     DAMAGE[damage](runner)
     assert load_counting_gxx(source, sanitize=True) == 1

@@ -6,6 +6,7 @@ A graph is built once with symbols; each run binds every symbol to an int, read 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import sympy
 
 from ..errors import BindingError, FeedError
 from ..ops.primitives import Edge, Node
-from ..symbolic.dims import Dim, evaluate_dim, idiv, imod, prod
+from ..symbolic.dims import Dim, evaluate_dim, evaluate_size, idiv, imod
 from ..symbolic.view import View
 
 
@@ -99,7 +100,7 @@ def check_binding(nodes: Sequence[Node], outputs: Sequence[Edge], bindings: Mapp
 
 
 def _check_edge(edge: Edge, bindings: Mapping[str, int], what: str) -> None:
-    below = evaluate_dim(prod(edge.node.shape), bindings)
+    below = evaluate_size(edge.node.shape, bindings)
     for view in edge.views.views:
         _check_dims(view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), bindings, what)
         shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
@@ -111,7 +112,7 @@ def _check_edge(edge: Edge, bindings: Mapping[str, int], what: str) -> None:
             raise BindingError(f"{what}: the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
                                f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
                                f"out of range for these dims")
-        below = prod(shape)
+        below = math.prod(shape)
 
 
 def _reach(view: View, shape: tuple[int, ...], bindings) -> Optional[tuple[int, int]]:

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import AllocationError, RefcompError
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
-from ..symbolic.dims import evaluate_dim, evaluate_value, prod
+from ..symbolic.dims import evaluate_dim, evaluate_size, evaluate_value
 from ..symbolic.view import View, ViewStack
 from . import limits
 from .bindings import bind_dims, check_binding, check_ids, show_binding
@@ -68,7 +68,7 @@ BYTES_PER_READ_ELEMENT = 8 + 8 + 1 + 8
 @contextlib.contextmanager
 def _room_for(what: str, shapes, bindings: Mapping[str, int]):
     """Refuse a step whose arrays cannot fit in memory, before NumPy tries (and after, if it fails)."""
-    elements = sum(evaluate_dim(prod(shape), bindings) for shape in shapes)
+    elements = sum(evaluate_size(shape, bindings) for shape in shapes)
     nbytes = elements * BYTES_PER_READ_ELEMENT
     at = show_binding(bindings)
     limits.require(nbytes, limits.host_memory_bytes(), f"evaluating {what} at {at}", "this machine's memory")

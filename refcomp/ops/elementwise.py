@@ -68,7 +68,7 @@ class ElementwiseMixin:
         return power(self, exponent)
 
     def __rpow__(self, base):
-        return power(_lift(base), self)
+        return power(base, self)
 
     # --- comparisons: 1.0 where true, else 0.0 ------------------------------------------------
     # Only `<` is a primitive. `<=`, `>=` and `==` are "not the opposite strict comparison", which
@@ -182,23 +182,33 @@ def power(x, y):
     so (-inf) ** 0.5 is NaN there, and inf elementwise).
 
     The magnitude is exp2(y * log2|x|); the edges are selected explicitly: y == 0 or x == 1 give 1
-    (NaN included), |x| == 1 with an infinite y gives 1, a negative base takes the sign of an odd
-    integral y, and a finite negative base with a finite non-integral y is NaN. A Python-number
-    exponent decides its case when the graph is built.
+    (NaN included), |x| == 1 with an infinite y gives 1, a negative base (-0.0 included) takes the
+    sign of an odd integral y, and a finite negative base with a finite non-integral y is NaN. A
+    Python-number exponent or positive base decides its case when the graph is built.
     """
     if isinstance(y, numbers.Real) and not isinstance(y, bool):
         return _power_by_number(x, float(y))
+    if isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 < x < math.inf:  # b ** y, b > 0
+        y = _lift(y)
+        return 1.0 - (y < y) if x == 1.0 else (y * math.log2(x)).exp2()
+    x = _lift(x)
     _check_broadcast(x, y, "Pow")
     y = _lift(y)
     magnitude = (y * x.abs().log2()).exp2()
-    integral = fmod(y, 1.0).eq(0.0)  # 0 for infinities and NaN
-    odd = integral * fmod(y, 2.0).abs().eq(1.0)
-    negative = x < 0.0
-    sign_bit = negative + x.eq(0.0) * (x.reciprocal() < 0.0)  # -0.0 too: 1 / -0.0 is -inf
+    integral = _equals(fmod(y, 1.0), 0.0)  # 0 for infinities and NaN
+    halves = fmod(y, 2.0)  # -1, 0 or 1 where y is integral
+    odd = integral * ((halves < 0.0) + (0.0 < halves))
+    sign_bit = (x < 0.0) + (x.reciprocal() < 0.0)  # non-zero for negatives and -0.0 (1 / -0.0 is -inf)
     signed = where(odd * sign_bit, -magnitude, magnitude)
-    undefined = negative * x.isfinite() * y.isfinite() * (1.0 - integral)
-    one = y.eq(0.0) + x.eq(1.0) + x.abs().eq(1.0) * y.isinf()
+    undefined = (x < 0.0) * x.isfinite() * y.isfinite() * (1.0 - integral)
+    one = _equals(y, 0.0) + _equals(x, 1.0) + _equals(x.abs(), 1.0) * y.isinf()
     return where(one, 1.0, where(undefined, math.nan, signed))
+
+
+def _equals(x, c: float):
+    """1.0 where x == c exactly, else 0.0 (NaN included), for a finite number c: five nodes, where the
+    NaN-aware `eq` of two tensors takes more."""
+    return where((x < c) + (c < x), 0.0, x < math.inf)
 
 
 def _power_by_number(x, y: float):
@@ -207,10 +217,10 @@ def _power_by_number(x, y: float):
     if y == 0.5:
         return x.sqrt()
     if math.isnan(y):
-        return where(x.eq(1.0), 1.0, math.nan)
+        return where(_equals(x, 1.0), 1.0, math.nan)
     magnitude = (y * x.abs().log2()).exp2()
     if math.isinf(y):
-        return where(x.abs().eq(1.0), 1.0, magnitude)
+        return where(_equals(x.abs(), 1.0), 1.0, magnitude)
     if y.is_integer():  # beyond MAX_SQUARING_EXPONENT every float is even: the sign is +
         return magnitude
     return where((x < 0.0) * x.isfinite(), math.nan, magnitude)

@@ -115,6 +115,7 @@ def dim(value) -> Dim:
     raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")
 
 
+@functools.lru_cache(maxsize=65536)
 def _whole_coefficients(e: sympy.Basic) -> bool:
     """Integer arithmetic only: sums, products and positive powers of symbols with integer coefficients,
     idiv, imod, Max and Min (what codegen prints as C), every term with an integer coefficient."""
@@ -152,7 +153,12 @@ def evaluate_dim(d: Dim, bindings: Mapping[str, int]) -> int:
     """The value of a dim at a binding of symbol names to ints; an unbound symbol is an error."""
     if isinstance(d, int):
         return d
-    return _evaluate(d, tuple(sorted((s.name, bindings.get(s.name)) for s in d.free_symbols)))
+    return _evaluate(d, tuple((name, bindings.get(name)) for name in _names(d)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _names(d: sympy.Expr) -> tuple[str, ...]:
+    return tuple(sorted(s.name for s in d.free_symbols))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -164,6 +170,14 @@ def _evaluate(d: sympy.Expr, binding: tuple[tuple[str, int | None], ...]) -> int
     if not value.is_Integer:
         raise BindingError(f"dimension {d} does not evaluate to an integer at {dict(binding)} (got {value})")
     return int(value)
+
+
+def evaluate_size(shape: Iterable[Dim], bindings: Mapping[str, int]) -> int:
+    """The number of elements of `shape` at a binding (no symbolic product is formed)."""
+    size = 1
+    for d in shape:
+        size *= evaluate_dim(d, bindings)
+    return size
 
 
 def show(d: Dim) -> str:

@@ -9,8 +9,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...symbolic.dims import dim, evaluate_dim, prod
+from .edge_steps import EdgeSteps
 from .graph import (FRAGILE, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
-                    SYMBOLS, _names_in)
+                    SYMBOLS, _names_in, simple_dim)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -43,13 +44,7 @@ def _elements(shape) -> int:
     return _max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
-def _simple(d) -> bool:
-    """A dim that an input can have: an int or a plain symbol."""
-    import sympy
-    return isinstance(d, int) or isinstance(d, sympy.Symbol)
-
-
-class Generator:
+class Generator(EdgeSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
@@ -146,7 +141,7 @@ class Generator:
             if others:
                 o = self.choice(others)
                 return o.name, o.lo, o.hi, o.exact
-        new_shape = [d if (_simple(d) and self.chance(0.7)) else 1 for d in shape]
+        new_shape = [d if (simple_dim(d) and self.chance(0.7)) else 1 for d in shape]
         drop = int(self.rng.integers(0, len(new_shape) + 1)) if self.chance(0.3) else 0
         new_shape = new_shape[drop:]
         spec = self.new_input(tuple(new_shape), "positive" if positive else "normal")
@@ -155,7 +150,7 @@ class Generator:
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
         kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5),
-                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4), ("select", 0.6), ("power", 0.5),
+                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4), ("select", 0.6), ("power", 0.35),
                  ("fragile", 0.12), ("deep", 0.04)]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
@@ -412,7 +407,7 @@ class Generator:
             out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
         elif op == "layer_norm":
             last = v.shape[-1]
-            affine = _simple(last) and self.chance(0.5)
+            affine = simple_dim(last) and self.chance(0.5)
             bound = math.sqrt(_max_extent(last)) + 1
             if affine:
                 w = self.new_input((last,), "normal")
@@ -438,12 +433,12 @@ class Generator:
         if r < 0.15 and len(shape) >= 2:  # a batched product of the tensor with itself
             kk = _max_extent(k)
             out = self.emit(f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound ** 2, kk * v.bound ** 2, False, "matmul_self")
-        elif r < 0.3 and len(shape) >= 2 and _simple(shape[-2]):  # W @ v
+        elif r < 0.3 and len(shape) >= 2 and simple_dim(shape[-2]):  # W @ v
             m = self.choice([1, 2, 3, 5, "T"])
             w = self.new_input((m, shape[-2]))
             kk = _max_extent(shape[-2])
             out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
-        elif _simple(k):
+        elif simple_dim(k):
             width = self.choice([1, 2, 3, 4, 7, "B", 16])
             kk = _max_extent(k)
             bias = self.new_input((width,)).name if self.chance(0.4) else None
@@ -552,54 +547,6 @@ class Generator:
         ids = self.new_input(self.choice([(3,), ("B",), (2, "T"), (1,)]), "ids", rows)
         view = self.choice(["", "", ".flip(0)", "[::-1]" if len(ids.shape) == 1 else "[:, ::2]", ".unsqueeze(0)"])
         self.emit(f"rc.nn.embedding({ids.name}{view}, {table.name})", table.lo, table.hi, table.exact, "gather")
-
-    def step_select(self) -> None:
-        """rc.where whose branch not taken is NaN or infinite: a select must not let it leak."""
-        v = self.pick(lambda v: v.exact)
-        if v is None:
-            v = self.new_input(self.random_shape(long_ok=False))
-        n = v.name
-        op = self.choice(["log", "recip", "mask_softmax"])
-        if op == "log":  # log of a value <= 0.25 (NaN or -inf for <= 0) is never selected
-            hi = math.log(max(v.hi, 0.25))
-            self.emit(f"rc.where({n} > 0.25, {n}.log(), -1.5)", min(math.log(0.25), -1.5), max(hi, -1.5), False, "where_nan_branch")
-        elif op == "recip":  # 1/0 = inf lies in the branch not taken
-            self.emit(f"rc.where({n}.abs() < 0.5, {n}, 1.0 / {n})", -2.0, 2.0, False, "where_inf_branch")
-        elif v.shape:  # -inf scores outside a mask that keeps every row's maximum
-            axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
-            c = self.choice([0.0, 0.5, -0.5])
-            keep = f"({n}.eq({n}.max({axis}, keepdims=True)) + ({n} > {c!r}))"
-            self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
-
-    def step_power(self) -> None:
-        """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy)."""
-        v = self.pick()
-        n = v.name
-        base = f"rc.where({n} < 0.0, -({n}.abs() + 0.5), {n}.abs() + 0.5)"  # |base| >= 0.5: no blow-up
-        top = v.bound + 0.5
-        if self.chance(0.5) and v.exact:
-            e = self.new_input(tuple(d if _simple(d) else 1 for d in v.shape), "small_ints", 4)
-            self.emit(f"({base} ** {e.name})", -top ** 3, top ** 3, False, "pow_tensor")
-        else:
-            k = self.choice([-2, -1, 2, 3, 0.5, 1.5, 0])
-            self.emit(f"({base} ** {k!r})", -top ** 3, top ** 3, False, "pow_negative_base")
-
-    def step_fragile(self) -> None:
-        """An index or slice of a symbolic axis that only some bindings can take (x[:, 3] needs T > 3);
-        at the others every backend must refuse the binding as the reference does."""
-        v = self.pick(lambda v: any(not isinstance(d, int) for d in v.shape))
-        if v is None:
-            return self.step_view()
-        axis = self.choice([a for a, d in enumerate(v.shape) if not isinstance(d, int)])
-        item = self.choice(["0", "1", "3", "-1", "-2", "1:", "2:", ":1", ":3", "-2:", "1:-1", "::2"])
-        index = ", ".join([":"] * axis + [item])
-        self.emit(f"{v.name}[{index}]", v.lo, v.hi, v.exact, "fragile_index")
-
-    def step_deep(self) -> None:
-        """A chain deeper than one kernel may fuse (codegen.emit.MAX_FUSED_NODES)."""
-        v = self.pick()
-        depth = int(self.rng.integers(130, 260))
-        self.emit(f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})", -1.0, 1.0, False, "deep_chain")
 
     # --- one whole graph ------------------------------------------------------------------------
     def generate(self) -> FuzzGraph:

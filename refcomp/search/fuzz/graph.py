@@ -112,6 +112,12 @@ class FuzzGraph:
         return FuzzGraph(self.seed, self.index, inputs, keep[::-1], list(outputs), ops[::-1])
 
 
+def simple_dim(d) -> bool:
+    """A dim that an input can have: an int or a plain symbol."""
+    import sympy
+    return isinstance(d, int) or isinstance(d, sympy.Symbol)
+
+
 def _names_in(expr: str) -> set:
     import re
     return set(re.findall(r"\b[xv]\d+\b", expr))

@@ -1,0 +1,139 @@
+"""Reading and checking an ONNX model before import: the file, its external data, onnx's checker,
+and refcomp's own checks, which run first so that every problem is reported by the node at fault."""
+from __future__ import annotations
+
+import os
+
+from ..errors import RefcompError
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - exercised only without onnx installed
+        raise RefcompError("the ONNX frontend needs the 'onnx' package (pip install onnx)") from exc
+    return onnx
+
+
+def _onnx_message(exc: Exception) -> str:
+    """onnx's key message: its first lines (the context lines it appends repeat what refcomp says)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return " ".join(lines[:2]) or type(exc).__name__
+
+
+def load(model_or_path):
+    """A checked `onnx.ModelProto` from a ModelProto, serialized bytes, or a file path.
+
+    refcomp's own checks run before onnx's checker, so that an unsupported operator, a node the
+    checker rejects, or an undefined input is reported by its node rather than by onnx's first
+    complaint about the graph (an undefined input reads "not topologically sorted" there).
+    """
+    onnx = _onnx()
+    from google.protobuf.message import DecodeError
+
+    path = None
+    if isinstance(model_or_path, onnx.ModelProto):
+        model, where = model_or_path, "the ONNX model"
+    else:
+        if isinstance(model_or_path, (bytes, bytearray)):
+            data, where, base = bytes(model_or_path), "the ONNX bytes", None
+        elif isinstance(model_or_path, (str, os.PathLike)):
+            path = os.fspath(model_or_path)
+            where, base = f"ONNX file {path!r}", os.path.dirname(os.path.abspath(path))
+            try:
+                with open(model_or_path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise RefcompError(f"cannot read {where}: {exc}") from exc
+        else:
+            raise RefcompError(f"import_model takes an onnx.ModelProto, bytes or a file path, got {type(model_or_path).__name__}")
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
+        if base is not None:
+            _load_external_data(model, base, where)
+    if not model.HasField("graph") or not model.graph.output:
+        raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
+    check_supported(model)
+    check_defined(model)
+    try:  # a model over 2 GiB (its external data loaded) can only be checked from its file
+        big = path is not None and model.ByteSize() > onnx.checker.MAXIMUM_PROTOBUF
+        onnx.checker.check_model(path if big else model)
+    except Exception as exc:  # noqa: BLE001 - ValidationError, ValueError, ...: onnx's checker raises several kinds
+        raise RefcompError(f"{where} is malformed: {_onnx_message(exc)}") from exc
+    return model
+
+
+def _load_external_data(model, base: str, where: str) -> None:
+    """Read the tensors a file keeps beside it (onnx refuses locations outside its directory)."""
+    from onnx import external_data_helper as ext
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        for a in node.attribute:
+            tensors += ([a.t] if a.HasField("t") else []) + list(a.tensors)
+    for t in tensors:
+        if ext.uses_external_data(t):
+            try:
+                ext.load_external_data_for_tensor(t, base)
+            except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
+                raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
+
+
+def check_supported(model) -> None:
+    """Refuse unsupported operators and attributes, and nodes onnx's checker rejects, by node."""
+    from onnx import checker
+
+    from . import onnx_ops_core as core
+    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
+    context = checker.C.CheckerContext()
+    context.ir_version = model.ir_version
+    context.opset_imports = {o.domain: o.version for o in model.opset_import}
+    for index, node in enumerate(model.graph.node):
+        ctx = core.NodeContext(None, node, index)
+        if node.domain not in ("", "ai.onnx"):
+            raise ctx.error(f"operator {node.domain}.{node.op_type} is not supported (only the default ONNX domain is)")
+        spec = core.OPS.get(node.op_type)
+        if spec is None:
+            raise ctx.error(f"operator {node.op_type} is not supported by refcomp (see docs/onnx.md for the operator table)")
+        for a in node.attribute:
+            if a.name not in spec.attrs:
+                raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
+        try:
+            checker.check_node(node, context)
+        except Exception as exc:  # noqa: BLE001 - ValidationError, or a schema lookup failure
+            raise ctx.error(f"onnx.checker: {_onnx_message(exc)}") from exc
+
+
+def check_defined(model) -> None:
+    """Every node input, and every graph output, must be produced earlier and exactly once."""
+    from . import onnx_ops_core as core
+    graph = model.graph
+    known = {t.name for t in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+    known |= {vi.name for vi in graph.input}
+    producer: dict[str, int] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            producer.setdefault(name, index)
+    for index, node in enumerate(graph.node):
+        ctx = core.NodeContext(None, node, index)
+        for name in node.input:
+            if not name or name in known:
+                continue
+            later = producer.get(name)
+            if later is None:
+                raise ctx.error(f"input {name!r} is undefined: no node, initializer or graph input produces it")
+            other = core.NodeContext(None, graph.node[later], later)
+            raise ctx.error(f"input {name!r} is produced by a later node ({other.op_type} node {other.label!r}); "
+                            f"ONNX nodes must be in topological order")
+        for name in filter(None, node.output):
+            if name in known:
+                raise ctx.error(f"output {name!r} is already produced by an earlier node, initializer or graph input "
+                                f"(ONNX assigns each name once)")
+            known.add(name)
+    for vi in graph.output:
+        if vi.name not in known:
+            raise RefcompError(f"graph output {vi.name!r} is undefined: no node, initializer or graph input produces it")

@@ -1,0 +1,58 @@
+"""Generator steps for the edges of the semantics: selects whose other branch is NaN or infinite,
+powers of negative bases, views of symbolic axes that only some bindings can take, and chains
+deeper than one kernel may fuse. Mixed into `generator.Generator`, whose helpers they use."""
+from __future__ import annotations
+
+import math
+
+from .graph import simple_dim
+
+
+class EdgeSteps:
+    def step_select(self) -> None:
+        """rc.where whose branch not taken is NaN or infinite: a select must not let it leak."""
+        v = self.pick(lambda v: v.exact)
+        if v is None:
+            v = self.new_input(self.random_shape(long_ok=False))
+        n = v.name
+        op = self.choice(["log", "recip", "mask_softmax"])
+        if op == "log":  # log of a value <= 0.25 (NaN or -inf for <= 0) is never selected
+            hi = math.log(max(v.hi, 0.25))
+            self.emit(f"rc.where({n} > 0.25, {n}.log(), -1.5)", min(math.log(0.25), -1.5), max(hi, -1.5), False, "where_nan_branch")
+        elif op == "recip":  # 1/0 = inf lies in the branch not taken
+            self.emit(f"rc.where({n}.abs() < 0.5, {n}, 1.0 / {n})", -2.0, 2.0, False, "where_inf_branch")
+        elif v.shape:  # -inf scores outside a mask that keeps every row's maximum
+            axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
+            c = self.choice([0.0, 0.5, -0.5])
+            keep = f"({n}.eq({n}.max({axis}, keepdims=True)) + ({n} > {c!r}))"
+            self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
+
+    def step_power(self) -> None:
+        """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy)."""
+        v = self.pick()
+        n = v.name
+        base = f"rc.where({n} < 0.0, -({n}.abs() + 0.5), {n}.abs() + 0.5)"  # |base| >= 0.5: no blow-up
+        top = v.bound + 0.5
+        if self.chance(0.5) and v.exact:
+            e = self.new_input(tuple(d if simple_dim(d) else 1 for d in v.shape), "small_ints", 4)
+            self.emit(f"({base} ** {e.name})", -top ** 3, top ** 3, False, "pow_tensor")
+        else:
+            k = self.choice([-2, -1, 2, 3, 0.5, 1.5, 0])
+            self.emit(f"({base} ** {k!r})", -top ** 3, top ** 3, False, "pow_negative_base")
+
+    def step_fragile(self) -> None:
+        """An index or slice of a symbolic axis that only some bindings can take (x[:, 3] needs T > 3);
+        at the others every backend must refuse the binding as the reference does."""
+        v = self.pick(lambda v: any(not isinstance(d, int) for d in v.shape))
+        if v is None:
+            return self.step_view()
+        axis = self.choice([a for a, d in enumerate(v.shape) if not isinstance(d, int)])
+        item = self.choice(["0", "1", "3", "-1", "-2", "1:", "2:", ":1", ":3", "-2:", "1:-1", "::2"])
+        index = ", ".join([":"] * axis + [item])
+        self.emit(f"{v.name}[{index}]", v.lo, v.hi, v.exact, "fragile_index")
+
+    def step_deep(self) -> None:
+        """A chain deeper than one kernel may fuse (codegen.emit.MAX_FUSED_NODES)."""
+        v = self.pick()
+        depth = int(self.rng.integers(45, 60))  # three ops a step: 135 to 180 nodes, past MAX_FUSED_NODES
+        self.emit(f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})", -1.0, 1.0, False, "deep_chain")
