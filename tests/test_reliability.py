@@ -265,3 +265,27 @@ def test_two_inputs_with_one_name_show_their_dtypes():
     for mode in ("numpy", "plain"):
         with raises(rc.RefcompError, "'a'", "(3,) float32", "(3,) int32"):
             run(out, {"a": np.ones(3, np.float32)}, mode)
+
+
+def test_dims_hint_is_checked_like_dims():
+    x = rc.input("x", ("B", 4))
+    for hint, fragment in (({"Q": 3}, "not a dimension of this graph"), ({"B": -1}, "non-negative int"),
+                           ({"B": True}, "non-negative int"), ({"B": "big"}, "non-negative int"), ([3], "must be a dict")):
+        with raises(rc.BindingError, "dims_hint", fragment):
+            rc.compile(x * 2.0, dims_hint=hint)
+    with raises(rc.BindingError, "dims['B'] = 'x'"):
+        rc.compile(x * 2.0).peak_intermediate_bytes({"B": "x"})
+
+
+def test_misused_builders_say_what_they_expected():
+    x = rc.input("x", ("B", 4))
+    with raises(rc.ShapeError, "concat takes a list of tensors", "NoneType"):
+        rc.concat(None)
+    with raises(rc.ShapeError, "border value must be a number", "Tensor"):
+        x.pad([(1, 1), (0, 0)], value=x)
+    with raises(rc.ShapeError, "indexing input 'x'", "only ints, slices"):
+        x[x]
+    with raises(rc.ShapeError, "correction must be a non-negative int"):
+        x.var(1, correction=0.5)
+    with raises(rc.ShapeError, "reshape of input 'x'", "not integer arithmetic on dims"):
+        x.reshape(-1).pad([(1, 1)]).reshape(2, -1)

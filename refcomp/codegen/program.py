@@ -18,7 +18,7 @@ from ..exec.bindings import bind_dims, check_binding, check_ids, show_binding
 from ..exec.reference import evaluate, read_edge
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
-from ..symbolic.dims import evaluate_dim, prod
+from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from .kernels import Kernel, prelude
 from .emit import ProgramNames
 from .lower import kernel_for_group, kernel_name, lower_plain, materialise_outputs
@@ -59,7 +59,7 @@ class Program:
 
     def peak_intermediate_bytes(self, dims: Optional[Mapping[str, int]] = None) -> int:
         """Bytes of intermediate buffers one run allocates at this binding (after reuse)."""
-        return self.memory_plan(dict(dims or {})).peak_bytes
+        return self.memory_plan(check_dim_values(dims, self._symbols)).peak_bytes
 
     # --- running -----------------------------------------------------------------------------
     def bind(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
@@ -173,12 +173,14 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
     against the NumPy reference and timed on the GPU at `dims_hint`, and the fastest is returned
     (`program.measured` lists every candidate's time; see refcomp.search.measure).
     """
+    tensors, _ = flatten_outputs(outputs)
+    symbols = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
+    dims_hint = check_dim_values(dims_hint, {s.name for s in symbols}, "dims_hint")
     if measure:
         if not search:
             raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
         from ..search.measure import compile_measured
         return compile_measured(outputs, dims_hint)
-    tensors, _ = flatten_outputs(outputs)
     if not search:
         output_nodes = materialise_outputs(tensors)
         return Program(outputs, lower_plain(output_nodes), output_nodes)

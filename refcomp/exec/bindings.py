@@ -14,7 +14,7 @@ import sympy
 
 from ..errors import BindingError, FeedError
 from ..ops.primitives import Edge, Node
-from ..symbolic.dims import Dim, evaluate_dim, evaluate_size, idiv, imod
+from ..symbolic.dims import Dim, check_dim_values, evaluate_dim, evaluate_size, idiv, imod
 from ..symbolic.view import View
 
 
@@ -43,25 +43,16 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
     if not isinstance(feeds, Mapping):
         raise FeedError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
     known = {n.attrs["name"] for n in inputs}
-    unknown = sorted(set(feeds) - known)
+    unknown = sorted(set(feeds) - known, key=str)
     if unknown:
         raise FeedError(f"feed {unknown[0]!r} matches no input of this graph (its inputs are {sorted(known)})")
-    if dims is not None and not isinstance(dims, Mapping):
-        raise BindingError(f"dims must be a dict of dimension name -> int, got {type(dims).__name__}")
-    bindings: dict[str, int] = {}
-    origin: dict[str, str] = {}
-    for name, value in (dims or {}).items():
-        if symbols is not None and name not in symbols:
-            raise BindingError(f"dims names {name!r}, which is not a dimension of this graph "
-                               f"(its dimensions are {', '.join(sorted(symbols)) or 'none'})")
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise BindingError(f"dims[{name!r}] = {value!r} must be a non-negative int")
-        bindings[name], origin[name] = int(value), "dims="
+    bindings = check_dim_values(dims, symbols)
+    origin = {name: "dims=" for name in bindings}
     arrays: dict[str, np.ndarray] = {}
     for node in inputs:
         name = node.attrs["name"]
         if name not in feeds:
-            raise FeedError(f"input {name!r} was not fed (feeds given: {sorted(feeds)})")
+            raise FeedError(f"input {name!r} was not fed (feeds given: {sorted(feeds, key=str)})")
         array = check_feed(node, feeds[name])
         shape = node.attrs["shape"]
         if array.ndim != len(shape):

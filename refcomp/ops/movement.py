@@ -113,7 +113,12 @@ class MovementMixin:
         at a time: the border is then exactly `value`, infinities and NaN included (a blend such as
         `padded + border * value` would turn 0 * inf into NaN inside the tensor).
         """
-        widths = [tuple(w) for w in widths]
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise ShapeError(f"pad of {self.label}: the border value must be a number, got {type(value).__name__}")
+        try:
+            widths = [tuple(w) for w in widths]
+        except TypeError:
+            raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths!r}") from None
         if len(widths) != self.ndim or any(len(w) != 2 for w in widths):
             raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
         views = self.views
@@ -137,14 +142,15 @@ class MovementMixin:
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
-        if sum(1 for i in index if i is Ellipsis) > 1:
+        ellipses = [k for k, i in enumerate(index) if i is Ellipsis]  # by identity: a Tensor's == builds a node
+        if len(ellipses) > 1:
             raise ShapeError(f"indexing {self.label}: at most one ellipsis")
         used = sum(1 for i in index if i is not None and i is not Ellipsis)
         if used > self.ndim:
             raise ShapeError(f"indexing {self.label}: {used} indices for {self.ndim} axes")
         fill = (slice(None),) * (self.ndim - used)
-        if Ellipsis in index:
-            at = index.index(Ellipsis)
+        if ellipses:
+            at = ellipses[0]
             index = index[:at] + fill + index[at + 1:]
         else:
             index = index + fill
@@ -218,10 +224,16 @@ def _symbolic_bound(value, default: Dim, n: Dim) -> Dim:
     return dim(n + value) if isinstance(value, int) and value < 0 else value
 
 
+def _sequence(tensors, what: str) -> list:
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+        raise ShapeError(f"{what} takes a list of tensors, got {type(tensors).__name__}")
+    return list(tensors)
+
+
 def concat(tensors, axis: int = 0):
     """Join along an existing axis: each part is padded to the full length and the parts are added."""
     from .tensor import lift
-    tensors = [lift(t) for t in tensors]
+    tensors = [lift(t) for t in _sequence(tensors, "concat")]
     if not tensors:
         raise ShapeError("concat needs at least one tensor")
     axis = tensors[0]._axis(axis)
@@ -241,7 +253,7 @@ def concat(tensors, axis: int = 0):
 
 def stack(tensors, axis: int = 0):
     from .tensor import lift
-    tensors = [lift(t) for t in tensors]
+    tensors = [lift(t) for t in _sequence(tensors, "stack")]
     if not tensors:
         raise ShapeError("stack needs at least one tensor")
     axis = tensors[0]._axis(axis, tensors[0].ndim + 1)

@@ -52,6 +52,8 @@ class ReductionMixin:
 
     def var(self, axis=None, keepdims: bool = False, correction: int = 0):
         """Population variance by default (NumPy's ddof=0); correction=1 gives PyTorch's default."""
+        if not isinstance(correction, numbers.Integral) or isinstance(correction, bool) or correction < 0:
+            raise ShapeError(f"var of {self.label}: correction must be a non-negative int, got {correction!r}")
         centred = self - self.mean(axis, keepdims=True)
         count = self._count(axis)
         total = (centred * centred).sum(axis, keepdims) * _inverse(dim(count - correction))

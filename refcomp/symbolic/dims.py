@@ -8,7 +8,7 @@ dims (a strided convolution's output size) and in index expressions, and render 
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Optional, Union
 
 import numpy as np
 import sympy
@@ -170,6 +170,25 @@ def _evaluate(d: sympy.Expr, binding: tuple[tuple[str, int | None], ...]) -> int
     if not value.is_Integer:
         raise BindingError(f"dimension {d} does not evaluate to an integer at {dict(binding)} (got {value})")
     return int(value)
+
+
+def check_dim_values(values, symbols: Optional[Iterable[str]], what: str = "dims") -> dict[str, int]:
+    """`dims=` or `dims_hint=` as a dict of name -> int, refusing what no binding can mean: a value
+    that is not a non-negative int (a bool included), or a name that is not one of `symbols`."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise BindingError(f"{what} must be a dict of dimension name -> int, got {type(values).__name__}")
+    known = None if symbols is None else set(symbols)
+    out = {}
+    for name, value in values.items():
+        if known is not None and name not in known:
+            raise BindingError(f"{what} names {name!r}, which is not a dimension of this graph "
+                               f"(its dimensions are {', '.join(sorted(known)) or 'none'})")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise BindingError(f"{what}[{name!r}] = {value!r} must be a non-negative int")
+        out[name] = int(value)
+    return out
 
 
 def evaluate_size(shape: Iterable[Dim], bindings: Mapping[str, int]) -> int:

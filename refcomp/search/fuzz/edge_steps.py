@@ -28,12 +28,13 @@ class EdgeSteps:
             self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
 
     def step_power(self) -> None:
-        """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy)."""
-        v = self.pick()
+        """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy). The
+        base's sign is a branch, so it comes from exact values (both precisions take the same one)."""
+        v = self.pick(lambda v: v.exact) or self.new_input(self.random_shape(long_ok=False))
         n = v.name
         base = f"rc.where({n} < 0.0, -({n}.abs() + 0.5), {n}.abs() + 0.5)"  # |base| >= 0.5: no blow-up
         top = v.bound + 0.5
-        if self.chance(0.5) and v.exact:
+        if self.chance(0.5):
             e = self.new_input(tuple(d if simple_dim(d) else 1 for d in v.shape), "small_ints", 4)
             self.emit(f"({base} ** {e.name})", -top ** 3, top ** 3, False, "pow_tensor")
         else:
