@@ -769,3 +769,32 @@ def test_mlp_784_256_10_is_at_most_three_kernels():
     out = (x @ w1 + b1).relu() @ w2 + b2
     scales = {"w1": 1 / math.sqrt(784), "w2": 1 / math.sqrt(256), "b1": 0.1, "b2": 0.1, "x": 1.0}  # as a trained net
     _target({"out": out}, 3, bindings=[{"B": 2}, {"B": 1}], scales=scales)
+
+
+def test_incremental_partition_matches_a_full_one():
+    """The search prices a move by re-partitioning only the kernels that touch the moved node; after
+    a whole greedy descent that must equal partitioning the final schedule from scratch."""
+    from refcomp.codegen.lower import materialise_outputs
+    from refcomp.search import fuzz
+    from refcomp.search.cost import binding_for
+    from refcomp.search.fusion import Graph
+    from refcomp.search.search import _descend, _moves
+    descended = 0
+    for index in range(10):
+        outputs = fuzz.generate(7, index).build("")
+        graph = Graph(materialise_outputs(list(outputs.values())))
+        ev = _Evaluator(graph, binding_for(graph.nodes, None), H200)
+        sched = Schedule()
+        groups = ev.partition(sched)
+        cost = ev.total(sched, groups)
+        moves = _moves(graph, ev, sched, groups, cost, set(), FUSION, math.inf)
+        result = _descend(graph, ev, sched, cost, groups, [], moves, set(), math.inf)
+        if result is None:
+            continue
+        descended += 1
+        cost, sched, groups, _ = result
+        fresh = ev.partition(sched)
+        shape = lambda gs: {k: (g.root.id, g.members, g.reads, g.kind) for k, g in gs.items()}
+        assert shape(groups) == shape(fresh)
+        assert cost == pytest.approx(ev.total(sched, fresh), rel=1e-9, abs=1e-15)
+    assert descended >= 5

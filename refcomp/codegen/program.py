@@ -103,10 +103,9 @@ class Program:
         sizes = {f"input {name!r}": 4 * a.size for name, a in arrays.items()}
         sizes.update({f"output {k} ({t.label})": self._node_bytes(n, bindings)
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
-        largest = max(self.kernels, key=lambda k: self._node_bytes(k.output, bindings), default=None)
-        if largest is not None:
-            sizes[f"{largest.output.label} (written by {largest.name})"] = self._node_bytes(largest.output, bindings)
         total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
+        for k in self.kernels:  # intermediates too, to name the largest buffer
+            sizes.setdefault(f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings))
         biggest = max(sizes, key=sizes.get)
         limits.require(total, be.memory_bytes(), f"running this program at {show_binding(bindings)} (largest buffer: "
                        f"{biggest}, {limits.show_bytes(sizes[biggest])})", f"the {be.name} backend")
