@@ -85,9 +85,12 @@ def test_generated_graphs_stay_in_safe_domains():
 
 
 def test_comparison_is_nan_aware():
+    """A finite reference value needs a close finite value, a NaN or infinite one a NaN or infinity."""
     want = np.array([1.0, np.nan, np.inf, -np.inf])
     assert fuzz.compare(want.copy(), want, want.astype(np.float32)) is None
-    for wrong in ([1.0, 0.0, np.inf, -np.inf], [1.0, np.nan, -np.inf, -np.inf], [np.nan, np.nan, np.inf, -np.inf]):
+    assert fuzz.compare(np.array([1.0, -np.inf, np.nan, -np.inf]), want, want.astype(np.float32)) is None
+    for wrong in ([1.0, 0.0, np.inf, -np.inf], [1.0, np.nan, 1e30, -np.inf], [np.nan, np.nan, np.inf, -np.inf],
+                  [1.1, np.nan, np.inf, -np.inf]):
         assert "1 of 4 elements differ" in fuzz.compare(np.array(wrong), want, want.astype(np.float32))
 
 

@@ -289,3 +289,10 @@ def test_misused_builders_say_what_they_expected():
         x.var(1, correction=0.5)
     with raises(rc.ShapeError, "reshape of input 'x'", "not integer arithmetic on dims"):
         x.reshape(-1).pad([(1, 1)]).reshape(4, -1)  # (4 B + 2) / 4 is no whole number
+
+
+def test_a_dim_only_an_output_view_mentions_is_bound_for_the_search():
+    """Found by the fuzzer's shrinker: the search priced the graph without the output views' dims."""
+    x = rc.input("x", (3,))
+    got = assert_modes_agree((x * 2.0).expand("B", -1), {"x": np.arange(3, dtype=np.float32)}, dims={"B": 2})
+    np.testing.assert_array_equal(got, [[0.0, 2.0, 4.0]] * 2)

@@ -41,9 +41,11 @@ class KernelCost:
     time_s: float
 
 
-def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None) -> dict[str, int]:
+def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None, edges=()) -> dict[str, int]:
+    """The binding the model prices at: the hint, DEFAULT_DIM for every other dim of the nodes and of
+    `edges` (the outputs, whose views may mention a dim no node has: x.expand("B", 4))."""
     hint = dict(dims_hint or {})
-    return {s.name: int(hint.get(s.name, DEFAULT_DIM)) for s in sorted(symbols_of(list(nodes)), key=lambda s: s.name)}
+    return {s.name: int(hint.get(s.name, DEFAULT_DIM)) for s in sorted(symbols_of(list(nodes), edges), key=lambda s: s.name)}
 
 
 def elements(shape, bindings: Mapping[str, int]) -> int:

@@ -180,7 +180,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     start = time.perf_counter()
     deadline = start + max_seconds  # honoured inside a round too: a round over a huge graph is long
     before = list(edges)
-    bindings = binding_for(toposort([e.node for e in edges]), dims_hint)
+    bindings = binding_for(toposort([e.node for e in edges]), dims_hint, edges)
     trace: list[Step] = []
     cost0, kernels0 = _plain_cost(edges, bindings, profile)
     trace.append(Step("start", "one kernel per compute node", cost0, kernels0))
