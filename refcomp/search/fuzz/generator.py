@@ -406,15 +406,18 @@ class Generator(EdgeSteps):
         elif op == "log_softmax":
             out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
         elif op == "layer_norm":
+            # a row of equal values (a clipped or broadcast one) has variance 0, and 1/sqrt(var + eps)
+            # would magnify the rounding of its mean 300-fold: a ramp keeps every row's spread
+            ramped = f"({n} + rc.arange({n}.shape[-1]) * 0.25)"
             last = v.shape[-1]
             affine = simple_dim(last) and self.chance(0.5)
             bound = math.sqrt(_max_extent(last)) + 1
             if affine:
                 w = self.new_input((last,), "normal")
                 b = self.new_input((last,), "normal")
-                out = self.emit(f"rc.nn.layer_norm({n}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
+                out = self.emit(f"rc.nn.layer_norm({ramped}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
             else:
-                out = self.emit(f"rc.nn.layer_norm({n})", -bound, bound, False, op)
+                out = self.emit(f"rc.nn.layer_norm({ramped})", -bound, bound, False, op)
         elif _min_extent(v.shape[-1]) >= 2:  # over one value, x / sqrt(x^2 + eps) is ill-conditioned near 0
             bound = math.sqrt(_max_extent(v.shape[-1])) + 1
             out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
