@@ -144,6 +144,28 @@ def test_the_search_budget_is_honoured_inside_a_round(monkeypatch):
     assert result.states < 300
 
 
+def test_nested_short_reduces_are_not_unrolled_past_the_recompute_bound():
+    """Each unrolled reduce reads its source four times, so six nested ones would recompute 4**6
+    values per element (a fuzzed graph of this kind once took minutes to compile): the fusion is
+    refused past codegen.emit.MAX_INLINED_VALUES, and three nested ones still fuse."""
+    from refcomp.codegen.emit import MAX_INLINED_VALUES
+    from refcomp.codegen.lower import materialise_outputs
+    from refcomp.search.fusion import Graph, Schedule, group_of
+    x = rc.input("x", (4,) * 7)
+    sums = [x]
+    for _ in range(6):
+        sums.append((sums[-1] * sums[-1] + 1.0).reciprocal().sum(-1))
+    assert 4 ** 6 > MAX_INLINED_VALUES >= 4 ** 3 * 3
+    for depth, fuses in ((3, True), (6, False)):
+        graph = Graph(materialise_outputs([sums[depth]]))
+        root = graph.output_nodes[0]
+        inline_all = Schedule(inline=frozenset(n.id for n in graph.compute if n is not root))
+        assert (group_of(graph, inline_all, root) is not None) == fuses, depth
+    feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (4,) * 7).astype(np.float32)}
+    prog = rc.compile(sums[6])
+    np.testing.assert_allclose(prog.run(feeds), rc.evaluate(sums[6], feeds), rtol=1e-5)
+
+
 # --- 5. deterministic output -----------------------------------------------------------------------
 
 def _gpt2_source_digest() -> str:

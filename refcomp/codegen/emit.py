@@ -30,6 +30,10 @@ SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into 
 # fuses at most this many nodes: deep graphs split into several kernels instead of overflowing the
 # interpreter's stack, and no kernel grows past what nvcc and g++ digest quickly.
 MAX_FUSED_NODES = 128
+# A fused producer is recomputed at each read, and an unrolled reduce reads its source up to
+# SHORT_REDUCE times, so nested short reduces multiply the work: a kernel recomputes at most this
+# many values per element (past it, simplifying the indices alone would take minutes).
+MAX_INLINED_VALUES = 1024
 
 
 class Unfusable(RefcompError):
@@ -88,6 +92,7 @@ class KernelBody:
     _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
     _alive: list = field(default_factory=list)
     fused: list = field(default_factory=list)  # nodes recomputed inline, for the comment and reports
+    inlined_values: int = 0  # fused values recomputed so far (MAX_INLINED_VALUES)
     bind_compound: bool = True  # False where the index expressions are analysed rather than printed
 
     def __post_init__(self):
@@ -170,6 +175,9 @@ class KernelBody:
             self.fused.append(node)
             if len(self.fused) > MAX_FUSED_NODES:
                 raise Unfusable(f"a kernel may fuse at most {MAX_FUSED_NODES} nodes")
+        self.inlined_values += 1
+        if self.inlined_values > MAX_INLINED_VALUES:
+            raise Unfusable(f"a kernel may recompute at most {MAX_INLINED_VALUES} values per element")
         outer, outer_ranges = self.statements, self.ranges
         if valid is not sympy.true:  # inside `if (valid)`: the mask's bounds help simplify the indices
             self.statements, self.ranges = [], tighten(self.ranges, valid)

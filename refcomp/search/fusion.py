@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
-from ..codegen.emit import MAX_FUSED_NODES, SHORT_REDUCE, Unfusable
+from ..codegen.emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Unfusable
 from ..codegen.fused import matmul_axes
 from ..codegen.emit import ProgramNames
 from ..codegen.lower import Group, kernel_for_group
@@ -73,6 +73,19 @@ def _short_reduce(node: Node) -> bool:
     return isinstance(extent, int) and extent <= SHORT_REDUCE
 
 
+def _recomputations(root: Node, ordered: tuple, members: dict, unrolled: Callable[[Node], bool]) -> int:
+    """How many values the kernel recomputes per output element, at most: a fused producer is
+    recomputed once per read, and an unrolled reduce reads its source `extent` times, so copies
+    multiply along a path (a bound: codegen reuses a value read twice at the same index)."""
+    copies = {root.id: 1}
+    for node in (root,) + tuple(reversed(ordered)):
+        reads = copies.get(node.id, 0) * (node.srcs[0].shape[node.attrs["axis"]] if node is not root and unrolled(node) else 1)
+        for src in node.srcs:
+            if src.node.id in members:
+                copies[src.node.id] = copies.get(src.node.id, 0) + reads
+    return sum(copies.values())
+
+
 def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
     """The kernel rooted at `root`, or None when the schedule asks for an impossible one."""
     members: dict[int, Node] = {}
@@ -110,8 +123,9 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
     fused_elsewhere = sched.row | sched.matmul | sched.epilogue
-    bad_reduce = any(n.op.kind == REDUCE and n.id not in fused_elsewhere and not _short_reduce(n) for n in ordered)
-    if kind is None or bad_reduce:
+    unrolled = lambda n: n.op.kind == REDUCE and n.id not in fused_elsewhere
+    bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
+    if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_INLINED_VALUES:
         return None
     return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind)
 
