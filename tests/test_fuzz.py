@@ -1,8 +1,8 @@
-"""Differential fuzzing in the normal test run: random primitive graphs (refcomp/search/fuzz/)
+"""Differential fuzzing in the normal test run: random primitive graphs (refcomp/fuzz/)
 compiled with the search on and off, run on the host emulator, compared with the float64 NumPy
 reference. 210 graphs, 35 to a program, two programs at a time (fixed seed: deterministic).
 
-The long run is `python -m refcomp.search.fuzz --count 10000 --seed 0` (see the module docstring).
+The long run is `python -m refcomp.fuzz --count 10000 --seed 0` (see the module docstring).
 Bugs the fuzzer found outside the search that are still open are listed in fuzz.KNOWN_BUGS: the
 random run steers around their triggers (so one known bug does not mask the rest), and each has a
 regression test below, which fails until the bug is fixed.
@@ -17,7 +17,7 @@ import numpy as np
 
 import refcomp as rc
 from refcomp import golden
-from refcomp.search import fuzz
+from refcomp import fuzz
 
 COUNT, PER_PROGRAM, SEED = 210, 35, 0
 

@@ -27,7 +27,7 @@ whose compile or run exceeds `--timeout` is reported too (its slow graphs are th
 Usage (the documented long run: about 5 minutes per 1,000 graphs on 2 idle cores, so 50 minutes
 for 10,000; programs run in `--jobs` child processes):
 
-    python -m refcomp.search.fuzz --count 10000 --seed 0
+    python -m refcomp.fuzz --count 10000 --seed 0
 
 prints progress and a summary, and exits non-zero on any mismatch or error after printing a
 reproducer: the seed and graph index, the bindings, the graph's code (and, shrunk, the smallest

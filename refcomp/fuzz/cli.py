@@ -1,4 +1,4 @@
-"""`python -m refcomp.search.fuzz`: long runs in child processes, replay, and the summary."""
+"""`python -m refcomp.fuzz`: long runs in child processes, replay, and the summary."""
 from __future__ import annotations
 
 import argparse
@@ -87,7 +87,7 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
         _merge(total, res, graphs, coverage)
         for m in res.mismatches:
             print(m.report(), file=out)
-            print(f"--- replay: python -m refcomp.search.fuzz --replay {m.graph.seed}:{m.graph.index} "
+            print(f"--- replay: python -m refcomp.fuzz --replay {m.graph.seed}:{m.graph.index} "
                   f"--per-program {per_program}", file=out)
             if shrink_failures:
                 small = shrink(m.graph, m.binding, m.which, m.mode)
@@ -155,7 +155,7 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refcomp.search.fuzz", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m refcomp.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=1000, help="how many random graphs (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--per-program", type=int, default=30, help="graphs compiled into one program (default 30)")

@@ -8,7 +8,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ...symbolic.dims import dim, evaluate_dim, prod
+from ..symbolic.dims import dim, evaluate_dim, prod
 from .edge_steps import EdgeSteps
 from .graph import (FRAGILE, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
                     SYMBOLS, _names_in, simple_dim)
@@ -90,7 +90,7 @@ class Generator(EdgeSteps):
 
     def emit(self, expr: str, lo: float, hi: float, exact: bool, op: str) -> Optional[Var]:
         """Execute `var = expr`; keep it if its shape is sane. Returns the new variable or None."""
-        from ...errors import ShapeError
+        from ..errors import ShapeError
         name = f"v{self.counter}"
         try:
             exec(f"{name} = {expr}", self.namespace)

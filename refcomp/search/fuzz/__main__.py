@@ -1,6 +1,0 @@
-"""`python -m refcomp.search.fuzz --count 10000`: see the package docstring."""
-import sys
-
-from .cli import main
-
-sys.exit(main())
