@@ -11,6 +11,10 @@ from __future__ import annotations
 import math
 import numbers
 
+from .core import broadcast, broadcast_shape, lift
+from .movement import stack
+from .primitives import make_node
+
 LOG2_E = 1.4426950408889634
 LN_2 = 0.6931471805599453
 
@@ -23,32 +27,32 @@ class ElementwiseMixin:
         return self._binary("Add", other)
 
     def __radd__(self, other):
-        return _lift(other)._binary("Add", self)
+        return lift(other)._binary("Add", self)
 
     def __mul__(self, other):
         return self._binary("Mul", other)
 
     def __rmul__(self, other):
-        return _lift(other)._binary("Mul", self)
+        return lift(other)._binary("Mul", self)
 
     def __neg__(self):
         return self * -1.0
 
     def __sub__(self, other):
         _check_broadcast(self, other, "Sub")
-        return self + (-_lift(other))
+        return self + (-lift(other))
 
     def __rsub__(self, other):
-        return _lift(other) + (-self)
+        return lift(other) + (-self)
 
     def __truediv__(self, other):
         _check_broadcast(self, other, "Div")
         if isinstance(other, numbers.Real) and not isinstance(other, bool):
-            return self * (1.0 / other) if other != 0 else self * _lift(other).reciprocal()
-        return self * _lift(other).reciprocal()
+            return self * (1.0 / other) if other != 0 else self * lift(other).reciprocal()
+        return self * lift(other).reciprocal()
 
     def __rtruediv__(self, other):
-        return _lift(other) * self.reciprocal()
+        return lift(other) * self.reciprocal()
 
     def __mod__(self, other):
         """NumPy's (and Python's) `%`: the remainder takes the sign of the divisor.
@@ -56,13 +60,13 @@ class ElementwiseMixin:
         fmod's remainder has the dividend's sign; where the signs differ (and it is not 0) the divisor
         is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf.
         """
-        divisor = _lift(other)
+        divisor = lift(other)
         r = self._binary("Mod", divisor)
         signs_differ = (r < 0.0) * (divisor > 0.0) + (r > 0.0) * (divisor < 0.0)
         return where(signs_differ, r + divisor, r)
 
     def __rmod__(self, other):
-        return _lift(other) % self
+        return lift(other) % self
 
     def __pow__(self, exponent):
         return power(self, exponent)
@@ -79,7 +83,7 @@ class ElementwiseMixin:
 
     def __gt__(self, other):
         _check_broadcast(self, other, "GreaterThan")
-        return _lift(other)._binary("LessThan", self)
+        return lift(other)._binary("LessThan", self)
 
     def __le__(self, other):
         return (1.0 - (self > other)) * _ordered(self, other)
@@ -137,14 +141,12 @@ class ElementwiseMixin:
         return self.sqrt().reciprocal()
 
     def maximum(self, other):
-        from .movement import stack
-        from .tensor import broadcast
-        a, b = broadcast(self, _lift(other), "maximum")
+        a, b = broadcast(self, lift(other), "maximum")
         return stack([a, b], axis=-1)._reduce("MaxReduce", a.ndim)
 
     def minimum(self, other):
         _check_broadcast(self, other, "minimum")
-        return -((-self).maximum(-_lift(other)))
+        return -((-self).maximum(-lift(other)))
 
     def abs(self):
         return self.maximum(-self)
@@ -189,11 +191,11 @@ def power(x, y):
     if isinstance(y, numbers.Real) and not isinstance(y, bool):
         return _power_by_number(x, float(y))
     if isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 < x < math.inf:  # b ** y, b > 0
-        y = _lift(y)
+        y = lift(y)
         return 1.0 - (y < y) if x == 1.0 else (y * math.log2(x)).exp2()
-    x = _lift(x)
+    x = lift(x)
     _check_broadcast(x, y, "Pow")
-    y = _lift(y)
+    y = lift(y)
     magnitude = (y * x.abs().log2()).exp2()
     integral = _equals(fmod(y, 1.0), 0.0)  # 0 for infinities and NaN
     halves = fmod(y, 2.0)  # -1, 0 or 1 where y is integral
@@ -239,31 +241,23 @@ def _integer_power(x, n: int):
     return result if n > 0 else result.reciprocal()
 
 
-def _lift(value):
-    from .tensor import lift
-    return lift(value)
-
-
 def _check_broadcast(a, b, what: str) -> None:
     """Shapes are checked before any operand is transformed (negated, inverted), so that an error
     names the user's tensors rather than an intermediate node."""
-    from .tensor import broadcast_shape
-    broadcast_shape([a, _lift(b)], what)
+    broadcast_shape([a, lift(b)], what)
 
 
 def _ordered(a, b):
     """1.0 where neither a nor b is NaN; a Python number that is not NaN needs no check."""
     b_is_number = isinstance(b, numbers.Real) and not isinstance(b, bool)
-    a_ok = 1.0 - _lift(a).isnan()
+    a_ok = 1.0 - lift(a).isnan()
     if b_is_number and not math.isnan(b):
         return a_ok
-    return a_ok * (1.0 - _lift(b).isnan())
+    return a_ok * (1.0 - lift(b).isnan())
 
 
 def where(cond, a, b):
     """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
-    from .tensor import broadcast_shape, lift
-    from .primitives import make_node
     cond, a, b = lift(cond), lift(a), lift(b)
     shape = broadcast_shape([cond, a, b], "where")
     operands = [t.broadcast_to(shape) for t in (cond, a, b)]
@@ -273,13 +267,13 @@ def where(cond, a, b):
 
 
 def maximum(a, b):
-    return _lift(a).maximum(b)
+    return lift(a).maximum(b)
 
 
 def minimum(a, b):
-    return _lift(a).minimum(b)
+    return lift(a).minimum(b)
 
 
 def fmod(a, b):
-    return _lift(a)._binary("Mod", b)
+    return lift(a)._binary("Mod", b)
 

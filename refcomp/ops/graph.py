@@ -7,6 +7,7 @@ import sympy
 
 from ..errors import RefcompError
 from ..symbolic.dims import free_symbols
+from .core import TensorCore
 from .primitives import Edge, Node
 
 
@@ -30,8 +31,7 @@ def toposort(roots: list[Node]) -> list[Node]:
 
 def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
     """Tensors in a fixed order, and a function that puts results back in the user's structure."""
-    from .tensor import Tensor
-    if isinstance(outputs, Tensor):
+    if isinstance(outputs, TensorCore):
         return [outputs], lambda values: values[0]
     if isinstance(outputs, dict):
         keys = list(outputs)
@@ -43,7 +43,7 @@ def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
     else:
         raise RefcompError(f"outputs must be a Tensor, a list of them or a dict of them, got {type(outputs).__name__}")
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, TensorCore):
             raise RefcompError(f"output {keys[i] if isinstance(outputs, dict) else i!r} is a {type(t).__name__}, not a Tensor")
     return tensors, rebuild
 

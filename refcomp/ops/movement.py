@@ -12,6 +12,8 @@ import sympy
 
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
+from .core import constant, lift
+from .primitives import make_node
 
 
 def _shape_args(args) -> tuple:
@@ -129,7 +131,6 @@ class MovementMixin:
                 views = views.pad(axis, dim(before), dim(after))
         if value == 0.0:
             return self.with_views(views)
-        from .tensor import constant
         out = self
         for axis, (before, after) in enumerate(widths):
             parts = [out]
@@ -183,7 +184,6 @@ class MovementMixin:
         return (self[i] for i in range(self.shape[0]))
 
     def contiguous(self):
-        from .primitives import make_node
         return type(self).from_node(make_node("Contiguous", (self.edge,)))
 
     def as_strided(self, shape, strides, offset=0):
@@ -232,7 +232,6 @@ def _sequence(tensors, what: str) -> list:
 
 def concat(tensors, axis: int = 0):
     """Join along an existing axis: each part is padded to the full length and the parts are added."""
-    from .tensor import lift
     tensors = [lift(t) for t in _sequence(tensors, "concat")]
     if not tensors:
         raise ShapeError("concat needs at least one tensor")
@@ -252,7 +251,6 @@ def concat(tensors, axis: int = 0):
 
 
 def stack(tensors, axis: int = 0):
-    from .tensor import lift
     tensors = [lift(t) for t in _sequence(tensors, "stack")]
     if not tensors:
         raise ShapeError("stack needs at least one tensor")

@@ -13,7 +13,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, idiv
 from .primitives import make_node
 from .elementwise import where
-from .tensor import Tensor, constant, lift
+from .tensor import Tensor, constant, iota, lift
 
 
 
@@ -131,7 +131,6 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
     scale = 1.0 / math.sqrt(d) if isinstance(d, int) else constant(d).rsqrt()
     scores = (q @ k.transpose(-2, -1)) * scale
     if causal:
-        from .tensor import iota
         tq, tk = scores.shape[-2:]
         blocked = iota((tq, tk), 1) > iota((tq, tk), 0)
         scores = where(blocked, -math.inf, scores)

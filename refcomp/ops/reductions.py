@@ -12,6 +12,8 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
+from .core import broadcast_shape, constant, iota, lift
+from .elementwise import where
 
 
 class ReductionMixin:
@@ -59,8 +61,6 @@ class ReductionMixin:
         total = (centred * centred).sum(axis, keepdims) * _inverse(dim(count - correction))
         if isinstance(count, int) or not correction:
             return total
-        from .elementwise import where  # NumPy's NaN where the axis has no more values than the correction
-        from .tensor import constant
         return where(constant(count) > correction, total, math.nan)
 
     def softmax(self, axis: int = -1):
@@ -78,7 +78,6 @@ class ReductionMixin:
         As in NumPy a NaN is the maximum: where the max is NaN no element equals it, and the NaNs
         are the candidates (where it is not NaN there are none).
         """
-        from .tensor import iota
         axis = self._axis(axis)
         n = self.shape[axis]
         is_max = self.eq(self.max(axis, keepdims=True)) + self.isnan()
@@ -97,7 +96,6 @@ class ReductionMixin:
         return out.transpose(axis, -1) if axis != self.ndim - 1 else out
 
     def matmul(self, other):
-        from .tensor import broadcast_shape, lift
         a, b = self, lift(other)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(f"matmul needs at least 1-D operands, got {a.label} and {b.label}")
@@ -119,7 +117,6 @@ class ReductionMixin:
     __matmul__ = matmul
 
     def __rmatmul__(self, other):
-        from .tensor import lift
         return lift(other).matmul(self)
 
 
@@ -132,13 +129,11 @@ def _inverse(count):
 
 def _batch_of(t):
     """A stand-in tensor whose shape is `t`'s batch axes, used only to broadcast shapes."""
-    from .tensor import constant
     return constant(0.0).broadcast_to(t.shape[:-2]) if t.ndim > 2 else constant(0.0)
 
 
 def arange(*args):
     """rc.arange(n) or rc.arange(start, stop, step) with ints: floats start, start+step, ..."""
-    from .tensor import iota
     if len(args) == 1:
         n = dim(args[0])
         return iota((max(n, 0) if isinstance(n, int) else n,), 0)  # NumPy: arange(-1) is empty

@@ -1,155 +1,21 @@
-"""The Tensor: a lazy handle on one edge of the graph (a node read through a view stack).
+"""The Tensor users hold: the core (`core.TensorCore`) joined with the method mixins.
 
-Nothing is computed here. Arithmetic creates primitive nodes; movement creates new views of the
-same node. The methods users call (`exp`, `softmax`, `conv2d`, ...) live in mixins beside this file,
-each built only from the primitives in `primitives.OPS`.
+Arithmetic creates primitive nodes; movement creates new views of the same node. Each mixin builds
+its methods only from the primitives in `primitives.OPS` and the core's builders.
 """
 from __future__ import annotations
 
-import numbers
-from typing import Sequence
-
-import sympy
-
-from ..errors import ShapeError
-from ..symbolic.dims import Dim, dim, dims_equal
-from ..symbolic.view import ViewStack
-from .primitives import Edge, Node, make_node
-from .movement import MovementMixin
+from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
+from .movement import MovementMixin
 from .reductions import ReductionMixin
 
-DTYPES = ("float32", "int32")
+__all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
-def format_shape(shape: Sequence[Dim]) -> str:
-    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-class Tensor(MovementMixin, ElementwiseMixin, ReductionMixin):
+class Tensor(MovementMixin, ElementwiseMixin, ReductionMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
-    def __init__(self, edge: Edge):
-        self.edge = edge
 
-    @staticmethod
-    def from_node(node: Node) -> "Tensor":
-        return Tensor(Edge(node, ViewStack.of_buffer(node.shape)))
-
-    def with_views(self, views: ViewStack) -> "Tensor":
-        return Tensor(Edge(self.edge.node, views))
-
-    @property
-    def node(self) -> Node:
-        return self.edge.node
-
-    @property
-    def views(self) -> ViewStack:
-        return self.edge.views
-
-    @property
-    def shape(self) -> tuple[Dim, ...]:
-        return self.edge.shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def dtype(self) -> str:
-        return self.node.dtype
-
-    @property
-    def label(self) -> str:
-        """How error messages name this tensor: its node and its shape."""
-        return f"{self.node.label} of shape {format_shape(self.shape)}"
-
-    def __repr__(self) -> str:
-        return f"<Tensor {self.label}>"
-
-    def __bool__(self):
-        raise ShapeError(f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph")
-
-    # --- building primitive nodes ------------------------------------------------------------
-    def _require_float(self, what: str) -> None:
-        if self.dtype != "float32":
-            raise ShapeError(f"{what} needs float32 operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
-
-    def _unary(self, name: str) -> "Tensor":
-        self._require_float(name)
-        return Tensor.from_node(make_node(name, (self.edge,)))
-
-    def _binary(self, name: str, other) -> "Tensor":
-        a, b = broadcast(self, lift(other), name)
-        a._require_float(name)
-        b._require_float(name)
-        return Tensor.from_node(make_node(name, (a.edge, b.edge)))
-
-    def _reduce(self, name: str, axis: int) -> "Tensor":
-        self._require_float(name)
-        return Tensor.from_node(make_node(name, (self.edge,), axis=axis))
-
-    def _axis(self, axis: int, ndim: int | None = None) -> int:
-        ndim = self.ndim if ndim is None else ndim
-        if not isinstance(axis, numbers.Integral) or not -ndim <= axis < ndim:
-            raise ShapeError(f"axis {axis!r} is out of range for {self.label} ({ndim} axes)")
-        return int(axis) % ndim if ndim else 0
-
-
-def lift(value) -> Tensor:
-    """A Tensor as is; a Python number or symbolic dim as a scalar Constant."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, (numbers.Real, sympy.Expr)) and not isinstance(value, bool):
-        return constant(value)
-    raise ShapeError(f"cannot use {type(value).__name__} {value!r} as a tensor operand (use a number or an rc tensor)")
-
-
-def constant(value) -> Tensor:
-    if isinstance(value, sympy.Expr):
-        value = int(value) if value.is_Integer else value
-    return Tensor.from_node(make_node("Constant", value=value if isinstance(value, sympy.Expr) else float(value)))
-
-
-def broadcast(a: Tensor, b: Tensor, what: str) -> tuple[Tensor, Tensor]:
-    """NumPy broadcasting of two tensors, by views only."""
-    shape = broadcast_shape([a, b], what)
-    return a.broadcast_to(shape), b.broadcast_to(shape)
-
-
-def broadcast_shape(tensors: Sequence[Tensor], what: str) -> tuple[Dim, ...]:
-    ndim = max(t.ndim for t in tensors)
-    shape: list[Dim] = [1] * ndim
-    for t in tensors:
-        for axis, n in enumerate(t.shape, start=ndim - t.ndim):
-            if dims_equal(n, 1) or dims_equal(n, shape[axis]):
-                continue
-            if dims_equal(shape[axis], 1):
-                shape[axis] = n
-                continue
-            others = " and ".join(x.label for x in tensors)
-            raise ShapeError(f"{what}: shapes do not broadcast: {others} differ at axis {axis - ndim} ({shape[axis]} vs {n})")
-    return tuple(shape)
-
-
-def input(name: str, shape: Sequence, dtype: str = "float32") -> Tensor:
-    """A named array fed at run time; dims are ints or symbol names like "B"."""
-    if not isinstance(name, str) or not name:
-        raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
-    if dtype not in DTYPES:
-        raise ShapeError(f"input {name!r}: dtype {dtype!r} is not supported (use one of {DTYPES})")
-    if isinstance(shape, (int, str)):
-        shape = (shape,)
-    dims = tuple(dim(n) for n in shape)
-    for n in dims:
-        if not isinstance(n, int) and not isinstance(n, sympy.Symbol):
-            raise ShapeError(f"input {name!r}: dimension {n} must be an int or a symbol name, not an expression")
-        if isinstance(n, int) and n < 0:
-            raise ShapeError(f"input {name!r}: dimension {n} is negative")
-    return Tensor.from_node(make_node("Input", dtype=dtype, name=name, shape=dims))
-
-
-def iota(shape: Sequence, axis: int) -> Tensor:
-    dims = tuple(dim(n) for n in shape)
-    return Tensor.from_node(make_node("Iota", shape=dims, axis=axis))
+TensorCore.full = Tensor
