@@ -3,7 +3,7 @@
 For each workload (bench/search_bench.py's list): the plain program (compile(search=False)), the
 searched program (the cost model's pick, candidate 0) and every other candidate schedule the
 search kept are checked against the NumPy reference and timed with CUDA events (kernels only,
-cold L2 each round, rounds queued behind a spin kernel: see refcomp/search/measure.py); measured
+cold L2 each round, rounds queued behind a spin kernel: see refcomp/measure.py); measured
 mode's pick is the fastest of the candidates. Also: the achieved bandwidth of a large
 device-to-device copy, to check the H200 profile's 4.3 TB/s.
 
@@ -38,8 +38,8 @@ RESULTS = ROOT / "bench" / "results"
 
 def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 10) -> dict:
     """Median bandwidth of a device-to-device copy, counting bytes read and written (as the model does)."""
-    from refcomp.exec.pycuda_backend import _driver
-    drv = _driver()
+    from refcomp.exec.pycuda_backend import cuda_driver
+    drv = cuda_driver()
     src, dst = drv.mem_alloc(nbytes), drv.mem_alloc(nbytes)
     try:
         drv.memset_d32(int(src), 0, nbytes // 4)
@@ -67,7 +67,7 @@ def _timing_json(t) -> dict:
 
 
 def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sys.stdout) -> dict:
-    from refcomp.search.measure import ReferenceCheck, make_feeds, measure_programs, pick, time_program
+    from refcomp.measure import ReferenceCheck, make_feeds, measure_programs, pick, time_program
 
     outputs, fixed = w.build()
     started = time.perf_counter()
@@ -176,8 +176,8 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from search_bench import WORKLOADS  # noqa: E402
-    from refcomp.exec.pycuda_backend import _driver
-    drv = _driver()
+    from refcomp.exec.pycuda_backend import cuda_driver
+    drv = cuda_driver()
     device = drv.Context.get_device()
     started = time.perf_counter()
     out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": platform.python_version(),

@@ -5,12 +5,11 @@ from .ops.movement import concat, stack
 from .ops.elementwise import fmod, maximum, minimum, where
 from .ops.reductions import arange
 from .ops import nn
-from .frontends import onnx  # imports the onnx package only when first used
 from .exec.reference import evaluate
+from .exec.program import Program
+from .compiler import compile
+from . import onnx  # the onnx package itself is imported only when a model is first imported
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
-           "arange", "nn", "evaluate", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
-           "CacheError"]
-from .codegen.program import Program, compile  # noqa: E402
-
-__all__ += ["Program", "compile"]
+           "arange", "nn", "evaluate", "Program", "compile", "onnx", "RefcompError", "ShapeError", "BindingError",
+           "FeedError", "AllocationError", "CacheError"]

@@ -132,7 +132,7 @@ def _dims(pairs: Sequence[str]) -> dict[str, int]:
 
 
 def _compile_target(args):
-    from .codegen.program import compile as compile_program
+    from .compiler import compile as compile_program
     return compile_program(_load_target(args.target), search=not args.no_search, dims_hint=_dims(args.dims_hint))
 
 

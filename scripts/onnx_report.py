@@ -6,7 +6,7 @@
     python scripts/onnx_report.py --no-write      # print the section, leave docs/onnx.md alone
 
 The selection (which tests are in scope, which must raise RefcompError, which are known
-limitations) is `refcomp.frontends.onnx_backend.node_test_selection()`, shared with
+limitations) is `refcomp.onnx_backend.node_test_selection()`, shared with
 tests/test_onnx_backend.py. Emulator builds are cached under $REFCOMP_CACHE_DIR.
 """
 from __future__ import annotations
@@ -114,7 +114,7 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print the section instead of rewriting docs/onnx.md")
     args = parser.parse_args()
     os.environ.setdefault("REFCOMP_ONNX_CUDA_EXECUTOR", "emulator")
-    from refcomp.frontends.onnx_backend import RefcompBackend, node_test_selection
+    from refcomp.onnx_backend import RefcompBackend, node_test_selection
     selection = node_test_selection()
     cpu = run_device(selection, RefcompBackend, "CPU", selection["run"])
     cuda = run_device(selection, RefcompBackend, "CUDA", selection["emulator_subset"] if args.subset else selection["run"])

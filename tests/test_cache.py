@@ -21,7 +21,7 @@ import pytest
 
 from refcomp.errors import CacheError, RefcompError
 from refcomp.exec import emulator
-from refcomp.exec.abi import KernelSignature, Param
+from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.exec.emulator import EmulatorBackend
 from refcomp.exec.nvcc import nvcc_check
 

@@ -13,7 +13,7 @@ import pytest
 
 from refcomp.errors import RefcompError
 from refcomp.exec import emulator
-from refcomp.exec.abi import KernelSignature, Param
+from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.exec.emulator import EmulatorBackend
 from refcomp.exec.nvcc import nvcc_available, nvcc_check, parse_ptxas
 from refcomp.exec.pycuda_backend import PyCudaBackend, pycuda_unavailable_reason

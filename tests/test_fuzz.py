@@ -96,7 +96,7 @@ def test_comparison_is_nan_aware():
 
 def test_the_harness_catches_a_backend_that_does_not_refuse(monkeypatch):
     """A program that runs where the reference refuses a binding is a mismatch, naming the graph."""
-    from refcomp.codegen import program
+    from refcomp.exec import program
     graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", ("B", "T"))], [("v0", "x0[:, 3]")], ["v0"], ["fragile_index"])
     assert fuzz.check_batch([graph], [{"B": 2, "T": 2}]).refusals == {"BindingError": 2}
     monkeypatch.setattr(program, "check_binding", lambda *args: None)

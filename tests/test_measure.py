@@ -1,4 +1,4 @@
-"""Measured mode (refcomp.search.measure) and the search benchmark's table.
+"""Measured mode (refcomp.measure) and the search benchmark's table.
 
 Without a GPU: the error that names what is missing, the feeds and the reference check (run on
 the host emulator), and bench/search_bench.py on a tiny workload. With PyCUDA and a device:
@@ -15,9 +15,9 @@ import pytest
 
 import refcomp as rc
 from refcomp import golden
-from refcomp.codegen.program import program_for_schedule
+from refcomp.exec.program import program_for_schedule
 from refcomp.errors import RefcompError
-from refcomp.search import measure
+from refcomp import measure
 from refcomp.search.search import search
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ _compile_measures = "measure" in inspect.signature(rc.compile).parameters
 needs_gpu = pytest.mark.skipif(_reason is not None, reason=f"measured mode needs PyCUDA and a device: {_reason}")
 needs_no_gpu = pytest.mark.skipif(_reason is None, reason="a GPU is usable here, so the no-GPU error cannot happen")
 needs_wiring = pytest.mark.skipif(not _compile_measures, reason="rc.compile has no measure= parameter yet "
-                                  "(the proposed change to refcomp/codegen/program.py is not applied)")
+                                  "(the proposed change to refcomp/exec/program.py is not applied)")
 
 
 def _softmax(width=64):

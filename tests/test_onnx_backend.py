@@ -16,7 +16,7 @@ onnx = pytest.importorskip("onnx", reason="the ONNX backend tests need the onnx 
 import onnx.backend.test  # noqa: E402
 
 from refcomp.errors import RefcompError  # noqa: E402
-from refcomp.frontends.onnx_backend import RefcompBackend, node_test_selection  # noqa: E402
+from refcomp.onnx_backend import RefcompBackend, node_test_selection  # noqa: E402
 
 SELECTION = node_test_selection()
 DEVICE = {"cpu": "CPU", "cuda": "CUDA"}
@@ -59,7 +59,7 @@ def test_out_of_scope_node_test_raises_refcomp_error(name):
 
 
 def test_selection_patterns_are_all_used():
-    from refcomp.frontends.onnx_backend import EXPECTED_ERRORS, KNOWN_FAILURES
+    from refcomp.onnx_backend import EXPECTED_ERRORS, KNOWN_FAILURES
     names = SELECTION["in_scope"]
     for pattern, *_ in EXPECTED_ERRORS + KNOWN_FAILURES:
         assert any(re.search(pattern, n) for n in names), f"pattern {pattern!r} matches no in-scope node test"

@@ -11,7 +11,7 @@ from onnx import numpy_helper as nh  # noqa: E402
 
 import refcomp as rc  # noqa: E402
 from refcomp.errors import RefcompError  # noqa: E402
-from refcomp.frontends import onnx as ro  # noqa: E402
+from refcomp import onnx as ro  # noqa: E402
 from refcomp.frontends.onnx_ops_core import MAX_FOLD_ELEMENTS  # noqa: E402
 
 

@@ -11,7 +11,7 @@ from onnx import numpy_helper as nh  # noqa: E402
 
 import refcomp as rc  # noqa: E402
 from refcomp.errors import FeedError, RefcompError  # noqa: E402
-from refcomp.frontends import onnx as ro  # noqa: E402
+from refcomp import onnx as ro  # noqa: E402
 from refcomp.frontends.onnx_ops_core import StaticInputRequired  # noqa: E402
 from refcomp.frontends.onnx_ops_math import ERF_MAX_ABS_ERROR, erf, floor  # noqa: E402
 
@@ -276,7 +276,7 @@ def test_where_with_infinite_static_branch_is_not_poisoned():
 
 
 def test_backend_run_node_and_device_selects_the_executor():
-    from refcomp.frontends.onnx_backend import RefcompBackend
+    from refcomp.onnx_backend import RefcompBackend
     node = h.make_node("LeakyRelu", ["x"], ["y"], alpha=0.1)
     x = np.array([-2.0, 0.0, 3.0], np.float32)
     for device in ("CPU", "CUDA"):

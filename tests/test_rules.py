@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 import refcomp as rc
 from refcomp import Tensor, golden
 from refcomp.codegen.fused import matmul_axes
-from refcomp.codegen.program import program_for_schedule
+from refcomp.exec.program import program_for_schedule
 from refcomp.ops.graph import symbols_of, toposort
 from refcomp.search.cost import H200
 from refcomp.search.fusion import CLEANUP, FUSION, Schedule

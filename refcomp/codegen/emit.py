@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import sympy
 
-from ..exec.abi import KernelSignature, Param
+from .abi import KernelSignature, Param
 from ..errors import RefcompError
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node

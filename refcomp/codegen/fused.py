@@ -29,7 +29,7 @@ def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
 
 
 def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inline: Callable[[Node], bool],
-               block: int = BLOCK) -> Kernel:
+               block: int = BLOCK, render: bool = True) -> Kernel:
     phases = list(row_reduces) + ([output] if output.op.kind == REDUCE else [])
     axis = phases[0].attrs["axis"]
     shape = phases[0].srcs[0].shape
@@ -59,7 +59,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     body.statements = []
     nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
-                   True, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
+                   True, render=render, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
 
 
@@ -95,7 +95,8 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     return batch, m, n
 
 
-def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = 16) -> Kernel:
+def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = 16,
+                  render: bool = True) -> Kernel:
     axes = matmul_axes(reduce)
     if axes is None:
         raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
@@ -147,7 +148,7 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     body.statements = []
     nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
     launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
-    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True,
+    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render,
                    comment_extra=f", matmul tile {tile}", tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
                    b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
                    out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),

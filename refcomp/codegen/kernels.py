@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Optional
 import jinja2
 import sympy
 
-from ..exec.abi import KernelSignature
+from .abi import KernelSignature
 from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
 from .emit import KernelBody, Unfusable, c_params
@@ -98,7 +98,10 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
-            launch: Launch, uses_barrier: bool, comment_extra: str = "", **fields) -> Kernel:
+            launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, **fields) -> Optional[Kernel]:
+    """The kernel, once its body is built; with `render=False` (a legality check) nothing is printed."""
+    if not render:
+        return None
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
@@ -135,14 +138,19 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
                    False, result=result, size=lambda b: b.printer.int(size))
 
 
+def default_reduce_strategy(extent: Dim) -> str:
+    """A whole block per output for a known, long axis; else one thread per output."""
+    return "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
+
+
 def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
-                  strategy: Optional[str] = None, block: int = BLOCK, epilogue: Optional[Node] = None) -> Kernel:
+                  strategy: Optional[str] = None, block: int = BLOCK, epilogue: Optional[Node] = None,
+                  render: bool = True) -> Kernel:
     """A reduction; with `epilogue`, an elementwise node of the reduction's shape applied to its result."""
     assert node.op.kind == REDUCE, node
     src, axis = node.srcs[0], node.attrs["axis"]
     extent = src.shape[axis]
-    if strategy is None:
-        strategy = "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
+    strategy = strategy or default_reduce_strategy(extent)
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
@@ -165,9 +173,9 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
         return _finish(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
-                       True, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
+                       True, render=render, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
     return _finish(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
-                   False, size=lambda b: b.printer.int(size), **common)
+                   False, render=render, size=lambda b: b.printer.int(size), **common)
 
 
 def _linear_of(idx, shape):

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from .emit import ProgramNames
+from .fused import matmul_kernel, row_kernel
 from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel
 
 
@@ -58,21 +59,23 @@ class Group:
     kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
 
 
-def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict) -> Kernel:
-    """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured."""
-    from .fused import matmul_kernel, row_kernel
+def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict,
+                     render: bool = True) -> Optional[Kernel]:
+    """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured.
+    With `render=False` only the analysis that may refuse runs (see codegen.legality)."""
     root = group.root
     if group.kind == "row":
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
-        return row_kernel(name, root, rows, names, fused, block=params.get("block", 256))
+        return row_kernel(name, root, rows, names, fused, block=params.get("block", 256), render=render)
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
-        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", 16))
+        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", 16), render=render)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
-            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", 256))
+            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", 256), render=render)
         reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
-        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", 256), epilogue=root)
+        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", 256), epilogue=root,
+                             render=render)
     if group.kind == "gather":
         return gather_kernel(name, root, names)
     return elementwise_kernel(name, root, names, fused, params.get("block", 256))

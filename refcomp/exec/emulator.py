@@ -29,7 +29,7 @@ import numpy as np
 
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
-from refcomp.exec.abi import Dim3, KernelSignature
+from ..codegen.abi import Dim3, KernelSignature
 from refcomp.exec.limits import host_memory_bytes
 
 SHIM_PATH = Path(__file__).with_name("emu_shim.h")

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from refcomp.errors import AllocationError, RefcompError
-from refcomp.exec.abi import Dim3, KernelSignature
+from ..codegen.abi import Dim3, KernelSignature
 from refcomp.exec.emulator import check_launch_shape
 from refcomp.exec.limits import show_bytes
 
@@ -23,7 +23,7 @@ FIX_HINT = 'install it with `pip install -e ".[cuda]"` and check the GPU with `b
 
 
 @functools.lru_cache(maxsize=None)
-def _driver() -> Any:
+def cuda_driver() -> Any:
     """Import pycuda, initialise the driver and push device 0's primary context (once)."""
     import pycuda.driver as drv
 
@@ -46,7 +46,7 @@ def pycuda_unavailable_reason() -> str | None:
         drv.init()
         if drv.Device.count() == 0:
             return f"pycuda is installed but no CUDA device was found: {FIX_HINT}"
-        _driver()
+        cuda_driver()
     except Exception as exc:  # driver missing, no device, init failure: all mean "not usable"
         return f"pycuda is installed but CUDA driver init failed ({type(exc).__name__}: {exc}): {FIX_HINT}"
     return None
@@ -82,7 +82,7 @@ class PyCudaModule:
             else:
                 raise RefcompError(f"kernel {name}: {param.ident} ({param.ctype}) needs a buffer from "
                                    f"this backend, got {type(arg).__name__}")
-        drv = _driver()
+        drv = cuda_driver()
         try:
             self._functions[name](*converted, block=b, grid=g)
             drv.Context.synchronize()
@@ -99,7 +99,7 @@ class PyCudaBackend:
         reason = pycuda_unavailable_reason()
         if reason is not None:
             raise RefcompError(reason)
-        self._drv = _driver()
+        self._drv = cuda_driver()
         if arch is None:
             major, minor = self._drv.Context.get_device().compute_capability()
             arch = f"sm_{major}{minor}"

@@ -1,4 +1,5 @@
-"""Import ONNX models as refcomp graphs: `rc.onnx.import_model(model_or_path, dims=None)`.
+"""Import ONNX models as refcomp graphs (users reach it as `rc.onnx`, refcomp/onnx.py, which adds
+`compile` and `run`: the frontend sits below the driver and never calls it).
 
     m = rc.onnx.import_model("model.onnx", dims={"batch": "B"})
     out = rc.evaluate(m.outputs, m.feeds({"x": x}))           # NumPy reference
@@ -20,6 +21,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import FeedError, RefcompError
+from ..exec.reference import evaluate
+from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
 from .onnx_load import check_defined, check_supported, load  # noqa: F401  (part of this module's API)
@@ -37,7 +40,7 @@ def _symbol_name(text: str) -> str:
     return name if name and name.isidentifier() and not name[0].isdigit() else f"d_{name}"
 
 
-class OnnxModel:
+class ImportedModel:
     """An imported model: refcomp tensors for its inputs and outputs, and the weights to feed.
 
     inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order
@@ -58,13 +61,11 @@ class OnnxModel:
         self.output_types: dict[str, str] = importer.output_types
         self.output_names: list[str] = importer.output_names
         self._id_rows: dict[str, set] = importer.id_rows
-        self._programs: dict = {}
-        from ..ops.graph import toposort
         nodes = toposort([t.node for t in self.outputs.values()])
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
 
     def __repr__(self) -> str:
-        return (f"<OnnxModel opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
+        return (f"<{type(self).__name__} opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
                 f"{len(self.weights)} weights>")
 
     def feeds(self, feeds: Optional[Mapping[str, object]] = None) -> dict[str, np.ndarray]:
@@ -132,25 +133,8 @@ class OnnxModel:
 
     def evaluate(self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
         """Every graph output, by the NumPy reference interpreter, with its ONNX dtype."""
-        from ..exec.reference import evaluate
         merged = self.feeds(feeds)
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
-        return self._finish(results, merged, dims)
-
-    def compile(self, search: bool = True):
-        """`rc.compile(self.outputs)`, cached per `search` setting."""
-        from ..codegen.program import compile
-        if search not in self._programs:
-            self._programs[search] = compile(self.outputs, search=search)
-        return self._programs[search]
-
-    def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
-            dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict[str, np.ndarray]:
-        """Every graph output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
-        if backend == "numpy":
-            return self.evaluate(feeds, dims)
-        merged = self.feeds(feeds)
-        results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
         return self._finish(results, merged, dims)
 
 
@@ -357,7 +341,7 @@ class Importer:
             self.output_types[name] = core.type_name(v.etype)
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> OnnxModel:
+def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> ImportedModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later.
 
     dims: fixes or renames symbolic dims: {"batch": 8} binds dim_param "batch" to 8, {"batch": "B"}
@@ -365,7 +349,7 @@ def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optio
     constants: values for graph inputs that refcomp must know at import time (a Reshape's shape fed
         as a graph input, say); they are folded like initializers and are no longer inputs.
     """
-    return OnnxModel(Importer(load(model_or_path), dims, constants).run())
+    return ImportedModel(Importer(load(model_or_path), dims, constants).run())
 
 
-__all__ = ["import_model", "load", "OnnxModel", "MIN_OPSET"]
+__all__ = ["import_model", "load", "ImportedModel", "MIN_OPSET"]

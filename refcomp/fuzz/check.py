@@ -8,7 +8,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..errors import RefcompError
+from ..exec.program import program_for_schedule
 from ..golden import FLOAT32_TOLERANCE
+from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
+from ..search.search import search
 from .graph import FuzzGraph, MAX_BINDING, SYMBOLS
 
 
@@ -96,7 +100,6 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
 
     Where the reference refuses a binding or feeds (a view that does not fit, stray ids), every mode
     must refuse with the same error type and message. Any other exception is an internal error."""
-    from ..errors import RefcompError
     result = BatchResult()
     outputs, owner = {}, {}
     for g in graphs:
@@ -172,14 +175,12 @@ def _refusing_graph(graphs, outputs, owner, binding, feeds):
 
 def feeds_of(outputs, feeds) -> dict:
     """The feeds these outputs read."""
-    from ..ops.graph import input_nodes, toposort
     names = {n.attrs["name"] for n in input_nodes(toposort([t.node for t in outputs.values()]))}
     return {k: v for k, v in feeds.items() if k in names}
 
 
 def own_dims(tensors, binding: dict) -> dict:
     """The part of a binding that names dims of these tensors' graph (dims= refuses any other)."""
-    from ..ops.graph import symbols_of, toposort
     tensors = list(tensors)
     names = {s.name for s in symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])}
     return {k: v for k, v in binding.items() if k in names}
@@ -188,9 +189,6 @@ def own_dims(tensors, binding: dict) -> dict:
 def _compile(outputs, mode: str):
     """rc.compile, without the search's progress line."""
     import refcomp as rc
-    from ..codegen.program import program_for_schedule
-    from ..ops.graph import flatten_outputs
-    from ..search.search import search
     if mode == "plain":
         return rc.compile(outputs, search=False)
     tensors, _ = flatten_outputs(outputs)

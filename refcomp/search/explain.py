@@ -6,7 +6,7 @@ profile, next to the minimum bytes any program must move.
 """
 from __future__ import annotations
 
-from ..codegen.emit import ProgramNames
+from ..codegen.legality import ProgramNames
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import minimum_bytes

@@ -13,10 +13,8 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
-from ..codegen.emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Unfusable
-from ..codegen.fused import matmul_axes
-from ..codegen.emit import ProgramNames
-from ..codegen.lower import Group, kernel_for_group
+from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames, default_reduce_strategy,
+                               fusion_problem, matmul_axes)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
@@ -159,9 +157,8 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)
         flops = points * ops * phases
-        block_per_row = group.kind == "row" or sched.param(root.id, "strategy", None) == "block" or (
-            sched.param(root.id, "strategy", None) is None and isinstance(reduce.srcs[0].shape[reduce.attrs["axis"]], int)
-            and reduce.srcs[0].shape[reduce.attrs["axis"]] >= 256)
+        strategy = sched.param(root.id, "strategy", None) or default_reduce_strategy(reduce.srcs[0].shape[reduce.attrs["axis"]])
+        block_per_row = group.kind == "row" or strategy == "block"
         threads = rows * block if block_per_row else rows
     else:
         points = count(root.shape)
@@ -252,10 +249,6 @@ def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> boo
         return True
     key = (group.root.id, tuple(n.id for n in group.members), group.kind)
     if key not in cache:
-        try:
-            fused = lambda n: n.id in sched.inline
-            kernel_for_group("check", group, graph.names, fused, group_params(sched, group))
-            cache[key] = True
-        except Unfusable:
-            cache[key] = False
+        fused = lambda n: n.id in sched.inline
+        cache[key] = fusion_problem(group, graph.names, fused, group_params(sched, group)) is None
     return cache[key]

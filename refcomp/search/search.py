@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
-from ..codegen.lower import Group, materialise_outputs
+from ..codegen.legality import Group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements

@@ -1,9 +1,10 @@
 """A compiled program: CUDA source, kernels, and a runner that drives any backend.
 
-`rc.compile(outputs)` lowers once; `Program.run(feeds)` binds dims from the feeds, plans memory
-for that binding, uploads, launches every kernel with geometry computed from the bound dims, and
-downloads the outputs. The same runner serves the host emulator and PyCUDA through the
-`exec.abi.Backend` protocol; `backend="numpy"` answers with the reference interpreter instead.
+The driver (`refcomp.compiler.compile`) lowers once; `Program.run(feeds)` binds dims from the
+feeds, plans memory for that binding, uploads, launches every kernel with geometry computed from
+the bound dims, and downloads the outputs. The same runner serves the host emulator and PyCUDA
+through the `codegen.abi.Backend` protocol (and GPU timing, exec.timing, through `prepare` and
+`launches`); `backend="numpy"` answers with the reference interpreter instead.
 """
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import RefcompError
-from ..exec.backends import get_backend
-from ..exec import limits
-from ..exec.bindings import bind_dims, check_binding, check_ids, show_binding
-from ..exec.reference import evaluate, read_edge
+from ..codegen.emit import ProgramNames
+from ..codegen.kernels import Kernel, prelude
+from ..codegen.lower import kernel_for_group, kernel_name
+from ..codegen.memory import MemoryPlan, plan_memory
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
+from ..search.explain import cost_table, explain
+from ..search.fusion import group_params
+from ..search.search import with_schedule
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
-from .kernels import Kernel, prelude
-from .emit import ProgramNames
-from .lower import kernel_for_group, kernel_name, lower_plain, materialise_outputs
-from .memory import MemoryPlan, plan_memory
+from . import limits
+from .backends import get_backend
+from .bindings import bind_dims, check_binding, check_ids, show_binding
+from .nvcc import nvcc_check
+from .reference import evaluate, read_edge
 
 
 class Program:
@@ -116,20 +120,28 @@ class Program:
         be.fill_nan(buffer, max(nbytes, 4))
         return buffer
 
+    def prepare(self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+        """The bound dims and the backend buffers of one run (checked, uploaded, allocated)."""
+        arrays, bindings = self.bind(feeds, dims)
+        return bindings, self.allocate(be, arrays, bindings)
+
+    def launches(self, buffers: Mapping[int, object], bindings: Mapping[str, int]):
+        """(kernel, grid, block, args) for each kernel that has work at this binding, in order."""
+        for kernel in self.kernels:
+            grid, block = kernel.launch.geometry(bindings)
+            if grid[0] != 0:
+                yield kernel, grid, block, kernel.args(buffers, bindings, self.dim_symbols)
+
     def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
         if backend == "numpy":
             return evaluate(self.outputs, feeds, dims)
         be = get_backend(backend)
-        arrays, bindings = self.bind(feeds, dims)
+        bindings, buffers = self.prepare(be, feeds, dims)
         if be.name not in self._modules:
             self._modules[be.name] = be.load(self.source, [k.signature for k in self.kernels])
         module = self._modules[be.name]
-        buffers = self.allocate(be, arrays, bindings)
-        for kernel in self.kernels:
-            grid, block = kernel.launch.geometry(bindings)
-            if grid[0] == 0:
-                continue
-            module.launch(kernel.name, grid, block, kernel.args(buffers, bindings, self.dim_symbols))
+        for kernel, grid, block, args in self.launches(buffers, bindings):
+            module.launch(kernel.name, grid, block, args)
         be.synchronize()
         results = []
         for node, tensor in zip(self.output_nodes, self.tensors):  # an identity view may reshape
@@ -140,19 +152,16 @@ class Program:
     # --- reports -------------------------------------------------------------------------------
     def explain(self) -> str:
         """The graph before and after search, the rules applied with the cost after each, per-kernel costs."""
-        from ..search.explain import explain
         return explain(self)
 
     def cost_summary(self) -> str:
         """Per kernel: modeled bytes, flops and predicted time on the H200 profile (searched programs)."""
-        from ..search.explain import cost_table
         if self.search is None:
             return "compiled with search=False: no cost model was run"
         return "\n".join(cost_table(self.search, self.kernels))
 
     def report(self) -> str:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
-        from ..exec.nvcc import nvcc_check
         resources = nvcc_check(self.source).kernels
         lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spill B':>8}"]
         for k in self.kernels:
@@ -162,36 +171,8 @@ class Program:
         return "\n".join(lines)
 
 
-def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False) -> Program:
-    """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
-
-    With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
-    chosen by the search under the H200 cost model, at the binding `dims_hint` (symbols it leaves out
-    count as refcomp.search.cost.DEFAULT_DIM). Without it, every compute node gets its own kernel.
-    With `measure` (needs PyCUDA and a GPU) the search's candidate schedules are each built, checked
-    against the NumPy reference and timed on the GPU at `dims_hint`, and the fastest is returned
-    (`program.measured` lists every candidate's time; see refcomp.search.measure).
-    """
-    tensors, _ = flatten_outputs(outputs)
-    symbols = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
-    dims_hint = check_dim_values(dims_hint, {s.name for s in symbols}, "dims_hint")
-    if measure:
-        if not search:
-            raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
-        from ..search.measure import compile_measured
-        return compile_measured(outputs, dims_hint)
-    if not search:
-        output_nodes = materialise_outputs(tensors)
-        return Program(outputs, lower_plain(output_nodes), output_nodes)
-    from ..search.search import search as run_search
-    result = run_search([t.edge for t in tensors], dims_hint)
-    return program_for_schedule(outputs, result, result.schedule)
-
-
 def program_for_schedule(outputs, result, schedule) -> Program:
     """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
-    from ..search.fusion import group_params
-    from ..search.search import with_schedule
     result = with_schedule(result, schedule)
     groups = result.groups
     fused = lambda node: node.id in schedule.inline

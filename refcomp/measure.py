@@ -3,18 +3,8 @@
 The cost model ranks schedules; on a real device the ranking can be wrong (caches, occupancy,
 launch gaps the roofline does not see). The search therefore keeps its best few distinct
 schedules (`SearchResult.candidates`, the model's pick first), and measured mode builds each
-one's program, checks it against the NumPy reference, and times its kernels with CUDA events.
-
-Timing only the kernels, not the uploads and downloads of `Program.run`:
-
-* inputs are uploaded and intermediates allocated once (the program's memory plan at the
-  binding), then each timed round launches every kernel in order on the default stream;
-* every round starts from a cold L2 (a buffer twice the L2's size is overwritten between
-  rounds), because the cost model counts bytes from memory, not from cache;
-* the rounds are queued behind a short "spin" kernel that keeps the GPU busy while Python
-  enqueues them, so the events measure back-to-back kernels rather than Python's launch rate.
-  If the spin ended before the host was done enqueuing, it is retried with a longer spin, and a
-  timing that still drained is flagged `host_bound`.
+one's program, checks it against the NumPy reference, and times its kernels with CUDA events
+(refcomp.exec.timing: cold L2, rounds queued behind a spin kernel).
 
 The correctness check runs the program through `Program.run` at a small binding (each symbol
 capped at CHECK_DIM_CAP, since the reference interpreter is slow at full size) and compares with
@@ -25,36 +15,23 @@ RefcompError naming what is missing.
 """
 from __future__ import annotations
 
-import functools
-import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import BindingError, RefcompError
-from ..ops.graph import flatten_outputs, input_nodes, toposort
-from ..ops.primitives import Node
-from ..symbolic.dims import evaluate_dim
+from .errors import BindingError, RefcompError
+from .exec.program import program_for_schedule
+from .exec.reference import evaluate
+from .exec.timing import Timing, gpu_unavailable_reason, require_gpu, time_program  # noqa: F401  (part of this module's API)
+from .golden import FLOAT32_TOLERANCE, compare
+from .ops.graph import flatten_outputs, input_nodes, toposort
+from .ops.primitives import Node
+from .search.search import search as run_search
+from .symbolic.dims import evaluate_dim
 
 CHECK_DIM_CAP = 16  # symbols are bound to at most this for the correctness check (the reference is slow)
 PREFER_MODEL_MARGIN = 0.02  # another candidate replaces the model's pick only when this much faster
-_MAX_SPIN_S = 2.0
-_QUEUE_OPS = 512  # launches, event records and memsets queued at once (the driver's queue holds about 1024)
-
-
-# --- availability --------------------------------------------------------------------------------
-def gpu_unavailable_reason() -> Optional[str]:
-    """None when PyCUDA can run kernels here, else what is missing and how to fix it."""
-    from ..exec.pycuda_backend import pycuda_unavailable_reason
-    return pycuda_unavailable_reason()
-
-
-def require_gpu(what: str = "measured mode") -> None:
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        raise RefcompError(f"{what} times candidate programs on a GPU, and none is usable here: {reason}")
 
 
 # --- inputs --------------------------------------------------------------------------------------
@@ -144,7 +121,6 @@ class ReferenceCheck:
               result=None, cap: Optional[int] = CHECK_DIM_CAP) -> "ReferenceCheck":
         """Reference at `dims` capped to `cap` (None: at `dims` itself). If the capped binding is
         invalid for the graph (a slice longer than a capped axis), the full binding is used."""
-        from ..exec.reference import evaluate
         bindings = [dict(dims)] if cap is None else [check_binding(dims, cap), dict(dims)]
         error: Optional[Exception] = None
         for b in bindings:
@@ -159,168 +135,9 @@ class ReferenceCheck:
 
     def problems(self, program, backend: str = "pycuda") -> list[str]:
         """Mismatches of `program`'s outputs with the reference ([] when they agree)."""
-        from ..golden import FLOAT32_TOLERANCE, compare
         names = {n.attrs["name"] for n in graph_inputs(program.outputs)}
         got = program.run({k: v for k, v in self.feeds.items() if k in names}, backend=backend, dims=self.dims)
         return compare(_flat(got), self.want, FLOAT32_TOLERANCE)
-
-
-# --- timing --------------------------------------------------------------------------------------
-@dataclass
-class Timing:
-    median_s: float  # median over the timed rounds of all the program's kernels, back to back
-    rounds_s: list[float]
-    kernels: list[tuple[str, float]]  # (kernel name, median seconds) in launch order, when timed per kernel
-    host_bound: bool = False  # the GPU may have waited for Python between launches: the time is an upper bound
-    flushed_l2: bool = True
-
-
-_SPIN_SOURCE = r"""
-__global__ void refcomp_spin(unsigned long long ns)
-{
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
-}
-"""
-
-
-@functools.lru_cache(maxsize=None)
-def _spin_function():
-    from pycuda.compiler import SourceModule
-    fn = SourceModule(_SPIN_SOURCE).get_function("refcomp_spin")
-    fn.prepare("Q")
-    return fn
-
-
-@functools.lru_cache(maxsize=None)
-def _flush_buffer():
-    """A device buffer twice the L2's size: overwriting it evicts whatever the L2 held."""
-    from ..exec.pycuda_backend import _driver
-    drv = _driver()
-    try:
-        l2 = int(drv.Context.get_device().get_attribute(drv.device_attribute.L2_CACHE_SIZE))
-    except Exception:  # attribute missing in an old PyCUDA: assume a large L2
-        l2 = 64 << 20
-    nbytes = max(2 * l2, 8 << 20)
-    return drv.mem_alloc(nbytes), nbytes // 4
-
-
-def _prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]]):
-    """Upload inputs, allocate the memory plan's buffers, and prepare every launch of one run.
-
-    Program.run up to the launches (the same binding checks and buffers); returns (launches, allocations to free)."""
-    from pycuda.compiler import SourceModule
-
-    from ..exec.backends import get_backend
-    from ..exec.emulator import check_launch_shape
-    from ..exec.pycuda_backend import DeviceBuffer
-
-    be = get_backend("pycuda")
-    arrays, bindings = program.bind(feeds, dims)
-    buffers = program.allocate(be, arrays, bindings)
-    owned: list[DeviceBuffer] = list({id(b): b for b in buffers.values()}.values())
-    module = SourceModule(program.source, no_extern_c=True, arch=be.arch)
-    launches = []
-    for kernel in program.kernels:
-        grid, block = kernel.launch.geometry(bindings)
-        if grid[0] == 0:
-            continue
-        g, b = check_launch_shape(grid, block)
-        params = kernel.signature.params
-        fn = module.get_function(kernel.name)
-        fn.prepare("".join("q" if p.ctype == "long long" else "P" for p in params))
-        args = []
-        for p, a in zip(params, kernel.args(buffers, bindings, program.dim_symbols)):
-            if p.ctype == "long long":
-                args.append(np.int64(a))
-            elif isinstance(a, DeviceBuffer):
-                args.append(int(a.allocation))
-            else:
-                raise RefcompError(f"kernel {kernel.name}: {p.ident} ({p.ctype}) got {type(a).__name__}, not a device buffer")
-        launches.append((kernel.name, fn, g, b, tuple(args)))
-    return launches, owned
-
-
-def time_program(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]] = None,
-                 repeats: int = 20, warmup: int = 5, flush_l2: bool = True, per_kernel: bool = False) -> Timing:
-    """Median time of one run of `program`'s kernels (CUDA events), inputs already on the device.
-
-    With `per_kernel` an event is also recorded between kernels, giving each kernel's median (the
-    extra events cost the total a little). Rounds are queued in batches small enough for the
-    driver's launch queue, each batch behind its own spin kernel.
-    """
-    require_gpu("timing a program")
-    from ..exec.pycuda_backend import _driver
-    drv = _driver()
-    launches, owned = _prepared_launches(program, feeds, dims)
-    try:
-        if not launches:
-            return Timing(0.0, [0.0] * repeats, [], False, flush_l2)
-        flush, words = _flush_buffer() if flush_l2 else (None, 0)
-        marks = len(launches) + 1 if per_kernel else 2
-
-        def enqueue(events=None):
-            if flush is not None:
-                drv.memset_d32_async(int(flush), 0, words)
-            if events:
-                events[0].record()
-            for j, (_, fn, g, b, args) in enumerate(launches):
-                fn.prepared_call(g, b, *args)
-                if events and per_kernel:
-                    events[j + 1].record()
-            if events and not per_kernel:
-                events[1].record()
-
-        def batch(n: int, spin_s: float):
-            rounds = [[drv.Event() for _ in range(marks)] for _ in range(n)]
-            _spin_function().prepared_call((1, 1, 1), (1, 1, 1), np.uint64(int(spin_s * 1e9)))
-            spun = drv.Event()
-            spun.record()
-            for events in rounds:
-                enqueue(events)
-            drained = spun.query()  # the spin was over before the last round was queued: there may be gaps
-            rounds[-1][-1].synchronize()
-            return rounds, drained
-
-        try:
-            for _ in range(max(warmup, 1)):
-                enqueue()
-            drv.Context.synchronize()
-            probe = [drv.Event() for _ in range(marks)]
-            started = time.perf_counter()
-            enqueue(probe)
-            host_round = time.perf_counter() - started
-            drv.Context.synchronize()
-
-            per_batch = max(1, min(repeats, _QUEUE_OPS // (len(launches) + marks + 1)))
-            spin_s = min(_MAX_SPIN_S, max(1e-3, 2.0 * host_round * per_batch))
-            host_bound, done, all_rounds = False, 0, []
-            while done < repeats:
-                n = min(per_batch, repeats - done)
-                rounds, drained = batch(n, spin_s)
-                while drained and spin_s < _MAX_SPIN_S:
-                    spin_s = min(_MAX_SPIN_S, spin_s * 4)
-                    rounds, drained = batch(n, spin_s)
-                host_bound |= drained
-                all_rounds += rounds
-                done += n
-        except drv.Error as exc:
-            raise RefcompError(f"running the program's kernels failed on the GPU: {exc}") from exc
-        totals = [events[0].time_till(events[-1]) * 1e-3 for events in all_rounds]
-        kernels = []
-        if per_kernel:
-            kernels = [(name, statistics.median(events[j].time_till(events[j + 1]) * 1e-3 for events in all_rounds))
-                       for j, (name, _, _, _, _) in enumerate(launches)]
-        return Timing(statistics.median(totals), totals, kernels, host_bound, flush_l2)
-    finally:
-        for buf in owned:
-            try:
-                buf.allocation.free()
-            except Exception:  # already freed, or the context is gone
-                pass
 
 
 # --- measured mode -------------------------------------------------------------------------------
@@ -351,7 +168,6 @@ def measure_programs(outputs, result, dims: Optional[Mapping[str, int]] = None, 
     `problems` and not timed.
     """
     require_gpu()
-    from ..codegen.program import program_for_schedule
     dims = dict(result.bindings if dims is None else dims)
     schedules = list(result.candidates or [result.schedule]) if schedules is None else list(schedules)
     feeds = make_feeds(outputs, dims, seed, fixed_feeds, result)
@@ -400,7 +216,6 @@ def compile_measured(outputs, dims_hint: Optional[Mapping[str, int]] = None, rep
     The returned Program has `.measured`: (schedule, median seconds) for every candidate, model's pick first.
     """
     require_gpu("rc.compile(measure=True)")
-    from ..search.search import search as run_search
     tensors, _ = flatten_outputs(outputs)
     result = run_search([t.edge for t in tensors], dims_hint)
     measurements = measure_programs(outputs, result, None, repeats, warmup, **options)

@@ -1,6 +1,6 @@
 """An `onnx.backend.base.Backend` for refcomp, so ONNX's conformance suite runs against it.
 
-    from refcomp.frontends.onnx_backend import RefcompBackend
+    from refcomp.onnx_backend import RefcompBackend
     outputs = RefcompBackend.run_model(model, [x], device="CPU")    # NumPy reference interpreter
     outputs = RefcompBackend.run_model(model, [x], device="CUDA")   # generated CUDA, host emulator
 
@@ -25,9 +25,9 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from ..errors import RefcompError
+from .errors import RefcompError
 from .onnx import import_model, load
-from .onnx_ops_core import StaticInputRequired
+from .frontends.onnx_ops_core import StaticInputRequired
 
 EXECUTORS = ("numpy", "emulator", "pycuda")
 
@@ -213,8 +213,8 @@ def node_test_selection() -> dict:
 
     from onnx.backend.test.loader import load_model_tests
 
-    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
-    from .onnx_ops_core import OPS
+    from .frontends import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
+    from .frontends.onnx_ops_core import OPS
 
     with warnings.catch_warnings():  # generating the cases divides by zero on purpose (empty-set tests)
         warnings.simplefilter("ignore")

@@ -1,4 +1,4 @@
-"""The contract between code generation and the three executors.
+"""The contract between code generation and the executors, defined by the stage that produces it.
 
 Lowering produces CUDA source plus one `KernelSignature` per `__global__` function. Every backend
 (host emulator, PyCUDA) loads that pair into a `Module` and launches kernels by name with a grid, a

@@ -1,0 +1,29 @@
+"""What the search may ask code generation: the one interface from `search` into `codegen`.
+
+The search proposes fusions; only code generation knows whether a fused kernel can be written (a
+row kernel whose reduction is read at another row cannot). `fusion_problem` answers that by running
+the kernel's index analysis, where every refusal is raised, without rendering a template or printing
+any source. The limits the search must respect are re-exported here so that the search reads them
+from the stage that imposes them.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..ops.primitives import Node
+from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
+from .fused import matmul_axes
+from .kernels import default_reduce_strategy
+from .lower import Group, kernel_for_group, materialise_outputs
+
+__all__ = ["fusion_problem", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "MAX_FUSED_NODES",
+           "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
+
+
+def fusion_problem(group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict) -> Optional[str]:
+    """None when code generation can honour this fused group, else why it cannot."""
+    try:
+        kernel_for_group("check", group, names, fused, params, render=False)
+    except Unfusable as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,93 @@
+"""The package's layers: data flows one way, and no stage imports a stage above it.
+
+Every import in refcomp/ is read from the source (module-level and function-level, `import x` and
+`from x import y`, relative or absolute) and mapped to its unit: a subpackage (`ops`, `search`, ...)
+or a top-level module (`compiler`, `golden`, ...). docs/ARCHITECTURE.md draws the same table.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
+
+# Lowest first: a unit may import only units listed before it (and itself).
+LAYERS = ["errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "measure",
+          "compiler", "onnx", "__init__", "onnx_backend", "fuzz", "cli", "__main__"]
+
+
+def _unit(module: str) -> str:
+    """refcomp.ops.tensor -> ops; refcomp.compiler -> compiler; refcomp -> __init__."""
+    parts = module.split(".")
+    assert parts[0] == "refcomp", module
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports() -> list[tuple[str, str, str, int]]:
+    """(importing unit, imported unit, file, line) for every import of refcomp code."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        package = module if rel.name == "__init__" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                    # `from . import onnx` names a module, not an attribute of the package
+                    targets = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
+                else:
+                    targets = [node.module or ""]
+            for target in targets:
+                if target == "refcomp" or target.startswith("refcomp."):
+                    found.append((_unit(module), _unit(target), str(path.relative_to(PACKAGE.parent)), node.lineno))
+    return found
+
+
+def test_every_unit_has_a_layer():
+    units = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert units - set(LAYERS) <= {"templates"}, f"give these a layer: {sorted(units - set(LAYERS) - {'templates'})}"
+
+
+def test_no_stage_imports_a_stage_above_it():
+    rank = {unit: k for k, unit in enumerate(LAYERS)}
+    rank["templates"] = rank["codegen"]  # the Jinja templates are codegen's data
+    upward = [f"{path}:{line}: {a} imports {b}" for a, b, path, line in _imports() if a != b and rank[b] > rank[a]]
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+def test_no_cycle_between_units():
+    edges: dict[str, set[str]] = {}
+    for a, b, _, _ in _imports():
+        if a != b:
+            edges.setdefault(a, set()).add(b)
+    state: dict[str, str] = {}
+    for start in sorted(edges):  # iterative depth-first search; a grey node met again closes a cycle
+        if start in state:
+            continue
+        stack = [(start, iter(sorted(edges.get(start, ()))))]
+        state[start], path = "grey", [start]
+        while stack:
+            unit, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[unit] = "black"
+                stack.pop()
+                path.pop()
+            elif state.get(child) == "grey":
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(child):] + [child]))
+            elif child not in state:
+                state[child] = "grey"
+                path.append(child)
+                stack.append((child, iter(sorted(edges.get(child, ())))))
+
+
+def test_the_checker_sees_function_level_imports():
+    """A guard on the guard: the walk finds an import inside a function body."""
+    inner = [(a, b) for a, b, path, line in _imports() if path.endswith("fuzz/check.py")]
+    assert ("fuzz", "__init__") in inner  # `import refcomp as rc` inside _compile
