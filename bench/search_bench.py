@@ -121,7 +121,7 @@ def bench_workload(w: Workload, repeats: int = 5) -> Row:
     compile_times, search_times, prog = [], [], None
     for _ in range(max(repeats, 1)):
         started = time.perf_counter()
-        prog = rc.compile(outputs, search=True, dims_hint=w.dims_hint)
+        prog = rc.compile(outputs, search=True, dims_hint=w.dims_hint, cache=False)
         compile_times.append(time.perf_counter() - started)
         search_times.append(prog.search.seconds)
     r = prog.search

@@ -6,10 +6,10 @@ from .ops.elementwise import fmod, maximum, minimum, where
 from .ops.reductions import arange
 from .ops import nn
 from .exec.reference import evaluate
-from .exec.program import Program
+from .exec.program import Program, load_program
 from .compiler import compile
 from . import onnx  # the onnx package itself is imported only when a model is first imported
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
-           "arange", "nn", "evaluate", "Program", "compile", "onnx", "RefcompError", "ShapeError", "BindingError",
+           "arange", "nn", "evaluate", "Program", "compile", "load_program", "onnx", "RefcompError", "ShapeError", "BindingError",
            "FeedError", "AllocationError", "CacheError"]

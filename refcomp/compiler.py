@@ -5,7 +5,9 @@
       -> exec.program.program_for_schedule: codegen lowers each kernel group, and a Program runs them
     or, with search=False, codegen.lower.lower_plain: one kernel per compute node.
 
-Measured mode (`measure=True`) times the search's candidate schedules on a GPU (refcomp.measure).
+A searched program is cached on disk (exec.program_cache), so the next process loads it instead
+of searching again. Measured mode (`measure=True`) times the search's candidate schedules on a GPU
+(refcomp.measure).
 """
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from typing import Mapping, Optional
 from .codegen.lower import lower_plain, materialise_outputs
 from .errors import RefcompError
 from .exec.program import Program, program_for_schedule
+from .exec.program_cache import load_cached, program_path, store
 from .measure import compile_measured
 from .ops.graph import flatten_outputs, symbols_of, toposort
+from .search.cost import H200
 from .search.search import search as run_search
 from .symbolic.dims import check_dim_values
 
 
-def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False) -> Program:
+def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False,
+            cache: bool = True) -> Program:
     """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
 
     With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
@@ -28,7 +33,9 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
     count as refcomp.search.cost.DEFAULT_DIM). Without it, every compute node gets its own kernel.
     With `measure` (needs PyCUDA and a GPU) the search's candidate schedules are each built, checked
     against the NumPy reference and timed on the GPU at `dims_hint`, and the fastest is returned
-    (`program.measured` lists every candidate's time; see refcomp.measure).
+    (`program.measured` lists every candidate's time; see refcomp.measure). With `cache` (the
+    default) a searched program is loaded from the program cache when this graph was compiled
+    before; a loaded program has no `.search` (its `explain()` is the text saved with it).
     """
     tensors, _ = flatten_outputs(outputs)
     symbols = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
@@ -40,5 +47,11 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
     if not search:
         output_nodes = materialise_outputs(tensors)
         return Program(outputs, lower_plain(output_nodes), output_nodes)
-    result = run_search([t.edge for t in tensors], dims_hint)
-    return program_for_schedule(outputs, result, result.schedule)
+    path = program_path(outputs, dims_hint, H200) if cache else None
+    program = load_cached(outputs, path) if cache else None
+    if program is None:
+        result = run_search([t.edge for t in tensors], dims_hint, H200)
+        program = program_for_schedule(outputs, result, result.schedule)
+        if cache:
+            store(program, path)
+    return program

@@ -1,5 +1,12 @@
+import os
+import tempfile
+
 import numpy as np
 import pytest
+
+# Each test session starts with an empty compiled-program cache, so every graph is searched at least
+# once per run (the kernel cache stays shared: it only saves g++ time, never changes a result).
+os.environ.setdefault("REFCOMP_PROGRAM_CACHE_DIR", tempfile.mkdtemp(prefix="refcomp-programs-"))
 
 
 @pytest.fixture

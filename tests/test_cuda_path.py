@@ -23,6 +23,19 @@ def test_searched_program_matches_golden_on_emulator(case):
     assert check_case(case, "emulator", search=True) == []
 
 
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_saved_program_runs_like_the_original_on_emulator(case, tmp_path):
+    """Program.save then rc.load_program: the same source, and identical outputs at every binding."""
+    prog = compiled(case.name, True)
+    prog.save(tmp_path / "program.json")
+    loaded = rc.load_program(tmp_path / "program.json")
+    assert loaded.source == prog.source
+    for i in range(len(case.bindings)):
+        feeds, dims = golden.case_feeds(case, i)
+        want, got = prog.run(feeds, backend="emulator", dims=dims), loaded.run(feeds, backend="emulator", dims=dims)
+        assert golden.compare(got, want, dict(rtol=0, atol=0)) == []  # bit for bit (NaN matching NaN)
+
+
 @pytest.mark.parametrize("search", [False, True], ids=["plain", "search"])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_source_builds_with_nvcc_for_sm90(case, search):

@@ -10,13 +10,13 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import jinja2
 import sympy
 
 from .abi import KernelSignature
-from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
 from .emit import KernelBody, Unfusable, c_params
 
@@ -46,6 +46,10 @@ class Launch:
     block: int = BLOCK
     extra: tuple = ()
 
+    def __str__(self) -> str:
+        extra = "".join(f" x {d}" for d in self.extra)
+        return f"{self.mode} over {self.work}{extra}, block {self.block}"
+
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
         if self.mode == "tiles":
@@ -68,6 +72,12 @@ class Kernel:
     signature: KernelSignature
     source: str
     launch: Launch
+    ops: tuple[str, ...] = ()  # the user-level ops it computes ("layer_norm", "matmul"), in graph order
+    cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
+
+    def __repr__(self) -> str:
+        cost = "" if self.cost is None else f", {self.cost.bytes:,} B, {self.cost.flops:,} flop, {self.cost.time_s * 1e6:.2f} us"
+        return f"<Kernel {self.name}: {self.kind}, {' '.join(self.ops)}, {self.launch}{cost}>"
 
     def args(self, buffers: Mapping[int, object], bindings: Mapping[str, int], dim_symbols: Mapping[str, sympy.Symbol]) -> list:
         """Launch arguments: buffers for pointer params, ints for dims."""
@@ -86,11 +96,26 @@ class Late:
     fn: Callable
 
 
+def user_ops(nodes: Sequence[Node]) -> tuple[str, ...]:
+    """The user-level ops that built these nodes, in the order given, each once; a node no user call
+    built (an output's copy, say) counts as its primitive."""
+    return tuple(dict.fromkeys(n.origin.op if n.origin else n.op.name.lower() for n in nodes if n.op.kind != LEAF))
+
+
+def _origins(nodes: Sequence[Node]) -> str:
+    """`layer_norm (model.py:12), matmul (model.py:13)`: the user calls these nodes came from."""
+    calls = dict.fromkeys(n.origin for n in nodes if n.origin is not None)
+    return ", ".join(o.op + (f" ({o.where})" if o.where else "") for o in calls)
+
+
 def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node, extra: str = "") -> str:
     label = body.names.label
     shape = ", ".join(body.comment_printer.int(n) for n in output.shape)
-    computes = ", ".join(label(n) for n in body.names.order(list(body.fused) + list(nodes)))
+    ordered = body.names.order(list(body.fused) + list(nodes))
+    computes = ", ".join(label(n) for n in ordered)
     lines = [f"// {name}: computes {computes} -> out0, shape ({shape}){extra}"]
+    if _origins(ordered):
+        lines.append(f"//   user ops: {_origins(ordered)}")
     reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
     lines += [f"//   reads {r}" for r in dict.fromkeys(body.loads)]
     lines += [f"//   {k} = {v}" for k, v in reads.items()]
@@ -110,7 +135,8 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch)
+    return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
+                  user_ops(nodes))
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)

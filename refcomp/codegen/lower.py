@@ -13,7 +13,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from .emit import ProgramNames
 from .fused import matmul_kernel, row_kernel
-from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel
+from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
 
 
 def materialise_outputs(tensors) -> list[Node]:
@@ -38,15 +38,19 @@ def kernel_for(name: str, node: Node, names: ProgramNames, inline: Callable[[Nod
     raise AssertionError(f"no kernel for {node}")
 
 
-def kernel_name(index: int, node: Node) -> str:
-    return f"k{index}_{node.op.name.lower()}"
+MAX_NAME_OPS = 3  # a kernel's name lists at most this many user ops (its comment lists them all)
+
+
+def kernel_name(index: int, nodes: Sequence[Node]) -> str:
+    """`k2_softmax`, `k4_layer_norm_matmul`: the position, then what the kernel computes."""
+    return f"k{index}_" + "_".join(user_ops(nodes)[:MAX_NAME_OPS])
 
 
 def lower_plain(output_nodes: Sequence[Node]) -> list[Kernel]:
     nodes = toposort(list(output_nodes))
     names = ProgramNames.of(nodes)
     compute = [n for n in nodes if n.op.kind != LEAF]
-    return [kernel_for(kernel_name(k, n), n, names) for k, n in enumerate(compute)]
+    return [kernel_for(kernel_name(k, [n]), n, names) for k, n in enumerate(compute)]
 
 
 @dataclass(frozen=True)

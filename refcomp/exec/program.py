@@ -20,22 +20,36 @@ from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..search.explain import cost_table, explain
 from ..search.fusion import group_params
-from ..search.search import with_schedule
+from ..search.cost import KernelCost
+from ..search.search import unfused_costs, with_schedule
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
 from .backends import get_backend
 from .bindings import bind_dims, check_binding, check_ids, show_binding
 from .nvcc import nvcc_check
 from .reference import evaluate, read_edge
+from .saved import read_program, rebuild_parts, write_program
 
 
 class Program:
-    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], search=None):
+    """`kernels[i]` has .name, .source, .launch, .ops (user-level ops) and .cost (the model's
+    KernelCost at `cost_bindings`); `cost` totals them."""
+
+    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], search=None,
+                 costs: Optional[list[KernelCost]] = None, cost_bindings: Optional[Mapping[str, int]] = None):
         self.outputs = outputs
         self.tensors, self._rebuild = flatten_outputs(outputs)
         self.kernels = kernels
         self.output_nodes = output_nodes
         self.search = search  # the SearchResult (trace, costs) when the program was searched
+        if search is not None:
+            costs, cost_bindings = search.costs, search.bindings
+        if costs is None:
+            costs, cost_bindings = unfused_costs(output_nodes)
+        for kernel, cost in zip(kernels, costs):
+            kernel.cost = cost
+        self.cost_bindings = dict(cost_bindings)
+        self.saved_explain: Optional[str] = None  # what explain() said when a loaded program was saved
         self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
         nodes = toposort(list(output_nodes))
         self._nodes = nodes
@@ -51,6 +65,13 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program: {len(self.kernels)} kernels ({', '.join(k.name for k in self.kernels)})>"
+
+    @property
+    def cost(self) -> KernelCost:
+        """The whole program under the cost model: its kernels' bytes, flops and times summed."""
+        costs = [k.cost for k in self.kernels]
+        return KernelCost("total", f"{len(costs)} kernels", sum(c.bytes for c in costs), sum(c.flops for c in costs),
+                          max((c.threads for c in costs), default=0), sum(c.time_s for c in costs))
 
     # --- memory ------------------------------------------------------------------------------
     def _node_bytes(self, node: Node, bindings: Mapping[str, int]) -> int:
@@ -152,13 +173,19 @@ class Program:
     # --- reports -------------------------------------------------------------------------------
     def explain(self) -> str:
         """The graph before and after search, the rules applied with the cost after each, per-kernel costs."""
-        return explain(self)
+        return self.saved_explain if self.saved_explain is not None else explain(self)
+
+    # --- files ---------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write this program as a versioned, signed JSON file (see exec.saved); rc.load_program reads it."""
+        write_program(self, path)
 
     def cost_summary(self) -> str:
-        """Per kernel: modeled bytes, flops and predicted time on the H200 profile (searched programs)."""
-        if self.search is None:
-            return "compiled with search=False: no cost model was run"
-        return "\n".join(cost_table(self.search, self.kernels))
+        """Per kernel: modeled bytes, flops and predicted time on the cost model's device profile."""
+        binding = show_binding(self.cost_bindings) or "no symbolic dims"
+        lines = [f"cost model at {binding}" + ("" if self.search else " (search=False: one kernel per compute node)")]
+        return "\n".join(lines + cost_table(self.kernels, [k.cost for k in self.kernels], self.output_nodes,
+                                            self._nodes, self.cost_bindings))
 
     def report(self) -> str:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
@@ -171,11 +198,22 @@ class Program:
         return "\n".join(lines)
 
 
+def load_program(path, outputs=None) -> Program:
+    """A program saved by Program.save, ready to run on every backend, without search or codegen.
+    A file from another refcomp version, or one that no longer matches its signature, is refused.
+    `outputs` (the same graph, built again) replaces the saved graph as the program's reference."""
+    saved_outputs, kernels, output_nodes, costs, cost_bindings, explained = rebuild_parts(read_program(path), str(path))
+    program = Program(saved_outputs if outputs is None else outputs, kernels, output_nodes, costs=costs,
+                      cost_bindings=cost_bindings)
+    program.saved_explain = explained
+    return program
+
+
 def program_for_schedule(outputs, result, schedule) -> Program:
     """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
     result = with_schedule(result, schedule)
     groups = result.groups
     fused = lambda node: node.id in schedule.inline
-    kernels = [kernel_for_group(kernel_name(k, g.root), g, result.graph.names, fused, group_params(schedule, g))
+    kernels = [kernel_for_group(kernel_name(k, g.members + (g.root,)), g, result.graph.names, fused, group_params(schedule, g))
                for k, g in enumerate(groups)]
     return Program(outputs, kernels, result.graph.output_nodes, search=result)

@@ -66,7 +66,10 @@ class TensorCore:
         return f"{self.node.label} of shape {format_shape(self.shape)}"
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.label}>"
+        """`<Tensor softmax (B, 32) float32>`: the user op that built it (or the input it is)."""
+        node = self.node
+        what = node.label if node.op.name == "Input" else node.origin.op if node.origin else node.op.name.lower()
+        return f"<Tensor {what} {format_shape(self.shape)} {self.dtype}>"
 
     def __bool__(self):
         raise ShapeError(f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph")

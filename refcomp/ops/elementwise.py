@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from .provenance import user_op
 from .core import broadcast, broadcast_shape, lift
 from .movement import stack
 from .primitives import make_node
@@ -179,6 +180,7 @@ MAX_SQUARING_EXPONENT = 2 ** 64
 FLOAT32_MAX = 3.4028234663852886e38
 
 
+@user_op
 def power(x, y):
     """x ** y as NumPy computes it in float32: C's powf, except that a scalar 0.5 is sqrt (as in NumPy,
     so (-inf) ** 0.5 is NaN there, and inf elementwise).
@@ -256,6 +258,7 @@ def _ordered(a, b):
     return a_ok * (1.0 - lift(b).isnan())
 
 
+@user_op
 def where(cond, a, b):
     """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
     cond, a, b = lift(cond), lift(a), lift(b)
@@ -266,14 +269,17 @@ def where(cond, a, b):
     return type(cond).from_node(make_node("Where", tuple(t.edge for t in operands)))
 
 
+@user_op
 def maximum(a, b):
     return lift(a).maximum(b)
 
 
+@user_op
 def minimum(a, b):
     return lift(a).minimum(b)
 
 
+@user_op
 def fmod(a, b):
     return lift(a)._binary("Mod", b)
 

@@ -12,6 +12,7 @@ import sympy
 
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
+from .provenance import user_op
 from .core import constant, lift
 from .primitives import make_node
 
@@ -230,6 +231,7 @@ def _sequence(tensors, what: str) -> list:
     return list(tensors)
 
 
+@user_op
 def concat(tensors, axis: int = 0):
     """Join along an existing axis: each part is padded to the full length and the parts are added."""
     tensors = [lift(t) for t in _sequence(tensors, "concat")]
@@ -250,6 +252,7 @@ def concat(tensors, axis: int = 0):
     return out
 
 
+@user_op
 def stack(tensors, axis: int = 0):
     tensors = [lift(t) for t in _sequence(tensors, "stack")]
     if not tensors:

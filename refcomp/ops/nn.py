@@ -12,6 +12,7 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, idiv
 from .primitives import make_node
+from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
 
@@ -29,6 +30,7 @@ def _require_ndim(x: Tensor, ndim: int, who: str) -> None:
         raise ShapeError(f"{who} expects a {ndim}-D tensor, got {x.label}")
 
 
+@user_op
 def linear(x, weight, bias=None):
     """x @ weight.T + bias, with weight of shape (out_features, in_features) as in PyTorch."""
     weight = lift(weight)
@@ -37,6 +39,7 @@ def linear(x, weight, bias=None):
     return out if bias is None else out + bias
 
 
+@user_op
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     x = lift(x)
     centred = x - x.mean(-1, keepdims=True)
@@ -46,6 +49,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
     return out if bias is None else out + bias
 
 
+@user_op
 def rms_norm(x, weight=None, eps: float = 1e-6):
     x = lift(x)
     out = x * ((x * x).mean(-1, keepdims=True) + eps).rsqrt()
@@ -71,6 +75,7 @@ def _windows(x: Tensor, kernel, stride, padding, dilation, pad_value: float, who
     return padded.as_strided((n, c, ho, wo, kh, kw), strides)
 
 
+@user_op
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     x, weight = lift(x), lift(weight)
     _require_ndim(weight, 4, "conv2d weight")
@@ -91,6 +96,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     return out if bias is None else out + lift(bias).reshape(1, c_out, 1, 1)
 
 
+@user_op
 def max_pool2d(x, kernel_size, stride=None, padding=0):
     kernel = _pair(kernel_size, "max_pool2d kernel_size")
     stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
@@ -100,6 +106,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0):
     return _windows(lift(x), kernel, stride, pad, (1, 1), -math.inf, "max_pool2d").max((-2, -1))
 
 
+@user_op
 def avg_pool2d(x, kernel_size, stride=None, padding=0):
     """Averages over the whole window, padding included (PyTorch's count_include_pad=True)."""
     kernel = _pair(kernel_size, "avg_pool2d kernel_size")
@@ -108,6 +115,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
     return _windows(lift(x), kernel, stride, pad, (1, 1), 0.0, "avg_pool2d").mean((-2, -1))
 
 
+@user_op
 def embedding(ids, table):
     """Rows of `table` (V, D) picked by int32 `ids` of any shape; the result is ids.shape + (D,)."""
     ids, table = lift(ids), lift(table)
@@ -118,6 +126,7 @@ def embedding(ids, table):
     return Tensor.from_node(make_node("Gather", (table.edge, ids.edge)))
 
 
+@user_op
 def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
     """softmax(q k^T / sqrt(d) + mask) v over the last two axes.
 

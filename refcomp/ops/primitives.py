@@ -18,6 +18,7 @@ import numpy as np
 
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
+from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
@@ -101,6 +102,7 @@ class Node:
     shape: tuple[Dim, ...]
     dtype: str = "float32"
     id: int = field(default_factory=lambda: next(_ids))
+    origin: Optional[Origin] = None  # the user-level call that built it (ops.provenance)
 
     def __repr__(self) -> str:
         return f"{self.label}{list(self.shape)}"
@@ -133,4 +135,4 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
 
 def make_node(op_name: str, srcs: tuple[Edge, ...] = (), dtype: str = "float32", **attrs) -> Node:
     op = OPS[op_name]
-    return Node(op, tuple(srcs), attrs, infer_shape(op, tuple(srcs), attrs), dtype)
+    return Node(op, tuple(srcs), attrs, infer_shape(op, tuple(srcs), attrs), dtype, origin=current())

@@ -12,6 +12,7 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
+from .provenance import user_op
 from .core import broadcast_shape, constant, iota, lift
 from .elementwise import where
 
@@ -132,6 +133,7 @@ def _batch_of(t):
     return constant(0.0).broadcast_to(t.shape[:-2]) if t.ndim > 2 else constant(0.0)
 
 
+@user_op
 def arange(*args):
     """rc.arange(n) or rc.arange(start, stop, step) with ints: floats start, start+step, ..."""
     if len(args) == 1:

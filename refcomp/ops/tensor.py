@@ -8,6 +8,7 @@ from __future__ import annotations
 from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
 from .movement import MovementMixin
+from .provenance import user_op
 from .reductions import ReductionMixin
 
 __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
@@ -19,3 +20,22 @@ class Tensor(MovementMixin, ElementwiseMixin, ReductionMixin, TensorCore):
 
 
 TensorCore.full = Tensor
+
+# Operators are user ops under the names people say: `a + b` builds "add" nodes.
+OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "sub", "__mul__": "mul",
+             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__neg__": "neg", "__pow__": "pow",
+             "__rpow__": "pow", "__mod__": "mod", "__rmod__": "mod", "__matmul__": "matmul", "__rmatmul__": "matmul",
+             "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne",
+             "__getitem__": "index"}
+
+
+def _record_provenance(cls: type) -> None:
+    """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
+    for mixin in (MovementMixin, ElementwiseMixin, ReductionMixin):
+        for attr, value in vars(mixin).items():
+            name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
+            if name is not None and callable(value) and not hasattr(value, "user_op"):
+                setattr(cls, attr, user_op(value, name=name))
+
+
+_record_provenance(Tensor)

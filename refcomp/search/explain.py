@@ -26,14 +26,22 @@ def describe_graph(edges: list[Edge]) -> list[str]:
     return lines
 
 
-def cost_table(result, kernels) -> list[str]:
-    lines = [f"  {'kernel':<22}{'kind':<12}{'nodes':>6}{'bytes':>12}{'flops':>12}{'time us':>10}"]
-    for kernel, cost in zip(kernels, result.costs):
-        lines.append(f"  {kernel.name:<22}{kernel.kind:<12}{len(kernel.nodes):>6}{cost.bytes:>12,}{cost.flops:>12,}{cost.time_s * 1e6:>10.2f}")
-    total_bytes = sum(c.bytes for c in result.costs)
-    least = minimum_bytes(result.graph.output_nodes, result.graph.nodes, result.bindings)
+def format_table(header: list[str], rows: list[list[str]], left: int = 2) -> list[str]:
+    """Columns as wide as their widest cell: the first `left` columns flush left, numbers flush right."""
+    widths = [max(len(str(r[k])) for r in [header] + rows) for k in range(len(header))]
+    cell = lambda k, v: f"{v:<{widths[k]}}" if k < left else f"{v:>{widths[k]}}"
+    return ["  " + "  ".join(cell(k, v) for k, v in enumerate(r)).rstrip() for r in [header] + rows]
+
+
+def cost_table(kernels, costs, output_nodes, all_nodes, bindings) -> list[str]:
+    """Per kernel: its user ops, modeled bytes, flops and time; then the total against the minimum bytes."""
+    rows = [[k.name, k.kind, str(len(k.nodes)), f"{c.bytes:,}", f"{c.flops:,}", f"{c.time_s * 1e6:.2f}"]
+            for k, c in zip(kernels, costs)]
+    lines = format_table(["kernel", "kind", "nodes", "bytes", "flops", "time us"], rows)
+    total_bytes = sum(c.bytes for c in costs)
+    least = minimum_bytes(output_nodes, all_nodes, bindings)
     lines.append(f"  total: {len(kernels)} kernels, {total_bytes:,} bytes (minimum {least:,}, ratio {total_bytes / max(least, 1):.2f}), "
-                 f"predicted {result.time_s * 1e6:.2f} us")
+                 f"predicted {sum(c.time_s for c in costs) * 1e6:.2f} us")
     return lines
 
 
@@ -55,7 +63,7 @@ def explain(program) -> str:
     out.append("kernels:")
     for kernel in program.kernels:
         out.append(f"  {kernel.name}: " + ", ".join(program.names.label(n) for n in kernel.nodes))
-    out += cost_table(result, program.kernels)
+    out += cost_table(program.kernels, result.costs, result.graph.output_nodes, result.graph.nodes, result.bindings)
     return "\n".join(out)
 
 

@@ -41,10 +41,12 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
     for node in toposort([e.node for e in outputs]):
         srcs = tuple(Edge(mapping[s.node.id].node, compose(mapping[s.node.id].views, s.views)) for s in node.srcs)
         changed = any(a.node is not b.node or a.views != b.views for a, b in zip(srcs, node.srcs))
-        current = Node(node.op, srcs, node.attrs, node.shape, node.dtype) if changed else node
+        current = Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin) if changed else node
         replacement = replace(current)
         if replacement is not None:
             rewritten += 1
+            if replacement.node.origin is None:  # a node a rule built computes what the replaced one did
+                replacement.node.origin = node.origin
             mapping[node.id] = replacement
         else:
             mapping[node.id] = identity_edge(current)

@@ -338,3 +338,14 @@ def _show_progress(enabled: bool, start: float, states: int, best: float) -> boo
         print(f"\rrefcomp search: {states} states, best {best * 1e6:.1f} us, {elapsed:.1f} s", end="", file=sys.stderr, flush=True)
         return True
     return False
+
+
+def unfused_costs(output_nodes: Sequence[Node], dims_hint: Optional[Mapping[str, int]] = None,
+                  profile: DeviceProfile = H200) -> tuple[list[KernelCost], dict[str, int]]:
+    """The cost of each kernel of the plain lowering (one per compute node, in graph order), and the
+    binding they are priced at: what `search=False` programs report."""
+    graph = Graph(list(output_nodes))
+    bindings = binding_for(graph.nodes, dims_hint, [identity_edge(n) for n in graph.output_nodes])
+    ev = _Evaluator(graph, bindings, profile)
+    groups = ev.partition(Schedule())
+    return [ev.cost(Schedule(), groups[n.id]) for n in graph.compute], bindings
