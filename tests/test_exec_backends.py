@@ -437,3 +437,19 @@ def test_doctor_names_every_executor():
     reason = pycuda_unavailable_reason()
     assert (reason or "pycuda") in text
     assert "emulator           ok" in text  # g++ is needed for this test file anyway
+
+
+def test_every_backend_implements_the_abi_protocol():
+    """docs/ARCHITECTURE.md says both executors implement codegen.abi.Backend: every method, by name."""
+    import inspect
+
+    from refcomp.codegen.abi import Backend
+    from refcomp.exec.emulator import EmulatorBackend
+    from refcomp.exec.pycuda_backend import PyCudaBackend
+    wanted = {n for n, v in vars(Backend).items() if callable(v) and not n.startswith("_")} | {"name"}
+    for cls in (EmulatorBackend, PyCudaBackend):  # the classes: PyCudaBackend needs a GPU to instantiate
+        missing = {n for n in wanted if not hasattr(cls, n)}
+        assert not missing, f"{cls.__name__} lacks {sorted(missing)}"
+        for n in wanted - {"name"}:
+            assert list(inspect.signature(getattr(cls, n)).parameters) == list(inspect.signature(getattr(Backend, n)).parameters), n
+    assert isinstance(EmulatorBackend(), Backend)

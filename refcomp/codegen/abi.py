@@ -8,7 +8,7 @@ allocate, upload, download and poison them, so the same runner drives the CPU em
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class Module(Protocol):
         """Run kernel `name`; args are backend buffers (for pointer params) or Python ints (long long)."""
 
 
+@runtime_checkable
 class Backend(Protocol):
     name: str
 

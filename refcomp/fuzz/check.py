@@ -1,6 +1,8 @@
 """Checking generated graphs: compile with and without search, run on the emulator, compare."""
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -9,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import RefcompError
-from ..exec.program import program_for_schedule
+from ..exec.program import load_program, program_for_schedule
 from ..golden import FLOAT32_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..search.search import search
@@ -187,13 +189,22 @@ def own_dims(tensors, binding: dict) -> dict:
 
 
 def _compile(outputs, mode: str):
-    """rc.compile, without the search's progress line."""
+    """rc.compile, without the search's progress line. A searched program is run as saved to a file
+    and loaded again (against the same user graph, as the program cache loads it), so every fuzzed
+    program also checks program files: the same source, and the compiled graph rebuilt from JSON."""
     import refcomp as rc
     if mode == "plain":
         return rc.compile(outputs, search=False)
     tensors, _ = flatten_outputs(outputs)
     result = search([t.edge for t in tensors], progress=False)
-    return program_for_schedule(outputs, result, result.schedule)
+    program = program_for_schedule(outputs, result, result.schedule)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "program.json")
+        program.save(path)
+        loaded = load_program(path, outputs)
+    if loaded.source != program.source:
+        raise AssertionError("the loaded program's source differs from the saved one")
+    return loaded
 
 
 def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain")) -> BatchResult:
