@@ -133,7 +133,7 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         changed = False
         for rule in ALGEBRA:
             ctx = _context(edges)
-            edges, count = rebuild(edges, lambda n: rule.replace(n) if rule.matches(n, ctx) else None)
+            edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
             if count:
                 changed = True
                 trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile)))
