@@ -39,7 +39,7 @@ from refcomp.exec.program import program_for_schedule
 from refcomp.ops.graph import symbols_of, toposort
 from refcomp.ops.primitives import ELEMENTWISE, OPS
 from refcomp.search.cost import H200
-from refcomp.search.fusion import CLEANUP, FUSION, Schedule
+from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Schedule, group_params
 from refcomp.search.rewrite import count_compute_nodes, rebuild
 from refcomp.search.pattern import Apply, Const, Rule, Var, ops
 from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
@@ -745,6 +745,18 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert "matmul" in kinds
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
+
+
+def test_schedules_are_values_declared_once():
+    """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
+    equal schedules are equal values, and what code generation is told is derived from the declaration."""
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul"]
+    one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
+    assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
+    assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
+    assert one.kernel_params(3) == {"strategy": None, "block": 128, "tile": 16}
+    assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
+    assert one.with_params({(3, "block"): None}).params == ()
 
 
 def test_matmul_epilogue_never_feeds_a_reduction():
