@@ -38,12 +38,13 @@ from refcomp.codegen.fused import matmul_axes
 from refcomp.exec.program import program_for_schedule
 from refcomp.ops.graph import symbols_of, toposort
 from refcomp.ops.primitives import ELEMENTWISE, OPS
-from refcomp.search.cost import H200
+from refcomp.search.cost import H200, DeviceProfile
+from refcomp.search.explain import explain
 from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Schedule, group_params
 from refcomp.search.rewrite import count_compute_nodes, rebuild
 from refcomp.search.pattern import Apply, Const, Rule, Var, ops
 from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
-from refcomp.search.search import _context, _Evaluator, simplify
+from refcomp.search.search import _context, _Evaluator, search, simplify, with_schedule
 from refcomp.symbolic.dims import evaluate_dim
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -757,6 +758,22 @@ def test_schedules_are_values_declared_once():
     assert one.kernel_params(3) == {"strategy": None, "block": 128, "tile": 16}
     assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
     assert one.with_params({(3, "block"): None}).params == ()
+
+
+def test_the_device_profile_is_threaded_through():
+    """A search under another device prices every kernel on it, a chosen candidate too, and explain names it."""
+    x, w = rc.input("x", ("B", 64)), rc.input("w", (64, 32))
+    y = (x @ w).relu().softmax(-1)
+    slow = DeviceProfile(name="slow", bandwidth=H200.bandwidth / 8, flops=H200.flops / 8)
+    result = search([y.edge], {"B": 1024}, profile=slow, progress=False)
+    assert result.profile is slow
+    for sched in result.candidates:
+        chosen = with_schedule(result, sched)
+        ev = _Evaluator(result.graph, result.bindings, slow)
+        assert [c.time_s for c in chosen.costs] == [ev.cost(sched, g).time_s for g in chosen.groups]
+        assert group_params(sched, chosen.groups[0])["block"] == sched.param(chosen.groups[0].root.id, "block")
+    program = program_for_schedule({"y": y}, result, result.candidates[-1])
+    assert explain(program).startswith("cost model: slow roofline")
 
 
 def test_matmul_epilogue_never_feeds_a_reduction():

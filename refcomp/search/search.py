@@ -8,7 +8,8 @@ descent (all improving moves applied in order of gain, each re-checked on the ru
 A memo of visited schedules keeps any state from being explored twice; the search stops when a
 round brings no improvement or the budget (states, seconds) is spent. It is deterministic: nodes
 are visited in topological order and ties break on that order. Finally each kernel's schedule
-parameters (block size, reduction strategy, matmul tile) are enumerated under the cost model.
+parameters (`fusion.KERNEL_PARAMS`: block size, reduction strategy, matmul tile) are enumerated under
+the cost model. Everything is priced on one `DeviceProfile`, which the result carries (`profile`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class SearchResult:
     trace: list[Step]
     before: list[Edge]
     bindings: dict[str, int]
+    profile: DeviceProfile  # the device the costs are modeled on
     states: int = 0
     seconds: float = 0.0
     candidates: list = field(default_factory=list)  # the best distinct schedules seen, cheapest first
@@ -217,7 +219,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if s != best[1]]
     if shown:
         print(file=sys.stderr)
-    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, states,
+    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, states,
                         time.perf_counter() - start, candidates[:CANDIDATES])
 
 
@@ -225,7 +227,7 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     """The same search result, but with another of its schedules (a measured-mode candidate) chosen."""
     if sched is result.schedule:
         return result
-    ev = _Evaluator(result.graph, result.bindings, H200)
+    ev = _Evaluator(result.graph, result.bindings, result.profile)
     groups = ev.partition(sched)
     ordered = [groups[n.id] for n in result.graph.compute if n.id in groups]
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
