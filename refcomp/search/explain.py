@@ -19,7 +19,7 @@ def describe_graph(edges: list[Edge]) -> list[str]:
     label = ProgramNames.of(nodes).label
     lines = []
     for node in nodes:
-        if node.op.kind == "leaf" and node.op.name != "Input":
+        if node.op.literal:  # a Constant or an Iota: part of its readers, not a node of its own
             continue
         srcs = ", ".join(label(s.node) + ("" if s.views.is_identity else "[view]") for s in node.srcs)
         shape = "(" + ", ".join(str(d) for d in node.shape) + ")"
