@@ -37,11 +37,14 @@ from refcomp import Tensor, golden
 from refcomp.codegen.fused import matmul_axes
 from refcomp.exec.program import program_for_schedule
 from refcomp.ops.graph import symbols_of, toposort
-from refcomp.search.cost import H200
-from refcomp.search.fusion import CLEANUP, FUSION, Schedule
+from refcomp.ops.primitives import ELEMENTWISE, OPS
+from refcomp.search.cost import H200, DeviceProfile
+from refcomp.search.explain import explain
+from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Schedule, group_params
 from refcomp.search.rewrite import count_compute_nodes, rebuild
-from refcomp.search.rules import ALGEBRA, RULES_BY_NAME, Rule, _constant, _is, _through
-from refcomp.search.search import _context, _Evaluator, simplify
+from refcomp.search.pattern import Apply, Const, Rule, Var, ops
+from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
+from refcomp.search.search import _context, _Evaluator, search, simplify, with_schedule
 from refcomp.symbolic.dims import evaluate_dim
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -113,7 +116,7 @@ def differ(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Optio
 def apply_rule(rule: Rule, edges):
     """One pass of a rule over the graph, exactly as search.simplify applies it."""
     ctx = _context(edges)
-    return rebuild(edges, lambda n: rule.replace(n) if rule.matches(n, ctx) else None)
+    return rebuild(edges, lambda n: rule.rewrite(n, ctx))
 
 
 def verify(case: Case, transform: Callable, tolerances: dict) -> tuple[int, list[str]]:
@@ -458,6 +461,36 @@ def test_rule_is_sound_where_it_fires(name):
     check()
 
 
+def test_op_properties_agree_with_the_numpy_meanings():
+    """The fields rules test (`commutative`, `safe_under_pad`) are claims about each op's NumPy meaning:
+    check them there, both ways, so a wrong field (or a changed op) fails here, not in a rule."""
+    rng = np.random.default_rng(0)
+    for op in OPS.values():
+        if op.kind not in ELEMENTWISE:
+            assert not (op.commutative or op.safe_under_pad), op.name
+            continue
+        arity = {"unary": 1, "copy": 1, "binary": 2, "ternary": 3}[op.kind]
+        zeros = [np.zeros(4, np.float32) for _ in range(arity)]
+        with np.errstate(all="ignore"):
+            at_zero = op.numpy(zeros, {}, np.float32)
+        assert op.safe_under_pad == bool(np.all(at_zero == 0)), f"{op.name}: f(0) = {at_zero[0]}"
+        if arity == 2:
+            p, q = (rng.uniform(-3, 3, 64).astype(np.float32) for _ in range(2))
+            with np.errstate(all="ignore"):
+                swapped = np.array_equal(op.numpy([p, q], {}, np.float32), op.numpy([q, p], {}, np.float32))
+            assert op.commutative == swapped, op.name
+        else:
+            assert not op.commutative, op.name
+
+
+def test_rule_patterns_read_as_their_algebra():
+    docs = {r.name: r.doc for r in ALGEBRA}
+    assert docs["recip_recip"] == "recip(recip(x)) -> x"
+    assert docs["exp2_product"] == "mul(unshared exp2(a), unshared exp2(b)) -> exp2(add(a, b))"
+    with pytest.raises(AssertionError):  # a match through an edge is only defined for elementwise ops
+        Recip(ops("SumReduce")[0](x))
+
+
 def test_rules_keep_shapes_and_fire_through_views():
     """A concrete case per rule, with views on every edge, and the rewritten node count."""
     x = rc.input("x", ("B", 3))
@@ -468,21 +501,21 @@ def test_rules_keep_shapes_and_fire_through_views():
 
 
 # --- the harness catches wrong rules -------------------------------------------------------------------
-def _other_than_constant(n):
-    a, b = n.srcs
-    return b if _constant(a) else a
+class _AcrossPads(Apply):
+    """A nested pattern that (WRONGLY) matches through a pad whatever its op."""
+
+    def bind(self, edge, bound, ctx):
+        return self.bind_node(edge.node, bound, ctx, through=edge) if edge.node.op.name in self.ops else None
 
 
+Add, Mul, Recip, Log2, Exp2 = ops("Add", "Mul", "Recip", "Log2", "Exp2")
+x, a, b = Var("x"), Var("a"), Var("b")
 WRONG_RULES = {
-    "mul_one": Rule("mul_by_any_constant", "x * c -> x (WRONG unless c = 1)", "none",
-                    lambda n, ctx: n.op.name == "Mul" and any(_constant(s) for s in n.srcs), _other_than_constant),
-    "exp2_product": Rule("exp2_product_times", "exp2(a) * exp2(b) -> exp2(a * b) (WRONG)", "none",
-                         lambda n, ctx: n.op.name == "Mul" and all(_is(s, "Exp2") for s in n.srcs),
-                         lambda n: Tensor(_through(n.srcs[0])).__mul__(Tensor(_through(n.srcs[1]))).exp2().edge),
-    "log2_exp2": Rule("log2_exp2_across_pads", "log2(exp2(x)) -> x, even across a pad (WRONG there)", "none",
-                      lambda n, ctx: n.op.name == "Log2" and _is(n.srcs[0], "Exp2"), lambda n: _through(n.srcs[0])),
-    "recip_recip": Rule("recip_is_identity", "recip(x) -> x (WRONG)", "none",
-                        lambda n, ctx: n.op.name == "Recip", lambda n: n.srcs[0]),
+    "mul_one": Rule("mul_by_any_constant", Mul(Const(), x), x, "none (WRONG unless c = 1)"),
+    "exp2_product": Rule("exp2_product_times", Mul(Exp2(a), Exp2(b)), Exp2(Mul(a, b)), "none (WRONG)"),
+    "log2_exp2": Rule("log2_exp2_across_pads", Log2(_AcrossPads(frozenset({"Exp2"}), (x,))), x,
+                      "none (WRONG across a pad)"),
+    "recip_recip": Rule("recip_is_identity", Recip(x), x, "none (WRONG)"),
 }
 
 
@@ -713,6 +746,34 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert "matmul" in kinds
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
+
+
+def test_schedules_are_values_declared_once():
+    """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
+    equal schedules are equal values, and what code generation is told is derived from the declaration."""
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul"]
+    one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
+    assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
+    assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
+    assert one.kernel_params(3) == {"strategy": None, "block": 128, "tile": 16}
+    assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
+    assert one.with_params({(3, "block"): None}).params == ()
+
+
+def test_the_device_profile_is_threaded_through():
+    """A search under another device prices every kernel on it, a chosen candidate too, and explain names it."""
+    x, w = rc.input("x", ("B", 64)), rc.input("w", (64, 32))
+    y = (x @ w).relu().softmax(-1)
+    slow = DeviceProfile(name="slow", bandwidth=H200.bandwidth / 8, flops=H200.flops / 8)
+    result = search([y.edge], {"B": 1024}, profile=slow, progress=False)
+    assert result.profile is slow
+    for sched in result.candidates:
+        chosen = with_schedule(result, sched)
+        ev = _Evaluator(result.graph, result.bindings, slow)
+        assert [c.time_s for c in chosen.costs] == [ev.cost(sched, g).time_s for g in chosen.groups]
+        assert group_params(sched, chosen.groups[0])["block"] == sched.param(chosen.groups[0].root.id, "block")
+    program = program_for_schedule({"y": y}, result, result.candidates[-1])
+    assert explain(program).startswith("cost model: slow roofline")
 
 
 def test_matmul_epilogue_never_feeds_a_reduction():

@@ -32,6 +32,10 @@ class OpDef:
     c: Optional[str] = None  # C expression with {0}, {1} for the operands
     c_identity: Optional[str] = None  # reductions: the accumulator's start value
     doc: str = ""
+    # Properties that rewrite rules test (refcomp/search/rules.py), stated here once:
+    commutative: bool = False  # f(a, b) = f(b, a): a pattern may match the operands in either order
+    safe_under_pad: bool = False  # elementwise with f(0, ..., 0) = 0: a padded read of f(x) (0 where masked) is f of the padded read of x
+    literal: bool = False  # a leaf written into the kernel as an expression (a literal, an index), never read from a buffer
 
 
 def _iota(args, attrs, dtype):
@@ -56,25 +60,25 @@ def _gather(args, attrs, dtype):
 
 OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("Input", LEAF, None, doc="a named array fed at run time (float32, or int32 ids)"),
-    OpDef("Constant", LEAF, lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt),
+    OpDef("Constant", LEAF, lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt), literal=True,
           doc="a scalar; its value may be a symbolic expression of dims"),
-    OpDef("Iota", LEAF, _iota, doc="the index along one axis, as a float"),
+    OpDef("Iota", LEAF, _iota, literal=True, doc="the index along one axis, as a float"),
     OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), "log2f({0})"),
     OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), "exp2f({0})"),
-    OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})"),
-    OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})"),
+    OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})", safe_under_pad=True),
+    OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})", safe_under_pad=True),
     OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
-    OpDef("Add", BINARY, lambda a, attrs, dt: a[0] + a[1], "({0} + {1})"),
-    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "({0} * {1})"),
+    OpDef("Add", BINARY, lambda a, attrs, dt: a[0] + a[1], "({0} + {1})", commutative=True, safe_under_pad=True),
+    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "({0} * {1})", commutative=True, safe_under_pad=True),
     OpDef("Mod", BINARY, lambda a, attrs, dt: np.fmod(a[0], a[1]), "fmodf({0}, {1})",
           doc="remainder with the sign of the dividend, as C's fmodf"),
-    OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", doc="1.0 where a < b, else 0.0"),
-    OpDef("Where", TERNARY, lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]), "({0} != 0.0f ? {1} : {2})",
+    OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", safe_under_pad=True, doc="1.0 where a < b, else 0.0"),
+    OpDef("Where", TERNARY, lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]), "({0} != 0.0f ? {1} : {2})", safe_under_pad=True,
           doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks"),
     OpDef("SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"),
     OpDef("MaxReduce", REDUCE, _max_reduce, "rc_max({0}, {1})", "-INFINITY",
           doc="starts at -inf; NaN propagates, as in np.max"),
-    OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}",
+    OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}", safe_under_pad=True,
           doc="materialise a view into a fresh buffer"),
     OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by int32 ids"),
 ]}

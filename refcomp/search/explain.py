@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ..codegen.legality import ProgramNames
 from ..ops.graph import toposort
-from ..ops.primitives import Edge, Node
+from ..ops.primitives import Edge
 from .cost import minimum_bytes
+from .rewrite import identity_edge
 
 
 def describe_graph(edges: list[Edge]) -> list[str]:
@@ -18,7 +19,7 @@ def describe_graph(edges: list[Edge]) -> list[str]:
     label = ProgramNames.of(nodes).label
     lines = []
     for node in nodes:
-        if node.op.kind == "leaf" and node.op.name != "Input":
+        if node.op.literal:  # a Constant or an Iota: part of its readers, not a node of its own
             continue
         srcs = ", ".join(label(s.node) + ("" if s.views.is_identity else "[view]") for s in node.srcs)
         shape = "(" + ", ".join(str(d) for d in node.shape) + ")"
@@ -50,11 +51,11 @@ def explain(program) -> str:
     if result is None:
         return "this program was compiled with search=False: one kernel per compute node, nothing to explain"
     binding = ", ".join(f"{k}={v}" for k, v in result.bindings.items()) or "no symbolic dims"
-    out = [f"cost model: {result.costs and 'H200'} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s", ""]
+    out = [f"cost model: {result.profile.name} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s", ""]
     out.append(f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):")
     out += describe_graph(result.before)
     out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
-    out += describe_graph([Edge(n, _identity(n)) for n in result.graph.output_nodes])
+    out += describe_graph([identity_edge(n) for n in result.graph.output_nodes])
     out.append("")
     out.append("rules applied (modeled time and kernel count after each):")
     for step in result.trace:
@@ -65,8 +66,3 @@ def explain(program) -> str:
         out.append(f"  {kernel.name}: " + ", ".join(program.names.label(n) for n in kernel.nodes))
     out += cost_table(program.kernels, result.costs, result.graph.output_nodes, result.graph.nodes, result.bindings)
     return "\n".join(out)
-
-
-def _identity(node: Node):
-    from ..symbolic.view import ViewStack
-    return ViewStack.of_buffer(node.shape)

@@ -10,11 +10,11 @@ value that would have been stored; the cost model decides whether a move pays.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
-from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames, default_reduce_strategy,
-                               fusion_problem, matmul_axes)
+from ..codegen.legality import (BLOCK, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
+                               default_reduce_strategy, fusion_problem, matmul_axes)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
@@ -24,25 +24,72 @@ from .cost import DeviceProfile, KernelCost, roofline
 REREAD_LIMIT = 4
 
 
+def decision(doc: str, codegen: Optional[str] = None):
+    """A per-node decision of a Schedule: a set of node ids. `codegen` names the key under which code
+    generation is told of it (a reduction that a template, not an unrolled loop, computes)."""
+    return field(default=frozenset(), metadata={"doc": doc, "codegen": codegen})
+
+
+@dataclass(frozen=True)
+class Param:
+    """A per-kernel parameter: its value when unset, and per kind of kernel the values the tuner tries
+    (the first wins a tie)."""
+
+    name: str
+    doc: str
+    default: object
+    choices: dict
+
+
+# Tried in this order, each with the ones before it already chosen.
+KERNEL_PARAMS = (
+    Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
+          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}),
+    Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
+    Param("tile", "the edge of the matmul's square tiles", 16, {"matmul": (16, 32)}),
+)
+PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
+
+
 @dataclass(frozen=True)
 class Schedule:
-    inline: frozenset = frozenset()
-    row: frozenset = frozenset()  # reductions computed by their reader's row kernel (also in inline)
-    epilogue: frozenset = frozenset()  # reductions whose elementwise reader is applied to the result (also in inline)
-    matmul: frozenset = frozenset()  # SumReduces lowered by the tiled matmul template
-    params: tuple = ()  # ((root id, name), value) pairs, sorted
+    """Where each node is computed: the per-node decisions below (every other compute node is the root
+    of its own kernel) and each kernel's parameters. A value: equal schedules compare and hash equal."""
+
+    inline: frozenset = decision("computed inside every kernel that reads it, never stored")
+    row: frozenset = decision("a reduction computed by its reader's row kernel (also inline)", codegen="row_ids")
+    epilogue: frozenset = decision("a reduction whose elementwise reader is applied to the result before the "
+                                   "store (also inline)", codegen="epilogue_ids")
+    matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
+    params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property
     def _params(self) -> dict:
         return dict(self.params)
 
-    def param(self, root_id: int, name: str, default):
-        return self._params.get((root_id, name), default)
+    @functools.cached_property
+    def templated(self) -> frozenset:
+        """The reductions a decision hands to a template (never unrolled inline)."""
+        return frozenset().union(*(getattr(self, d.name) for d in DECISIONS if d.metadata["codegen"]))
 
-    def with_param(self, root_id: int, name: str, value) -> "Schedule":
-        params = dict(self.params)
-        params[(root_id, name)] = value
-        return replace(self, params=tuple(sorted(params.items())))
+    def param(self, root_id: int, name: str):
+        return self._params.get((root_id, name), PARAMS_BY_NAME[name].default)
+
+    def kernel_params(self, root_id: int) -> dict:
+        """Every parameter of the kernel rooted at `root_id`, defaults filled in."""
+        return {p.name: self.param(root_id, p.name) for p in KERNEL_PARAMS}
+
+    def with_params(self, chosen: dict) -> "Schedule":
+        """This schedule with {(root id, name): value} set (None: unset)."""
+        params = {**self._params, **chosen}
+        return replace(self, params=tuple(sorted((k, v) for k, v in params.items() if v is not None)))
+
+    def decide(self, **ids) -> "Schedule":
+        """This schedule with the node ids added to the named decisions: decide(inline={3}, row={3})."""
+        return replace(self, **{name: getattr(self, name) | frozenset(more) for name, more in ids.items()})
+
+
+DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
 
 
 @dataclass
@@ -93,7 +140,7 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         node = stack.pop()
         for src in node.srcs:
             s = src.node
-            if s.op.name in ("Constant", "Iota"):
+            if s.op.literal:
                 continue
             if s.id in sched.inline and s.id not in graph.outputs:
                 if s.id not in members:
@@ -120,8 +167,7 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = "reduce" if len(epilogues) == 1 and root.op.kind in ELEMENTWISE else None
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
-    fused_elsewhere = sched.row | sched.matmul | sched.epilogue
-    unrolled = lambda n: n.op.kind == REDUCE and n.id not in fused_elsewhere
+    unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
     bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
     if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_INLINED_VALUES:
         return None
@@ -129,9 +175,9 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
 
 
 def group_params(sched: Schedule, group: Group) -> dict:
-    return {"row_ids": sched.row, "matmul_ids": sched.matmul, "epilogue_ids": sched.epilogue,
-            "block": sched.param(group.root.id, "block", 256), "tile": sched.param(group.root.id, "tile", 16),
-            "strategy": sched.param(group.root.id, "strategy", None)}
+    """What code generation reads for one kernel: the decisions it must be told of, and the kernel's parameters."""
+    told = {d.metadata["codegen"]: getattr(sched, d.name) for d in DECISIONS if d.metadata["codegen"]}
+    return {**told, **sched.kernel_params(group.root.id)}
 
 
 def group_cost(group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = "") -> KernelCost:
@@ -143,21 +189,21 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
         size = count(n.shape)
         nbytes += 4 * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
-    block = sched.param(root.id, "block", 256)
+    block = sched.param(root.id, "block")
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in sched.matmul)
         m_n = count(reduce.shape)
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
-        tile = sched.param(root.id, "tile", 16)
+        tile = sched.param(root.id, "tile")
         flops = 2 * m_n * k + ops * m_n
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
-        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.row | sched.epilogue)
+        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
         points = count(reduce.srcs[0].shape)
         rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)
         flops = points * ops * phases
-        strategy = sched.param(root.id, "strategy", None) or default_reduce_strategy(reduce.srcs[0].shape[reduce.attrs["axis"]])
+        strategy = sched.param(root.id, "strategy") or default_reduce_strategy(reduce.srcs[0].shape[reduce.attrs["axis"]])
         block_per_row = group.kind == "row" or strategy == "block"
         threads = rows * block if block_per_row else rows
     else:
@@ -171,34 +217,92 @@ def _iteration_points(group: Group, sched: Schedule, count) -> int:
     root = group.root
     if group.kind in ("reduce", "row", "matmul"):
         reduce = root if root.op.kind == REDUCE else next(
-            (n for n in group.members if n.id in sched.row | sched.matmul | sched.epilogue), root)
+            (n for n in group.members if n.id in sched.templated), root)
         if reduce.op.kind == REDUCE:
             return count(reduce.srcs[0].shape)
     return count(root.shape)
 
 
 # --- the fusion rules: moves from one schedule to another ------------------------------------
+# A rule reads: name, when it applies (a condition on the graph, the schedule and the node, in words
+# joined by & and ~), what it decides (the node, or its product, into which decisions), soundness.
 @dataclass(frozen=True)
-class FusionRule:
-    name: str
-    doc: str
-    soundness: str
-    applies: Callable[[Graph, Schedule, Node], bool]
-    apply: Callable[[Graph, Schedule, Node], Schedule]
+class When:
+    """A condition on (graph, schedule, node); `a & b` and `~a` combine conditions, in order."""
+
+    test: Callable[[Graph, Schedule, Node], bool]
+    text: str
+
+    def __call__(self, graph: Graph, sched: Schedule, node: Node) -> bool:
+        return self.test(graph, sched, node)
+
+    def __and__(self, other: "When") -> "When":
+        return When(lambda g, s, n: self.test(g, s, n) and other.test(g, s, n), f"{self.text} and {other.text}")
+
+    def __invert__(self) -> "When":
+        return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}")
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def _free(graph: Graph, sched: Schedule, n: Node) -> bool:
-    """A root that may be folded into its readers: not an output, read only by kernels that can inline."""
     return (n.id not in sched.inline and n.id not in graph.outputs and bool(graph.consumers[n.id])
             and not any(c.op.kind == GATHER for c in graph.consumers[n.id]))
 
 
-def _add(sched: Schedule, field_name: str, *ids) -> Schedule:
-    return replace(sched, **{field_name: getattr(sched, field_name) | frozenset(ids)})
-
-
-def _mm_product(n: Node) -> Node:
+def _product(n: Node) -> Node:
+    """What a SumReduce sums: the Mul of a matmul."""
     return n.srcs[0].node
+
+
+def _itself(n: Node) -> Node:
+    return n
+
+
+def scheduled(decision_name: str) -> When:
+    assert decision_name in {d.name for d in DECISIONS}, decision_name
+    return When(lambda g, s, n: n.id in getattr(s, decision_name), f"in {decision_name}")
+
+
+def read_only_by(reader: When) -> When:
+    return When(lambda g, s, n: len(g.consumers[n.id]) == 1 and reader.test(g, s, g.consumers[n.id][0]),
+                f"read only by a node that is ({reader})")
+
+
+elementwise = When(lambda g, s, n: n.op.kind in ELEMENTWISE, "elementwise")
+reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction")
+short = When(lambda g, s, n: _short_reduce(n), f"over at most {SHORT_REDUCE} values")
+free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
+a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce")
+product_unshared = When(lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
+                        "whose product nothing else reads")
+matmul_shaped = When(lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)")
+reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
+
+
+def into(*decision_names: str, of: Callable[[Node], Node] = _itself) -> tuple:
+    """The decisions a rule adds a node to (the matched node, or `of` it)."""
+    assert set(decision_names) <= {d.name for d in DECISIONS}, decision_names
+    return tuple((name, of) for name in decision_names)
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    name: str
+    doc: str
+    when: When
+    then: tuple  # (decision name, node -> the node it decides) pairs, from `into`
+    soundness: str
+
+    def applies(self, graph: Graph, sched: Schedule, node: Node) -> bool:
+        return self.when(graph, sched, node)
+
+    def apply(self, graph: Graph, sched: Schedule, node: Node) -> Schedule:
+        ids: dict[str, set] = {}
+        for name, whose in self.then:
+            ids.setdefault(name, set()).add(whose(node).id)
+        return sched.decide(**ids)
 
 
 RECOMPUTE = "recomputing a pure function where it is read yields exactly the value that would have been stored"
@@ -206,40 +310,36 @@ RECOMPUTE = "recomputing a pure function where it is read yields exactly the val
 FUSION: list[FusionRule] = [
     FusionRule("fuse_elementwise", "compute an elementwise node inside every kernel that reads it (chains, "
                "prologues of reductions, epilogues, and recompute instead of a round trip through memory)",
-               RECOMPUTE, lambda g, s, n: n.op.kind in ELEMENTWISE and _free(g, s, n),
-               lambda g, s, n: _add(s, "inline", n.id)),
+               elementwise & free,
+               into("inline"), RECOMPUTE),
     FusionRule("unroll_short_reduce", f"compute a reduction over at most {SHORT_REDUCE} values (maximum's pair) "
-               "inline as a chain of combines", RECOMPUTE + "; the combine order is the reference's",
-               lambda g, s, n: n.op.kind == REDUCE and _short_reduce(n) and n.id not in s.matmul and _free(g, s, n),
-               lambda g, s, n: _add(s, "inline", n.id)),
+               "inline as a chain of combines",
+               reduction & short & ~scheduled("matmul") & free,
+               into("inline"), RECOMPUTE + "; the combine order is the reference's"),
     FusionRule("row_fuse", "compute a reduction in its reader's kernel, one block per row, when every read is "
                "the row's own result (softmax and layer norm become one kernel)",
-               RECOMPUTE + "; the row kernel checks that each read is of the current row",
-               lambda g, s, n: n.op.kind == REDUCE and not _short_reduce(n) and n.id not in s.matmul and _free(g, s, n),
-               lambda g, s, n: _add(_add(s, "inline", n.id), "row", n.id)),
+               reduction & ~short & ~scheduled("matmul") & free,
+               into("inline", "row"), RECOMPUTE + "; the row kernel checks that each read is of the current row"),
     FusionRule("matmul", "SumReduce(Mul(expand a, expand b)) over the contracted axis -> the tiled matmul "
-               "template, its product never stored", "the tile loop sums the same products (in another order: "
-               "float32 rounding may differ by a few ulp, as any matmul)",
-               lambda g, s, n: n.op.name == "SumReduce" and n.id not in s.matmul and n.id not in s.inline
-               and _mm_product(n).id not in g.outputs and len(g.consumers[_mm_product(n).id]) == 1
-               and not _short_reduce(n) and matmul_axes(n) is not None,
-               lambda g, s, n: _add(_add(s, "matmul", n.id), "inline", _mm_product(n).id)),
+               "template, its product never stored",
+               a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped,
+               into("matmul") + into("inline", of=_product),
+               "the tile loop sums the same products (in another order: float32 rounding may differ by a few ulp, "
+               "as any matmul)"),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
-               "activation, residual applied to the accumulator before the store)", RECOMPUTE,
-               lambda g, s, n: n.id in s.matmul and _free(g, s, n) and len(g.consumers[n.id]) == 1
-               and g.consumers[n.id][0].op.kind in ELEMENTWISE,
-               lambda g, s, n: _add(s, "inline", n.id)),
+               "activation, residual applied to the accumulator before the store)",
+               scheduled("matmul") & free & read_only_by(elementwise),
+               into("inline"), RECOMPUTE),
 ]
 
 # Clean-up rules run after the main search has settled: applied early, they would claim reductions
 # that row fusion puts to better use.
 CLEANUP: list[FusionRule] = [
     FusionRule("reduce_epilogue", "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
-               "a scale, rsqrt(var + eps)), to the accumulated value before it is stored", RECOMPUTE,
-               lambda g, s, n: (n.op.kind == REDUCE and not _short_reduce(n) and n.id not in s.matmul and _free(g, s, n)
-                                and len(g.consumers[n.id]) == 1 and g.consumers[n.id][0].op.kind in ELEMENTWISE
-                                and g.consumers[n.id][0].shape == n.shape and g.consumers[n.id][0].id not in s.inline),
-               lambda g, s, n: _add(_add(s, "inline", n.id), "epilogue", n.id)),
+               "a scale, rsqrt(var + eps)), to the accumulated value before it is stored",
+               reduction & ~short & ~scheduled("matmul") & free & read_only_by(elementwise & ~scheduled("inline"))
+               & reader_shaped,
+               into("inline", "epilogue"), RECOMPUTE),
 ]
 
 

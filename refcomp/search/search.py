@@ -8,7 +8,8 @@ descent (all improving moves applied in order of gain, each re-checked on the ru
 A memo of visited schedules keeps any state from being explored twice; the search stops when a
 round brings no improvement or the budget (states, seconds) is spent. It is deterministic: nodes
 are visited in topological order and ties break on that order. Finally each kernel's schedule
-parameters (block size, reduction strategy, matmul tile) are enumerated under the cost model.
+parameters (`fusion.KERNEL_PARAMS`: block size, reduction strategy, matmul tile) are enumerated under
+the cost model. Everything is priced on one `DeviceProfile`, which the result carries (`profile`).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..codegen.legality import Group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
-from .fusion import CLEANUP, FUSION, Graph, Schedule, check_group, group_cost, group_of
+from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -43,6 +44,7 @@ class SearchResult:
     trace: list[Step]
     before: list[Edge]
     bindings: dict[str, int]
+    profile: DeviceProfile  # the device the costs are modeled on
     states: int = 0
     seconds: float = 0.0
     candidates: list = field(default_factory=list)  # the best distinct schedules seen, cheapest first
@@ -111,7 +113,7 @@ class _Evaluator:
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         key = (group.root.id, tuple(n.id for n in group.members), group.kind,
-               tuple(sched.param(group.root.id, p, None) for p in ("block", "tile", "strategy")))
+               tuple(sched.kernel_params(group.root.id).values()))
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]
@@ -133,7 +135,7 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         changed = False
         for rule in ALGEBRA:
             ctx = _context(edges)
-            edges, count = rebuild(edges, lambda n: rule.replace(n) if rule.matches(n, ctx) else None)
+            edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
             if count:
                 changed = True
                 trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile)))
@@ -171,10 +173,6 @@ def _context(edges: Sequence[Edge]) -> Context:
     return Context(consumers, {e.node.id for e in edges})
 
 
-def _key(sched: Schedule):
-    return (sched.inline, sched.row, sched.matmul, sched.epilogue, sched.params)
-
-
 def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None, profile: DeviceProfile = H200,
            beam: int = 2, max_states: int = 20000, max_seconds: float = 30.0, progress: bool = True) -> SearchResult:
     start = time.perf_counter()
@@ -190,7 +188,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     plain = Schedule()
     groups = ev.partition(plain)
     best = (ev.total(plain, groups), plain, groups, [])
-    seen = {_key(plain)}
+    seen = {plain}
     finalists = [(best[0], plain)]
     states, shown = 1, False
     for rules in (FUSION, FUSION + CLEANUP):  # clean-up rules only once the main fusions are settled
@@ -218,18 +216,18 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
-    candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if _key(s) != _key(best[1])]
+    candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if s != best[1]]
     if shown:
         print(file=sys.stderr)
-    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, states, time.perf_counter() - start,
-                        candidates[:CANDIDATES])
+    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, states,
+                        time.perf_counter() - start, candidates[:CANDIDATES])
 
 
 def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     """The same search result, but with another of its schedules (a measured-mode candidate) chosen."""
     if sched is result.schedule:
         return result
-    ev = _Evaluator(result.graph, result.bindings, H200)
+    ev = _Evaluator(result.graph, result.bindings, result.profile)
     groups = ev.partition(sched)
     ordered = [groups[n.id] for n in result.graph.compute if n.id in groups]
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
@@ -246,9 +244,9 @@ def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, s
             if not rule.applies(graph, sched, node):
                 continue
             new = rule.apply(graph, sched, node)
-            if _key(new) in seen:
+            if new in seen:
                 continue
-            seen.add(_key(new))
+            seen.add(new)
             moved = ev.moved(sched, groups, cost, touching, new, node)
             if moved is not None:
                 out.append((moved[1], rule, node, new, moved[0]))
@@ -273,9 +271,9 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float)
             _retouch(touching, groups, delta)
             _apply(groups, delta)
             path.append((rule, node, cost, len(groups)))
-    if not improved or _key(sched) in seen:
+    if not improved or sched in seen:
         return None
-    seen.add(_key(sched))
+    seen.add(sched)
     return cost, sched, groups, path
 
 
@@ -303,15 +301,6 @@ def _touched_by(group: Optional[Group]) -> tuple:
 
 CANDIDATES = 4  # schedules kept for measured mode
 
-PARAM_CHOICES = {
-    "elementwise": [("block", (256, 128))],
-    "reduce": [("strategy", ("thread", "block")), ("block", (256, 128))],
-    "row": [("block", (256, 128))],
-    "matmul": [("tile", (16, 32))],
-    "gather": [],
-}
-
-
 def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: list[Step]):
     """Enumerate each kernel's schedule parameters and keep the cheapest under the cost model.
 
@@ -319,14 +308,16 @@ def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: li
     those (a schedule with every kernel's parameters would be rebuilt per choice: quadratic)."""
     chosen: dict = {}
     for root_id, group in groups.items():
-        mine = {name: sched.param(root_id, name, None) for name, _ in PARAM_CHOICES[group.kind]}
-        for name, choices in PARAM_CHOICES[group.kind]:
+        tuned = [p for p in KERNEL_PARAMS if group.kind in p.choices]
+        mine = {p.name: sched.param(root_id, p.name) for p in tuned}
+        for p in tuned:
+            choices = p.choices[group.kind]
             def priced(value):
-                params = tuple(sorted(((root_id, n), v) for n, v in {**mine, name: value}.items() if v is not None))
-                return ev.cost(replace(sched, params=params), group).time_s
-            mine[name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
+                alone = replace(sched, params=()).with_params({(root_id, n): v for n, v in {**mine, p.name: value}.items()})
+                return ev.cost(alone, group).time_s
+            mine[p.name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
         chosen.update({(root_id, name): value for name, value in mine.items()})
-    sched = replace(sched, params=tuple(sorted({**dict(sched.params), **chosen}.items())))
+    sched = sched.with_params(chosen)
     trace.append(Step("tune_schedules", f"{len(groups)} kernel(s)", ev.total(sched, groups), len(groups)))
     return sched, groups
 
