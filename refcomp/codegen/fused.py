@@ -21,7 +21,7 @@ from ..symbolic.dims import Dim, dims_equal, prod
 from ..symbolic.index import index_of
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
-from .kernels import BLOCK, Kernel, Late, Launch, _finish
+from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
 
 
 def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
@@ -95,7 +95,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     return batch, m, n
 
 
-def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = 16,
+def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
                   render: bool = True) -> Kernel:
     axes = matmul_axes(reduce)
     if axes is None:

@@ -22,6 +22,7 @@ from .emit import KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BLOCK = 256  # threads per block for every template
+TILE = 16  # the edge of the matmul template's square tiles (the search may choose 32)
 MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most this many blocks
 BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
 

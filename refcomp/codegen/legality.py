@@ -13,10 +13,10 @@ from typing import Callable, Optional
 from ..ops.primitives import Node
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
-from .kernels import BLOCK, default_reduce_strategy
+from .kernels import BLOCK, TILE, default_reduce_strategy
 from .lower import Group, kernel_for_group, materialise_outputs
 
-__all__ = ["fusion_problem", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "MAX_FUSED_NODES",
+__all__ = ["fusion_problem", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
            "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
 
 

@@ -13,7 +13,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from .emit import ProgramNames
 from .fused import matmul_kernel, row_kernel
-from .kernels import Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
+from .kernels import BLOCK, TILE, Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
 
 
 def materialise_outputs(tensors) -> list[Node]:
@@ -70,16 +70,16 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
     root = group.root
     if group.kind == "row":
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
-        return row_kernel(name, root, rows, names, fused, block=params.get("block", 256), render=render)
+        return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
-        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", 16), render=render)
+        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
-            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", 256), render=render)
+            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render)
         reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
-        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", 256), epilogue=root,
+        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", BLOCK), epilogue=root,
                              render=render)
     if group.kind == "gather":
         return gather_kernel(name, root, names)
-    return elementwise_kernel(name, root, names, fused, params.get("block", 256))
+    return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK))

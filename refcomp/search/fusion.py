@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
-from ..codegen.legality import (BLOCK, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
+from ..codegen.legality import (BLOCK, TILE, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
                                default_reduce_strategy, fusion_problem, matmul_axes)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
@@ -46,7 +46,7 @@ KERNEL_PARAMS = (
     Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
           "default_reduce_strategy)", None, {"reduce": ("thread", "block")}),
     Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
-    Param("tile", "the edge of the matmul's square tiles", 16, {"matmul": (16, 32)}),
+    Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}),
 )
 PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
 
