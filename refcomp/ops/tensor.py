@@ -9,11 +9,12 @@ from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, form
 from .elementwise import ElementwiseMixin
 from .movement import MovementMixin
 from .reductions import ReductionMixin
+from .special import SpecialMixin
 
 __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
-class Tensor(MovementMixin, ElementwiseMixin, ReductionMixin, TensorCore):
+class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
