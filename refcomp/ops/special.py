@@ -36,10 +36,11 @@ LOG1P_MAX_REL_ERROR = 5e-7
 
 # erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)): 13 terms reach float32 precision on |x| <= 1.
 ERF_TAYLOR = [2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(13)]
-# expm1(x) = x * sum x^n / (n + 1)!, and atanh(s) = s * sum s^(2n) / (2n + 1): enough terms for float32
-# precision on |x| < 0.5 and |s| <= 1/3 (the first term left out is below 1e-9 relative).
-EXPM1_TAYLOR = [1.0 / math.factorial(n + 1) for n in range(10)]
-ATANH_TAYLOR = [1.0 / (2 * n + 1) for n in range(9)]
+# expm1(x) = x * sum x^n / (n + 1)!, and atanh(s) = s * sum s^(2n) / (2n + 1), on |x| < 0.5 and
+# |s| <= 1/3: enough terms for float64 too (the first left out is below 1e-16 relative), since the
+# float64 reference must agree with NumPy to 1e-12 (golden.FLOAT64_TOLERANCE).
+EXPM1_TAYLOR = [1.0 / math.factorial(n + 1) for n in range(15)]
+ATANH_TAYLOR = [1.0 / (2 * n + 1) for n in range(17)]
 # erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), for z >= 0: the Chebyshev fit of Numerical Recipes
 # (`erfcc`), fractional error below 1.2e-7 everywhere.
 ERFC_CHEBYSHEV = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
