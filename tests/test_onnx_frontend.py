@@ -13,7 +13,7 @@ import refcomp as rc  # noqa: E402
 from refcomp.errors import FeedError, RefcompError  # noqa: E402
 from refcomp import onnx as ro  # noqa: E402
 from refcomp.frontends.onnx_ops_core import StaticInputRequired  # noqa: E402
-from refcomp.frontends.onnx_ops_math import ERF_MAX_ABS_ERROR, erf, floor  # noqa: E402
+from refcomp.ops.special import ERF_MAX_ABS_ERROR, erf, floor  # noqa: E402
 
 
 def model(nodes, inputs, outputs, initializers=(), opset=17):

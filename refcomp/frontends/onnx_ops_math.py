@@ -1,98 +1,21 @@
 """ONNX elementwise math, activations, comparisons, logic and Cast.
 
-Everything here is built from refcomp's Tensor methods (so from its arithmetic primitives). Where
-refcomp has no primitive, the formula is chosen to be accurate over the whole float range:
-
-* Erf: a 13-term Taylor series for |x| <= 1 and erfc(|x|) = t*exp(-x^2 + P(t)) (Numerical Recipes'
-  Chebyshev fit, fractional error < 1.2e-7) above; measured max |error| vs math.erf: see ERF_MAX_ABS_ERROR.
-* Floor: x - fmod(x, 1) - (fmod(x, 1) < 0). fmod and the subtraction are exact, so this is exact for
-  every finite float32 (for |x| >= 2^23 every float is an integer and fmod is 0); +-inf gives NaN.
-  Ceil(x) = -Floor(-x).
-* Comparisons are NaN-correct (NaN compares unequal to everything and is unordered).
+Everything here is built from refcomp's Tensor methods, so from its arithmetic primitives; the
+special functions (Tanh, Erf, Floor, Ceil, and the expm1 and log1p inside Softplus, Mish, Elu, Selu
+and Celu) are the Tensor methods of `refcomp/ops/special.py`, whose docstring gives their measured
+accuracy, and the comparisons are the Tensor's NaN-correct `eq`, `<=`, `>=`, `isnan`.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..ops.elementwise import fmod, where
-from ..ops.tensor import Tensor, constant, lift
-from ..symbolic.dims import idiv
+from ..ops.elementwise import FLOAT32_MAX, fmod, where
+from ..ops.tensor import Tensor
+from ..symbolic.dims import dims_equal, idiv
 from .onnx_ops_core import (BOOL, FLOAT, INT_TYPES, Value, bool_value, float_value, is_int_array, numpy_dtype,
                             op, static_value, type_name)
 
-FLT_MAX = 3.4028234663852886e38
-INF = float("inf")
-# Max |erf(x) - math.erf(x)| measured over a dense float32 grid on [-8, 8] plus tiny |x| (1.5e-7, 2.5 ulp,
-# at |x| = 0.99, where the Taylor branch ends; the relative error is below 2e-7 everywhere), rounded up.
-ERF_MAX_ABS_ERROR = 2e-7
-
-
-# --- building blocks ------------------------------------------------------------------------------
-def not_nan(x: Tensor) -> Tensor:
-    """1.0 where x is not NaN: (x < inf) + (x > -inf) is 2 for finite x, 1 for +-inf, 0 for NaN."""
-    return ((x < INF) + (x > -INF)) > 0.0
-
-
-def equal(a, b) -> Tensor:
-    a, b = lift(a), lift(b)
-    return (1.0 - (a < b)) * (1.0 - (a > b)) * not_nan(a) * not_nan(b)
-
-
-def less_equal(a, b) -> Tensor:
-    a, b = lift(a), lift(b)
-    return (1.0 - (a > b)) * not_nan(a) * not_nan(b)
-
-
-def log1p_nonneg(e: Tensor) -> Tensor:
-    """log(1 + e) for e >= 0, accurate for small e: e * log(u) / (u - 1) with u = 1 + e."""
-    u = 1.0 + e
-    same = (u - 1.0) <= 0.0
-    return e * (same + (1.0 - same) * u.log() / (u - 1.0).maximum(1e-30))
-
-
-def expm1_nonpos(z: Tensor) -> Tensor:
-    """exp(z) - 1 for z <= 0, accurate near 0 (Kahan): (u - 1) * z / log(u) with u = exp(z)."""
-    z = z.maximum(-80.0)
-    u = z.exp()
-    same = 1.0 - (u < 1.0)  # 1.0 where u rounded to 1, where the quotient below would be 0/0
-    return same * z + (1.0 - same) * (u - 1.0) * z / (u.log() + same)
-
-
-def tanh(x: Tensor) -> Tensor:
-    """tanh with a small relative error near 0 too: -expm1(-2|x|) / (2 + expm1(-2|x|)), signed."""
-    em = expm1_nonpos(-2.0 * x.abs())
-    return ((x > 0.0) - (x < 0.0)) * (-em / (2.0 + em))
-
-
-def floor(x: Tensor) -> Tensor:
-    frac = fmod(x, 1.0)
-    return (x - frac) - (frac < 0.0)
-
-
-ERF_TAYLOR = [2.0 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(13)]
-ERFC_NR = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
-           1.48851587, -0.82215223, 0.17087277]
-
-
-def _horner(z: Tensor, coeffs) -> Tensor:
-    acc = None
-    for c in reversed(coeffs):
-        acc = constant(c) if acc is None else acc * z + c
-    return acc
-
-
-def erf(x: Tensor) -> Tensor:
-    xc = x.clip(-1.0, 1.0)
-    small = xc * _horner(xc * xc, ERF_TAYLOR)
-    a = x.abs()
-    ac = a.clip(1.0, 10.0)
-    t = 1.0 / (1.0 + 0.5 * ac)
-    erfc = t * (_horner(t, ERFC_NR) - ac * ac).exp()
-    sign = (x > 0.0) - (x < 0.0)
-    is_small = 1.0 - (a > 1.0)
-    return is_small * small + (1.0 - is_small) * sign * (1.0 - erfc)
+FLT_MAX = FLOAT32_MAX
 
 
 # --- folding integer arrays -------------------------------------------------------------------
@@ -165,7 +88,6 @@ def power(ctx):
 
 
 def _broadcast_shape(a, b):
-    from ..symbolic.dims import dims_equal
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     return tuple(y if dims_equal(x, 1) else x for x, y in zip(a, b))
@@ -190,14 +112,19 @@ def variadic(ctx):
 
 
 # --- unary math and activations -----------------------------------------------------------------
+def softplus(x: Tensor) -> Tensor:
+    """log(1 + exp(x)) = relu(x) + log1p(exp(-|x|)): exp never overflows, log1p keeps the small tail."""
+    return x.relu() + (-x.abs()).exp().log1p()
+
+
 UNARY = {
-    "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Tanh": tanh, "Exp": Tensor.exp, "Log": Tensor.log,
+    "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Exp": Tensor.exp, "Log": Tensor.log,
     "Sqrt": Tensor.sqrt, "Sin": Tensor.sin, "Cos": Tensor.cos, "Abs": Tensor.abs, "Neg": Tensor.__neg__,
-    "Reciprocal": Tensor.reciprocal, "Erf": erf, "Floor": floor, "Ceil": lambda x: -floor(-x),
-    "Softplus": lambda x: x.relu() + log1p_nonneg((-x.abs()).exp()),
+    "Reciprocal": Tensor.reciprocal, "Erf": Tensor.erf, "Floor": Tensor.floor, "Ceil": Tensor.ceil,
+    "Softplus": softplus,
     "Softsign": lambda x: x / (1.0 + x.abs()),
     "Sign": lambda x: (x > 0.0) - (x < 0.0),
-    "Mish": lambda x: x * tanh(x.relu() + log1p_nonneg((-x.abs()).exp())),
+    "Mish": lambda x: x * softplus(x).tanh(),
 }
 
 
@@ -218,7 +145,7 @@ def gelu(ctx):
         return float_value(x.gelu())
     if mode != "none":
         raise ctx.attr_error("approximate", mode, "use 'none' or 'tanh'")
-    return float_value(0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0)))))
+    return float_value(x.gelu(approximate="none"))
 
 
 @op("LeakyRelu", attrs=("alpha",))
@@ -228,8 +155,8 @@ def leaky_relu(ctx):
 
 
 def _expm1_negative_part(x: Tensor) -> Tensor:
-    """exp(min(x, 0)) - 1: finite for every x (exp of a large positive x is never formed)."""
-    return x.minimum(0.0).exp() - 1.0
+    """expm1(min(x, 0)): finite for every x (exp of a large positive x is never formed)."""
+    return x.minimum(0.0).expm1()
 
 
 @op("Elu", attrs=("alpha",))
@@ -307,7 +234,7 @@ def clip(ctx):
 
 @op("IsNaN")
 def is_nan(ctx):
-    return bool_value(1.0 - not_nan(ctx.tensor(0)))
+    return bool_value(ctx.tensor(0).isnan())
 
 
 @op("IsInf", attrs=("detect_negative", "detect_positive"))
@@ -323,8 +250,8 @@ def is_inf(ctx):
 
 
 # --- comparisons and logic ------------------------------------------------------------------------
-COMPARE = {"Less": lambda a, b: a < b, "Greater": lambda a, b: a > b, "Equal": equal,
-           "LessOrEqual": less_equal, "GreaterOrEqual": lambda a, b: less_equal(b, a)}
+COMPARE = {"Less": lambda a, b: a < b, "Greater": lambda a, b: a > b, "Equal": lambda a, b: a.eq(b),
+           "LessOrEqual": lambda a, b: a <= b, "GreaterOrEqual": lambda a, b: a >= b}
 COMPARE_NUMPY = {"Less": np.less, "Greater": np.greater, "Equal": np.equal, "LessOrEqual": np.less_equal,
                  "GreaterOrEqual": np.greater_equal}
 
@@ -391,6 +318,6 @@ def cast(ctx):
         return float_value(ctx.tensor(0, (FLOAT, BOOL)))
     if to == BOOL:
         x = ctx.tensor(0, (FLOAT, BOOL))
-        return bool_value(x if v.etype == BOOL else 1.0 - equal(x, 0.0))
+        return bool_value(x if v.etype == BOOL else x.ne(0.0))
     raise ctx.error(f"cast of a run-time {type_name(v.etype)} tensor to {type_name(to)} is not supported "
                     f"(refcomp computes FLOAT, with BOOL as 0/1 floats)")

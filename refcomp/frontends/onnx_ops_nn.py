@@ -1,15 +1,16 @@
 """ONNX neural-network operators: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations.
 
-Convolution and pooling are written here for 1, 2 and 3 spatial axes with asymmetric pads (rc.nn
-covers the symmetric 2-D case only): the input is padded, read through one strided window view
-(N, C, *out, *kernel) and reduced, as rc.nn does. ConvTranspose is a stride-1 convolution of the
+Convolution and pooling are rc.nn's N-D `conv` and `windows` (the padded input read through one
+strided window view (N, C, *out, *kernel), then reduced); what is ONNX's own stays here: auto_pad,
+ceil_mode, count_include_pad, the attribute checks. ConvTranspose is a stride-1 convolution of the
 zero-stuffed input with the flipped, transposed kernel, cropped by the pads.
 """
 from __future__ import annotations
 
+from ..errors import ShapeError
+from ..ops import nn
 from ..ops.tensor import Tensor, constant
-from ..symbolic.dims import dim, idiv, prod
-from ..symbolic.view import contiguous_strides
+from ..symbolic.dims import dim, prod
 from .onnx_ops_core import float_value, op
 
 # MaxPool pads with the most negative finite float32: a ceil_mode window may lie wholly in the padding.
@@ -87,53 +88,50 @@ def _spatial_params(ctx, x: Tensor, kernel: list, *, has_dilations: bool = True,
     return strides, dilations, pads, auto_pad
 
 
-def windows(x: Tensor, kernel, strides, dilations, pads, pad_value: float = 0.0, ceil_mode: bool = False):
-    """The (N, C, *out, *kernel) view of every window over x padded by `pads` (begin..., end...).
-
-    With ceil_mode the last window may run past the padded input; the cells past it read
-    `pad_value` too, and `extra` (the count per axis) lets the caller exclude them.
-    """
+def ceil_mode_extra(x: Tensor, kernel, strides, dilations, pads, ceil_mode: bool) -> list[int]:
+    """ONNX's ceil_mode: per spatial axis, how many cells past the padded input the last window
+    reaches when the output count rounds up (0 without ceil_mode). A window that would start
+    beyond the input and its begin pad is dropped, as ONNX's reference does."""
     d = len(kernel)
-    spatial = x.shape[2:]
-    outs, extra = [], []
+    extra = []
     for i in range(d):
-        padded = dim(spatial[i] + pads[i] + pads[d + i])
+        size, stride = x.shape[2 + i], strides[i]
         extent = dilations[i] * (kernel[i] - 1) + 1
-        if isinstance(padded, int):
-            if padded < extent:
-                raise ValueError(f"padded size {padded} of spatial axis {i} is smaller than the kernel extent {extent}")
-            n = (padded - extent) // strides[i] + 1
-            if ceil_mode:
-                n = -(-(padded - extent) // strides[i]) + 1
-                if (n - 1) * strides[i] >= spatial[i] + pads[i]:
-                    n -= 1
-            outs.append(n)
-            extra.append(max(0, (n - 1) * strides[i] + extent - padded))
-        else:
-            if ceil_mode and strides[i] != 1:
-                raise ValueError(f"ceil_mode with stride {strides[i]} needs concrete spatial sizes, not {spatial[i]}")
-            outs.append(dim(idiv(dim(padded - extent), strides[i]) + 1))
+        if not ceil_mode or (stride == 1 and not isinstance(size, int)):  # stride 1: rounding up is rounding down
             extra.append(0)
-    widths = [(0, 0), (0, 0)] + [(pads[i], pads[d + i] + extra[i]) for i in range(d)]
-    padded = x.pad(widths, value=pad_value) if any(a or b for a, b in widths) else x
-    strides_in = contiguous_strides(padded.shape)
-    view_strides = strides_in[:2] + tuple(dim(strides_in[2 + i] * strides[i]) for i in range(d)) + \
-        tuple(dim(strides_in[2 + i] * dilations[i]) for i in range(d))
-    shape = tuple(x.shape[:2]) + tuple(outs) + tuple(kernel)
-    return padded.as_strided(shape, view_strides), extra
+            continue
+        if not isinstance(size, int):
+            raise ShapeError(f"ceil_mode with stride {stride} needs concrete spatial sizes, not {size}")
+        padded = size + pads[i] + pads[d + i]
+        if padded < extent:
+            extra.append(0)  # rc.nn.windows reports the window that does not fit
+            continue
+        n = -(-(padded - extent) // stride) + 1
+        if (n - 1) * stride >= size + pads[i]:
+            n -= 1
+        extra.append(max(0, (n - 1) * stride + extent - padded))
+    return extra
 
 
-def convolution(x: Tensor, w: Tensor, strides, dilations, pads, groups: int) -> Tensor:
-    n, c = x.shape[:2]
-    m, c_per_group = w.shape[:2]
-    kernel = list(w.shape[2:])
+def windows(ctx, x: Tensor, kernel, strides, dilations, pads, pad_value: float = 0.0, ceil_mode: bool = False):
+    """rc.nn.windows over x padded by ONNX's `pads` (begin..., end...), the end pads extended by
+    ceil_mode's extra cells (which read `pad_value` too; `extra` lets the caller exclude them)."""
     d = len(kernel)
-    win, _ = windows(x, kernel, strides, dilations, pads)
-    outs = win.shape[2:2 + d]
-    win = win.reshape((n, groups, c_per_group) + tuple(outs) + tuple(kernel)).unsqueeze(2)
-    kern = w.reshape((1, groups, dim(m // groups), c_per_group) + (1,) * d + tuple(kernel))
-    reduce_axes = (3,) + tuple(range(4 + d, 4 + 2 * d))
-    return (win * kern).sum(reduce_axes).reshape((n, m) + tuple(outs))
+    try:
+        extra = ceil_mode_extra(x, kernel, strides, dilations, pads, ceil_mode)
+        padding = [(pads[i], pads[d + i] + extra[i]) for i in range(d)]
+        return nn.windows(x, kernel, strides, padding, dilations, pad_value, ctx.op_type), extra
+    except ShapeError as exc:
+        raise ctx.error(str(exc)) from None
+
+
+def convolution(ctx, x: Tensor, w: Tensor, strides, dilations, pads, groups: int) -> Tensor:
+    """rc.nn.conv with ONNX's pads (begin..., end...); an impossible shape names the node."""
+    d = w.ndim - 2
+    try:
+        return nn.conv(x, w, None, strides, [(pads[i], pads[d + i]) for i in range(d)], dilations, groups, ctx.op_type)
+    except ShapeError as exc:
+        raise ctx.error(str(exc)) from None
 
 
 def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
@@ -165,10 +163,7 @@ def conv(ctx):
     if isinstance(w.shape[0], int) and w.shape[0] % groups:
         raise ctx.error(f"{w.shape[0]} output channels do not split into group={groups}")
     strides, dilations, pads, _ = _spatial_params(ctx, x, kernel)
-    try:
-        out = convolution(x, w, strides, dilations, pads, groups)
-    except ValueError as exc:
-        raise ctx.error(str(exc)) from None
+    out = convolution(ctx, x, w, strides, dilations, pads, groups)
     if ctx.has(2):
         out = out + ctx.tensor(2).reshape((w.shape[0],) + (1,) * (x.ndim - 2))
     return float_value(out)
@@ -242,7 +237,7 @@ def conv_transpose(ctx):
     for i in range(d):
         z = _stuff(z, 2 + i, strides[i])
     edge = [dilations[i] * (kernel[i] - 1) for i in range(d)]
-    out = convolution(z, wt, [1] * d, dilations, edge + edge, groups)
+    out = convolution(ctx, z, wt, [1] * d, dilations, edge + edge, groups)
     for i in range(d):
         # `out` has the full length minus output_padding; crop the pads, add output_padding zeros
         out = _crop(out, 2 + i, pads[i], pads[d + i] - output_padding[i])
@@ -271,10 +266,7 @@ def max_pool(ctx):
         raise ctx.attr_error("storage_order", ctx.int_attr("storage_order"), "it only affects Indices, which are not supported")
     x = ctx.tensor(0)
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
-    try:
-        win, _ = windows(x, kernel, strides, dilations, pads, MOST_NEGATIVE, ceil_mode)
-    except ValueError as exc:
-        raise ctx.error(str(exc)) from None
+    win, _ = windows(ctx, x, kernel, strides, dilations, pads, MOST_NEGATIVE, ceil_mode)
     d = len(kernel)
     return float_value(win.max(tuple(range(2 + d, 2 + 2 * d))))
 
@@ -285,10 +277,7 @@ def average_pool(ctx):
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
     d = len(kernel)
     include_pad = ctx.int_attr("count_include_pad", 0)
-    try:
-        win, extra = windows(x, kernel, strides, dilations, pads, 0.0, ceil_mode)
-    except ValueError as exc:
-        raise ctx.error(str(exc)) from None
+    win, extra = windows(ctx, x, kernel, strides, dilations, pads, 0.0, ceil_mode)
     axes = tuple(range(2 + d, 2 + 2 * d))
     total = win.sum(axes)
     if not any(extra) and (include_pad or not any(pads)):
@@ -303,19 +292,19 @@ def average_pool(ctx):
     else:
         ones = constant(1.0).reshape((1,) * (d + 2)).broadcast_to((1, 1) + tuple(spatial))
         count_pads = pads
-    counts, _ = windows(ones, kernel, strides, dilations, count_pads, 0.0, ceil_mode and not include_pad)
+    counts, _ = windows(ctx, ones, kernel, strides, dilations, count_pads, 0.0, ceil_mode and not include_pad)
     counts = counts.sum(axes)
     if include_pad and any(extra):
-        counts = _extend_counts(counts, ones, kernel, strides, dilations, extra)
+        counts = _extend_counts(ctx, counts, ones, kernel, strides, dilations, extra)
     return float_value(total / counts)
 
 
-def _extend_counts(counts, ones, kernel, strides, dilations, extra):
+def _extend_counts(ctx, counts, ones, kernel, strides, dilations, extra):
     """Counts for ceil_mode windows that run past the padded input: window over ones padded by extra."""
     d = len(kernel)
     widths = [(0, 0), (0, 0)] + [(0, extra[i]) for i in range(d)]
     padded = ones.pad(widths)
-    win, _ = windows(padded, kernel, strides, dilations, [0] * (2 * d))
+    win, _ = windows(ctx, padded, kernel, strides, dilations, [0] * (2 * d))
     return win.sum(tuple(range(2 + d, 2 + 2 * d)))
 
 
@@ -413,4 +402,4 @@ def lp_norm(ctx):
     return float_value(x / (norm + (norm <= 0.0)))  # a zero vector stays zero
 
 
-__all__ = ["windows", "convolution"]
+__all__ = ["windows", "convolution", "ceil_mode_extra"]

@@ -150,7 +150,7 @@ class Generator(EdgeSteps):
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
         kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5),
-                 ("exact", 1.5), ("combine", 1), ("window", 0.7), ("gather", 0.4), ("select", 0.6), ("power", 0.35),
+                 ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
                  ("fragile", 0.12), ("deep", 0.04)]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
@@ -203,7 +203,7 @@ class Generator(EdgeSteps):
             options.append((f"{n}.exp2().log2()", v.lo, v.hi, "log2_exp2"))
             options.append((f"({n}.exp2() * {n}.sin().exp2())", 2 ** (v.lo - 1), 2 ** (v.hi + 1), "exp2_product"))
         # the algebraic rules' patterns with a view (a pad, too) on the edge between the two nodes
-        if v.shape and self.chance(0.3):
+        if v.shape and self.chance(0.5):
             view = self.random_view_suffix(v.shape)
             w = self.pad_widths(v.shape, 1)
             if v.bound <= 6:
@@ -223,6 +223,24 @@ class Generator(EdgeSteps):
         expr, lo, hi, op = self.choice(options)
         exact = v.exact and op in ("neg", "relu", "abs", "contiguous")
         out = self.emit(expr, lo, hi, exact, op)
+        if out is not None:
+            self.tame(out)
+
+    def step_special(self) -> None:
+        """The special functions of ops/special.py, each where float32 and float64 agree closely."""
+        v = self.pick()
+        n, b = v.name, v.bound
+        options = [(f"{n}.gelu(approximate='none')", -0.2, max(v.hi, 0.0), "gelu_exact"),
+                   (f"{n}.erf()", math.erf(v.lo), math.erf(v.hi), "erf"),
+                   (f"rc.erfc({n})", math.erfc(v.hi), math.erfc(v.lo), "erfc"),
+                   (f"{n}.abs().log1p()", 0.0, math.log1p(b), "log1p"),
+                   (f"(-{n}.abs()).expm1()", math.expm1(-b), 0.0, "expm1")]
+        if v.lo > -0.75:  # log1p of its own argument, away from the pole at -1
+            options.append((f"rc.log1p({n})", math.log1p(v.lo), math.log1p(v.hi), "log1p"))
+        if v.hi <= 3.0:
+            options.append((f"{n}.expm1()", math.expm1(v.lo), math.expm1(v.hi), "expm1"))
+        expr, lo, hi, op = self.choice(options)
+        out = self.emit(expr, lo, hi, False, op)
         if out is not None:
             self.tame(out)
 
@@ -465,7 +483,7 @@ class Generator(EdgeSteps):
         if v is None:
             v = self.new_input(self.random_shape(long_ok=False))
         n = v.name
-        op = self.choice(["where", "compare", "fmod", "mod", "argmax", "where", "eq"])
+        op = self.choice(["where", "compare", "fmod", "mod", "argmax", "where", "eq", "floor", "ceil"])
         c = float(self.choice([0.0, 0.3, -0.7, 1.1]))
         if op == "where":
             a_code, alo, ahi, _ = self.compatible_operand(v)
@@ -478,6 +496,11 @@ class Generator(EdgeSteps):
             self.emit(f"({n} {cmp} {rhs})", 0.0, 1.0, True, "compare")
         elif op == "eq":
             self.emit(f"{n}.eq({n}.max(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
+        elif op in ("floor", "ceil"):  # discontinuous at integers: exact values take the same side in both precisions
+            scale = self.choice([1.0, 4.0])  # a power of two keeps the values exact and moves more of them across integers
+            arg = n if scale == 1.0 else f"({n} * {scale!r})"
+            f = math.floor if op == "floor" else math.ceil
+            self.emit(f"{arg}.{op}()" if self.chance(0.7) else f"rc.{op}({arg})", f(v.lo * scale), f(v.hi * scale), True, op)
         elif op == "fmod":
             d = self.choice([0.75, 1.5, -1.25])
             self.emit(f"rc.fmod({n}, {d!r})", -abs(d), abs(d), True, "fmod")
@@ -518,6 +541,8 @@ class Generator(EdgeSteps):
 
     def step_window(self) -> None:
         """Convolution and pooling: windows read through one strided view."""
+        if self.chance(0.45):
+            return self.step_conv_nd()
         v = self.pick(lambda v: len(v.shape) == 4 and all(isinstance(d, int) for d in v.shape[1:]))
         if v is None or self.chance(0.3):
             shape = (self.choice([1, 2, "B"]), self.choice([1, 2, 3]), int(self.rng.integers(3, 8)), int(self.rng.integers(3, 8)))
@@ -540,6 +565,37 @@ class Generator(EdgeSteps):
         else:
             pad = self.choice([0, k // 2])
             out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
+        if out is not None:
+            self.tame(out)
+
+    def step_conv_nd(self) -> None:
+        """rc.nn.conv over 1 spatial axis (its length may be symbolic) or 3, with groups, strides,
+        dilations and (asymmetric) pads."""
+        d = self.choice([1, 1, 3])
+        groups = self.choice([1, 1, 2])
+        c = groups * self.choice([1, 2])
+        if d == 1:
+            v = self.pick(lambda v: len(v.shape) == 3 and v.shape[1] == c)
+            if v is None or self.chance(0.4):
+                v = self.new_input((self.choice([1, 2, "B"]), c, self.choice(["T", 5, 9, 12])))
+        else:
+            v = self.pick(lambda v: len(v.shape) == 5 and v.shape[1] == c and all(isinstance(n, int) for n in v.shape[2:]))
+            if v is None or self.chance(0.4):
+                v = self.new_input((self.choice([1, "B"]), c) + tuple(int(self.rng.integers(2, 5)) for _ in range(3)))
+        kernel = tuple(int(self.rng.integers(1, 4)) for _ in range(d))
+        dilation = tuple(self.choice([1, 1, 2]) for _ in range(d))
+        stride = tuple(self.choice([1, 1, 2]) for _ in range(d))
+        # pads large enough that even a length of 1 holds a window; sometimes uneven (begin, end)
+        need = [dl * (k - 1) for k, dl in zip(kernel, dilation)]
+        pads = [((m + 1) // 2, (m + 1) // 2 + int(self.rng.integers(0, 2))) for m in need]
+        cout = groups * self.choice([1, 2])
+        wt = self.new_input((cout, c // groups) + kernel)
+        bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ", None"
+        bound = (c // groups) * math.prod(kernel) * v.bound * 2 + 2
+        fn = self.choice(["conv", f"conv{d}d"])
+        padding = pads if fn == "conv" and self.chance(0.5) else [p for p, _ in pads]
+        out = self.emit(f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, "
+                        f"groups={groups})", -bound, bound, False, f"conv{d}d")
         if out is not None:
             self.tame(out)
 

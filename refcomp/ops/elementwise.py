@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from ..errors import ShapeError
 from .provenance import user_op
 from .core import broadcast, broadcast_shape, lift
 from .movement import stack
@@ -162,13 +163,16 @@ class ElementwiseMixin:
     def sigmoid(self):
         return 1.0 / (1.0 + (-self).exp())
 
-    def tanh(self):
-        return 2.0 * (2.0 * self).sigmoid() - 1.0
-
-    def gelu(self):
-        """The tanh approximation (PyTorch's gelu(approximate='tanh'))."""
-        inner = math.sqrt(2.0 / math.pi) * (self + 0.044715 * self * self * self)
-        return 0.5 * self * (1.0 + inner.tanh())
+    def gelu(self, approximate: str = "tanh"):
+        """GELU, x * Phi(x). `approximate="tanh"` (the default, GPT-2's) is PyTorch's tanh form;
+        `approximate="none"` is the exact x/2 * erfc(-x/sqrt 2), which keeps erfc's relative accuracy in
+        the negative tail where 1 + erf(x/sqrt 2) would cancel (`tanh` and `erfc` live in ops/special.py)."""
+        if approximate == "tanh":
+            inner = math.sqrt(2.0 / math.pi) * (self + 0.044715 * self * self * self)
+            return 0.5 * self * (1.0 + inner.tanh())
+        if approximate == "none":
+            return 0.5 * self * (self * (-1.0 / math.sqrt(2.0))).erfc()
+        raise ShapeError(f"gelu of {self.label}: approximate must be 'tanh' or 'none', got {approximate!r}")
 
     def silu(self):
         return self * self.sigmoid()

@@ -1,8 +1,9 @@
 """`rc.nn`: the neural-network layers, with PyTorch's signatures, built from Tensor methods.
 
-Convolution and pooling read their input through one strided *window view* (N, C, Ho, Wo, kh, kw)
-of the padded input, so the im2col matrix is never stored; the reduction over the window is an
-ordinary SumReduce / MaxReduce.
+Convolution (`conv`, any number of spatial axes; `conv1d`/`conv2d`/`conv3d` fix it) and pooling read
+their input through one strided *window view* (N, C, *out, *kernel) of the padded input (`windows`,
+also what the ONNX importer's pools read), so the im2col matrix is never stored; the reduction over
+the window is an ordinary SumReduce / MaxReduce.
 """
 from __future__ import annotations
 
@@ -11,23 +12,43 @@ import numbers
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, idiv
+from ..symbolic.view import contiguous_strides
 from .primitives import make_node
 from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
 
 
+def _per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
+    """An int (the same for every spatial axis) or one int per axis, each at least `least`."""
+    values = (value,) * d if isinstance(value, numbers.Integral) else tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(values) != d or not all(isinstance(v, numbers.Integral) and v >= least for v in values):
+        kind = "positive" if least else "non-negative"
+        raise ShapeError(f"{what} must be a {kind} int or {d} of them, got {value!r}")
+    return tuple(int(v) for v in values)
 
-def _pair(value, what: str) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and v >= 0 for v in pair):
-        raise ShapeError(f"{what} must be a non-negative int or a pair of them, got {value!r}")
-    return int(pair[0]), int(pair[1])
+
+def _pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
+    """Padding as (begin, end) per spatial axis: an int, one int per axis, or one pair per axis."""
+    wrong = ShapeError(f"{what} must be a non-negative int, {d} of them or {d} (begin, end) pairs, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        return tuple((p, p) for p in _per_axis(value, d, what))
+    if not isinstance(value, (tuple, list)):
+        raise wrong
+    if all(isinstance(v, numbers.Integral) for v in value):
+        return tuple((p, p) for p in _per_axis(value, d, what))
+    pairs = tuple(tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in value)
+    if len(pairs) != d or not all(len(p) == 2 and all(isinstance(v, numbers.Integral) and v >= 0 for v in p) for p in pairs):
+        raise wrong
+    return tuple((int(a), int(b)) for a, b in pairs)
 
 
 def _require_ndim(x: Tensor, ndim: int, who: str) -> None:
     if x.ndim != ndim:
         raise ShapeError(f"{who} expects a {ndim}-D tensor, got {x.label}")
+
+
+SPATIAL_NAMES = {1: ("length",), 2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
 @user_op
@@ -56,63 +77,108 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     return out if weight is None else out * weight
 
 
-def _windows(x: Tensor, kernel, stride, padding, dilation, pad_value: float, who: str) -> Tensor:
-    """The (N, C, Ho, Wo, kh, kw) view of every kernel window over the padded input."""
-    _require_ndim(x, 4, who)
-    (kh, kw), (sh, sw) = kernel, stride
-    (ph, pw), (dh, dw) = padding, dilation
-    if sh == 0 or sw == 0 or kh == 0 or kw == 0 or dh == 0 or dw == 0:
+@user_op
+def windows(x, kernel, stride, padding, dilation, pad_value: float = 0.0, who: str = "windows") -> Tensor:
+    """The (N, C, *out, *kernel) view of every kernel window over x (N, C, *spatial) padded by
+    `padding` ((begin, end) per spatial axis, filled with `pad_value`).
+
+    One strided view of the padded input: output position o and kernel offset k read the padded
+    input at o * stride + k * dilation on each spatial axis, so no window is ever copied; an output
+    axis has idiv(padded - extent, stride) + 1 positions, extent = dilation * (kernel - 1) + 1.
+    """
+    x = lift(x)
+    d = len(kernel)
+    _require_ndim(x, d + 2, who)
+    if any(s < 1 for s in stride) or any(k < 1 for k in dilation) or any(isinstance(k, int) and k < 1 for k in kernel):
         raise ShapeError(f"{who}: kernel size, stride and dilation must be positive")
-    n, c, h, w = x.shape
-    padded = x.pad([(0, 0), (0, 0), (ph, ph), (pw, pw)], value=pad_value) if ph or pw else x
-    hp, wp = dim(h + 2 * ph), dim(w + 2 * pw)
-    ho = dim(idiv(dim(hp - dh * (kh - 1) - 1), sh) + 1)
-    wo = dim(idiv(dim(wp - dw * (kw - 1) - 1), sw) + 1)
-    for name, size, extent in (("height", hp, dh * (kh - 1) + 1), ("width", wp, dw * (kw - 1) + 1)):
-        if isinstance(size, int) and size < extent:
+    spatial = x.shape[2:]
+    padded_sizes = [dim(n + a + b) for n, (a, b) in zip(spatial, padding)]
+    extents = [dim(dl * (k - 1) + 1) for k, dl in zip(kernel, dilation)]
+    names = SPATIAL_NAMES.get(d, tuple(f"spatial axis {i}" for i in range(d)))
+    for name, size, extent in zip(names, padded_sizes, extents):
+        if isinstance(size, int) and isinstance(extent, int) and size < extent:
             raise ShapeError(f"{who}: padded input {name} {size} of {x.label} is smaller than the kernel's extent {extent}")
-    strides = (dim(c * hp * wp), dim(hp * wp), dim(sh * wp), sw, dim(dh * wp), dw)
-    return padded.as_strided((n, c, ho, wo, kh, kw), strides)
+    padded = x.pad([(0, 0), (0, 0)] + list(padding), value=pad_value) if any(a or b for a, b in padding) else x
+    outs = tuple(dim(idiv(dim(size - extent), s) + 1) for size, extent, s in zip(padded_sizes, extents, stride))
+    row = contiguous_strides(padded.shape)
+    view_strides = row[:2] + tuple(dim(r * s) for r, s in zip(row[2:], stride)) + \
+        tuple(dim(r * dl) for r, dl in zip(row[2:], dilation))
+    return padded.as_strided(tuple(x.shape[:2]) + outs + tuple(kernel), view_strides)
+
+
+@user_op
+def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, who: str = "conv"):
+    """N-D convolution (PyTorch's conv1d/2d/3d, cross-correlation): x (N, C, *spatial), weight
+    (C_out, C / groups, *kernel), any number of spatial axes, the number taken from the weight.
+
+    `padding` is an int, one int per spatial axis, or one (begin, end) pair per axis (ONNX's
+    asymmetric pads). The windows of each group are multiplied by that group's kernels and summed
+    over (channel, *kernel) in one product: SumReduce over a broadcast Mul of two views.
+    """
+    x, weight = lift(x), lift(weight)
+    if weight.ndim < 3:
+        raise ShapeError(f"{who} weight must be (C_out, C_in / groups, *kernel) with a spatial axis, got {weight.label}")
+    d = weight.ndim - 2
+    c_out, c_in_per_group = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ShapeError(f"{who}: groups must be a positive int, got {groups!r}")
+    _require_ndim(x, d + 2, who)
+    if not dims_equal(x.shape[1], dim(c_in_per_group * groups)):
+        raise ShapeError(f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups")
+    if isinstance(c_out, int) and c_out % groups:
+        raise ShapeError(f"{who}: {c_out} output channels of {weight.label} do not split into {groups} groups")
+    win = windows(x, kernel, _per_axis(stride, d, f"{who} stride", 1), _pads(padding, d, f"{who} padding"),
+                  _per_axis(dilation, d, f"{who} dilation", 1), 0.0, who)
+    n, outs = x.shape[0], win.shape[2:2 + d]
+    win = win.reshape((n, groups, c_in_per_group) + outs + kernel).unsqueeze(2)
+    kern = weight.reshape((1, groups, dim(c_out // groups), c_in_per_group) + (1,) * d + kernel)
+    out = (win * kern).sum((3,) + tuple(range(4 + d, 4 + 2 * d))).reshape((n, c_out) + outs)
+    return out if bias is None else out + lift(bias).reshape((1, c_out) + (1,) * d)
+
+
+@user_op
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv_of_rank(1, x, weight, bias, stride, padding, dilation, groups)
 
 
 @user_op
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
-    x, weight = lift(x), lift(weight)
-    _require_ndim(weight, 4, "conv2d weight")
-    c_out, c_in_per_group, kh, kw = weight.shape
-    if not isinstance(groups, numbers.Integral) or groups < 1:
-        raise ShapeError(f"conv2d: groups must be a positive int, got {groups!r}")
-    _require_ndim(x, 4, "conv2d")
-    if not dims_equal(x.shape[1], dim(c_in_per_group * groups)):
-        raise ShapeError(f"conv2d: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups")
-    if isinstance(c_out, int) and c_out % groups:
-        raise ShapeError(f"conv2d: {c_out} output channels of {weight.label} do not split into {groups} groups")
-    win = _windows(x, (kh, kw), _pair(stride, "conv2d stride"), _pair(padding, "conv2d padding"),
-                   _pair(dilation, "conv2d dilation"), 0.0, "conv2d")
-    n, _, ho, wo, _, _ = win.shape
-    win = win.reshape(n, groups, c_in_per_group, ho, wo, kh, kw).unsqueeze(2)
-    kernel = weight.reshape(1, groups, dim(c_out // groups), c_in_per_group, 1, 1, kh, kw)
-    out = (win * kernel).sum((3, 6, 7)).reshape(n, c_out, ho, wo)
-    return out if bias is None else out + lift(bias).reshape(1, c_out, 1, 1)
+    return _conv_of_rank(2, x, weight, bias, stride, padding, dilation, groups)
+
+
+@user_op
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv_of_rank(3, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) -> Tensor:
+    """`conv` with the number of spatial axes fixed, so a weight of the wrong rank is an error."""
+    who = f"conv{d}d"
+    _require_ndim(lift(weight), d + 2, f"{who} weight")
+    return conv(x, weight, bias, stride, padding, dilation, groups, who)
+
+
+def _pool_windows(x, kernel_size, stride, padding, pad_value: float, who: str) -> Tensor:
+    kernel = _per_axis(kernel_size, 2, f"{who} kernel_size", 1)
+    stride = kernel if stride is None else _per_axis(stride, 2, f"{who} stride", 1)
+    pads = _pads(padding, 2, f"{who} padding")
+    return windows(x, kernel, stride, pads, (1, 1), pad_value, who)
 
 
 @user_op
 def max_pool2d(x, kernel_size, stride=None, padding=0):
-    kernel = _pair(kernel_size, "max_pool2d kernel_size")
-    stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
-    pad = _pair(padding, "max_pool2d padding")
+    kernel = _per_axis(kernel_size, 2, "max_pool2d kernel_size", 1)
+    pad = _per_axis(padding, 2, "max_pool2d padding")
     if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
         raise ShapeError(f"max_pool2d: padding {pad} must be at most half the kernel {kernel}")
-    return _windows(lift(x), kernel, stride, pad, (1, 1), -math.inf, "max_pool2d").max((-2, -1))
+    return _pool_windows(x, kernel, stride, pad, -math.inf, "max_pool2d").max((-2, -1))
 
 
 @user_op
 def avg_pool2d(x, kernel_size, stride=None, padding=0):
     """Averages over the whole window, padding included (PyTorch's count_include_pad=True)."""
-    kernel = _pair(kernel_size, "avg_pool2d kernel_size")
-    stride = kernel if stride is None else _pair(stride, "avg_pool2d stride")
-    pad = _pair(padding, "avg_pool2d padding")
-    return _windows(lift(x), kernel, stride, pad, (1, 1), 0.0, "avg_pool2d").mean((-2, -1))
+    return _pool_windows(x, kernel_size, stride, _per_axis(padding, 2, "avg_pool2d padding"), 0.0, "avg_pool2d").mean((-2, -1))
 
 
 @user_op
