@@ -145,25 +145,34 @@ def test_the_search_budget_is_honoured_inside_a_round(monkeypatch):
 
 
 def test_nested_short_reduces_are_not_unrolled_past_the_recompute_bound():
-    """Each unrolled reduce reads its source four times, so six nested ones would recompute 4**6
-    values per element (a fuzzed graph of this kind once took minutes to compile): the fusion is
-    refused past codegen.emit.MAX_INLINED_VALUES, and three nested ones still fuse."""
+    """Each unrolled reduce reads its source at four indices, so six nested ones would recompute 4**6
+    values per element (a fuzzed graph of this kind once took minutes to compile): the search asks
+    codegen, which refuses past codegen.emit.MAX_INLINED_VALUES; three nested ones still fuse."""
     from refcomp.codegen.emit import MAX_INLINED_VALUES
     from refcomp.codegen.lower import materialise_outputs
-    from refcomp.search.fusion import Graph, Schedule, group_of
+    from refcomp.search.fusion import Graph, Schedule, check_group, group_of
     x = rc.input("x", (4,) * 7)
     sums = [x]
     for _ in range(6):
         sums.append((sums[-1] * sums[-1] + 1.0).reciprocal().sum(-1))
-    assert 4 ** 6 > MAX_INLINED_VALUES >= 4 ** 3 * 3
+    assert 4 ** 6 > MAX_INLINED_VALUES >= 4 ** 3
     for depth, fuses in ((3, True), (6, False)):
         graph = Graph(materialise_outputs([sums[depth]]))
         root = graph.output_nodes[0]
         inline_all = Schedule(inline=frozenset(n.id for n in graph.compute if n is not root))
-        assert (group_of(graph, inline_all, root) is not None) == fuses, depth
+        group = group_of(graph, inline_all, root)
+        assert (group is not None and check_group(graph, inline_all, group, {})) == fuses, depth
     feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (4,) * 7).astype(np.float32)}
-    prog = rc.compile(sums[6])
+    prog = rc.compile(sums[6], cache=False)
     np.testing.assert_allclose(prog.run(feeds), rc.evaluate(sums[6], feeds), rtol=1e-5)
+
+
+def test_accurate_special_functions_still_fuse_into_one_kernel():
+    """tanh's formula reads its argument many times (655 paths through the graph, 55 values once
+    codegen reuses repeated reads): the path bound alone would split it; codegen's count does not."""
+    x = rc.input("x", ("B", 64))
+    for y in (x.tanh(), x.gelu(), x.gelu(approximate="none")):
+        assert len(rc.compile(y, cache=False).kernels) == 1
 
 
 # --- 5. deterministic output -----------------------------------------------------------------------

@@ -30,10 +30,12 @@ SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into 
 # fuses at most this many nodes: deep graphs split into several kernels instead of overflowing the
 # interpreter's stack, and no kernel grows past what nvcc and g++ digest quickly.
 MAX_FUSED_NODES = 128
-# A fused producer is recomputed at each read, and an unrolled reduce reads its source up to
-# SHORT_REDUCE times, so nested short reduces multiply the work: a kernel recomputes at most this
-# many values per element (past it, simplifying the indices alone would take minutes).
-MAX_INLINED_VALUES = 1024
+# A fused producer is recomputed wherever it is read at a new index (an unrolled reduce reads its
+# source at up to SHORT_REDUCE indices, and masked reads recompute inside their `if`), so nested
+# short reductions multiply the work: a kernel recomputes at most this many values per element
+# (counted as emitted, repeated reads reused). Past it the kernel is refused as Unfusable: a fuzzed
+# graph once made a 214 KB kernel of 45 nodes, 394 values, that took a minute to simplify.
+MAX_INLINED_VALUES = 256
 
 
 class Unfusable(RefcompError):
@@ -91,6 +93,7 @@ class KernelBody:
     _count: int = 0
     _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
     _alive: list = field(default_factory=list)
+    _bound: dict = field(default_factory=dict)  # (statement list, index tower) -> its uN variable
     fused: list = field(default_factory=list)  # nodes recomputed inline, for the comment and reports
     inlined_values: int = 0  # fused values recomputed so far (MAX_INLINED_VALUES)
     bind_compound: bool = True  # False where the index expressions are analysed rather than printed
@@ -220,9 +223,13 @@ class KernelBody:
         for e, n in zip(unravel(flat, shape), shape):
             e = simplify_index(e, self.ranges)
             if self.bind_compound and e.has(idiv, imod):
-                name = self.fresh("u")
-                self.statements.append(f"const long long {name} = {self.printer.int(e)};")
-                e = self.index_var(name, n)
+                key = (id(self.statements), e)
+                if key not in self._bound:  # one variable per tower and scope, so equal reads stay equal
+                    name = self.fresh("u")
+                    self.statements.append(f"const long long {name} = {self.printer.int(e)};")
+                    self._bound[key] = self.index_var(name, n)
+                    self._alive.append(self.statements)
+                e = self._bound[key]
             out.append(e)
         return out
 

@@ -118,10 +118,18 @@ def _short_reduce(node: Node) -> bool:
     return isinstance(extent, int) and extent <= SHORT_REDUCE
 
 
+# The search's cheap bound on a kernel's recomputed values (`_recomputations`) counts every path, so
+# it overestimates wildly where codegen reuses a value read twice at one index (tanh's: 655 paths,
+# 55 values). Above this many paths a fusion is refused outright; between codegen's
+# MAX_INLINED_VALUES and this, codegen counts the real values (check_group).
+MAX_PATH_COPIES = 1 << 16
+
+
 def _recomputations(root: Node, ordered: tuple, members: dict, unrolled: Callable[[Node], bool]) -> int:
-    """How many values the kernel recomputes per output element, at most: a fused producer is
+    """An upper bound on the values the kernel recomputes per output element: a fused producer is
     recomputed once per read, and an unrolled reduce reads its source `extent` times, so copies
-    multiply along a path (a bound: codegen reuses a value read twice at the same index)."""
+    multiply along a path (codegen reuses a value read twice at the same index: the real count is
+    often far lower)."""
     copies = {root.id: 1}
     for node in (root,) + tuple(reversed(ordered)):
         reads = copies.get(node.id, 0) * (node.srcs[0].shape[node.attrs["axis"]] if node is not root and unrolled(node) else 1)
@@ -169,7 +177,7 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
     unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
     bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
-    if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_INLINED_VALUES:
+    if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_PATH_COPIES:
         return None
     return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind)
 
@@ -344,8 +352,12 @@ CLEANUP: list[FusionRule] = [
 
 
 def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> bool:
-    """Row and matmul fusions are honoured only if code generation accepts them (cached)."""
-    if group.kind not in ("row", "matmul") and not (group.kind == "reduce" and group.root.op.kind != REDUCE):
+    """Row and matmul fusions, and kernels that may recompute too much, are honoured only if code
+    generation accepts them (cached)."""
+    templated = group.kind in ("row", "matmul") or (group.kind == "reduce" and group.root.op.kind != REDUCE)
+    unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
+    members = {n.id: n for n in group.members}
+    if not templated and _recomputations(group.root, group.members, members, unrolled) <= MAX_INLINED_VALUES:
         return True
     key = (group.root.id, tuple(n.id for n in group.members), group.kind)
     if key not in cache:
