@@ -162,7 +162,10 @@ def profile_table(profile: Profile) -> str:
 # --- the rewrite ----------------------------------------------------------------------------------
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
 _POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
-_SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[\s*\d+\s*\]\s*)+);")
+_SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
+# float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
+# `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)[fF]\b|\b(INFINITY|NAN)\b")
 
 
 @dataclass(frozen=True)
@@ -221,12 +224,12 @@ def _shared(kernel: str, body: str) -> tuple[str, list[str]]:
     arrays = []
 
     def replace(m: re.Match) -> str:
-        dims = [int(d) for d in re.findall(r"\d+", m.group(2))]
+        dims = [d.strip() for d in re.findall(r"\[([^\]\[]+)\]", m.group(2))]
         arrays.append(m.group(1))
         if len(dims) == 1:
-            return f"__shared__ rcp_smem<float, {dims[0]}> {m.group(1)};"
+            return f"__shared__ rcp_smem<float, ({dims[0]})> {m.group(1)};"
         if len(dims) == 2:
-            return f"__shared__ rcp_smem2<float, {dims[0]}, {dims[1]}> {m.group(1)};"
+            return f"__shared__ rcp_smem2<float, ({dims[0]}), ({dims[1]})> {m.group(1)};"
         raise ProfileError(f"kernel {kernel}: the profile build handles 1-D and 2-D __shared__ arrays, "
                            f"not {m.group(1)}{m.group(2)}")
 
@@ -239,6 +242,7 @@ def _shared(kernel: str, body: str) -> tuple[str, list[str]]:
 def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
     """The profile build's copy of `source` (see the module docstring); the original is untouched."""
     text = re.sub(r"\bfloat\b", "rcp_f32", source)
+    text = _FLOAT_LITERAL.sub(lambda m: f"rcp_f32({m.group(0)})", text)
     pieces, pos = [], 0
     sites: dict[str, int] = {}
     site_names: dict[str, list[str]] = {}
@@ -400,6 +404,6 @@ def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int =
     feeds = {}
     for node in input_nodes(toposort([t.node for t in program.tensors])):
         shape = tuple(evaluate_dim(d, dims) for d in node.shape)
-        integer = np.dtype(node.attrs.get("dtype", np.float32)).kind in "iu"
+        integer = np.dtype(node.dtype).kind in "iu"
         feeds[node.attrs["name"]] = np.zeros(shape, np.int32) if integer else rng.standard_normal(shape).astype(np.float32)
     return feeds, dims
