@@ -16,11 +16,8 @@
 // is 1); bank conflicts = wavefronts - requests, as Nsight's l1tex__data_bank_conflicts_pipe_lsu_mem_shared.
 // Requests are gathered per block (blocks run one after another) and reduced when the next block
 // starts and when Python reads the counters.
-#pragma once
-#include <algorithm>
-#include <type_traits>
-#include <unordered_map>
-#include <vector>
+// No C++ library headers and no #pragma once: profile.py pastes this text in front of every
+// program's instrumented source, so it must stay cheap to parse.
 
 // ---- counted floats --------------------------------------------------------------------------------
 static long long rcp_flop_count, rcp_math_count;
@@ -29,12 +26,14 @@ struct rcp_f32 {
     float v;
     rcp_f32() = default;
     constexpr rcp_f32(float x) : v(x) {}
-    template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
-    constexpr rcp_f32(I x) : v((float)x) {}
     constexpr rcp_f32(double x) : v((float)x) {}
-    explicit constexpr operator float() const { return v; }
-    template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
-    explicit constexpr operator I() const { return (I)v; }
+    constexpr rcp_f32(int x) : v((float)x) {}
+    constexpr rcp_f32(unsigned x) : v((float)x) {}
+    constexpr rcp_f32(long x) : v((float)x) {}
+    constexpr rcp_f32(unsigned long x) : v((float)x) {}
+    constexpr rcp_f32(long long x) : v((float)x) {}
+    constexpr rcp_f32(unsigned long long x) : v((float)x) {}
+    explicit constexpr operator float() const { return v; }  // also serves (int)x, (long long)x, if (x)
 };
 static_assert(sizeof(rcp_f32) == 4, "rcp_f32 must have float's layout");
 
@@ -74,46 +73,60 @@ struct rcp_counters {  // the order profile.py reads them in
     long long barriers, flops, math, accesses;
 };
 
+// Requests of the block being gathered, in an open-addressing table keyed by
+// (warp, epoch, site * 2 + store, occurrence) + 1, 0 meaning empty.
 static struct {
     int nsites, nthreads;
-    long long block;  // linear index of the block being gathered, -1 before the first
-    std::unordered_map<unsigned long long, std::vector<rcp_request>>* requests;  // (warp, epoch, site) -> by k
-    std::vector<int> epoch;                       // barriers passed, per thread
-    std::vector<int> occurrence;                  // [thread][site*2+store]: executions in this epoch
-    std::vector<std::vector<rcp_request>*> row;   // [thread][site*2+store]: that epoch's request list
+    long long block;               // linear index of the block being gathered, -1 before the first
+    unsigned long long* keys;      // [capacity]
+    int* slot;                     // [capacity] index into requests
+    unsigned long long capacity;   // a power of 2
+    rcp_request* requests;
+    long long used, room;
+    int* epoch;                    // [thread]: barriers passed in this block
+    int* occurrence;               // [thread][site * 2 + store]: executions in this epoch
     rcp_counters c;
     char error[256];
 } rcp;
 
+static void* rcp_grow(void* p, size_t bytes) {
+    void* q = realloc(p, bytes ? bytes : 1);
+    if (!q) { fprintf(stderr, "refcomp profiler: out of memory\n"); abort(); }
+    return q;
+}
+
+static void rcp_fail(const char* what) {
+    if (!rcp.error[0]) snprintf(rcp.error, sizeof rcp.error, "%s", what);
+}
+
 static void rcp_flush_block() {
-    if (!rcp.requests) return;
-    for (auto& entry : *rcp.requests) {
-        const bool store = entry.first & 1;
-        for (const rcp_request& r : entry.second) {
-            if (!r.n) continue;
-            if (!r.shared) {
-                (store ? rcp.c.gst_req : rcp.c.gld_req) += 1;
-                (store ? rcp.c.gst_sect : rcp.c.gld_sect) += r.n;
-                continue;
-            }
-            int per_bank[32] = {0}, waves = 0;
-            for (int i = 0; i < r.n; ++i) {
-                int b = (int)(r.unit[i] & 31);
-                if (++per_bank[b] > waves) waves = per_bank[b];
-            }
-            (store ? rcp.c.sts_req : rcp.c.lds_req) += 1;
-            (store ? rcp.c.sts_wave : rcp.c.lds_wave) += waves;
+    for (long long i = 0; i < rcp.used; ++i) {
+        const rcp_request& r = rcp.requests[i];
+        const bool store = r.shared & 2;
+        if (!(r.shared & 1)) {
+            (store ? rcp.c.gst_req : rcp.c.gld_req) += 1;
+            (store ? rcp.c.gst_sect : rcp.c.gld_sect) += r.n;
+            continue;
         }
+        int per_bank[32] = {0}, waves = 0;
+        for (int k = 0; k < r.n; ++k) {
+            int b = (int)(r.unit[k] & 31);
+            if (++per_bank[b] > waves) waves = per_bank[b];
+        }
+        (store ? rcp.c.sts_req : rcp.c.lds_req) += 1;
+        (store ? rcp.c.sts_wave : rcp.c.lds_wave) += waves;
     }
-    rcp.requests->clear();
+    if (rcp.used) memset(rcp.keys, 0, rcp.capacity * sizeof *rcp.keys);
+    rcp.used = 0;
     for (int w = 0; w * 32 < rcp.nthreads; ++w) {  // a warp executes each barrier its threads reach
         int most = 0;
         for (int t = w * 32; t < rcp.nthreads && t < w * 32 + 32; ++t) most = rcp.epoch[t] > most ? rcp.epoch[t] : most;
         rcp.c.barriers += most;
     }
-    std::fill(rcp.epoch.begin(), rcp.epoch.end(), 0);
-    std::fill(rcp.occurrence.begin(), rcp.occurrence.end(), 0);
-    std::fill(rcp.row.begin(), rcp.row.end(), nullptr);
+    if (rcp.nthreads) {
+        memset(rcp.epoch, 0, sizeof(int) * rcp.nthreads);
+        memset(rcp.occurrence, 0, sizeof(int) * rcp.nthreads * rcp.nsites * 2);
+    }
 }
 
 static inline int rcp_thread() {
@@ -124,31 +137,61 @@ static inline int rcp_thread() {
         int n = (int)(blockDim.x * blockDim.y * blockDim.z);
         if (n != rcp.nthreads) {
             rcp.nthreads = n;
-            rcp.epoch.assign(n, 0);
-            rcp.occurrence.assign((size_t)n * rcp.nsites * 2, 0);
-            rcp.row.assign((size_t)n * rcp.nsites * 2, nullptr);
+            rcp.epoch = (int*)rcp_grow(rcp.epoch, sizeof(int) * n);
+            rcp.occurrence = (int*)rcp_grow(rcp.occurrence, sizeof(int) * n * rcp.nsites * 2);
+            memset(rcp.epoch, 0, sizeof(int) * n);
+            memset(rcp.occurrence, 0, sizeof(int) * n * rcp.nsites * 2);
         }
     }
     return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
 }
 
+static void rcp_rehash() {
+    unsigned long long old_capacity = rcp.capacity, *old_keys = rcp.keys;
+    int* old_slot = rcp.slot;
+    rcp.capacity = old_capacity ? old_capacity * 2 : 1 << 12;
+    rcp.keys = (unsigned long long*)calloc(rcp.capacity, sizeof *rcp.keys);
+    rcp.slot = (int*)rcp_grow(nullptr, rcp.capacity * sizeof *rcp.slot);
+    if (!rcp.keys) { fprintf(stderr, "refcomp profiler: out of memory\n"); abort(); }
+    for (unsigned long long i = 0; i < old_capacity; ++i) {
+        if (!old_keys[i]) continue;
+        unsigned long long h = (old_keys[i] * 0x9E3779B97F4A7C15ull) >> 20;
+        while (rcp.keys[h & (rcp.capacity - 1)]) ++h;
+        rcp.keys[h & (rcp.capacity - 1)] = old_keys[i];
+        rcp.slot[h & (rcp.capacity - 1)] = old_slot[i];
+    }
+    free(old_keys);
+    free(old_slot);
+}
+
 static void rcp_record(const void* address, int site, int store, int shared) {
     const int t = rcp_thread();
-    const int slot = t * rcp.nsites * 2 + site * 2 + store;
-    if (site >= rcp.nsites) {
-        if (!rcp.error[0]) snprintf(rcp.error, sizeof rcp.error, "access site %d >= %d sites", site, rcp.nsites);
+    if (site >= rcp.nsites) { rcp_fail("an access site number is out of range"); return; }
+    ++rcp.c.accesses;
+    const unsigned long long k = (unsigned long long)rcp.occurrence[(t * rcp.nsites + site) * 2 + store]++;
+    const unsigned long long epoch = (unsigned long long)rcp.epoch[t];
+    if (k >= (1ull << 28) || epoch >= (1ull << 20) || rcp.nsites > 1024) {
+        rcp_fail("more than 2^28 executions of one access site, 2^20 barriers or 1024 sites in one block");
         return;
     }
-    ++rcp.c.accesses;
-    std::vector<rcp_request>* row = rcp.row[slot];
-    if (!row) {
-        unsigned long long key = ((unsigned long long)(t / 32) << 48) | ((unsigned long long)rcp.epoch[t] << 16) |
-                                 (unsigned long long)(site * 2 + store);
-        row = rcp.row[slot] = &(*rcp.requests)[key];
+    const unsigned long long key = (((unsigned long long)(t / 32) << 59) | (epoch << 39) |
+                                    ((unsigned long long)(site * 2 + store) << 28) | k) + 1;
+    if ((unsigned long long)(rcp.used + 1) * 2 > rcp.capacity) rcp_rehash();
+    unsigned long long h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+    while (rcp.keys[h & (rcp.capacity - 1)] && rcp.keys[h & (rcp.capacity - 1)] != key) ++h;
+    const unsigned long long at = h & (rcp.capacity - 1);
+    if (!rcp.keys[at]) {
+        if (rcp.used == rcp.room) {
+            rcp.room = rcp.room ? rcp.room * 2 : 1024;
+            rcp.requests = (rcp_request*)rcp_grow(rcp.requests, sizeof(rcp_request) * rcp.room);
+        }
+        rcp.keys[at] = key;
+        rcp.slot[at] = (int)rcp.used;
+        rcp.requests[rcp.used].shared = (unsigned char)((shared ? 1 : 0) | (store ? 2 : 0));
+        rcp.requests[rcp.used].n = 0;
+        ++rcp.used;
     }
-    const int k = rcp.occurrence[slot]++;
-    if ((size_t)k >= row->size()) row->resize(k + 1, rcp_request{(unsigned char)shared, 0, {}});
-    rcp_request& r = (*row)[k];
+    rcp_request& r = rcp.requests[rcp.slot[at]];
     const unsigned long long unit = (unsigned long long)(uintptr_t)address >> (shared ? 2 : 5);
     for (int i = r.n - 1; i >= 0; --i)
         if (r.unit[i] == unit) return;
@@ -158,20 +201,19 @@ static void rcp_record(const void* address, int site, int store, int shared) {
 static void rcp_barrier() {
     const int t = rcp_thread();
     ++rcp.epoch[t];
-    const size_t base = (size_t)t * rcp.nsites * 2;
-    std::fill(rcp.occurrence.begin() + base, rcp.occurrence.begin() + base + rcp.nsites * 2, 0);
-    std::fill(rcp.row.begin() + base, rcp.row.begin() + base + rcp.nsites * 2, nullptr);
+    memset(rcp.occurrence + (size_t)t * rcp.nsites * 2, 0, sizeof(int) * rcp.nsites * 2);
 }
 
 EMU_EXPORT void refcomp_profile_begin(int nsites) {
-    if (!rcp.requests) rcp.requests = new std::unordered_map<unsigned long long, std::vector<rcp_request>>();
-    rcp.requests->clear();
+    if (rcp.used) memset(rcp.keys, 0, rcp.capacity * sizeof *rcp.keys);
+    rcp.used = 0;
     rcp.nsites = nsites > 0 ? nsites : 1;
     rcp.nthreads = 0;
     rcp.block = -1;
     rcp.c = rcp_counters{};
     rcp.error[0] = 0;
     rcp_flop_count = rcp_math_count = 0;
+    if (!rcp.capacity) rcp_rehash();
 }
 
 // Fills out[0..11] in rcp_counters' order; returns the recording error, or "".
