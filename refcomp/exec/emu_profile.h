@@ -19,6 +19,8 @@
 // No C++ library headers and no #pragma once: profile.py pastes this text in front of every
 // program's instrumented source, so it must stay cheap to parse.
 
+#include <pthread.h>
+
 // ---- counted floats --------------------------------------------------------------------------------
 static long long rcp_flop_count, rcp_math_count;
 
@@ -86,6 +88,7 @@ static struct {
     int* epoch;                    // [thread]: barriers passed in this block
     int* occurrence;               // [thread][site * 2 + store]: executions in this epoch
     rcp_counters c;
+    pthread_t owner;               // the host thread that began the launch
     char error[256];
 } rcp;
 
@@ -132,6 +135,9 @@ static void rcp_flush_block() {
 static inline int rcp_thread() {
     long long block = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
     if (block != rcp.block) {
+        // Blocks are gathered one at a time: a runner that spreads blocks over host threads would
+        // interleave them, so the profile build refuses to count that.
+        if (!pthread_equal(pthread_self(), rcp.owner)) rcp_fail("blocks ran on several host threads; the profile build needs them run one after another");
         rcp_flush_block();
         rcp.block = block;
         int n = (int)(blockDim.x * blockDim.y * blockDim.z);
@@ -213,6 +219,7 @@ EMU_EXPORT void refcomp_profile_begin(int nsites) {
     rcp.c = rcp_counters{};
     rcp.error[0] = 0;
     rcp_flop_count = rcp_math_count = 0;
+    rcp.owner = pthread_self();
     if (!rcp.capacity) rcp_rehash();
 }
 

@@ -138,21 +138,16 @@ def profile_table(profile: Profile) -> str:
 
     head = ["kernel", "grid/block", "ld req", "sect/req", "st req", "sect/req", "smem req", "conflicts",
             "barriers", "flops", "math", "sect x 32 B", "model B", "model us"]
-    rows = []
-    for k in profile.kernels:
-        c = k.counters
-        rows.append([k.name, launch(k), f"{c.global_load_requests:,}", f"{c.load_sectors_per_request:.2f}",
-                     f"{c.global_store_requests:,}", f"{c.store_sectors_per_request:.2f}",
-                     f"{c.shared_load_requests + c.shared_store_requests:,}", f"{c.shared_bank_conflicts:,}",
-                     f"{c.barriers:,}", f"{c.flops:,}", f"{c.math_calls:,}", f"{c.global_bytes:,}",
-                     f"{k.cost.bytes:,}", f"{k.cost.time_s * 1e6:.2f}"])
-    t = profile.total
-    rows.append(["total", "", f"{t.global_load_requests:,}", f"{t.load_sectors_per_request:.2f}",
-                 f"{t.global_store_requests:,}", f"{t.store_sectors_per_request:.2f}",
-                 f"{t.shared_load_requests + t.shared_store_requests:,}", f"{t.shared_bank_conflicts:,}",
-                 f"{t.barriers:,}", f"{t.flops:,}", f"{t.math_calls:,}", f"{t.global_bytes:,}",
-                 f"{sum(k.cost.bytes for k in profile.kernels):,}",
-                 f"{sum(k.cost.time_s for k in profile.kernels) * 1e6:.2f}"])
+    def row(name: str, where: str, c: Counters, model_bytes: int, model_s: float) -> list[str]:
+        return [name, where, f"{c.global_load_requests:,}", f"{c.load_sectors_per_request:.2f}",
+                f"{c.global_store_requests:,}", f"{c.store_sectors_per_request:.2f}",
+                f"{c.shared_load_requests + c.shared_store_requests:,}", f"{c.shared_bank_conflicts:,}",
+                f"{c.barriers:,}", f"{c.flops:,}", f"{c.math_calls:,}", f"{c.global_bytes:,}",
+                f"{model_bytes:,}", f"{model_s * 1e6:.2f}"]
+
+    rows = [row(k.name, launch(k), k.counters, k.cost.bytes, k.cost.time_s) for k in profile.kernels]
+    rows.append(row("total", "", profile.total, sum(k.cost.bytes for k in profile.kernels),
+                    sum(k.cost.time_s for k in profile.kernels)))
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
     binding = ", ".join(f"{k}={v}" for k, v in profile.bindings.items()) or "no symbolic dims"
@@ -267,8 +262,9 @@ def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
             body = pattern.sub(number, body)
         leftover = re.search(r"\brcp_f32\s*\*", body)
         if leftover:
-            raise ProfileError(f"kernel {name}: the profile build cannot instrument a float pointer in its body "
-                               f"({text[m.end():end].count(chr(10))} lines; first at {leftover.group(0)!r})")
+            line = text.count("\n", 0, m.end() + leftover.start()) + 1
+            raise ProfileError(f"kernel {name}: the profile build cannot follow a float pointer other than a "
+                               f"parameter (line {line} of the source)")
         pieces += [text[pos:m.start()], f'extern "C" __global__ void {name}({params}) {{', body]
         sites[name], site_names[name] = len(names), names
         pos = end
