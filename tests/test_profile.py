@@ -91,6 +91,42 @@ def test_divergent_branches_are_separate_requests():
     assert c.flops == 64
 
 
+MASKED = r"""
+extern "C" __global__ void k_mask(const float* __restrict__ in0, float* __restrict__ out0) {
+    float acc = 0.0f;
+    for (int r = 0; r < 4; ++r) {
+        const float v = ((threadIdx.x + r >= 3) ? in0[32 * r + threadIdx.x] : 0.0f);
+        acc = acc + v;
+    }
+    out0[threadIdx.x] = acc;
+}
+"""
+
+
+def test_masked_loads_in_a_loop_stay_in_their_iteration():
+    """Lane l reads row r only when l + r >= 3: 4 requests, one per row, of 4 sectors each (grouping
+    the lanes' k-th loads instead would mix rows: lane 0's only load, row 3, with row 0)."""
+    x = np.arange(128, dtype=np.float32)
+    c, (out,) = profile(MASKED, sig("k_mask", "const float*", "float*"), (1, 1, 1), (32, 1, 1), [x], [32])
+    lanes = np.arange(32)
+    np.testing.assert_array_equal(out, sum(np.where(lanes + r >= 3, x[32 * r + lanes], 0) for r in range(4)))
+    assert (c.global_load_requests, c.global_load_sectors) == (4, 16)
+
+
+GUARDED = MASKED.replace("const float v = ((threadIdx.x + r >= 3) ? in0[32 * r + threadIdx.x] : 0.0f);",
+                         "float v = 0.0f;\n        if (threadIdx.x + r >= 3) { v = in0[32 * r + threadIdx.x]; }")
+
+
+def test_guarded_blocks_in_a_loop_stay_in_their_iteration():
+    x = np.arange(128, dtype=np.float32)
+    done = instrument(GUARDED, [sig("k_mask", "const float*", "float*")])
+    assert "if (rcp_skip(threadIdx.x + r >= 3, 0)) { v = in0(0)[" in done.source
+    c, (out,) = profile(GUARDED, sig("k_mask", "const float*", "float*"), (1, 1, 1), (32, 1, 1), [x], [32])
+    lanes = np.arange(32)
+    np.testing.assert_array_equal(out, sum(np.where(lanes + r >= 3, x[32 * r + lanes], 0) for r in range(4)))
+    assert (c.global_load_requests, c.global_load_sectors) == (4, 16)
+
+
 SHARED = r"""
 #define STRIDE 32
 extern "C" __global__ void k_smem(const float* __restrict__ in0, float* __restrict__ out0) {
@@ -198,6 +234,14 @@ def test_instrument_leaves_the_original_and_numbers_sites():
     done = instrument(COPY, [COPY_SIG])
     assert "rcp_gptr<const float> in0" in done.source and "in0(1)[i * stride]" in done.source
     assert done.sites == {"k_copy": 2} and done.site_names["k_copy"] == ["out0", "in0"]
+    masked = instrument(MASKED, [sig("k_mask", "const float*", "float*")])
+    assert "v = (rcp_pred((threadIdx.x + r >= 3), 0) ? in0(0)[" in masked.source
+    nested = instrument(MASKED.replace("((threadIdx.x + r >= 3) ?", "(r == 0 || (threadIdx.x >= 1 && r != 2) ?"),
+                        [sig("k_mask", "const float*", "float*")])
+    assert "v = (rcp_pred(r == 0 || (threadIdx.x >= 1 && r != 2), 0) ? in0(0)[" in nested.source
+    gather = instrument(COPY.replace("out0[i] = in0[i * stride]", "out0[i] = (i >= 0 && i < n) ? in0[i * stride] : 0.0f"),
+                        [COPY_SIG])
+    assert "out0(0)[i] = rcp_pred((i >= 0 && i < n), 1) ? in0(1)[" in gather.source
     assert "rcp_gptr" not in COPY
 
 

@@ -11,6 +11,10 @@
 // thread indices) between the same two barriers is one warp-level request. That is how SIMT
 // hardware issues structured code: a site inside `if (lane-dependent)` is one request of only the
 // threads that took the branch, and loops of different trip counts line up iteration by iteration.
+// A masked load `c ? in0(7)[i] : 0.0f` counts an execution for the threads whose c is false too
+// (rcp_pred, below), so it stays one request per loop iteration; so does a site in an `if (c) {...}`
+// block without loops (rcp_skip). A site in an `if` whose block holds a loop, or in an `else`, is
+// grouped by each thread's k-th execution, which may mix iterations of an enclosing loop.
 // Global: sectors = distinct 32-byte segments of the request's addresses. Shared: wavefronts = the
 // largest number of distinct 4-byte words that fall in one of the 32 banks (a broadcast of one word
 // is 1); bank conflicts = wavefronts - requests, as Nsight's l1tex__data_bank_conflicts_pipe_lsu_mem_shared.
@@ -208,6 +212,33 @@ static void rcp_barrier() {
     const int t = rcp_thread();
     ++rcp.epoch[t];
     memset(rcp.occurrence + (size_t)t * rcp.nsites * 2, 0, sizeof(int) * rcp.nsites * 2);
+}
+
+// The condition of `c ? in0(7)[i] : 0.0f` (a masked load, a predicated load on a GPU): a thread whose
+// condition is false still counts an execution of site 7, so the k-th executions of the threads of
+// a warp stay the same loop iteration even where a mask switches threads on and off.
+template <class C> static inline bool rcp_pred(const C& condition, int site) {
+    const bool taken = (bool)condition;
+    if (!taken) {
+        const int t = rcp_thread();
+        if (site < rcp.nsites) ++rcp.occurrence[(t * rcp.nsites + site) * 2];
+    }
+    return taken;
+}
+
+// The condition of `if (c) { ... in0(7)[i] ... out0(8)[i] ... }` (a block without loops): a thread
+// that skips the block still counts one execution of each site in it, for the same reason.
+template <class C, class... S> static inline bool rcp_skip(const C& condition, S... sites) {
+    const bool taken = (bool)condition;
+    if (!taken) {
+        const int t = rcp_thread(), list[] = {sites...};
+        for (int site : list)
+            if (site < rcp.nsites) {
+                ++rcp.occurrence[(t * rcp.nsites + site) * 2];
+                ++rcp.occurrence[(t * rcp.nsites + site) * 2 + 1];
+            }
+    }
+    return taken;
 }
 
 EMU_EXPORT void refcomp_profile_begin(int nsites) {

@@ -237,6 +237,71 @@ def _shared(kernel: str, body: str) -> tuple[str, list[str]]:
     return body, arrays
 
 
+def _condition_start(body: str, question: int) -> int:
+    """Where the condition of the `?` at `question` begins: after the unmatched `(`, or after the
+    `=`, `,`, `;` or `{` that precedes it at the same depth."""
+    depth = 0
+    for i in range(question - 1, -1, -1):
+        ch = body[i]
+        if ch in ")]":
+            depth += 1
+        elif ch in "([":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+        elif depth == 0 and ch in ",;{?:":
+            return i + 1
+        elif depth == 0 and ch == "=" and body[i - 1] not in "=!<>" and body[i + 1] != "=":
+            return i + 1
+    return 0
+
+
+def _predicate_masked_loads(body: str, names: Sequence[str]) -> str:
+    """`c ? in0(7)[i] : 0.0f` -> `rcp_pred(c, 7) ? in0(7)[i] : 0.0f` (see rcp_pred in emu_profile.h)."""
+    loads = list(re.finditer(r"\?\s*(" + "|".join(map(re.escape, names)) + r")\((\d+)\)\[", body))
+    for m in reversed(loads):  # from the end, so earlier positions stay valid
+        start = _condition_start(body, m.start())
+        condition = body[start:m.start()]
+        lead = len(condition) - len(condition.lstrip())
+        body = (body[:start + lead] + f"rcp_pred({condition.strip()}, {m.group(2)}) " + body[m.start():])
+    return body
+
+
+def _closing(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at text[open_at] (generated code: no brackets in literals)."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == text[open_at]:
+            depth += 1
+        elif text[i] == pairs[text[open_at]]:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _predicate_if_blocks(body: str) -> str:
+    """`if (c) { ...sites 7, 8... }` -> `if (rcp_skip(c, 7, 8)) { ... }` for a block without loops,
+    barriers or `else` (see rcp_skip in emu_profile.h)."""
+    edits = []
+    for m in re.finditer(r"\bif\s*\(", body):
+        close = _closing(body, m.end() - 1)
+        brace = re.compile(r"\s*\{").match(body, close + 1) if close > 0 else None
+        if brace is None:
+            continue
+        end = _closing(body, brace.end() - 1)
+        block = body[brace.end():end]
+        sites = re.findall(r"\w\((\d+)\)\[", block)
+        if end < 0 or not sites or re.search(r"\b(for|while|do|__syncthreads)\b", block) \
+                or re.match(r"\s*else\b", body[end + 1:]):
+            continue
+        edits.append((m.end(), close, ", ".join(dict.fromkeys(sites))))
+    for start, close, sites in reversed(edits):  # from the end, so earlier positions stay valid
+        body = f"{body[:start]}rcp_skip({body[start:close]}, {sites}){body[close:]}"
+    return body
+
+
 def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
     """The profile build's copy of `source` (see the module docstring); the original is untouched."""
     text = re.sub(r"\bfloat\b", "rcp_f32", source)
@@ -259,7 +324,7 @@ def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
                 names.append(found.group(1))
                 return f"{found.group(1)}({len(names) - 1})["
 
-            body = pattern.sub(number, body)
+            body = _predicate_if_blocks(_predicate_masked_loads(pattern.sub(number, body), buffers + arrays))
         leftover = re.search(r"\brcp_f32\s*\*", body)
         if leftover:
             line = text.count("\n", 0, m.end() + leftover.start()) + 1
