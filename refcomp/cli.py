@@ -126,7 +126,7 @@ def _dims(pairs: Sequence[str]) -> dict[str, int]:
     for pair in pairs or ():
         name, _, value = pair.partition("=")
         if not value.isdigit():
-            raise SystemExit(f"refcomp: --dims-hint takes NAME=INT, got {pair!r}")
+            raise SystemExit(f"refcomp: --dims-hint and --dims take NAME=INT, got {pair!r}")
         out[name] = int(value)
     return out
 
@@ -153,6 +153,25 @@ def _explain(args) -> int:
     return 0
 
 
+def _profile(args) -> int:
+    """Profile TARGET once: a golden case on its stored feeds (binding --binding), else random feeds
+    at --dims (default: the binding the cost model priced)."""
+    from . import golden
+    from .exec.profile import example_feeds
+    prog = _compile_target(args)
+    cases = {c.name: c for c in golden.load_cases()} if ":" not in args.target else {}
+    if args.target in cases and not args.dims:
+        case = cases[args.target]
+        if not 0 <= args.binding < len(case.bindings):
+            raise SystemExit(f"refcomp: {args.target} has bindings 0 to {len(case.bindings) - 1}, not {args.binding}")
+        feeds, dims = golden.case_feeds(case, args.binding)
+    else:
+        feeds, dims = example_feeds(prog, {**prog.cost_bindings, **_dims(args.dims)})
+    print(prog)
+    print(prog.profile(feeds, dims=dims).table())
+    return 0
+
+
 def _doctor(args) -> int:
     from .exec.doctor import doctor
     print(doctor())
@@ -164,6 +183,9 @@ def _setup_program(func):
         parser.add_argument("target", help="a golden case name, or FILE.py:FUNCTION returning the outputs")
         parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
         parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
+        if func is _profile:
+            parser.add_argument("--dims", nargs="*", metavar="NAME=INT", help="profile at this binding, on random feeds")
+            parser.add_argument("--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)")
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
             parser.add_argument("--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel")
@@ -176,6 +198,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "golden": ("golden cases: check the reference against stored outputs, or regenerate them", _setup_golden),
     "compile": ("compile a program and show its kernels, CUDA source and nvcc report", _setup_program(_compile)),
     "explain": ("show the graph before and after search, the rules applied and each kernel's cost", _setup_program(_explain)),
+    "profile": ("run once in the instrumented host build: per kernel, global requests and sectors, shared-memory "
+                "bank conflicts, barriers and flops beside the cost model", _setup_program(_profile)),
     "doctor": ("which backends are usable here, and how to get the others", lambda p: p.set_defaults(func=_doctor)),
 }
 

@@ -27,6 +27,7 @@ from . import limits
 from .backends import get_backend
 from .bindings import bind_dims, check_binding, check_ids, show_binding
 from .nvcc import nvcc_check
+from .profile import Profile, profile_program
 from .reference import evaluate, read_edge
 from .saved import read_program, rebuild_parts, write_program
 
@@ -164,11 +165,21 @@ class Program:
         for kernel, grid, block, args in self.launches(buffers, bindings):
             module.launch(kernel.name, grid, block, args)
         be.synchronize()
+        return self.download_outputs(be, buffers, bindings)
+
+    def download_outputs(self, be, buffers: Mapping[int, object], bindings: Mapping[str, int]):
+        """The outputs of a run, shaped and nested as the user's outputs were."""
         results = []
         for node, tensor in zip(self.output_nodes, self.tensors):  # an identity view may reshape
             shape = tuple(evaluate_dim(n, bindings) for n in tensor.shape)
             results.append(be.download(buffers[node.id], shape, np.dtype(np.float32)))
         return self._rebuild(results)
+
+    def profile(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> Profile:
+        """Run once in the profile build (the same source, instrumented, on the host) and count, per
+        kernel, what Nsight Compute reports for memory: global requests and sectors, shared-memory
+        wavefronts and bank conflicts, barriers, flops, beside the cost model (see exec.profile)."""
+        return profile_program(self, feeds, dims)
 
     # --- reports -------------------------------------------------------------------------------
     def explain(self) -> str:

@@ -1,0 +1,473 @@
+"""The profiler: what Nsight Compute would count for a program's memory, from an instrumented host build.
+
+`Program.profile(feeds)` compiles a rewritten copy of the program's own CUDA source with g++, runs
+it like the emulator does, and returns a `Profile`: per kernel, `Counters` of global load/store
+requests and the 32-byte sectors they touch, shared-memory requests and wavefronts (so bank
+conflicts), barriers and floating-point operations, beside the cost model's bytes and time at the
+same binding. The normal build never changes: only the profile build goes through `instrument`.
+
+The rewrite (`instrument`) is textual and small: every `float` becomes `rcp_f32` (a float whose
+arithmetic and math calls count themselves), each kernel's buffer parameters and `__shared__`
+arrays become recording wrappers, and each place the kernel body indexes one of them gets a site
+number (`in0[i]` -> `in0(3)[i]`). `emu_profile.h` (prepended to the rewritten source) groups the
+k-th execution of a site by the 32 threads of a warp between two barriers into one warp request;
+see that header for the exact counting rules.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..codegen.abi import KernelSignature
+from ..errors import RefcompError
+from ..ops.graph import input_nodes, toposort
+from ..search.cost import KernelCost, elements
+from ..search.fusion import group_cost
+from ..search.search import unfused_costs
+from ..symbolic.dims import evaluate_dim
+from . import cache, emulator
+
+PROFILE_HEADER = Path(__file__).with_name("emu_profile.h")
+# The emulator's flags at -O1: the profile build is compiled once per program and run once, and -O1
+# takes about a third less g++ time than -O2 here (IEEE semantics are the same: no fast-math).
+PROFILE_FLAGS = tuple("-O1" if f == "-O2" else f for f in emulator.FAST_FLAGS)
+
+
+class ProfileError(RefcompError):
+    """The profile build cannot instrument or run a kernel (names the kernel)."""
+
+
+# --- counters -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Counters:
+    """One kernel launch's counts. Nsight Compute's metric for each field, where it has one:
+
+    global_load_requests   l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum  (warp-level loads)
+    global_load_sectors    l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum   (32-byte sectors)
+    global_store_requests  l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
+    global_store_sectors   l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
+    shared_load_requests   smsp__inst_executed_op_shared_ld.sum
+    shared_load_wavefronts l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+    shared_store_requests  smsp__inst_executed_op_shared_st.sum
+    shared_store_wavefronts l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+    barriers               smsp__inst_executed_op_barrier.sum (warp-level: a warp counts a barrier once)
+    flops                  thread-level float add, sub, mul, div executed (fma counts 2), as
+                           smsp__sass_thread_inst_executed_op_f{add,mul,fma}_pred_on would if each
+                           C operator were one instruction (a GPU's IEEE division is several)
+    math_calls             thread-level calls of exp2f, log2f, sqrtf, sinf, fmodf, ... (MUFU or library code)
+    accesses               thread-level loads and stores of buffers and shared arrays
+    """
+    global_load_requests: int = 0
+    global_load_sectors: int = 0
+    global_store_requests: int = 0
+    global_store_sectors: int = 0
+    shared_load_requests: int = 0
+    shared_load_wavefronts: int = 0
+    shared_store_requests: int = 0
+    shared_store_wavefronts: int = 0
+    barriers: int = 0
+    flops: int = 0
+    math_calls: int = 0
+    accesses: int = 0
+
+    def __add__(self, other: "Counters") -> "Counters":
+        return Counters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def global_bytes(self) -> int:
+        """Bytes the memory system moves for global loads and stores: sectors x 32."""
+        return 32 * (self.global_load_sectors + self.global_store_sectors)
+
+    @property
+    def shared_bank_conflicts(self) -> int:
+        """l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum: wavefronts beyond one per request."""
+        return (self.shared_load_wavefronts - self.shared_load_requests
+                + self.shared_store_wavefronts - self.shared_store_requests)
+
+    @property
+    def load_sectors_per_request(self) -> float:
+        return self.global_load_sectors / max(self.global_load_requests, 1)
+
+    @property
+    def store_sectors_per_request(self) -> float:
+        return self.global_store_sectors / max(self.global_store_requests, 1)
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    name: str
+    grid: Optional[tuple[int, int, int]]   # None: no work at this binding, not launched
+    block: Optional[tuple[int, int, int]]
+    counters: Counters
+    cost: KernelCost                       # the cost model at the profiled binding
+
+
+@dataclass
+class Profile:
+    """`kernels[i].counters` per kernel; `total` sums them; `table()` (and str) prints them."""
+    kernels: list[KernelProfile]
+    bindings: dict[str, int]
+    outputs: object          # what the instrumented build computed, shaped as Program.run returns it
+    cost_note: str = ""      # where the model's figures were priced, if not at `bindings`
+
+    @property
+    def total(self) -> Counters:
+        out = Counters()
+        for k in self.kernels:
+            out = out + k.counters
+        return out
+
+    def table(self) -> str:
+        return profile_table(self)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def profile_table(profile: Profile) -> str:
+    def launch(k: KernelProfile) -> str:
+        if k.grid is None:
+            return "-"
+        show = lambda d: "x".join(str(v) for v in (d if d[2] > 1 else d[:2] if d[1] > 1 else d[:1]))
+        return f"{show(k.grid)}/{show(k.block)}"
+
+    head = ["kernel", "grid/block", "ld req", "sect/req", "st req", "sect/req", "smem req", "conflicts",
+            "barriers", "flops", "math", "sect x 32 B", "model B", "model us"]
+    def row(name: str, where: str, c: Counters, model_bytes: int, model_s: float) -> list[str]:
+        return [name, where, f"{c.global_load_requests:,}", f"{c.load_sectors_per_request:.2f}",
+                f"{c.global_store_requests:,}", f"{c.store_sectors_per_request:.2f}",
+                f"{c.shared_load_requests + c.shared_store_requests:,}", f"{c.shared_bank_conflicts:,}",
+                f"{c.barriers:,}", f"{c.flops:,}", f"{c.math_calls:,}", f"{c.global_bytes:,}",
+                f"{model_bytes:,}", f"{model_s * 1e6:.2f}"]
+
+    rows = [row(k.name, launch(k), k.counters, k.cost.bytes, k.cost.time_s) for k in profile.kernels]
+    rows.append(row("total", "", profile.total, sum(k.cost.bytes for k in profile.kernels),
+                    sum(k.cost.time_s for k in profile.kernels)))
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+    binding = ", ".join(f"{k}={v}" for k, v in profile.bindings.items()) or "no symbolic dims"
+    title = (f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
+             f"(sect = 32-byte sectors per warp request){profile.cost_note}")
+    rule = "-" * len(line(head))
+    return "\n".join([title, line(head), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+
+
+# --- the rewrite ----------------------------------------------------------------------------------
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
+_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
+_SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
+# float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
+# `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)[fF]\b|\b(INFINITY|NAN)\b")
+
+
+@dataclass(frozen=True)
+class Instrumented:
+    source: str                     # the rewritten translation unit (without the header)
+    sites: dict[str, int]           # kernel -> number of indexing sites
+    site_names: dict[str, list[str]]  # kernel -> the buffer or array each site indexes
+
+
+def _body_end(text: str, start: int, kernel: str) -> int:
+    """Index just past the `}` closing the `{` at text[start - 1] (skips comments and literals)."""
+    depth, i, n = 1, start, len(text)
+    while i < n:
+        ch = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        if text.startswith("/*", i):
+            i = text.find("*/", i)
+            i = n if i < 0 else i + 2
+            continue
+        if ch in "\"'":
+            j = i + 1
+            while j < n and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ProfileError(f"kernel {kernel}: cannot find the end of its body, so the profile build cannot instrument it")
+
+
+def _params(kernel: str, params: str) -> tuple[str, list[str]]:
+    out, buffers = [], []
+    for param in (p for p in params.split(",") if p.strip()):
+        found = _POINTER.match(param)
+        if found:
+            const, elem, ident = found.groups()
+            elem = "float" if elem == "rcp_f32" else "int"
+            out.append(f"rcp_gptr<{'const ' if const else ''}{elem}> {ident}")
+            buffers.append(ident)
+        elif "*" in param:
+            raise ProfileError(f"kernel {kernel}: the profile build cannot instrument parameter {param.strip()!r}")
+        else:
+            out.append(param.strip())
+    return ", ".join(out), buffers
+
+
+def _shared(kernel: str, body: str) -> tuple[str, list[str]]:
+    arrays = []
+
+    def replace(m: re.Match) -> str:
+        dims = [d.strip() for d in re.findall(r"\[([^\]\[]+)\]", m.group(2))]
+        arrays.append(m.group(1))
+        if len(dims) == 1:
+            return f"__shared__ rcp_smem<float, ({dims[0]})> {m.group(1)};"
+        if len(dims) == 2:
+            return f"__shared__ rcp_smem2<float, ({dims[0]}), ({dims[1]})> {m.group(1)};"
+        raise ProfileError(f"kernel {kernel}: the profile build handles 1-D and 2-D __shared__ arrays, "
+                           f"not {m.group(1)}{m.group(2)}")
+
+    body = _SHARED.sub(replace, body)
+    if re.search(r"__shared__\s+(?!rcp_smem)", body):
+        raise ProfileError(f"kernel {kernel}: the profile build handles __shared__ float arrays only")
+    return body, arrays
+
+
+def _condition_start(body: str, question: int) -> int:
+    """Where the condition of the `?` at `question` begins: after the unmatched `(`, or after the
+    `=`, `,`, `;` or `{` that precedes it at the same depth."""
+    depth = 0
+    for i in range(question - 1, -1, -1):
+        ch = body[i]
+        if ch in ")]":
+            depth += 1
+        elif ch in "([":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+        elif depth == 0 and ch in ",;{?:":
+            return i + 1
+        elif depth == 0 and ch == "=" and body[i - 1] not in "=!<>" and body[i + 1] != "=":
+            return i + 1
+    return 0
+
+
+def _predicate_masked_loads(body: str, names: Sequence[str]) -> str:
+    """`c ? in0(7)[i] : 0.0f` -> `rcp_pred(c, 7) ? in0(7)[i] : 0.0f` (see rcp_pred in emu_profile.h)."""
+    loads = list(re.finditer(r"\?\s*(" + "|".join(map(re.escape, names)) + r")\((\d+)\)\[", body))
+    for m in reversed(loads):  # from the end, so earlier positions stay valid
+        start = _condition_start(body, m.start())
+        condition = body[start:m.start()]
+        lead = len(condition) - len(condition.lstrip())
+        body = (body[:start + lead] + f"rcp_pred({condition.strip()}, {m.group(2)}) " + body[m.start():])
+    return body
+
+
+def _closing(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at text[open_at] (generated code: no brackets in literals)."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == text[open_at]:
+            depth += 1
+        elif text[i] == pairs[text[open_at]]:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _predicate_if_blocks(body: str) -> str:
+    """`if (c) { ...sites 7, 8... }` -> `if (rcp_skip(c, 7, 8)) { ... }` for a block without loops,
+    barriers or `else` (see rcp_skip in emu_profile.h)."""
+    edits = []
+    for m in re.finditer(r"\bif\s*\(", body):
+        close = _closing(body, m.end() - 1)
+        brace = re.compile(r"\s*\{").match(body, close + 1) if close > 0 else None
+        if brace is None:
+            continue
+        end = _closing(body, brace.end() - 1)
+        block = body[brace.end():end]
+        sites = re.findall(r"\w\((\d+)\)\[", block)
+        if end < 0 or not sites or re.search(r"\b(for|while|do|__syncthreads)\b", block) \
+                or re.match(r"\s*else\b", body[end + 1:]):
+            continue
+        edits.append((m.end(), close, ", ".join(dict.fromkeys(sites))))
+    for start, close, sites in reversed(edits):  # from the end, so earlier positions stay valid
+        body = f"{body[:start]}rcp_skip({body[start:close]}, {sites}){body[close:]}"
+    return body
+
+
+def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
+    """The profile build's copy of `source` (see the module docstring); the original is untouched."""
+    text = re.sub(r"\bfloat\b", "rcp_f32", source)
+    text = _FLOAT_LITERAL.sub(lambda m: f"rcp_f32({m.group(0)})", text)
+    pieces, pos = [], 0
+    sites: dict[str, int] = {}
+    site_names: dict[str, list[str]] = {}
+    for m in _KERNEL.finditer(text):
+        if m.start() < pos:
+            continue
+        name = m.group(1)
+        params, buffers = _params(name, m.group(2))
+        end = _body_end(text, m.end(), name)
+        body, arrays = _shared(name, text[m.end():end])
+        names: list[str] = []
+        if buffers or arrays:
+            pattern = re.compile(r"\b(" + "|".join(map(re.escape, buffers + arrays)) + r")\s*\[")
+
+            def number(found: re.Match) -> str:
+                names.append(found.group(1))
+                return f"{found.group(1)}({len(names) - 1})["
+
+            body = _predicate_if_blocks(_predicate_masked_loads(pattern.sub(number, body), buffers + arrays))
+        leftover = re.search(r"\brcp_f32\s*\*", body)
+        if leftover:
+            line = text.count("\n", 0, m.end() + leftover.start()) + 1
+            raise ProfileError(f"kernel {name}: the profile build cannot follow a float pointer other than a "
+                               f"parameter (line {line} of the source)")
+        pieces += [text[pos:m.start()], f'extern "C" __global__ void {name}({params}) {{', body]
+        sites[name], site_names[name] = len(names), names
+        pos = end
+    pieces.append(text[pos:])
+    missing = [k.name for k in kernels if k.name not in sites]
+    if missing:
+        raise ProfileError(f"kernel {missing[0]}: no `extern \"C\" __global__` definition the profile build can read")
+    return Instrumented("".join(pieces), sites, site_names)
+
+
+# --- the instrumented module ----------------------------------------------------------------------
+_modules: dict[str, "ProfiledModule"] = {}
+_profile_lock = threading.Lock()
+_COUNTERS = len(fields(Counters))
+
+
+class ProfiledModule:
+    """The profile build of one translation unit; `launch` runs a kernel and returns its Counters."""
+
+    def __init__(self, library, kernels: Sequence[KernelSignature], instrumented: Instrumented,
+                 cache_dir: Optional[str]):
+        import ctypes
+        self.instrumented = instrumented
+        self._runner = emulator.EmulatorModule(library, kernels, sanitize=False, cache_root=cache_dir)
+        self._library = library
+        library.refcomp_profile_begin.argtypes = [ctypes.c_int]
+        library.refcomp_profile_begin.restype = None
+        library.refcomp_profile_end.argtypes = [ctypes.POINTER(ctypes.c_longlong)]
+        library.refcomp_profile_end.restype = ctypes.c_char_p
+
+    def launch(self, name: str, grid, block, args) -> Counters:
+        import ctypes
+        if name not in self.instrumented.sites:
+            raise ProfileError(f"no kernel named {name!r} in this profile build")
+        out = (ctypes.c_longlong * _COUNTERS)()
+        with _profile_lock:  # the counters are per library, like the shim's grid state
+            self._library.refcomp_profile_begin(self.instrumented.sites[name])
+            try:
+                self._runner.launch(name, grid, block, args)
+            finally:
+                error = self._library.refcomp_profile_end(out).decode()
+        if error:
+            raise ProfileError(f"kernel {name}: the profile build could not count its accesses: {error}")
+        return Counters(*out)
+
+
+ALIGN = 256  # cudaMalloc's alignment: sectors are counted from buffers placed as a GPU places them
+
+
+def aligned_buffer(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 buffer whose first byte is ALIGN-aligned (numpy only promises 16)."""
+    raw = np.zeros(int(nbytes) + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + int(nbytes)]
+
+
+class ProfileBackend(emulator.EmulatorBackend):
+    """The emulator's buffers, aligned as cudaMalloc aligns them; `load` gives the profile build."""
+
+    name = "emulator"
+
+    def __init__(self, cache_dir=None):
+        super().__init__(sanitize=False, cache_dir=cache_dir)
+
+    def load(self, source: str, kernels: Sequence[KernelSignature]) -> "ProfiledModule":
+        return load_profiled(source, kernels, self._cache_dir)
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        src = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        buf = aligned_buffer(src.nbytes)
+        buf[:] = src
+        return buf
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return aligned_buffer(nbytes)
+
+
+def load_profiled(source: str, kernels: Sequence[KernelSignature], cache_dir: Optional[str] = None) -> ProfiledModule:
+    """Compile (or find in the emulator's disk cache) the profile build of `source`."""
+    names = [k.name for k in kernels]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise ProfileError(f"kernel names must be distinct C identifiers, got {names}")
+    instrumented = instrument(source, kernels)
+    full = (PROFILE_HEADER.read_text() + "\n// ---- the generated source, instrumented ----\n"
+            + instrumented.source.rstrip() + "\n\n// ---- emulator launchers ----\n"
+            + "".join(emulator._launcher(k) for k in kernels))
+    flags = PROFILE_FLAGS
+    gxx = emulator.gxx_path()
+    key = cache.cache_key("emu-profile-v1", emulator.SHIM_PATH.read_bytes(), full, *flags, cache.tool_version(gxx))
+    if key not in _modules:
+        try:
+            library = emulator._load_library(full, flags, key, cache_dir)
+        except ProfileError:
+            raise
+        except RefcompError as exc:
+            raise ProfileError(f"the profile build of kernels {', '.join(names)} failed: {exc}") from exc
+        _modules[key] = ProfiledModule(library, kernels, instrumented, cache_dir)
+    return _modules[key]
+
+
+# --- programs -------------------------------------------------------------------------------------
+def costs_at(program, bindings: Mapping[str, int]) -> tuple[list[KernelCost], str]:
+    """The cost model's figures for each kernel at `bindings` (and a note when it cannot re-price:
+    a loaded program keeps the costs it was saved with)."""
+    count = lambda shape: elements(shape, bindings)
+    result = program.search
+    if result is not None:
+        return [group_cost(g, result.schedule, count, result.profile, k.name)
+                for g, k in zip(result.groups, program.kernels)], ""
+    if program.saved_explain is None:
+        return unfused_costs(program.output_nodes, dims_hint=dict(bindings))[0], ""
+    binding = ", ".join(f"{k}={v}" for k, v in program.cost_bindings.items()) or "no symbolic dims"
+    return [k.cost for k in program.kernels], f"; model figures as saved, at {binding}"
+
+
+def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None,
+                    cache_dir: Optional[str] = None) -> Profile:
+    """Run `program` once in the profile build and count every launch (see Program.profile)."""
+    be = ProfileBackend(cache_dir)
+    bindings, buffers = program.prepare(be, feeds, dims)
+    module = be.load(program.source, [k.signature for k in program.kernels])
+    launched = {}
+    for kernel, grid, block, args in program.launches(buffers, bindings):
+        launched[kernel.name] = (tuple(grid), tuple(block), module.launch(kernel.name, grid, block, args))
+    costs, note = costs_at(program, bindings)
+    kernels = [KernelProfile(k.name, *launched.get(k.name, (None, None, Counters())), cost)
+               for k, cost in zip(program.kernels, costs)]
+    return Profile(kernels, dict(bindings), program.download_outputs(be, buffers, bindings), note)
+
+
+def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int = 0) -> tuple[dict, dict]:
+    """Random float feeds (standard normal) and zero ids for the program's inputs at `dims`
+    (default: the binding its costs were modeled at), for profiling a program with no data."""
+    dims = dict(program.cost_bindings if dims is None else dims)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for node in input_nodes(toposort([t.node for t in program.tensors])):
+        shape = tuple(evaluate_dim(d, dims) for d in node.shape)
+        integer = np.dtype(node.dtype).kind in "iu"
+        feeds[node.attrs["name"]] = np.zeros(shape, np.int32) if integer else rng.standard_normal(shape).astype(np.float32)
+    return feeds, dims
