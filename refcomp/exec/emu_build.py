@@ -19,6 +19,7 @@ from refcomp.errors import RefcompError
 from refcomp.exec import cache
 
 SHIM_PATH = Path(__file__).with_name("emu_shim.h")
+SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and what it #includes
 # IEEE semantics as nvcc without --use_fast_math gives them: no contraction into fma, errno-free
 # math (no behaviour change), no fast-math; -O3 only reorders what IEEE allows.
 FAST_FLAGS = ("-O3", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv", "-fno-math-errno",
@@ -34,6 +35,11 @@ _gxx_runs = 0
 def gxx_invocations() -> int:
     """How many times this process has run g++ (tests use it to prove a cache hit)."""
     return _gxx_runs
+
+
+def shim_bytes() -> bytes:
+    """The shim's headers, for cache keys: a library depends on every byte of them."""
+    return b"".join(path.read_bytes() for path in SHIM_HEADERS)
 
 
 def gxx_path() -> str:

@@ -27,7 +27,7 @@ from ..codegen.abi import Dim3, KernelSignature
 from refcomp.exec.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
 from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, gxx_invocations, gxx_path,
-                        load_library, memory_cache)
+                        load_library, memory_cache, shim_bytes)
 from .emu_regions import MODE_CODES, kernel_modes
 
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
@@ -173,7 +173,7 @@ class EmulatorBackend:
             _launcher(k, modes[k.name]) for k in kernels)
         flags = SANITIZE_FLAGS if self.sanitize else FAST_FLAGS
         gxx = gxx_path()
-        key = cache.cache_key("emu-v2", SHIM_PATH.read_bytes(), full, *flags, cache.tool_version(gxx))
+        key = cache.cache_key("emu-v2", shim_bytes(), full, *flags, cache.tool_version(gxx))
         known = memory_cache.get(key)
         if known is None or (isinstance(known, Path) and not known.exists()):
             if self.sanitize:  # loaded by the runner process, never by Python
