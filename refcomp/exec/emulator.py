@@ -33,9 +33,11 @@ from .emu_regions import MODE_CODES, kernel_modes
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
 THREADS_ENV = "REFCOMP_EMU_THREADS"  # read by the shim at each launch
 _launch_lock = threading.Lock()  # one launch at a time: the error message is per library
+# Building lives in emu_build (compile_library takes extra flags and -include headers, for an
+# instrumented build of the same source); the old private names stay for callers of this module.
 _compile_library, _load_library, _memory_cache = compile_library, load_library, memory_cache
 __all__ = ["EmulatorBackend", "EmulatorModule", "check_launch_shape", "gxx_invocations", "gxx_path",
-           "FAST_FLAGS", "SANITIZE_FLAGS"]
+           "FAST_FLAGS", "SANITIZE_FLAGS", "SHIM_PATH"]
 
 
 def clear_memory_cache() -> None:
