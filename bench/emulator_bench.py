@@ -146,7 +146,7 @@ def measure_in(tree: Path, names, repeats: dict[str, int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--base-rev", default="main", help="the commit whose emulator is 'before'")
+    parser.add_argument("--base-rev", default="main", help="the commit whose emulator is 'before' (if the tree is new)")
     parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
     parser.add_argument("--no-base", action="store_true")
     parser.add_argument("--suite-before-s", type=float, help="`time pytest -q -x` in the base tree, if measured")
@@ -158,7 +158,12 @@ def main() -> None:
         print(json.dumps(measure(args.child.split(","), json.loads(args.child_repeats), numpy=False)))
         return
     names = args.workloads.split(",")
-    base = None if args.no_base else measure_in(base_tree(args.base_rev, Path(args.base_tree)), names, BASE_REPEATS)
+    base_rev = None
+    if not args.no_base:
+        tree = base_tree(args.base_rev, Path(args.base_tree))
+        base_rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip()
+    base = None if args.no_base else measure_in(tree, names, BASE_REPEATS)
     sys.path.insert(0, str(ROOT))
     now = measure(names, REPEATS, numpy=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -181,7 +186,7 @@ def main() -> None:
               f"{ratio:8.2f}x")
     result = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
               "load_average": os.getloadavg(), "emu_threads": os.environ.get("REFCOMP_EMU_THREADS", "default (cores)"),
-              "revision": rev, "base_revision": args.base_rev, "workloads": now}
+              "revision": rev, "base_revision": base_rev, "workloads": now}
     if args.suite_before_s and args.suite_after_s:
         result["default_suite"] = {"before_s": args.suite_before_s, "after_s": args.suite_after_s,
                                    "ratio": args.suite_after_s / args.suite_before_s,
