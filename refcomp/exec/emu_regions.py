@@ -33,22 +33,27 @@ def _blank(match: re.Match) -> str:
     return re.sub(r"[^\n]", " ", match.group(0))
 
 
+_BRACES = re.compile(r"[{}]")
+
+
 def _closing(text: str, open_at: int) -> int:
     """Index of the brace that closes the one at `open_at`."""
     depth = 0
-    for i in range(open_at, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
+    for brace in _BRACES.finditer(text, open_at):
+        depth += 1 if brace.group() == "{" else -1
         if depth == 0:
-            return i
+            return brace.start()
     raise RefcompError("unbalanced braces in the kernel source")
 
 
-def _body_span(code: str, name: str) -> tuple[int, int] | None:
-    found = re.search(rf"__global__\s+void\s+{re.escape(name)}\s*\(", code)
-    if found is None:
-        return None
-    start = code.index("{", found.end())
-    return start, _closing(code, start)
+def _bodies(code: str) -> dict[str, tuple[int, int]]:
+    """Each kernel's name -> the offsets of its body's braces, in one pass over the source."""
+    spans = {}
+    for found in re.finditer(r"__global__\s+void\s+(\w+)\s*\(", code):
+        start = code.find("{", found.end())
+        if start >= 0:
+            spans[found.group(1)] = (start, _closing(code, start))
+    return spans
 
 
 def _regions(code: str, lo: int, hi: int, name: str, line_of) -> list[tuple[int, int]]:
@@ -64,12 +69,12 @@ def _regions(code: str, lo: int, hi: int, name: str, line_of) -> list[tuple[int,
     return spans
 
 
-def kernel_mode(source: str, sig: KernelSignature) -> str:
-    """THREADS, REGIONS or FIBERS for one kernel of `source`; a region kernel that breaks the rules
-    above raises RefcompError naming the kernel and the line."""
-    code = _COMMENTS.sub(_blank, source)
-    span = _body_span(code, sig.name)
-    if span is None or not re.search(rf"\b{_MARK}\b", code[span[0]:span[1]]):
+def kernel_mode(code: str, spans: dict[str, tuple[int, int]], sig: KernelSignature) -> str:
+    """THREADS, REGIONS or FIBERS for one kernel of `code` (the source with comments blanked; `spans`
+    from _bodies); a region kernel that breaks the rules above raises RefcompError naming the kernel
+    and the line."""
+    span = spans.get(sig.name)
+    if span is None or not re.compile(rf"\b{_MARK}\b").search(code, span[0], span[1]):
         return FIBERS if sig.uses_barrier else THREADS
 
     def line_of(offset: int) -> int:
@@ -98,4 +103,6 @@ def kernel_mode(source: str, sig: KernelSignature) -> str:
 
 
 def kernel_modes(source: str, kernels: Sequence[KernelSignature]) -> dict[str, str]:
-    return {k.name: kernel_mode(source, k) for k in kernels}
+    code = _COMMENTS.sub(_blank, source)
+    spans = _bodies(code)
+    return {k.name: kernel_mode(code, spans, k) for k in kernels}
