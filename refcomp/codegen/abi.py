@@ -30,7 +30,7 @@ class Param:
 class KernelSignature:
     name: str
     params: tuple[Param, ...]
-    uses_barrier: bool  # True when the kernel calls __syncthreads(): the emulator must run threads as fibers
+    uses_barrier: bool  # True when the kernel calls __syncthreads() (the emulator runs it as regions, or fibers)
 
 
 Dim3 = tuple[int, int, int]

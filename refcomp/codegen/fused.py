@@ -12,6 +12,8 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 """
 from __future__ import annotations
 
+import re
+
 from typing import Callable, Sequence
 
 import sympy
@@ -61,6 +63,13 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
                    True, render=render, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
+
+
+def _lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """The index declarations (`const long long o1 = ...;`) whose variable some text reads: the matmul
+    declares them in each barrier-free region that needs them (nvcc warns about unused ones)."""
+    text = "\n".join(texts)
+    return [line for line in lines if re.search(rf"\b{line.split()[3]}\b", text)]
 
 
 def _same(a, b) -> bool:
@@ -148,9 +157,13 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     body.statements = []
     nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
     launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
+    loads = a_statements + [a_value] + b_statements + [b_value]
+    stores = lambda b: epilogue + [result, b.printer.int(_linear(out_idx, output.shape))]  # noqa: E731
     return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render,
                    comment_extra=f", matmul tile {tile}", tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
                    b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
                    out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),
+                   load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),
+                   store_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), stores(b))),
                    m=lambda b: b.printer.int(sizes["m"]), n=lambda b: b.printer.int(sizes["n"]),
                    k=lambda b: b.printer.int(shape[k_axis]))

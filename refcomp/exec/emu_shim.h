@@ -1,14 +1,20 @@
 // emu_shim.h: lets g++ compile refcomp's generated CUDA source for the host.
 //
 // The emulator passes this header with `-include`, so the generated translation unit is compiled
-// unchanged. CUDA keywords become plain C++; `__shared__` arrays become function-level `static`
-// (blocks run one after another, so one copy per kernel is exactly one copy per running block);
-// threadIdx/blockIdx/blockDim/gridDim are file-level globals that the grid runner below sets before
-// it runs each thread. Kernels whose signature says uses_barrier=true run each thread of a block as a
-// fiber with its own stack: __syncthreads() switches back to the scheduler, which resumes every live
-// thread in turn, so the barrier is real. Kernels that said uses_barrier=false run each thread to
-// completion with a plain call (fast path); if such a kernel reaches __syncthreads() the launch fails
-// with an error that the Python side turns into a RefcompError.
+// unchanged. CUDA keywords become plain C++; threadIdx/blockIdx/blockDim/gridDim and `__shared__`
+// arrays are `thread_local`, so each worker thread of the grid runner below has its own block state.
+// A launch runs its kernel in one of three modes, chosen per kernel by emulator.py (emu_regions.py):
+//   threads  (no barrier): a plain call per thread of each block.
+//   regions  (the kernel marks its barrier-free regions with RC_FOR_EACH_THREAD): one call per
+//            block; each region is a loop over the block's threads, so __syncthreads() between two
+//            regions is simply the end of one loop and the start of the next (MCUDA / POCL work-item
+//            loops). Values living across a barrier are block-uniform or kept in RC_THREAD_SLOTS.
+//   fibers   (barriers, no markers: hand-written kernels): every thread is a fiber with its own
+//            stack; __syncthreads() switches back to the scheduler, which resumes every live thread.
+// Independent blocks run in parallel on REFCOMP_EMU_THREADS workers (default: the usable cores);
+// blocks only share memory through the kernel's buffers, so the result does not depend on the order.
+// A kernel in threads mode that reaches __syncthreads() fails with an error that the Python side
+// turns into a RefcompError, as does a barrier inside a region (divergent control flow).
 #pragma once
 #include <float.h>
 #include <limits.h>
@@ -18,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #if !defined(__x86_64__) || defined(REFCOMP_EMU_UCONTEXT)
 #define EMU_USE_UCONTEXT 1
@@ -36,7 +44,7 @@
 #define __constant__
 #define __noinline__ __attribute__((noinline))
 #define __forceinline__ inline __attribute__((always_inline))
-#define __shared__ static
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define EMU_EXPORT extern "C" __attribute__((visibility("default")))
@@ -55,8 +63,8 @@ static inline float4 make_float4(float x, float y, float z, float w) { return {x
 
 // External linkage (hidden by -fvisibility=hidden): the compiler must assume the opaque fiber switch
 // inside __syncthreads() may change them, so it never caches threadIdx across a barrier.
-uint3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
 static const int warpSize = 32;
 
 // ---- math and intrinsics (glibc's math.h declares __expf etc. itself, hence macros) -----------------
@@ -90,99 +98,69 @@ static inline float min(float a, float b) { return fminf(a, b); }
 static inline float max(float a, float b) { return fmaxf(a, b); }
 
 template <class T> static inline T __ldg(const T* p) { return *p; }
-// Blocks run one at a time and threads never overlap, so atomics are plain read-modify-writes.
-template <class T> static inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-template <class T> static inline T atomicSub(T* p, T v) { T old = *p; *p = old - v; return old; }
-template <class T> static inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
-template <class T> static inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
-template <class T> static inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <class T> static inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
-static inline void __threadfence() {}
+// Threads of a block never overlap, so atomics within a block are plain read-modify-writes; across
+// blocks (which run in parallel) they are real atomics. refcomp's templates use none: a float
+// atomicAdd across blocks would make the sum's order, and so its rounding, depend on the schedule.
+#define EMU_ATOMIC_RMW(name, expr) \
+    template <class T> static inline T name(T* p, T v) { \
+        T old, next; __atomic_load(p, &old, __ATOMIC_RELAXED); \
+        do { next = (expr); } while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_SEQ_CST, \
+                                                                __ATOMIC_RELAXED)); \
+        return old; }
+EMU_ATOMIC_RMW(atomicAdd, old + v)
+EMU_ATOMIC_RMW(atomicSub, old - v)
+EMU_ATOMIC_RMW(atomicMax, old > v ? old : v)
+EMU_ATOMIC_RMW(atomicMin, old < v ? old : v)
+#undef EMU_ATOMIC_RMW
+template <class T> static inline T atomicExch(T* p, T v) { T old; __atomic_exchange(p, &v, &old, __ATOMIC_SEQ_CST); return old; }
+template <class T> static inline T atomicCAS(T* p, T cmp, T v) {
+    __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return cmp; }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() {}
 
+// ---- regions (see the header comment; the prelude of generated code defines the GPU versions) -----
+// RC_FOR_EACH_THREAD runs the statement after it once per thread of the block, with a local
+// `threadIdx` shadowing the global one; RC_SLOT is the thread's index in the block, for arrays of
+// RC_THREAD_SLOTS(n) values that live across a barrier (on a GPU: one value, RC_SLOT 0).
+static constexpr bool emu_in_region = false;
+#define RC_FOR_EACH_THREAD                                                                              \
+    for (unsigned emu_z = 0, emu_slot = 0, emu_bx = blockDim.x, emu_by = blockDim.y, emu_bz = blockDim.z; \
+         emu_z < emu_bz; ++emu_z)                                                                       \
+        for (unsigned emu_y = 0; emu_y < emu_by; ++emu_y)                                               \
+            for (unsigned emu_x = 0; emu_x < emu_bx; ++emu_x, ++emu_slot)                               \
+                if (const uint3 threadIdx = {emu_x, emu_y, emu_z}; ((void)threadIdx, true))            \
+                    if (constexpr bool emu_in_region = true; emu_in_region)
+#define RC_THREAD_SLOTS(n) (n)
+#define RC_SLOT emu_slot
+
 // ---- grid runner ---------------------------------------------------------------------------------
+enum { EMU_THREADS = 0, EMU_REGIONS = 1, EMU_FIBERS = 2 };
+
 static char emu_error_msg[512];
+static int emu_failed;  // set once by the first error; workers stop taking blocks
+static pthread_mutex_t emu_error_lock = PTHREAD_MUTEX_INITIALIZER;
 static void emu_set_error(const char* msg) {
+    pthread_mutex_lock(&emu_error_lock);
     if (!emu_error_msg[0]) snprintf(emu_error_msg, sizeof emu_error_msg, "%s", msg);
+    __atomic_store_n(&emu_failed, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&emu_error_lock);
 }
 EMU_EXPORT const char* refcomp_emu_error(void) { return emu_error_msg; }
 
-#ifdef EMU_ASAN
-static const size_t EMU_STACK = 512 * 1024;  // ASan's redzones make frames larger
-#else
-static const size_t EMU_STACK = 64 * 1024;
-#endif
-static const size_t EMU_GUARD = 4096;  // PROT_NONE page below each stack: overflow faults, not corrupts
+#include "emu_fibers.h"  // fibers for barrier kernels without regions, and the per-worker state
 
-struct EmuFiber {
-    void* sp;            // saved stack pointer (asm switch) ...
-#ifdef EMU_USE_UCONTEXT
-    ucontext_t uc;       // ... or saved context (ucontext fallback)
-#endif
-    char* stack;         // lowest usable byte
-    uint3 tid;
-    int done;
-    int barrier_line;    // source line of the __syncthreads() it waits at
-    void* fake_stack;    // ASan bookkeeping
-};
-
-static struct {
-    EmuFiber* fibers;
-    int cur;             // fiber now running, or -1 on the scheduler
-    void* sched_sp;
-#ifdef EMU_USE_UCONTEXT
-    ucontext_t sched_uc;
-#endif
-    const void* sched_stack_bottom;  // ASan: the scheduler's stack, learnt at the first switch
-    size_t sched_stack_size;
-    void (*body)(void*);
-    void* ctx;
-    int uses_barrier;
-} emu;
-
-#ifndef EMU_USE_UCONTEXT
-// Save callee-saved registers on the current stack, store its pointer in *from, load `to`, restore.
-// No signal mask is touched, so a switch is a few nanoseconds instead of swapcontext's syscall.
-extern "C" void refcomp_emu_switch(void** from, void* to);
-__asm__(
-    ".text\n.p2align 4\n.globl refcomp_emu_switch\n.hidden refcomp_emu_switch\n"
-    ".type refcomp_emu_switch,@function\nrefcomp_emu_switch:\n"
-    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
-    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
-    ".size refcomp_emu_switch,.-refcomp_emu_switch\n");
-#endif
-
-static void emu_to_scheduler(EmuFiber* f, bool dying) {
-#ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(dying ? nullptr : &f->fake_stack, emu.sched_stack_bottom,
-                                   emu.sched_stack_size);
-#endif
-    (void)dying;
-#ifdef EMU_USE_UCONTEXT
-    swapcontext(&f->uc, &emu.sched_uc);
-#else
-    refcomp_emu_switch(&f->sp, emu.sched_sp);
-#endif
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(f->fake_stack, nullptr, nullptr);
-#endif
-}
-
-static void emu_fiber_main() {
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &emu.sched_stack_bottom, &emu.sched_stack_size);
-#endif
-    EmuFiber* f = &emu.fibers[emu.cur];
-    emu.body(emu.ctx);
-    f->done = 1;
-    emu_to_scheduler(f, true);  // never resumed
-    abort();
-}
-
-// __syncthreads(): a fiber yields to the scheduler; a fast-path thread records the misuse.
-static __attribute__((noinline)) void emu_syncthreads(int line) {
-    if (!emu.uses_barrier) {
+// __syncthreads(): a fiber yields to the scheduler; between two regions it is the loop boundary
+// itself (nothing to do); inside a region, or in a kernel run as plain threads, it is an error.
+static __attribute__((noinline)) void emu_syncthreads(int line, bool in_region) {
+    char msg[200];
+    if (in_region) {
+        snprintf(msg, sizeof msg, "__syncthreads() on line %d inside a RC_FOR_EACH_THREAD region (a barrier "
+                 "in divergent control flow)", line);
+        emu_set_error(msg);
+        return;
+    }
+    if (emu.mode == EMU_REGIONS) return;
+    if (emu.mode == EMU_THREADS) {
         emu_set_error("__syncthreads() reached in a kernel launched with uses_barrier=False");
         return;
     }
@@ -190,130 +168,130 @@ static __attribute__((noinline)) void emu_syncthreads(int line) {
     f->barrier_line = line;
     emu_to_scheduler(f, false);
 }
-#define __syncthreads() emu_syncthreads(__LINE__)
+#define __syncthreads() emu_syncthreads(__LINE__, emu_in_region)
 
-static void emu_resume(EmuFiber* f) {
-#ifdef EMU_ASAN
-    void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
-#endif
-#ifdef EMU_USE_UCONTEXT
-    swapcontext(&emu.sched_uc, &f->uc);
-#else
-    refcomp_emu_switch(&emu.sched_sp, f->sp);
-#endif
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
-}
+// One launch, shared by its workers. Blocks are taken in index order from `next`; the launching
+// thread waits until `finished` reaches `blocks`, never for a worker thread itself, so a worker the
+// OS starts late (a busy machine) finds nothing left and only drops its reference.
+struct EmuGrid {
+    dim3 grid, block;
+    long long blocks;    // gx * gy * gz
+    long long next;      // next block to take (atomic)
+    long long finished;  // blocks run, or skipped after an error (under `lock`)
+    int refs;            // the launching thread and each started worker (atomic); the last frees
+    int mode;
+    void (*body)(void*);
+    void* ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t all_done;
+};
 
-static void emu_start_fiber(EmuFiber* f) {
-    f->done = 0;
-    f->barrier_line = 0;
-    f->fake_stack = nullptr;
-#ifdef EMU_USE_UCONTEXT
-    getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = f->stack;
-    f->uc.uc_stack.ss_size = EMU_STACK;
-    f->uc.uc_link = nullptr;
-    makecontext(&f->uc, (void (*)())emu_fiber_main, 0);
-#else
-    // Initial frame as refcomp_emu_switch leaves it: six zeroed registers, then the return address
-    // emu_fiber_main, then a dummy return address so emu_fiber_main starts with rsp % 16 == 8.
-    uintptr_t top = ((uintptr_t)(f->stack + EMU_STACK)) & ~(uintptr_t)15;
-    void** sp = (void**)top;
-    *--sp = nullptr;
-    *--sp = (void*)&emu_fiber_main;
-    for (int r = 0; r < 6; ++r) *--sp = nullptr;
-    f->sp = sp;
-#endif
-}
-
-// Runs one block with barriers: every round resumes each live fiber until its next __syncthreads()
-// or its exit. After a round, all live fibers must wait at the same __syncthreads() (CUDA forbids
-// divergent barriers); threads that already exited no longer take part, as on sm_70+.
-static int emu_run_block_fibers(int n) {
-    for (int i = 0; i < n; ++i) emu_start_fiber(&emu.fibers[i]);
-    int alive = n;
-    while (alive > 0) {
-        int line = -1;
-        for (int i = 0; i < n; ++i) {
-            EmuFiber* f = &emu.fibers[i];
-            if (f->done) continue;
-            threadIdx = f->tid;
-            emu.cur = i;
-            emu_resume(f);
-            emu.cur = -1;
-            if (f->done) { --alive; continue; }
-            if (line < 0) line = f->barrier_line;
-            else if (f->barrier_line != line) {
-                snprintf(emu_error_msg, sizeof emu_error_msg,
-                         "divergent __syncthreads(): in block (%u,%u,%u) thread (%u,%u,%u) waits at the "
-                         "barrier on line %d while an earlier thread waits at line %d",
-                         blockIdx.x, blockIdx.y, blockIdx.z, f->tid.x, f->tid.y, f->tid.z,
-                         f->barrier_line, line);
-                return 1;
-            }
-        }
+static void emu_grid_release(EmuGrid* g) {
+    if (__atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        pthread_mutex_destroy(&g->lock);
+        pthread_cond_destroy(&g->all_done);
+        free(g);
     }
-    return 0;
 }
 
-// Runs `body(ctx)` once per thread of the grid. Returns 0, or 1 with refcomp_emu_error() set.
-static int emu_run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        int uses_barrier, void (*body)(void*), void* ctx) {
-    emu_error_msg[0] = 0;
-    gridDim = dim3(gx, gy, gz);
-    blockDim = dim3(bx, by, bz);
-    emu.body = body;
-    emu.ctx = ctx;
-    emu.uses_barrier = uses_barrier;
+static void emu_block_finished(EmuGrid* g) {
+    pthread_mutex_lock(&g->lock);
+    if (++g->finished == g->blocks) pthread_cond_broadcast(&g->all_done);
+    pthread_mutex_unlock(&g->lock);
+}
+
+// A worker: takes blocks until none is left; after an error it skips (but counts) the rest.
+static void* emu_worker(void* arg) {
+    EmuGrid* g = (EmuGrid*)arg;
+    gridDim = g->grid;
+    blockDim = g->block;
+    emu.body = g->body;
+    emu.ctx = g->ctx;
+    emu.mode = g->mode;
     emu.cur = -1;
-    const int n = (int)(bx * by * bz);
+    const unsigned bx = g->block.x, by = g->block.y, bz = g->block.z;
     char* region = nullptr;
-    size_t region_size = (EMU_STACK + EMU_GUARD) * (size_t)n;
-    if (uses_barrier) {
-        // Stacks live for one launch only, so a process that loads many modules does not keep them.
-        region = (char*)mmap(nullptr, region_size, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        emu.fibers = (EmuFiber*)calloc((size_t)n, sizeof(EmuFiber));
-        if (region == MAP_FAILED || !emu.fibers) {
-            emu_set_error("could not allocate fiber stacks");
-            if (region != MAP_FAILED) munmap(region, region_size);
-            free(emu.fibers);
-            return 1;
+    size_t region_size = 0;
+    long long b;
+    while ((b = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED)) < g->blocks) {
+        if (g->mode == EMU_FIBERS && !region && !__atomic_load_n(&emu_failed, __ATOMIC_RELAXED)) {
+            region = emu_alloc_fibers(g->block, &region_size);
+            if (!region) emu_set_error("could not allocate fiber stacks");
         }
-        for (int i = 0; i < n; ++i) {
-            char* base = region + (size_t)i * (EMU_STACK + EMU_GUARD);
-            mprotect(base, EMU_GUARD, PROT_NONE);
-            emu.fibers[i].stack = base + EMU_GUARD;
-            emu.fibers[i].tid = {i % bx, (i / bx) % by, i / (bx * by)};
-        }
-    }
-    int rc = 0;
-    for (unsigned z = 0; z < gz && !rc; ++z)
-        for (unsigned y = 0; y < gy && !rc; ++y)
-            for (unsigned x = 0; x < gx && !rc; ++x) {
-                blockIdx = {x, y, z};
-                if (uses_barrier) {
-                    rc = emu_run_block_fibers(n);
-                    continue;
-                }
+        if (!__atomic_load_n(&emu_failed, __ATOMIC_RELAXED)) {
+            blockIdx = {(unsigned)(b % g->grid.x), (unsigned)(b / g->grid.x % g->grid.y),
+                        (unsigned)(b / ((long long)g->grid.x * g->grid.y))};
+            if (g->mode == EMU_FIBERS) {
+                emu_run_block_fibers((int)(bx * by * bz));
+            } else if (g->mode == EMU_REGIONS) {
+                threadIdx = {0, 0, 0};
+                g->body(g->ctx);
+            } else {
                 for (unsigned tz = 0; tz < bz; ++tz)
                     for (unsigned ty = 0; ty < by; ++ty)
                         for (unsigned tx = 0; tx < bx; ++tx) {
                             threadIdx = {tx, ty, tz};
-                            body(ctx);
+                            g->body(g->ctx);
                         }
-                if (emu_error_msg[0]) rc = 1;
             }
-    if (uses_barrier) {
+        }
+        emu_block_finished(g);
+    }
+    if (region) {
 #ifdef EMU_ASAN
-        if (rc) __asan_unpoison_memory_region(region, region_size);  // abandoned fiber frames
+        __asan_unpoison_memory_region(region, region_size);  // fiber frames abandoned after an error
 #endif
         munmap(region, region_size);
         free(emu.fibers);
         emu.fibers = nullptr;
     }
-    return rc;
+    emu_grid_release(g);
+    return nullptr;
+}
+
+// Worker threads for a launch: REFCOMP_EMU_THREADS, else the cores this process may use; one when
+// the grid is too small to repay starting a thread (tens of microseconds).
+static int emu_worker_count(long long blocks, long long threads_per_block) {
+    const char* env = getenv("REFCOMP_EMU_THREADS");
+    long long want = env && *env ? atoll(env) : 0;
+    if (want <= 0) {
+        cpu_set_t set;
+        want = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    if (blocks * threads_per_block < 4096) want = 1;
+    if (want > blocks) want = blocks;
+    if (want > 256) want = 256;
+    return want < 1 ? 1 : (int)want;
+}
+
+// Runs `body(ctx)` over the grid in `mode`. Returns 0, or 1 with refcomp_emu_error() set.
+static int emu_run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        int mode, void (*body)(void*), void* ctx) {
+    emu_error_msg[0] = 0;
+    emu_failed = 0;
+    EmuGrid* g = (EmuGrid*)calloc(1, sizeof(EmuGrid));
+    if (!g) {
+        emu_set_error("out of memory");
+        return 1;
+    }
+    *g = {dim3(gx, gy, gz), dim3(bx, by, bz), (long long)gx * gy * gz, 0, 0, 1, mode, body, ctx,
+          PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+    const int workers = emu_worker_count(g->blocks, (long long)bx * by * bz);
+    for (int w = 1; w < workers; ++w) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 8u << 20);  // region kernels keep RC_THREAD_SLOTS on the stack
+        pthread_t thread;
+        __atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED);
+        if (pthread_create(&thread, &attr, emu_worker, g) != 0) __atomic_sub_fetch(&g->refs, 1, __ATOMIC_RELAXED);
+        pthread_attr_destroy(&attr);
+    }
+    __atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED);  // kept until the wait below is over
+    emu_worker(g);  // the launching thread works too
+    pthread_mutex_lock(&g->lock);
+    while (g->finished < g->blocks) pthread_cond_wait(&g->all_done, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    emu_grid_release(g);
+    return emu_failed ? 1 : 0;
 }

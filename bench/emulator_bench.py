@@ -1,0 +1,200 @@
+"""Host emulator speed: warm runs of three models, today's emulator beside the base commit's and NumPy.
+
+Each workload is compiled once (search on), run once to warm the kernel cache, then timed; the
+NumPy reference interpreter (`rc.evaluate`) does the same work in the same process as the ratio
+baseline. The base commit's emulator runs the same workloads in a child process whose PYTHONPATH
+points at a git worktree of that commit (made here if missing), so both are measured in one run on
+the same machine under the same load. Medians over the repeats.
+
+    python bench/emulator_bench.py [--base-rev REV] [--base-tree DIR] [--repeats N] [--no-base]
+        # prints a table, writes bench/results/emulator.json
+
+Workloads: the GPT-2 block (examples/gpt2_block.py, D=128, 4 heads, B=1, T=64), an MLP 784-256-10
+at batch 64 (rc.nn.linear, relu), and ResNet-18 at batch 1 on 224x224 (built below from
+rc.nn.conv2d, max_pool2d, avg_pool2d, relu, with inference batch norm as a per-channel affine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS_S = {"gpt2_block": 0.020, "mlp_784_256_10": 0.1, "resnet18": 10.0}
+REPEATS = {"gpt2_block": 9, "mlp_784_256_10": 9, "resnet18": 3}
+BASE_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 3, "resnet18": 1}  # the old emulator is slow
+
+
+def _weights(rng, *shape, fan_in):
+    return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+def gpt2_block(rc):
+    sys.path.insert(0, str(ROOT))
+    from examples.gpt2_block import build_block
+    out, weights = build_block()
+    x = np.random.default_rng(1).standard_normal((1, 64, 128)).astype(np.float32)
+    return out, {"x": x, **weights}
+
+
+def mlp(rc):
+    rng = np.random.default_rng(0)
+    x = rc.input("x", (64, 784))
+    w1, b1 = rc.input("w1", (256, 784)), rc.input("b1", (256,))
+    w2, b2 = rc.input("w2", (10, 256)), rc.input("b2", (10,))
+    out = rc.nn.linear(rc.nn.linear(x, w1, b1).relu(), w2, b2)
+    feeds = {"x": rng.standard_normal((64, 784)).astype(np.float32), "w1": _weights(rng, 256, 784, fan_in=784),
+             "b1": _weights(rng, 256, fan_in=784), "w2": _weights(rng, 10, 256, fan_in=256),
+             "b2": _weights(rng, 10, fan_in=256)}
+    return out, feeds
+
+
+def resnet18(rc):
+    rng = np.random.default_rng(0)
+    feeds = {}
+
+    def param(name, *shape, fan_in):
+        feeds[name] = _weights(rng, *shape, fan_in=fan_in)
+        return rc.input(name, shape)
+
+    def conv_bn(x, name, cin, cout, k, stride, pad):
+        w = param(f"{name}.w", cout, cin, k, k, fan_in=cin * k * k)
+        y = rc.nn.conv2d(x, w, stride=stride, padding=pad)
+        scale = rc.input(f"{name}.scale", (cout, 1, 1))
+        shift = rc.input(f"{name}.shift", (cout, 1, 1))
+        feeds[f"{name}.scale"] = (1.0 + 0.1 * rng.standard_normal((cout, 1, 1))).astype(np.float32)
+        feeds[f"{name}.shift"] = (0.1 * rng.standard_normal((cout, 1, 1))).astype(np.float32)
+        return y * scale + shift
+
+    def basic_block(x, name, cin, cout, stride):
+        y = conv_bn(x, f"{name}.conv1", cin, cout, 3, stride, 1).relu()
+        y = conv_bn(y, f"{name}.conv2", cout, cout, 3, 1, 1)
+        skip = conv_bn(x, f"{name}.down", cin, cout, 1, stride, 0) if stride != 1 or cin != cout else x
+        return (y + skip).relu()
+
+    x = rc.input("x", (1, 3, 224, 224))
+    feeds["x"] = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    y = conv_bn(x, "stem", 3, 64, 7, 2, 3).relu()
+    y = rc.nn.max_pool2d(y, 3, stride=2, padding=1)
+    cin = 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for j in range(2):
+            y = basic_block(y, f"layer{stage + 1}.{j}", cin, cout, 2 if stage > 0 and j == 0 else 1)
+            cin = cout
+    y = rc.nn.avg_pool2d(y, 7).reshape((1, 512))
+    out = rc.nn.linear(y, param("fc.w", 1000, 512, fan_in=512), param("fc.b", 1000, fan_in=512))
+    return out, feeds
+
+
+WORKLOADS = {"gpt2_block": gpt2_block, "mlp_784_256_10": mlp, "resnet18": resnet18}
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
+    """Time the workloads with whichever refcomp is importable (this tree's or the base's)."""
+    import refcomp as rc
+    results = {}
+    for name in names:
+        out, feeds = WORKLOADS[name](rc)
+        start = time.perf_counter()
+        prog = rc.compile(out)
+        got = prog.run(feeds, backend="emulator")  # builds (or finds) the library: not timed
+        entry = {"compile_and_first_run_s": time.perf_counter() - start, "kernels": len(prog.kernels),
+                 "emulator_s": _median_time(lambda: prog.run(feeds, backend="emulator"), repeats[name]),
+                 "repeats": repeats[name]}
+        if numpy:
+            ref = rc.evaluate(out, feeds)
+            entry["numpy_s"] = _median_time(lambda: rc.evaluate(out, feeds), repeats[name])
+            entry["max_abs_diff_vs_numpy"] = float(np.abs(np.asarray(got, np.float64) - ref).max())
+        results[name] = entry
+        print(f"  [{rc.__file__}] {name}: {entry}", file=sys.stderr, flush=True)
+    return results
+
+
+def base_tree(rev: str, tree: Path) -> Path:
+    if not (tree / "refcomp" / "__init__.py").exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True)
+    return tree
+
+
+def measure_in(tree: Path, names, repeats: dict[str, int]) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    args = [sys.executable, str(Path(__file__).resolve()), "--child", ",".join(names),
+            "--child-repeats", json.dumps(repeats)]
+    proc = subprocess.run(args, env=env, cwd=tree, capture_output=True, text=True)
+    sys.stderr.write(proc.stderr)
+    proc.check_returncode()
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--base-rev", default="main", help="the commit whose emulator is 'before' (if the tree is new)")
+    parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
+    parser.add_argument("--no-base", action="store_true")
+    parser.add_argument("--suite-before-s", type=float, help="`time pytest -q -x` in the base tree, if measured")
+    parser.add_argument("--suite-after-s", type=float, help="the same in this tree")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-repeats", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child.split(","), json.loads(args.child_repeats), numpy=False)))
+        return
+    names = args.workloads.split(",")
+    base_rev = None
+    if not args.no_base:
+        tree = base_tree(args.base_rev, Path(args.base_tree))
+        base_rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip()
+    base = None if args.no_base else measure_in(tree, names, BASE_REPEATS)
+    sys.path.insert(0, str(ROOT))
+    now = measure(names, REPEATS, numpy=True)
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = []
+    for name in names:
+        entry = now[name]
+        entry["target_s"] = TARGETS_S[name]
+        entry["meets_target"] = entry["emulator_s"] <= TARGETS_S[name]
+        entry["vs_numpy"] = entry["emulator_s"] / entry["numpy_s"]
+        if base:
+            entry["before_emulator_s"] = base[name]["emulator_s"]
+            entry["before_repeats"] = base[name]["repeats"]
+            entry["speedup"] = base[name]["emulator_s"] / entry["emulator_s"]
+        rows.append((name, entry.get("before_emulator_s"), entry["emulator_s"], entry["numpy_s"], entry["target_s"],
+                     entry.get("speedup"), entry["vs_numpy"]))
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    print(f"{'workload':<16} {'before s':>10} {'after s':>10} {'numpy s':>10} {'target s':>9} {'speedup':>8} {'vs numpy':>9}")
+    for name, before, after, npy, target, speedup, ratio in rows:
+        print(f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} {fmt(speedup, '7.1f')}x "
+              f"{ratio:8.2f}x")
+    result = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+              "load_average": os.getloadavg(), "emu_threads": os.environ.get("REFCOMP_EMU_THREADS", "default (cores)"),
+              "revision": rev, "base_revision": base_rev, "workloads": now}
+    if args.suite_before_s and args.suite_after_s:
+        result["default_suite"] = {"before_s": args.suite_before_s, "after_s": args.suite_after_s,
+                                   "ratio": args.suite_after_s / args.suite_before_s,
+                                   "how": "`time pytest -q -x` in each tree, warm caches, measured separately"}
+    out = ROOT / "bench" / "results" / "emulator.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Building emulator libraries: g++ on generated CUDA source with `-include emu_shim.h`.
+
+`compile_library` is the one place a library is built (the emulator, its sanitizer runner and any
+instrumented build call it with their own flags and extra headers); the disk cache (`exec/cache.py`)
+keeps what it builds, trusted only through its stamp.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from refcomp.errors import RefcompError
+from refcomp.exec import cache
+
+SHIM_PATH = Path(__file__).with_name("emu_shim.h")
+SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and what it #includes
+# IEEE semantics as nvcc without --use_fast_math gives them: no contraction into fma, errno-free
+# math (no behaviour change), no fast-math; -O3 only reorders what IEEE allows.
+FAST_FLAGS = ("-O3", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv", "-fno-math-errno",
+              "-ffp-contract=off", "-fvisibility=hidden")
+SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c++17", "-pthread",
+                  "-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off", "-fvisibility=hidden")
+SOURCE_NAME = "generated.cu"
+
+memory_cache: dict[str, ctypes.CDLL | Path] = {}  # key -> library; runner path -> verified runner
+_gxx_runs = 0
+
+
+def gxx_invocations() -> int:
+    """How many times this process has run g++ (tests use it to prove a cache hit)."""
+    return _gxx_runs
+
+
+def shim_bytes() -> bytes:
+    """The shim's headers, for cache keys: a library depends on every byte of them."""
+    return b"".join(path.read_bytes() for path in SHIM_HEADERS)
+
+
+def gxx_path() -> str:
+    path = shutil.which(os.environ.get("REFCOMP_CXX", "g++"))
+    if path is None:
+        raise RefcompError("g++ not found on PATH: the emulator needs it (apt-get install g++)")
+    return path
+
+
+def _source_excerpt(text: str, line: int, radius: int = 3) -> str:
+    lines = text.splitlines()
+    lo, hi = max(1, line - radius), min(len(lines), line + radius)
+    return "\n".join(f"{'>' if n == line else ' '}{n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1))
+
+
+def run_gxx(args: list[str], text: str, what: str) -> None:
+    """Run g++; on failure raise RefcompError with its message and the source around the error."""
+    global _gxx_runs
+    _gxx_runs += 1
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return
+    msg = proc.stderr.strip()
+    if len(msg) > 4000:
+        msg = msg[:4000] + "\n[... compiler output truncated ...]"
+    found = re.search(rf"{re.escape(SOURCE_NAME)}:(\d+):(?:\d+:)? (?:fatal )?error", proc.stderr)
+    excerpt = f"\nsource around line {found.group(1)}:\n{_source_excerpt(text, int(found.group(1)))}" \
+        if found else ""
+    raise RefcompError(f"g++ failed to compile {what}:\n{msg}{excerpt}")
+
+
+def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
+                    force: bool = False, includes: Sequence[Path] = (SHIM_PATH,)) -> Path:
+    """Compile `full_text` to a shared library in the disk cache (or find a stamped one there).
+    `includes` are passed with `-include`, in order; `key` must cover everything that shapes the
+    build (the source, the flags and the headers' bytes)."""
+    gxx = gxx_path()
+    target = cache.cache_dir("emu", root) / f"{key}.so"
+
+    def build(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work:
+            src = Path(work) / SOURCE_NAME
+            src.write_text(full_text)
+            pre = [arg for path in includes for arg in ("-include", str(path))]
+            run_gxx([gxx, *flags, "-shared", "-fPIC", *pre, "-x", "c++", str(src), "-o", str(tmp)],
+                    full_text, "the generated CUDA source for the emulator")
+
+    return cache.cached_build(target, build, {"key": key, "compiler": cache.tool_version(gxx)}, force)
+
+
+def load_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
+                 includes: Sequence[Path] = (SHIM_PATH,)) -> ctypes.CDLL:
+    """dlopen the cached library; one that passes its stamp but still fails to load (a stamp
+    forged or copied along with a bad file) is rebuilt once, then reported."""
+    for force in (False, True):
+        path = compile_library(full_text, flags, key, root, force, includes)
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as exc:
+            error = exc
+    raise cache.broken_after_rebuild("load the emulator library", path, error)
