@@ -312,6 +312,16 @@ template <class T, int R, int C> struct rcp_smem2 {
     rcp_smem_rows<T, C> operator()(int site) { return {d, site}; }
 };
 
+// Every thread runs as itself, as on a GPU (fibers at barriers): the region loops of the fast
+// emulator are switched off (their GPU definitions), so each access is counted for the thread
+// that makes it.
+#undef RC_FOR_EACH_THREAD
+#undef RC_THREAD_SLOTS
+#undef RC_SLOT
+#define RC_FOR_EACH_THREAD
+#define RC_THREAD_SLOTS(n) 1
+#define RC_SLOT 0
+
 // __syncthreads(): count it for this thread, then the shim's barrier.
 static inline void rcp_shim_syncthreads() { __syncthreads(); }
 #undef __syncthreads

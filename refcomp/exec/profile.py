@@ -15,6 +15,7 @@ see that header for the exact counting rules.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass, fields
@@ -30,7 +31,7 @@ from ..search.cost import KernelCost, elements
 from ..search.fusion import group_cost
 from ..search.search import unfused_costs
 from ..symbolic.dims import evaluate_dim
-from . import cache, emulator
+from . import cache, emu_build, emulator
 
 PROFILE_HEADER = Path(__file__).with_name("emu_profile.h")
 # The emulator's flags at -O1: the profile build is compiled once per program and run once, and -O1
@@ -367,9 +368,15 @@ class ProfiledModule:
         out = (ctypes.c_longlong * _COUNTERS)()
         with _profile_lock:  # the counters are per library, like the shim's grid state
             self._library.refcomp_profile_begin(self.instrumented.sites[name])
+            workers = os.environ.get(emulator.THREADS_ENV)
+            os.environ[emulator.THREADS_ENV] = "1"  # the counters gather one block at a time
             try:
                 self._runner.launch(name, grid, block, args)
             finally:
+                if workers is None:
+                    del os.environ[emulator.THREADS_ENV]
+                else:
+                    os.environ[emulator.THREADS_ENV] = workers
                 error = self._library.refcomp_profile_end(out).decode()
         if error:
             raise ProfileError(f"kernel {name}: the profile build could not count its accesses: {error}")
@@ -418,10 +425,10 @@ def load_profiled(source: str, kernels: Sequence[KernelSignature], cache_dir: Op
             + "".join(emulator._launcher(k) for k in kernels))
     flags = PROFILE_FLAGS
     gxx = emulator.gxx_path()
-    key = cache.cache_key("emu-profile-v1", emulator.SHIM_PATH.read_bytes(), full, *flags, cache.tool_version(gxx))
+    key = cache.cache_key("emu-profile-v2", emu_build.shim_bytes(), full, *flags, cache.tool_version(gxx))
     if key not in _modules:
         try:
-            library = emulator._load_library(full, flags, key, cache_dir)
+            library = emu_build.load_library(full, flags, key, cache_dir)
         except ProfileError:
             raise
         except RefcompError as exc:
