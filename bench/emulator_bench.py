@@ -155,7 +155,7 @@ def measure_in(tree: Path, names, repeats: dict[str, int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--base-rev", default="main", help="the commit whose emulator is 'before' (if the tree is new)")
+    parser.add_argument("--base-rev", default="65eff5e", help="the commit whose emulator is 'before' (default: the last one before emulator 2.0)")
     parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
     parser.add_argument("--no-base", action="store_true")
     parser.add_argument("--suite-before-s", type=float, help="`time pytest -q -x` in the base tree, if measured")
