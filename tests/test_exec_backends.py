@@ -17,6 +17,7 @@ from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.exec.emulator import EmulatorBackend
 from refcomp.exec.nvcc import nvcc_available, nvcc_check, parse_ptxas
 from refcomp.exec.pycuda_backend import PyCudaBackend, pycuda_unavailable_reason
+from cuda_cases import MATMUL
 
 
 def sig(name: str, *ctypes: str, barrier: bool = False) -> KernelSignature:
@@ -95,25 +96,6 @@ def test_block_reduction(backend, rng, rows, cols, block):
     np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-4, atol=1e-4)
 
 
-MATMUL = r"""
-#define TILE 16
-extern "C" __global__ void k_mm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                                long long M, long long N, long long K) {
-    __shared__ float As[TILE][TILE + 1];
-    __shared__ float Bs[TILE][TILE + 1];
-    long long row = blockIdx.y * (long long)TILE + threadIdx.y;
-    long long col = blockIdx.x * (long long)TILE + threadIdx.x;
-    float acc = 0.0f;
-    for (long long t = 0; t < K; t += TILE) {
-        As[threadIdx.y][threadIdx.x] = (row < M && t + threadIdx.x < K) ? a[row * K + t + threadIdx.x] : 0.0f;
-        Bs[threadIdx.y][threadIdx.x] = (col < N && t + threadIdx.y < K) ? b[(t + threadIdx.y) * N + col] : 0.0f;
-        __syncthreads();
-        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
-        __syncthreads();
-    }
-    if (row < M && col < N) c[row * N + col] = acc;
-}
-"""
 
 
 @pytest.mark.parametrize("m,n,k", [(16, 16, 16), (37, 45, 29), (1, 70, 3), (64, 5, 100)])

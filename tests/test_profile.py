@@ -15,7 +15,7 @@ import pytest
 from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.errors import RefcompError
 from refcomp.exec.profile import Counters, ProfileBackend, ProfileError, example_feeds, instrument
-from tests.cuda_cases import CASES, compiled
+from tests.cuda_cases import CASES, MATMUL, compiled
 from refcomp import golden
 
 
@@ -186,24 +186,6 @@ def test_flop_counts():
     assert c.global_load_requests == c.global_store_requests == -(-n // 32)  # 3 x 128 threads: warps stay aligned
 
 
-MATMUL = r"""
-#define TILE 16
-extern "C" __global__ void k_mm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, long long M, long long N, long long K) {
-    __shared__ float As[TILE][TILE + 1];
-    __shared__ float Bs[TILE][TILE + 1];
-    long long row = blockIdx.y * (long long)TILE + threadIdx.y;
-    long long col = blockIdx.x * (long long)TILE + threadIdx.x;
-    float acc = 0.0f;
-    for (long long t = 0; t < K; t += TILE) {
-        As[threadIdx.y][threadIdx.x] = (row < M && t + threadIdx.x < K) ? a[row * K + t + threadIdx.x] : 0.0f;
-        Bs[threadIdx.y][threadIdx.x] = (col < N && t + threadIdx.y < K) ? b[(t + threadIdx.y) * N + col] : 0.0f;
-        __syncthreads();
-        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
-        __syncthreads();
-    }
-    if (row < M && col < N) c[row * N + col] = acc;
-}
-"""
 
 
 def test_tiled_matmul_counts():

@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..symbolic.dims import evaluate_dim
+
 
 
 SYMBOLS = ("B", "T")
@@ -121,3 +123,13 @@ def simple_dim(d) -> bool:
 def _names_in(expr: str) -> set:
     import re
     return set(re.findall(r"\b[xv]\d+\b", expr))
+
+
+def _max_extent(d) -> int:
+    """A dim's size at the largest binding the fuzzer draws."""
+    return evaluate_dim(d, {s: MAX_BINDING for s in SYMBOLS})
+
+
+def _min_extent(d) -> int:
+    """A dim's size at the smallest non-empty binding."""
+    return evaluate_dim(d, {s: 1 for s in SYMBOLS})

@@ -1,0 +1,146 @@
+"""Generator steps shaped like models: matmuls, row reductions and norms, windows (pooling and
+convolution in 1-D to 3-D) and embedding gathers. Mixed into `generator.Generator`, whose helpers
+(`pick`, `chance`, value intervals) they use."""
+from __future__ import annotations
+
+import math
+
+from .graph import _max_extent, _min_extent, simple_dim
+
+
+class ModelSteps:
+    def step_row(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        axis = -1 if self.chance(0.6) else int(self.rng.integers(-nd, nd))
+        extent = _max_extent(v.shape[axis])
+        op = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm", "softmax"])
+        if op == "softmax":
+            out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, op)
+        elif op == "log_softmax":
+            out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
+        elif op == "layer_norm":
+            # a row of equal values (a clipped or broadcast one) has variance 0, and 1/sqrt(var + eps)
+            # would magnify the rounding of its mean 300-fold: a ramp keeps every row's spread
+            ramped = f"({n} + rc.arange({n}.shape[-1]) * 0.25)"
+            last = v.shape[-1]
+            affine = simple_dim(last) and self.chance(0.5)
+            bound = math.sqrt(_max_extent(last)) + 1
+            if affine:
+                w = self.new_input((last,), "normal")
+                b = self.new_input((last,), "normal")
+                out = self.emit(f"rc.nn.layer_norm({ramped}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
+            else:
+                out = self.emit(f"rc.nn.layer_norm({ramped})", -bound, bound, False, op)
+        elif _min_extent(v.shape[-1]) >= 2:  # over one value, x / sqrt(x^2 + eps) is ill-conditioned near 0
+            bound = math.sqrt(_max_extent(v.shape[-1])) + 1
+            out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
+        else:
+            out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, "softmax")
+        if out is not None:
+            self.tame(out)
+
+    def step_matmul(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, shape = v.name, v.shape
+        k = shape[-1]
+        r = self.rng.random()
+        if r < 0.15 and len(shape) >= 2:  # a batched product of the tensor with itself
+            kk = _max_extent(k)
+            out = self.emit(f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound ** 2, kk * v.bound ** 2, False, "matmul_self")
+        elif r < 0.3 and len(shape) >= 2 and simple_dim(shape[-2]):  # W @ v
+            m = self.choice([1, 2, 3, 5, "T"])
+            w = self.new_input((m, shape[-2]))
+            kk = _max_extent(shape[-2])
+            out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
+        elif simple_dim(k):
+            width = self.choice([1, 2, 3, 4, 7, "B", 16])
+            kk = _max_extent(k)
+            bias = self.new_input((width,)).name if self.chance(0.4) else None
+            if self.chance(0.6):  # x @ W (+ b)
+                w = self.new_input((k, width))
+                expr = f"({n} @ {w.name})" if bias is None else f"({n} @ {w.name} + {bias})"
+            else:  # linear: x @ W.T (+ b)
+                w = self.new_input((width, k))
+                expr = f"rc.nn.linear({n}, {w.name})" if bias is None else f"rc.nn.linear({n}, {w.name}, {bias})"
+            out = self.emit(expr, -2 * kk * v.bound - 2, 2 * kk * v.bound + 2, False, "matmul")
+        else:
+            return self.step_unary()
+        if out is not None:
+            if self.chance(0.4):
+                out = self.emit(f"{out.name}.relu()", 0.0, out.hi, False, "relu") or out
+            self.tame(out)
+
+    def step_window(self) -> None:
+        """Convolution and pooling: windows read through one strided view."""
+        if self.chance(0.45):
+            return self.step_conv_nd()
+        v = self.pick(lambda v: len(v.shape) == 4 and all(isinstance(d, int) for d in v.shape[1:]))
+        if v is None or self.chance(0.3):
+            shape = (self.choice([1, 2, "B"]), self.choice([1, 2, 3]), int(self.rng.integers(3, 8)), int(self.rng.integers(3, 8)))
+            v = self.new_input(shape)
+        n = v.name
+        _, c, h, w = v.shape
+        op = self.choice(["conv", "conv", "max_pool", "avg_pool"])
+        k = int(self.rng.integers(1, min(3, h, w) + 1))
+        stride = self.choice([1, 1, 2])
+        if op == "conv":
+            cout = self.choice([1, 2, 3])
+            pad = self.choice([0, 0, 1])
+            wt = self.new_input((cout, c, k, k))
+            bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ""
+            bound = c * k * k * v.bound * 2 + 2
+            out = self.emit(f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})", -bound, bound, False, "conv2d")
+        elif op == "max_pool":
+            pad = self.choice([0, k // 2])
+            out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad})", v.lo, v.hi, v.exact, "max_pool2d")
+        else:
+            pad = self.choice([0, k // 2])
+            out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
+        if out is not None:
+            self.tame(out)
+
+    def step_conv_nd(self) -> None:
+        """rc.nn.conv over 1 spatial axis (its length may be symbolic) or 3, with groups, strides,
+        dilations and (asymmetric) pads."""
+        d = self.choice([1, 1, 3])
+        groups = self.choice([1, 1, 2])
+        c = groups * self.choice([1, 2])
+        if d == 1:
+            v = self.pick(lambda v: len(v.shape) == 3 and v.shape[1] == c)
+            if v is None or self.chance(0.4):
+                v = self.new_input((self.choice([1, 2, "B"]), c, self.choice(["T", 5, 9, 12])))
+        else:
+            v = self.pick(lambda v: len(v.shape) == 5 and v.shape[1] == c and all(isinstance(n, int) for n in v.shape[2:]))
+            if v is None or self.chance(0.4):
+                v = self.new_input((self.choice([1, "B"]), c) + tuple(int(self.rng.integers(2, 5)) for _ in range(3)))
+        kernel = tuple(int(self.rng.integers(1, 4)) for _ in range(d))
+        dilation = tuple(self.choice([1, 1, 2]) for _ in range(d))
+        stride = tuple(self.choice([1, 1, 2]) for _ in range(d))
+        # pads large enough that even a length of 1 holds a window; sometimes uneven (begin, end)
+        need = [dl * (k - 1) for k, dl in zip(kernel, dilation)]
+        pads = [((m + 1) // 2, (m + 1) // 2 + int(self.rng.integers(0, 2))) for m in need]
+        cout = groups * self.choice([1, 2])
+        wt = self.new_input((cout, c // groups) + kernel)
+        bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ", None"
+        bound = (c // groups) * math.prod(kernel) * v.bound * 2 + 2
+        fn = self.choice(["conv", f"conv{d}d"])
+        padding = pads if fn == "conv" and self.chance(0.5) else [p for p, _ in pads]
+        out = self.emit(f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, "
+                        f"groups={groups})", -bound, bound, False, f"conv{d}d")
+        if out is not None:
+            self.tame(out)
+
+    def step_gather(self) -> None:
+        v = self.pick(lambda v: len(v.shape) == 2 and isinstance(v.shape[0], int))
+        table = v if v is not None and self.chance(0.6) else self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
+        rows = table.shape[0]
+        ids = self.new_input(self.choice([(3,), ("B",), (2, "T"), (1,)]), "ids", rows)
+        view = self.choice(["", "", ".flip(0)", "[::-1]" if len(ids.shape) == 1 else "[:, ::2]", ".unsqueeze(0)"])
+        self.emit(f"rc.nn.embedding({ids.name}{view}, {table.name})", table.lo, table.hi, table.exact, "gather")
+
+    # --- one whole graph ------------------------------------------------------------------------
