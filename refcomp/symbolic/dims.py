@@ -105,14 +105,20 @@ def dim(value) -> Dim:
     if hasattr(value, "__index__") and not isinstance(value, sympy.Basic):
         return int(value)
     if isinstance(value, sympy.Basic):
-        if value.is_Integer:
-            return int(value)
-        if value.is_integer is False or not _whole_coefficients(value):  # 2.5, T / 2.0, (B*T + 2)/2
-            raise ShapeError(f"dimension {value} is not integer arithmetic on dims (sums and products with integer "
-                             f"coefficients, idiv, imod, Max, Min): a reshape or slice that divides a symbolic size unevenly?")
-        # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
-        return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
+        return _dim_of_expr(value)
     raise ShapeError(f"dimension {value!r} is neither an int, a symbol name nor a symbolic expression")
+
+
+@functools.lru_cache(maxsize=65536, typed=True)
+def _dim_of_expr(value: sympy.Basic) -> Dim:
+    """`dim` of a SymPy expression, memoised: views rebuild the same strides and sizes many times."""
+    if value.is_Integer:
+        return int(value)
+    if value.is_integer is False or not _whole_coefficients(value):  # 2.5, T / 2.0, (B*T + 2)/2
+        raise ShapeError(f"dimension {value} is not integer arithmetic on dims (sums and products with integer "
+                         f"coefficients, idiv, imod, Max, Min): a reshape or slice that divides a symbolic size unevenly?")
+    # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
+    return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
 
 
 @functools.lru_cache(maxsize=65536)

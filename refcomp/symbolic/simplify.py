@@ -89,7 +89,7 @@ def _in_range(b, c, ranges) -> bool:
 def simplify_index(e, ranges: Mapping[sympy.Symbol, sympy.Expr]):
     if not ranges:
         return e
-    return _simplify(sympy.sympify(e), tuple(sorted(ranges.items(), key=lambda kv: str(kv[0]))))
+    return _simplify(sympy.sympify(e), frozenset(ranges.items()))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -13,6 +13,7 @@ expression shorter.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -24,6 +25,12 @@ Range = tuple[Dim, Dim]
 
 
 def contiguous_strides(shape: Sequence[Dim]) -> tuple[Dim, ...]:
+    return _contiguous_strides(tuple(shape))
+
+
+@functools.lru_cache(maxsize=65536)
+def _contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """Memoised: the search asks for the strides of the same few shapes hundreds of thousands of times."""
     strides: list[Dim] = []
     running: Dim = 1
     for n in reversed(shape):
@@ -48,7 +55,7 @@ class View:
         shape = tuple(dim(n) for n in shape)
         return View(shape, contiguous_strides(shape))
 
-    @property
+    @functools.cached_property
     def is_contiguous(self) -> bool:
         return (self.mask is None and self.offset == 0 and
                 all(dims_equal(a, b) or dims_equal(n, 1) for a, b, n in zip(self.strides, contiguous_strides(self.shape), self.shape)))
@@ -71,7 +78,7 @@ class ViewStack:
 
     @staticmethod
     def of_buffer(shape: Sequence[Dim]) -> "ViewStack":
-        return ViewStack((View.contiguous(shape),))
+        return _buffer_stack(tuple(shape))
 
     @property
     def top(self) -> View:
@@ -81,7 +88,7 @@ class ViewStack:
     def shape(self) -> tuple[Dim, ...]:
         return self.top.shape
 
-    @property
+    @functools.cached_property
     def is_identity(self) -> bool:
         return len(self.views) == 1 and self.top.is_contiguous
 
@@ -234,3 +241,8 @@ def _compare(p_old: Dim, p_new: Dim) -> Optional[str]:
     if numerator == 1:
         return "new"
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _buffer_stack(shape: tuple[Dim, ...]) -> ViewStack:
+    return ViewStack((View.contiguous(shape),))
