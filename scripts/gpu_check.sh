@@ -33,7 +33,8 @@ echo "== refcomp doctor"
 python3 -m refcomp doctor
 
 echo "== GPU tests"
-timeout 420 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_exec_backends.py tests/test_measure.py \
+# -o addopts="": the GPU machine may lack pytest-xdist, and one process owns the device anyway
+timeout 420 python3 -m pytest -o addopts="" -m "not slow" -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_exec_backends.py tests/test_measure.py \
   2>&1 | tee "$RESULTS/gpu_tests.log"
 tests_status=${PIPESTATUS[0]}
 
