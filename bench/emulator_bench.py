@@ -2,7 +2,7 @@
 
 Each workload is compiled once (search on), run once to warm the kernel cache, then timed; the
 NumPy reference interpreter (`rc.evaluate`) does the same work in the same process as the ratio
-baseline. The base commit's emulator runs the same workloads in a child process whose PYTHONPATH
+baseline (ResNet-18's is NumPy written directly: see resnet18_numpy). The base commit's emulator runs the same workloads in a child process whose PYTHONPATH
 points at a git worktree of that commit (made here if missing), so both are measured in one run on
 the same machine under the same load. Medians over the repeats.
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGETS_S = {"gpt2_block": 0.020, "mlp_784_256_10": 0.1, "resnet18": 10.0}
 REPEATS = {"gpt2_block": 9, "mlp_784_256_10": 9, "resnet18": 3}
 BASE_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 3, "resnet18": 1}  # the old emulator is slow
-NUMPY_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 5, "resnet18": 1}  # so is the reference on ResNet
+NUMPY_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 5, "resnet18": 5}
 
 
 def _weights(rng, *shape, fan_in):
@@ -98,6 +98,46 @@ def resnet18(rc):
 WORKLOADS = {"gpt2_block": gpt2_block, "mlp_784_256_10": mlp, "resnet18": resnet18}
 
 
+# --- ResNet-18 in NumPy, written directly -------------------------------------------------------------
+# rc.evaluate convolves window by window (minutes on ResNet-18), so the NumPy baseline for this
+# workload is the same network written with im2col and one BLAS matmul per convolution: what a
+# NumPy user would write, and an independent check of the emulator's output.
+def _np_conv(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    cout, _, k, _ = w.shape
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :oh, :ow]
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k)
+    return (cols @ w.reshape(cout, -1).T).reshape(n, oh, ow, cout).transpose(0, 3, 1, 2)
+
+
+def _np_max_pool(x, k, stride, pad):
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
+    return np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride].max(axis=(4, 5))
+
+
+def resnet18_numpy(f):
+    def conv_bn(x, name, k, stride, pad):
+        return _np_conv(x, f[f"{name}.w"], stride, pad) * f[f"{name}.scale"] + f[f"{name}.shift"]
+
+    y = np.maximum(conv_bn(f["x"], "stem", 7, 2, 3), 0)
+    y = _np_max_pool(y, 3, 2, 1)
+    cin = 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for j in range(2):
+            name, stride = f"layer{stage + 1}.{j}", 2 if stage > 0 and j == 0 else 1
+            z = np.maximum(conv_bn(y, f"{name}.conv1", 3, stride, 1), 0)
+            z = conv_bn(z, f"{name}.conv2", 3, 1, 1)
+            skip = conv_bn(y, f"{name}.down", 1, stride, 0) if stride != 1 or cin != cout else y
+            y, cin = np.maximum(z + skip, 0), cout
+    y = y.mean(axis=(2, 3)).reshape(1, 512)
+    return y @ f["fc.w"].T + f["fc.b"]
+
+
+NUMPY_DIRECT = {"resnet18": resnet18_numpy}  # workloads whose NumPy baseline is not rc.evaluate
+
+
 def _times(fn, repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
@@ -124,12 +164,13 @@ def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
                  "emulator_s": _median_time(lambda: prog.run(feeds, backend="emulator"), repeats[name]),
                  "repeats": repeats[name]}
         if numpy:
+            reference = (lambda: NUMPY_DIRECT[name](feeds)) if name in NUMPY_DIRECT else (lambda: rc.evaluate(out, feeds))
             start = time.perf_counter()
-            ref = rc.evaluate(out, feeds)
+            ref = reference()
             first = time.perf_counter() - start
-            entry["numpy_s"] = statistics.median([first] + _times(lambda: rc.evaluate(out, feeds),
-                                                                  NUMPY_REPEATS[name] - 1))
+            entry["numpy_s"] = statistics.median([first] + _times(reference, NUMPY_REPEATS[name] - 1))
             entry["numpy_repeats"] = NUMPY_REPEATS[name]
+            entry["numpy_baseline"] = "NumPy written directly (im2col)" if name in NUMPY_DIRECT else "rc.evaluate"
             entry["max_abs_diff_vs_numpy"] = float(np.abs(np.asarray(got, np.float64) - ref).max())
         results[name] = entry
         print(f"  [{rc.__file__}] {name}: {entry}", file=sys.stderr, flush=True)
@@ -196,6 +237,11 @@ def main() -> None:
     result = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
               "load_average": os.getloadavg(), "emu_threads": os.environ.get("REFCOMP_EMU_THREADS", "default (cores)"),
               "revision": rev, "base_revision": base_rev, "workloads": now}
+    suite = ROOT / "bench" / "results" / "suite.json"
+    if suite.exists():  # measured by bench/suite_bench.py (the suite takes minutes: a separate run)
+        runs = json.loads(suite.read_text())["runs"]
+        result["default_suite"] = {"see": "bench/results/suite.json", **{k: {"wall_s": v["wall_s"], "ratio_to_before": v["ratio_to_before"]}
+                                                                         for k, v in runs.items()}}
     if args.suite_before_s and args.suite_after_s:
         result["default_suite"] = {"before_s": args.suite_before_s, "after_s": args.suite_after_s,
                                    "ratio": args.suite_after_s / args.suite_before_s,

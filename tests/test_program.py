@@ -56,7 +56,9 @@ def test_kernels_carry_launch_cost_and_a_one_line_repr():
     total = prog.cost
     assert total.bytes == sum(k.cost.bytes for k in prog.kernels)
     assert total.time_s == pytest.approx(sum(k.cost.time_s for k in prog.kernels))
-    assert total.time_s == pytest.approx(prog.search.time_s)
+    # the search priced graph groups; the program re-prices each built kernel from its own accesses
+    assert all(k.cost.l2_bytes > 0 for k in prog.kernels)
+    assert prog.search.time_s > 0 and [k.cost.flops for k in prog.kernels] == [c.flops for c in prog.search.costs]
 
 
 def test_plain_programs_are_priced_too():

@@ -42,6 +42,20 @@ class Unfusable(RefcompError):
     """A fusion decision that this kernel cannot honour; the search discards the candidate."""
 
 
+@dataclass(frozen=True)
+class Access:
+    """One place the kernel's text indexes a global buffer, as the cost model (codegen.access) reads it:
+    the flat element index, the condition under which a thread performs it, and the template loop
+    (`scope`) that executes it. Index variables a statement binds (uN, o_k) stay symbols here; the
+    body's `definitions` say what each one holds."""
+
+    buffer: str  # "in0", ... or "out0"
+    index: sympy.Expr
+    when: sympy.Basic  # sympy.true, or the mask under which the thread touches memory
+    scope: str
+    store: bool = False
+
+
 def _same_shape(a, b) -> bool:
     return len(a) == len(b) and all(x == y or sympy.expand(sympy.sympify(x) - y) == 0 for x, y in zip(a, b))
 
@@ -97,6 +111,10 @@ class KernelBody:
     fused: list = field(default_factory=list)  # nodes recomputed inline, for the comment and reports
     inlined_values: int = 0  # fused values recomputed so far (MAX_INLINED_VALUES)
     bind_compound: bool = True  # False where the index expressions are analysed rather than printed
+    accesses: list = field(default_factory=list)  # every global load and store, for the cost model
+    definitions: dict = field(default_factory=dict)  # index variable (uN, o_k) -> the expression it holds
+    scope: str = "body"  # the template loop the statements being built run in (see Access)
+    _guards: list = field(default_factory=list)  # masks of the `if` blocks being built
 
     def __post_init__(self):
         self.dim_names = self.names.dims
@@ -132,11 +150,21 @@ class KernelBody:
             if expr == 0:
                 axes.append(sympy.Integer(0))
                 continue
-            sym = self.index_var(f"{prefix}{k}", shape[k])
-            self._index_lines.append((sym, f"const long long {prefix}{k} = {self.comment_printer.int(expr)};", expr))
-            axes.append(sym)
+            axes.append(self.declare_index(f"{prefix}{k}", shape[k], expr))
         self.flat_axes = (tuple(axes), flat, tuple(shape))
         return axes
+
+    def declare_index(self, c_name: str, extent: Dim, expr: sympy.Expr) -> sympy.Symbol:
+        """An index line `const long long c_name = expr;`, declared before any statement."""
+        sym = self.index_var(c_name, extent)
+        self._index_lines.append((sym, f"const long long {c_name} = {self.comment_printer.int(expr)};", expr))
+        self.definitions[sym] = expr
+        return sym
+
+    def access(self, buffer: str, flat, valid=sympy.true, store: bool = False) -> None:
+        """Record a global access of the statements being built (under the enclosing `if` masks)."""
+        when = sympy.And(valid, *self._guards) if self._guards else valid
+        self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
     def used_index_lines(self) -> list[str]:
         """Declarations of the axis indices the body actually uses (call after the body is built)."""
@@ -165,6 +193,7 @@ class KernelBody:
             return self._inlined(node, flat, valid)
         else:
             value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
+            self.access(self.buffer(node), flat, valid)
             self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
         if value == "0.0f":
             return value
@@ -184,6 +213,7 @@ class KernelBody:
         outer, outer_ranges = self.statements, self.ranges
         if valid is not sympy.true:  # inside `if (valid)`: the mask's bounds help simplify the indices
             self.statements, self.ranges = [], tighten(self.ranges, valid)
+            self._guards.append(valid)
         node_idx = self.unravel(flat, node.shape)
         if node.op.kind == REDUCE:  # a short reduce (maximum's pair, say) unrolls into a combine chain
             extent = node.srcs[0].shape[node.attrs["axis"]]
@@ -197,6 +227,7 @@ class KernelBody:
             value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
         if valid is sympy.true:
             return value
+        self._guards.pop()
         inner, self.statements, self.ranges = self.statements, outer, outer_ranges
         name = self.fresh()
         self.statements.append(f"float {name} = 0.0f;")
@@ -228,6 +259,7 @@ class KernelBody:
                     name = self.fresh("u")
                     self.statements.append(f"const long long {name} = {self.printer.int(e)};")
                     self._bound[key] = self.index_var(name, n)
+                    self.definitions[self._bound[key]] = e
                     self._alive.append(self.statements)
                 e = self._bound[key]
             out.append(e)
@@ -258,6 +290,7 @@ class KernelBody:
         """An int32 id read through a view (out-of-mask positions read id 0)."""
         flat, valid = index_of(edge.views, tuple(idx), self.ranges)
         value = f"(long long){self.buffer(edge.node)}[{self.printer.int(flat)}]"
+        self.access(self.buffer(edge.node), flat, valid)
         if valid is not sympy.true:
             value = f"({self.printer.cond(valid)} ? {value} : 0LL)"
         name = self.fresh("id")

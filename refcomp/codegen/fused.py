@@ -47,6 +47,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     r = body.index_var("r", extent)
     idx = o[:axis] + [r] + o[axis:]
     rendered = []
+    body.scope = "loop"  # every phase and the epilogue: threads stride over the row
     for j, red in enumerate(phases):
         body.statements = []
         value = body.value_at(red.srcs[0], idx)
@@ -58,10 +59,14 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
         body.statements = []
         result = output.op.c.format(*[body.value_at(src, idx) for src in output.srcs])
         epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(_linear(idx, shape)))
+        body.access("out0", _linear(idx, shape), store=True)
+    else:
+        body.scope = "single"  # thread 0 stores the row's value
+        body.access("out0", body.index_var("row"), store=True)
     body.statements = []
     nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
-                   True, render=render, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
+                   True, render=render, loop_extent=extent, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
 
 
@@ -129,21 +134,23 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
             if expr.is_Symbol or expr.is_Integer:
                 per_axis[a] = expr
                 continue
-            sym = body.index_var(f"o{a}", shape[a])
-            body._index_lines.append((sym, f"const long long o{a} = {body.comment_printer.int(expr)};", expr))
-            per_axis[a] = sym
+            per_axis[a] = body.declare_index(f"o{a}", shape[a], expr)
     ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
     product = src.node
 
-    def operand(which: int, k_sym, zero_axes) -> tuple[list[str], str]:
+    tile_bound = {name: sympy.Lt(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
+    tile_bound.update(ka=sympy.Lt(ka, shape[k_axis]), kb=sympy.Lt(kb, shape[k_axis]))
+
+    def operand(which: int, k_sym, zero_axes, scope: str, guard) -> tuple[list[str], str]:
         idx = [sympy.Integer(0) if a in zero_axes else (k_sym if a == k_axis else per_axis[a]) for a in range(len(shape))]
         flat, _ = index_of(src.views, idx, body.ranges)
-        body.statements = []
+        body.statements, body.scope, body._guards = [], scope, [guard]  # the template's `if (bm < M && ka < K)`
         value = body.value_at(product.srcs[which], body.unravel(flat, product.shape))
         return body.statements, value
 
-    a_statements, a_value = operand(0, ka, set(n_axes))
-    b_statements, b_value = operand(1, kb, set(m_axes))
+    a_statements, a_value = operand(0, ka, set(n_axes), "a", sympy.And(tile_bound["bm"], tile_bound["ka"]))
+    b_statements, b_value = operand(1, kb, set(m_axes), "b", sympy.And(tile_bound["kb"], tile_bound["bn"]))
+    body.scope, body._guards = "epilogue", [sympy.And(tile_bound["bm"], tile_bound["bn"])]
     out_idx = [per_axis[a] for a in range(len(shape)) if a != k_axis]
     body.scalars[reduce.id] = ("acc", _linear(out_idx, reduce.shape))
     body.statements = []
@@ -154,12 +161,13 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
             raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
         result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
     epilogue = body.statements
-    body.statements = []
+    body.access("out0", _linear(out_idx, output.shape), store=True)
+    body.statements, body._guards = [], []
     nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
     launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
     loads = a_statements + [a_value] + b_statements + [b_value]
     stores = lambda b: epilogue + [result, b.printer.int(_linear(out_idx, output.shape))]  # noqa: E731
-    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render,
+    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render, loop_extent=shape[k_axis],
                    comment_extra=f", matmul tile {tile}", tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
                    b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
                    out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),

@@ -18,7 +18,7 @@ import sympy
 from .abi import KernelSignature
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
-from .emit import KernelBody, Unfusable, c_params
+from .emit import Access, KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BLOCK = 256  # threads per block for every template
@@ -75,6 +75,7 @@ class Kernel:
     launch: Launch
     ops: tuple[str, ...] = ()  # the user-level ops it computes ("layer_norm", "matmul"), in graph order
     cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
+    plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
 
     def __repr__(self) -> str:
         cost = "" if self.cost is None else f", {self.cost.bytes:,} B, {self.cost.flops:,} flop, {self.cost.time_s * 1e6:.2f} us"
@@ -88,6 +89,17 @@ class Kernel:
         for p in self.signature.params:
             out.append(by_ident[p.ident] if p.ctype.endswith("*") else bindings[dim_symbols[p.ident].name])
         return out
+
+
+@dataclass(frozen=True)
+class AccessPlan:
+    """What the memory model needs from a kernel besides its launch: each global access (Access), the
+    index variables' definitions, and the length of the template's inner loop (the reduced axis of
+    a reduction or row kernel, K of a matmul)."""
+
+    accesses: tuple[Access, ...]
+    definitions: dict
+    extent: Optional[Dim] = None
 
 
 @dataclass(frozen=True)
@@ -124,10 +136,14 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
-            launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, **fields) -> Optional[Kernel]:
-    """The kernel, once its body is built; with `render=False` (a legality check) nothing is printed."""
+            launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
+            **fields) -> Optional[Kernel]:
+    """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
+    accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
-        return None
+        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent)
+        return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier), "",
+                      launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
@@ -136,8 +152,9 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
+    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent)
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
-                  user_ops(nodes))
+                  user_ops(nodes), plan=plan)
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)
@@ -160,6 +177,7 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
     result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
+    body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
     return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
                    False, result=result, size=lambda b: b.printer.int(size))
@@ -182,8 +200,10 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     idx = body.axis_indices("i", node.shape)
     output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
     r = body.index_var("r", extent)
+    body.scope = "loop"
     value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
     loop_statements, body.statements = body.statements, []
+    body.scope = "single" if strategy == "block" else "body"  # thread 0 of the block, or every output's thread
     result, written = "total", node
     if epilogue is not None:
         if len(epilogue.shape) != len(node.shape) or not all(a == b for a, b in zip(epilogue.shape, node.shape)):
@@ -193,6 +213,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         result = epilogue.op.c.format(*[body.value_at(s, idx) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
+    body.access("out0", output_axes[1], store=True)
     size = prod(node.shape)
     common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value), result=result,
                   epilogue=epilogue_statements, extent=lambda b: b.printer.int(extent),
@@ -200,9 +221,9 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
         return _finish(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
-                       True, render=render, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
+                       True, render=render, loop_extent=extent, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
     return _finish(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
-                   False, render=render, size=lambda b: b.printer.int(size), **common)
+                   False, render=render, loop_extent=extent, size=lambda b: b.printer.int(size), **common)
 
 
 def _linear_of(idx, shape):
@@ -215,10 +236,14 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
     table, ids = node.srcs
     body = KernelBody(names)
     idx = body.axis_indices("i", node.shape)
+    flat = body.flat_axes[1]
     body.flat_axes = None
     id_name = body.int_at(ids, idx[:-1])
     row = body.index_var(id_name)
+    # ids are data: the memory model takes output row q to read table row 2q (rows apart, as random ids are)
+    body.definitions[row] = 2 * _linear_of(idx[:-1], node.shape[:-1])
     row_value = body.load_expr(table, [row, idx[-1]])
+    body.access("out0", flat, store=True)
     size = prod(node.shape)
     return _finish(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
                    id=id_name, row_value=row_value, rows=lambda b: b.printer.int(table.shape[0]),

@@ -4,19 +4,21 @@ The search proposes fusions; only code generation knows whether a fused kernel c
 row kernel whose reduction is read at another row cannot). `fusion_problem` answers that by running
 the kernel's index analysis, where every refusal is raised, without rendering a template or printing
 any source. The limits the search must respect are re-exported here so that the search reads them
-from the stage that imposes them.
+from the stage that imposes them, and so is the memory model of a built kernel (codegen.access), which
+prices the search's final choices.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
 from ..ops.primitives import Node
+from .access import MemoryCounts, global_counts
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
-from .kernels import BLOCK, TILE, default_reduce_strategy
+from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
 from .lower import Group, kernel_for_group, materialise_outputs
 
-__all__ = ["fusion_problem", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
+__all__ = ["fusion_problem", "Unfusable", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
            "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
 
 

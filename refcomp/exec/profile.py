@@ -26,7 +26,7 @@ import numpy as np
 from ..codegen.abi import KernelSignature
 from ..errors import RefcompError
 from ..ops.graph import input_nodes, toposort
-from ..search.cost import KernelCost, elements
+from ..search.cost import H200, KernelCost, elements, kernel_cost
 from ..search.fusion import group_cost
 from ..search.search import unfused_costs
 from ..symbolic.dims import evaluate_dim
@@ -257,10 +257,11 @@ def costs_at(program, bindings: Mapping[str, int]) -> tuple[list[KernelCost], st
     count = lambda shape: elements(shape, bindings)
     result = program.search
     if result is not None:
-        return [group_cost(g, result.schedule, count, result.profile, k.name)
+        return [kernel_cost(k, group_cost(g, result.schedule, count, result.profile, k.name), bindings, result.profile)
                 for g, k in zip(result.groups, program.kernels)], ""
     if program.saved_explain is None:
-        return unfused_costs(program.output_nodes, dims_hint=dict(bindings))[0], ""
+        coarse = unfused_costs(program.output_nodes, dims_hint=dict(bindings))[0]
+        return [kernel_cost(k, c, bindings, H200) for k, c in zip(program.kernels, coarse)], ""
     binding = ", ".join(f"{k}={v}" for k, v in program.cost_bindings.items()) or "no symbolic dims"
     return [k.cost for k in program.kernels], f"; model figures as saved, at {binding}"
 

@@ -20,7 +20,7 @@ from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..search.explain import cost_table, explain
 from ..search.fusion import group_params
-from ..search.cost import KernelCost
+from ..search.cost import H200, KernelCost, kernel_cost
 from ..search.search import unfused_costs, with_schedule
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
@@ -47,8 +47,9 @@ class Program:
             costs, cost_bindings = search.costs, search.bindings
         if costs is None:
             costs, cost_bindings = unfused_costs(output_nodes)
-        for kernel, cost in zip(kernels, costs):
-            kernel.cost = cost
+        profile = search.profile if search is not None else H200
+        for kernel, cost in zip(kernels, costs):  # the graph's estimate, refined from the kernel's own accesses
+            kernel.cost = kernel_cost(kernel, cost, cost_bindings, profile)
         self.cost_bindings = dict(cost_bindings)
         self.saved_explain: Optional[str] = None  # what explain() said when a loaded program was saved
         self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first

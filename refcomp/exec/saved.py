@@ -163,7 +163,7 @@ def program_json(program) -> dict:
                      "launch": {"mode": k.launch.mode, "work": _dim(k.launch.work), "block": k.launch.block,
                                 "extra": [_dim(d) for d in k.launch.extra]},
                      "params": [[p.ident, p.ctype] for p in k.signature.params], "uses_barrier": k.signature.uses_barrier,
-                     "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in ("name", "kind", "bytes", "flops", "threads", "time_s")},
+                     "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in ("name", "kind", "bytes", "flops", "threads", "time_s", "l2_bytes")},
                      "source": k.source.split("\n")} for k in program.kernels],
         "cost_bindings": dict(program.cost_bindings),
         "explain": program.explain(),

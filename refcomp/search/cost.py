@@ -10,8 +10,9 @@ DEFAULT_DIM for any symbol it leaves out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
+from ..codegen.legality import Kernel, global_counts
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
 from ..symbolic.dims import evaluate_dim, prod
@@ -21,11 +22,15 @@ DEFAULT_DIM = 64  # the value of a symbolic dim the user gave no hint for
 
 @dataclass(frozen=True)
 class DeviceProfile:
+    """Sources of each figure: docs/cost_model.md."""
+
     name: str = "H200"
-    bandwidth: float = 4.3e12  # bytes/s, measured device-to-device copy
+    bandwidth: float = 4.3e12  # bytes/s from HBM, measured device-to-device copy (4.8e12 peak)
     flops: float = 60e12  # fp32 FLOP/s
     launch_s: float = 3e-6  # per kernel launch
     resident_threads: int = 132 * 2048  # SMs x threads per SM: below this the device is not full
+    l2_bandwidth: float = 10e12  # bytes/s of sectors served by L2 (an estimate: NVIDIA publishes none)
+    l2_bytes: int = 50 * 2 ** 20  # the GH100 L2 as configured on H100/H200 SXM
 
 
 H200 = DeviceProfile()
@@ -35,10 +40,11 @@ H200 = DeviceProfile()
 class KernelCost:
     name: str
     kind: str
-    bytes: int
+    bytes: int  # from DRAM (HBM)
     flops: int
     threads: int
     time_s: float
+    l2_bytes: int = 0  # 32 x the sectors its warps request (0: priced from the graph, not from its accesses)
 
 
 def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None, edges=()) -> dict[str, int]:
@@ -52,10 +58,45 @@ def elements(shape, bindings: Mapping[str, int]) -> int:
     return evaluate_dim(prod(shape), bindings)
 
 
-def roofline(name: str, kind: str, nbytes: int, flops: int, threads: int, profile: DeviceProfile) -> KernelCost:
+def roofline(name: str, kind: str, nbytes: int, flops: int, threads: int, profile: DeviceProfile,
+             l2_bytes: int = 0) -> KernelCost:
+    """Launch plus the largest of DRAM, L2 and compute time, scaled by occupancy. The graph-level
+    estimate: `l2_bytes` is what the kernel's iteration points read, as if every access coalesced."""
     occupancy = min(1.0, max(threads, 1) / profile.resident_threads)
-    time = profile.launch_s + max(nbytes / (profile.bandwidth * occupancy), flops / (profile.flops * occupancy))
-    return KernelCost(name, kind, int(nbytes), int(flops), int(threads), time)
+    busy = max(nbytes / profile.bandwidth, l2_bytes / profile.l2_bandwidth, flops / profile.flops)
+    return KernelCost(name, kind, int(nbytes), int(flops), int(threads), profile.launch_s + busy / occupancy)
+
+
+def dram_bytes(l2_bytes: float, footprint: float, profile: DeviceProfile) -> float:
+    """What reaches DRAM of the sectors a kernel requests: every byte of its buffers once while they
+    fit in L2 (re-reads hit); past that, re-reads miss in the proportion the L2 cannot hold."""
+    if footprint <= profile.l2_bytes:
+        return min(l2_bytes, footprint)
+    return min(l2_bytes, footprint + (l2_bytes - footprint) * (1 - profile.l2_bytes / footprint))
+
+
+def access_cost(coarse: KernelCost, l2_bytes: float, footprint: float, profile: DeviceProfile) -> KernelCost:
+    """A kernel priced from its memory accesses (codegen.access): the larger of DRAM time, L2 time
+    and compute time, scaled by occupancy, plus the launch; flops and threads from the graph."""
+    dram = dram_bytes(l2_bytes, footprint, profile)
+    occupancy = min(1.0, max(coarse.threads, 1) / profile.resident_threads)
+    busy = max(dram / profile.bandwidth, l2_bytes / profile.l2_bandwidth, coarse.flops / profile.flops)
+    return KernelCost(coarse.name, coarse.kind, int(dram), coarse.flops, coarse.threads,
+                      profile.launch_s + busy / occupancy, int(l2_bytes))
+
+
+SAMPLE = 256  # warp requests evaluated per access when a kernel is priced (counts are scaled up)
+
+
+def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int], profile: DeviceProfile,
+                sample: Optional[int] = SAMPLE) -> KernelCost:
+    """A built kernel priced from its own index expressions (`coarse`, the graph-level estimate, gives
+    the flops and threads; a kernel without an access plan, loaded from a file, keeps it)."""
+    if kernel.plan is None:
+        return coarse
+    counts = global_counts(kernel, bindings, sample)
+    footprint = 4 * (sum(elements(n.shape, bindings) for n in kernel.reads) + elements(kernel.output.shape, bindings))
+    return access_cost(coarse, counts.global_bytes, footprint, profile)
 
 
 def minimum_bytes(output_nodes: Iterable[Node], all_nodes: Iterable[Node], bindings: Mapping[str, int]) -> int:

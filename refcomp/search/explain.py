@@ -64,5 +64,6 @@ def explain(program) -> str:
     out.append("kernels:")
     for kernel in program.kernels:
         out.append(f"  {kernel.name}: " + ", ".join(program.names.label(n) for n in kernel.nodes))
-    out += cost_table(program.kernels, result.costs, result.graph.output_nodes, result.graph.nodes, result.bindings)
+    out += cost_table(program.kernels, [k.cost for k in program.kernels], result.graph.output_nodes, result.graph.nodes,
+                      result.bindings)
     return "\n".join(out)

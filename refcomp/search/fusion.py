@@ -39,14 +39,15 @@ class Param:
     doc: str
     default: object
     choices: dict
+    moves_memory: bool = False  # its choices change how threads walk memory: priced on the built kernel
 
 
 # Tried in this order, each with the ones before it already chosen.
 KERNEL_PARAMS = (
     Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
-          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}),
+          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}, moves_memory=True),
     Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
-    Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}),
+    Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
 )
 PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
 
@@ -197,6 +198,9 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
         size = count(n.shape)
         nbytes += 4 * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
+    # Through L2 every iteration point reads each buffer once (a tiled matmul: once per tile edge)
+    tile = sched.param(root.id, "tile") if group.kind == "matmul" else 1
+    l2_bytes = 4 * count(root.shape) + 4 * len(group.reads) * points // tile
     block = sched.param(root.id, "block")
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in sched.matmul)
@@ -217,7 +221,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     else:
         points = count(root.shape)
         flops, threads = points * ops, points
-    return roofline(name or root.op.name, group.kind, nbytes, flops, threads, profile)
+    return roofline(name or root.op.name, group.kind, nbytes, flops, threads, profile, l2_bytes)
 
 
 def _iteration_points(group: Group, sched: Schedule, count) -> int:

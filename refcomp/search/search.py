@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
-from ..codegen.legality import Group, materialise_outputs
+from ..codegen.legality import Group, Unfusable, kernel_for_group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
-from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
-from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of
+from .cost import H200, DeviceProfile, KernelCost, binding_for, elements, kernel_cost
+from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of, group_params
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -61,6 +61,7 @@ class _Evaluator:
         self.graph, self.bindings, self.profile = graph, bindings, profile
         self.checked: dict = {}
         self.costs: dict = {}
+        self.access_costs: dict = {}
         self.counts: dict = {}
         self.by_id = {n.id: n for n in graph.nodes}
 
@@ -117,6 +118,19 @@ class _Evaluator:
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]
+
+    def access_cost(self, sched: Schedule, group: Group) -> KernelCost:
+        """The kernel built (not printed) and priced from its own accesses: finer and dearer than `cost`."""
+        params = group_params(sched, group)
+        key = (group.root.id, tuple(n.id for n in group.members), group.kind, tuple(sorted(params.items(), key=str)))
+        if key not in self.access_costs:
+            try:
+                kernel = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline, params,
+                                          render=False)
+            except Unfusable:
+                return KernelCost("priced", group.kind, 0, 0, 0, float("inf"))
+            self.access_costs[key] = kernel_cost(kernel, self.cost(sched, group), self.bindings, self.profile)
+        return self.access_costs[key]
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
         return sum(self.cost(sched, g).time_s for g in groups.values())
@@ -304,8 +318,11 @@ CANDIDATES = 4  # schedules kept for measured mode
 def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: list[Step]):
     """Enumerate each kernel's schedule parameters and keep the cheapest under the cost model.
 
-    A kernel's cost reads only its own parameters, so each is priced on a schedule holding just
-    those (a schedule with every kernel's parameters would be rebuilt per choice: quadratic)."""
+    The choices change how threads walk memory (a thread or a block per output, the tile edge), which
+    only the kernel's own index expressions show, so each choice is priced on the kernel built for
+    it (`access_cost`). A kernel's cost reads only its own parameters, so each is priced on a
+    schedule holding just those (a schedule with every kernel's parameters would be rebuilt per
+    choice: quadratic)."""
     chosen: dict = {}
     for root_id, group in groups.items():
         tuned = [p for p in KERNEL_PARAMS if group.kind in p.choices]
@@ -314,7 +331,7 @@ def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: li
             choices = p.choices[group.kind]
             def priced(value):
                 alone = replace(sched, params=()).with_params({(root_id, n): v for n, v in {**mine, p.name: value}.items()})
-                return ev.cost(alone, group).time_s
+                return (ev.access_cost if p.moves_memory else ev.cost)(alone, group).time_s
             mine[p.name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
         chosen.update({(root_id, name): value for name, value in mine.items()})
     sched = sched.with_params(chosen)

@@ -60,5 +60,4 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
 
 def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
     """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
-    ranges_key = tuple(sorted((ranges or {}).items(), key=lambda kv: str(kv[0])))
-    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx), ranges_key)
+    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx), frozenset((ranges or {}).items()))

@@ -1,0 +1,264 @@
+"""The memory model of a kernel: its warp requests and 32-byte sectors, from its own index expressions.
+
+A GPU issues a load or store once per warp (32 consecutive threads of a block) and moves every
+32-byte sector the active threads' addresses touch, so what a kernel costs the memory system depends
+on how each index expression varies across a warp: stride 1 in the thread is 4 sectors per request
+(coalesced), stride 32 is 32, a broadcast is 1. Code generation records every global access it
+emits (`emit.Access`: the flat element index, the mask under which a thread performs it, and the
+template loop it sits in); this module knows, per template, which index values the 32 lanes of each
+warp request hold, evaluates the index expressions on them with NumPy at concrete dims, and counts.
+
+Counting every request is exact (it is what the emulator profiler, exec/profile.py, measures) and
+cheap for small programs; for large ones `sample` evaluates that many requests per access, evenly
+spread, and scales. The shared-memory traffic and barriers of the templates' block reductions and
+matmul tiles are fixed by the templates and counted here in closed form (or on the tile's lanes).
+Buffers are taken 256-byte aligned, as cudaMalloc places them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Mapping, Optional
+
+import numpy as np
+import sympy
+
+from ..symbolic.dims import evaluate_dim, idiv, imod
+from .kernels import Kernel
+
+WARP = 32
+SECTOR = 32  # bytes
+WORD = 4  # bytes per element: float32 and int32 alike
+
+
+@dataclass(frozen=True)
+class MemoryCounts:
+    """The model's counts for one launch, named as the profiler's Counters (exec/profile.py)."""
+
+    global_load_requests: float = 0
+    global_load_sectors: float = 0
+    global_store_requests: float = 0
+    global_store_sectors: float = 0
+    shared_load_requests: float = 0
+    shared_load_wavefronts: float = 0
+    shared_store_requests: float = 0
+    shared_store_wavefronts: float = 0
+    barriers: float = 0
+
+    def __add__(self, other: "MemoryCounts") -> "MemoryCounts":
+        return MemoryCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def global_bytes(self) -> float:
+        return SECTOR * (self.global_load_sectors + self.global_store_sectors)
+
+
+# --- the lanes of each template loop ------------------------------------------------------------------
+@dataclass
+class Lanes:
+    """Index values of the lanes of `count` warp requests (or of a sample of them): `values[name]` and
+    `active` are (rows, 32) arrays; each row stands for `weight` requests."""
+
+    values: dict
+    active: np.ndarray
+    count: int
+    weight: float
+
+
+def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
+    if sample is None or count <= sample:
+        return np.arange(count, dtype=np.int64), 1.0
+    return np.unique(np.linspace(0, count - 1, sample).astype(np.int64)), count / sample
+
+
+def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> Lanes:
+    launch = kernel.launch
+    work = evaluate_dim(launch.work, bindings)
+    extent = evaluate_dim(kernel.plan.extent, bindings) if kernel.plan.extent is not None else 1
+    lane = np.arange(WARP, dtype=np.int64)
+    if launch.mode == "grid_stride":  # i = consecutive 32 per warp; a thread-per-output reduction loops r inside
+        warps = -(-work // WARP)
+        loops = extent if scope == "loop" else 1
+        q, weight = _pick(warps * loops, sample)
+        i = (q // loops)[:, None] * WARP + lane
+        return Lanes({"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight)
+    if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
+        block_sym = "row" if kernel.kind == "row" else "i"
+        if scope == "single":  # thread 0 alone
+            q, weight = _pick(work, sample)
+            active = np.broadcast_to(lane == 0, (len(q), WARP))
+            return Lanes({block_sym: np.broadcast_to(q[:, None], active.shape)}, active, work, weight)
+        groups = -(-extent // WARP)
+        q, weight = _pick(work * groups, sample)
+        r = (q % groups)[:, None] * WARP + lane
+        return Lanes({block_sym: np.broadcast_to((q // groups)[:, None], r.shape), "r": r}, r < extent, work * groups, weight)
+    # tiles: blocks (x over N, y over M, z over the batch) of tile x tile threads; warps of 32 linear ids
+    t = launch.block
+    n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
+    gx, gy = -(-n // t), -(-work // t)
+    warps_per_block = -(-t * t // WARP)
+    steps = -(-extent // t) if scope in ("a", "b") else 1
+    count = gx * gy * batch * warps_per_block * steps
+    q, weight = _pick(count, sample)
+    step, q = q % steps, q // steps
+    warp, q = q % warps_per_block, q // warps_per_block
+    bx, q = q % gx, q // gx
+    by, bz = q % gy, q // gy
+    tid = warp[:, None] * WARP + lane
+    ty, tx = tid // t, tid % t
+    k0 = (step * t)[:, None]
+    values = {"bm": by[:, None] * t + ty, "bn": bx[:, None] * t + tx, "ka": k0 + tx, "kb": k0 + ty,
+              "batch": np.broadcast_to(bz[:, None], tid.shape)}
+    return Lanes(values, tid < t * t, count, weight)
+
+
+# --- index expressions evaluated on the lanes --------------------------------------------------------
+_COMBINE = {sympy.Add: np.add, sympy.Mul: np.multiply, sympy.Max: np.maximum, sympy.Min: np.minimum,
+            sympy.And: np.logical_and, sympy.Or: np.logical_or}
+_COMPARE = {sympy.Lt: np.less, sympy.Le: np.less_equal, sympy.Gt: np.greater, sympy.Ge: np.greater_equal,
+            sympy.Eq: np.equal, sympy.Ne: np.not_equal}
+
+
+def _evaluate(expr, dims: Mapping, lanes: Lanes, definitions: Mapping, values: dict) -> np.ndarray:
+    """The integer (or boolean) value of an index expression on every lane: a walk over the expression
+    DAG with NumPy at each node (no code generation, so pricing thousands of kernels stays cheap).
+    A bound index variable (uN, o_k) is evaluated from its definition once and shared, as the kernel
+    shares it (substituting definitions into one expression would grow it exponentially). `values`
+    carries what is known between calls on the same lanes. A dim comes from `dims`; any other symbol
+    is 0."""
+    stack = [expr]
+    while stack:  # post-order, iteratively
+        e = stack[-1]
+        if e.is_Atom:
+            pending = [definitions[e]] if e in definitions and definitions[e] not in values else []
+        else:
+            pending = [a for a in e.args if a not in values]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if e in values:
+            continue
+        if e.is_Integer:
+            values[e] = np.int64(int(e))
+        elif e is sympy.true or e is sympy.false:
+            values[e] = np.bool_(e is sympy.true)
+        elif e.is_Symbol:
+            values[e] = (values[definitions[e]] if e in definitions else dims[e] if e in dims
+                         else lanes.values.get(e.name, np.int64(0)))
+        else:
+            args = [values[a] for a in e.args]
+            if isinstance(e, idiv):
+                values[e] = np.floor_divide(*args)
+            elif isinstance(e, imod):
+                values[e] = np.mod(*args)
+            elif type(e) in _COMPARE:
+                values[e] = _COMPARE[type(e)](*args)
+            elif isinstance(e, sympy.Not):
+                values[e] = np.logical_not(args[0])
+            elif isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+                values[e] = args[0] ** int(e.exp)
+            else:
+                combine = next((fn for kind, fn in _COMBINE.items() if isinstance(e, kind)), None)
+                if combine is None:
+                    raise ValueError(f"the memory model cannot evaluate {e} ({type(e).__name__})")
+                out = args[0]
+                for a in args[1:]:
+                    out = combine(out, a)
+                values[e] = out
+    return np.broadcast_to(np.asarray(values[expr]), lanes.active.shape)
+
+
+def _dims_of(exprs, bindings: Mapping[str, int]) -> dict:
+    """User dims (positive symbols) -> their bound values; index variables are merely nonnegative."""
+    syms = set().union(*(sympy.sympify(e).free_symbols for e in exprs)) if exprs else set()
+    return {s: np.int64(bindings[s.name]) for s in syms if s.is_positive and s.name in bindings}
+
+
+def _distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Per request: how many distinct units (sectors) its active lanes touch."""
+    u = np.where(active, units, -1)
+    u.sort(axis=1)
+    fresh = np.concatenate([u[:, :1] >= 0, (u[:, 1:] != u[:, :-1]) & (u[:, 1:] >= 0)], axis=1)
+    return fresh.sum(axis=1)
+
+
+def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
+    """Global requests and sectors of one launch (every request, or `sample` of each access's)."""
+    plan = kernel.plan
+    if plan is None:
+        raise ValueError(f"kernel {kernel.name} has no access plan")
+    totals = dict(global_load_requests=0.0, global_load_sectors=0.0, global_store_requests=0.0,
+                  global_store_sectors=0.0)
+    lanes_of: dict[str, tuple[Lanes, dict]] = {}
+    dims = _dims_of([e for d in plan.definitions.items() for e in d] + [e for a in plan.accesses for e in (a.index, a.when)],
+                    bindings)
+    for access in plan.accesses:
+        if access.scope not in lanes_of:
+            lanes_of[access.scope] = (_lanes(kernel, access.scope, bindings, sample), {})
+        lanes, values = lanes_of[access.scope]
+        active = lanes.active & _evaluate(sympy.sympify(access.when), dims, lanes, plan.definitions, values).astype(bool)
+        sectors = _evaluate(access.index, dims, lanes, plan.definitions, values).astype(np.int64) * WORD // SECTOR
+        per_row = _distinct_per_row(sectors, active)
+        kind = "store" if access.store else "load"
+        totals[f"global_{kind}_requests"] += lanes.weight * float((per_row > 0).sum())
+        totals[f"global_{kind}_sectors"] += lanes.weight * float(per_row.sum())
+    return MemoryCounts(**totals)
+
+
+def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
+    """Shared memory and barriers of the templates, which the index expressions do not touch."""
+    launch = kernel.launch
+    work = evaluate_dim(launch.work, bindings)
+    if launch.mode == "block_per_output":  # the block-wide tree over partial[block]
+        warps, steps = launch.block // WARP, int(math.log2(launch.block))
+        tree_warps = sum(-(-(launch.block >> (s + 1)) // WARP) for s in range(steps))  # threads below each stride
+        phases = _phases(kernel)
+        per_phase_loads = 2 * tree_warps + (warps if kernel.kind == "row" else 1)  # red = partial[0] / total = partial[0]
+        per_phase_stores = warps + tree_warps
+        barriers = warps * (1 + steps + (1 if kernel.kind == "row" else 0))
+        return MemoryCounts(shared_load_requests=work * phases * per_phase_loads,
+                            shared_load_wavefronts=work * phases * per_phase_loads,
+                            shared_store_requests=work * phases * per_phase_stores,
+                            shared_store_wavefronts=work * phases * per_phase_stores,
+                            barriers=work * phases * barriers)
+    if launch.mode == "tiles":
+        return _matmul_shared(kernel, bindings)
+    return MemoryCounts()
+
+
+def _phases(kernel: Kernel) -> int:
+    """Block-wide reductions a block_per_output kernel runs: one, or a row kernel's phases."""
+    if kernel.kind != "row":
+        return 1
+    return kernel.source.count("// phase ")
+
+
+def _wavefronts(words: np.ndarray) -> int:
+    """The most distinct 4-byte words of one request that share a bank (a broadcast counts once)."""
+    distinct = np.unique(words)
+    return int(np.bincount(distinct % 32, minlength=32).max())
+
+
+def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
+    t = kernel.launch.block
+    n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
+    blocks = -(-n // t) * -(-evaluate_dim(kernel.launch.work, bindings) // t) * batch
+    steps = -(-evaluate_dim(kernel.plan.extent, bindings) // t)
+    pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
+    tid = np.arange(t * t)
+    ty, tx = tid // t, tid % t
+    store_waves = load_waves = 0
+    warps = -(-t * t // WARP)
+    for w in range(warps):
+        y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
+        store_waves += 2 * _wavefronts(y * pitch + x)  # As[ty][tx] and Bs[ty][tx]
+        load_waves += sum(_wavefronts(y * pitch + kk) + _wavefronts(kk * pitch + x) for kk in range(t))
+    per_block = blocks * steps
+    return MemoryCounts(shared_load_requests=per_block * warps * 2 * t, shared_load_wavefronts=per_block * load_waves,
+                        shared_store_requests=per_block * warps * 2, shared_store_wavefronts=per_block * store_waves,
+                        barriers=per_block * warps * 2)
+
+
+def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
+    return global_counts(kernel, bindings, sample) + shared_counts(kernel, bindings)
