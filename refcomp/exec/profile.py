@@ -134,22 +134,24 @@ def profile_table(profile: Profile) -> str:
         return f"{show(k.grid)}/{show(k.block)}"
 
     head = ["kernel", "grid/block", "ld req", "sect/req", "st req", "sect/req", "smem req", "conflicts",
-            "barriers", "flops", "math", "sect x 32 B", "model B", "model us"]
-    def row(name: str, where: str, c: Counters, model_bytes: int, model_s: float) -> list[str]:
+            "barriers", "flops", "math", "sect x 32 B", "model sect B", "model DRAM B", "model us"]
+    def row(name: str, where: str, c: Counters, cost) -> list[str]:
         return [name, where, f"{c.global_load_requests:,}", f"{c.load_sectors_per_request:.2f}",
                 f"{c.global_store_requests:,}", f"{c.store_sectors_per_request:.2f}",
                 f"{c.shared_load_requests + c.shared_store_requests:,}", f"{c.shared_bank_conflicts:,}",
                 f"{c.barriers:,}", f"{c.flops:,}", f"{c.math_calls:,}", f"{c.global_bytes:,}",
-                f"{model_bytes:,}", f"{model_s * 1e6:.2f}"]
+                f"{cost.l2_bytes:,}", f"{cost.bytes:,}", f"{cost.time_s * 1e6:.2f}"]
 
-    rows = [row(k.name, launch(k), k.counters, k.cost.bytes, k.cost.time_s) for k in profile.kernels]
-    rows.append(row("total", "", profile.total, sum(k.cost.bytes for k in profile.kernels),
-                    sum(k.cost.time_s for k in profile.kernels)))
+    rows = [row(k.name, launch(k), k.counters, k.cost) for k in profile.kernels]
+    costs = [k.cost for k in profile.kernels]
+    rows.append(row("total", "", profile.total, KernelCost("total", "", sum(c.bytes for c in costs), 0, 0,
+                                                           sum(c.time_s for c in costs), sum(c.l2_bytes for c in costs))))
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
     binding = ", ".join(f"{k}={v}" for k, v in profile.bindings.items()) or "no symbolic dims"
     title = (f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
-             f"(sect = 32-byte sectors per warp request){profile.cost_note}")
+             f"(sect = 32-byte sectors per warp request; model sect B = the cost model's sectors x 32, sampled)"
+             f"{profile.cost_note}")
     rule = "-" * len(line(head))
     return "\n".join([title, line(head), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
 
