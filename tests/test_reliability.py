@@ -150,7 +150,8 @@ def test_nested_short_reduces_are_not_unrolled_past_the_recompute_bound():
     codegen, which refuses past codegen.emit.MAX_INLINED_VALUES; three nested ones still fuse."""
     from refcomp.codegen.emit import MAX_INLINED_VALUES
     from refcomp.codegen.lower import materialise_outputs
-    from refcomp.search.fusion import Graph, Schedule, check_group, group_of
+    from refcomp.codegen.legality import fusion_problem
+    from refcomp.search.fusion import Graph, Schedule, check_group, group_of, group_params
     x = rc.input("x", (4,) * 7)
     sums = [x]
     for _ in range(6):
@@ -161,7 +162,9 @@ def test_nested_short_reduces_are_not_unrolled_past_the_recompute_bound():
         root = graph.output_nodes[0]
         inline_all = Schedule(inline=frozenset(n.id for n in graph.compute if n is not root))
         group = group_of(graph, inline_all, root)
-        assert (group is not None and check_group(graph, inline_all, group, {})) == fuses, depth
+        writable = lambda g: fusion_problem(g, graph.names, lambda n: n.id in inline_all.inline,  # noqa: E731
+                                            group_params(inline_all, g)) is None
+        assert (group is not None and check_group(inline_all, group, writable)) == fuses, depth
     feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (4,) * 7).astype(np.float32)}
     prog = rc.compile(sums[6], cache=False)
     np.testing.assert_allclose(prog.run(feeds), rc.evaluate(sums[6], feeds), rtol=1e-5)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from ..codegen.legality import (BLOCK, TILE, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
-                               default_reduce_strategy, fusion_problem, matmul_axes)
+                               default_reduce_strategy, matmul_axes)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
@@ -355,16 +355,13 @@ CLEANUP: list[FusionRule] = [
 ]
 
 
-def check_group(graph: Graph, sched: Schedule, group: Group, cache: dict) -> bool:
+def check_group(sched: Schedule, group: Group, builds: Callable[[Group], bool]) -> bool:
     """Row and matmul fusions, and kernels that may recompute too much, are honoured only if code
-    generation accepts them (cached)."""
+    generation accepts them: `builds(group)` asks it (the search caches the built kernel, which it
+    also prices)."""
     templated = group.kind in ("row", "matmul") or (group.kind == "reduce" and group.root.op.kind != REDUCE)
     unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
     members = {n.id: n for n in group.members}
     if not templated and _recomputations(group.root, group.members, members, unrolled) <= MAX_INLINED_VALUES:
         return True
-    key = (group.root.id, tuple(n.id for n in group.members), group.kind)
-    if key not in cache:
-        fused = lambda n: n.id in sched.inline
-        cache[key] = fusion_problem(group, graph.names, fused, group_params(sched, group)) is None
-    return cache[key]
+    return builds(group)

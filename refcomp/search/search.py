@@ -54,12 +54,16 @@ class SearchResult:
         return sum(c.time_s for c in self.costs)
 
 
+ACCESS_PRICED = ("reduce", "row", "matmul")
+SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
+
+
 class _Evaluator:
     """Partitions schedules into kernels and prices them, incrementally where a move allows."""
 
     def __init__(self, graph: Graph, bindings, profile: DeviceProfile):
         self.graph, self.bindings, self.profile = graph, bindings, profile
-        self.checked: dict = {}
+        self.built: dict = {}
         self.costs: dict = {}
         self.access_costs: dict = {}
         self.counts: dict = {}
@@ -72,7 +76,7 @@ class _Evaluator:
 
     def _group(self, sched: Schedule, root: Node) -> Optional[Group]:
         g = group_of(self.graph, sched, root)
-        return g if g is not None and check_group(self.graph, sched, g, self.checked) else None
+        return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
 
     def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
         groups = {}
@@ -101,7 +105,7 @@ class _Evaluator:
         roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
         delta: dict[int, Optional[Group]] = {}
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
-            cost -= self.cost(old, groups[root_id]).time_s
+            cost -= self.price(old, groups[root_id]).time_s
             if root_id in sched.inline:
                 delta[root_id] = None
                 continue
@@ -109,7 +113,7 @@ class _Evaluator:
             if g is None:
                 return None
             delta[root_id] = g
-            cost += self.cost(sched, g).time_s
+            cost += self.price(sched, g).time_s
         return delta, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
@@ -119,21 +123,41 @@ class _Evaluator:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]
 
-    def access_cost(self, sched: Schedule, group: Group) -> KernelCost:
-        """The kernel built (not printed) and priced from its own accesses: finer and dearer than `cost`."""
+    def price(self, sched: Schedule, group: Group) -> KernelCost:
+        """What the search compares: kernels whose threads walk a reduced axis (reductions, rows,
+        matmuls) are priced from their accesses, since coalescing decides their cost; elementwise
+        kernels read like their output, so the graph's estimate serves."""
+        return self.access_cost(sched, group) if group.kind in ACCESS_PRICED else self.cost(sched, group)
+
+    def _key(self, sched: Schedule, group: Group) -> tuple:
         params = group_params(sched, group)
-        key = (group.root.id, tuple(n.id for n in group.members), group.kind, tuple(sorted(params.items(), key=str)))
-        if key not in self.access_costs:
+        return (group.root.id, tuple(n.id for n in group.members), group.kind, tuple(sorted(params.items(), key=str)))
+
+    def build(self, sched: Schedule, group: Group):
+        """The group's kernel, built without printing it (its access plan), or None if code generation
+        cannot honour the fusion; cached, since legality checks and pricing ask for the same kernels."""
+        key = self._key(sched, group)
+        if key not in self.built:
             try:
-                kernel = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline, params,
-                                          render=False)
+                self.built[key] = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline,
+                                                   group_params(sched, group), render=False)
             except Unfusable:
+                self.built[key] = None
+        return self.built[key]
+
+    def access_cost(self, sched: Schedule, group: Group) -> KernelCost:
+        """The kernel priced from its own accesses: finer and dearer than `cost`."""
+        key = self._key(sched, group)
+        if key not in self.access_costs:
+            kernel = self.build(sched, group)
+            if kernel is None:
                 return KernelCost("priced", group.kind, 0, 0, 0, float("inf"))
-            self.access_costs[key] = kernel_cost(kernel, self.cost(sched, group), self.bindings, self.profile)
+            self.access_costs[key] = kernel_cost(kernel, self.cost(sched, group), self.bindings, self.profile,
+                                                 sample=SEARCH_SAMPLE)
         return self.access_costs[key]
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
-        return sum(self.cost(sched, g).time_s for g in groups.values())
+        return sum(self.price(sched, g).time_s for g in groups.values())
 
 
 def _plain_cost(edges: Sequence[Edge], bindings, profile) -> tuple[float, int]:
