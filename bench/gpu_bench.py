@@ -95,7 +95,7 @@ def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sy
     if first is not None:  # the searched program kernel by kernel, next to the model's per-kernel prediction
         feeds = make_feeds(outputs, dims, 0, fixed, result)
         t = time_program(first.program, feeds, dims, repeats, warmup, per_kernel=True)
-        predicted = {k.name: c.time_s for k, c in zip(first.program.kernels, first.program.search.costs)}
+        predicted = {k.name: k.cost.time_s for k in first.program.kernels}  # priced from each kernel's accesses
         row["search_kernels"] = [{"kernel": name, "measured_s": sec, "predicted_s": predicted.get(name)}
                                  for name, sec in t.kernels]
     try:
@@ -108,6 +108,22 @@ def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sy
           file=log, flush=True)
     row["seconds"] = time.perf_counter() - started
     return row
+
+
+def correlation(rows: list[dict]) -> dict:
+    """How well the model's per-kernel predictions track CUDA-event times over every timed kernel:
+    Pearson's r of the log times (does it get the scale right) and Spearman's rho (the order, which
+    is what the search needs)."""
+    pairs = [(k["predicted_s"], k["measured_s"]) for r in rows for k in r.get("search_kernels", [])
+             if k.get("predicted_s") and k.get("measured_s")]
+    if len(pairs) < 3:
+        return {"kernels": len(pairs)}
+    import numpy as np
+    pred, meas = (np.array(v, dtype=np.float64) for v in zip(*pairs))
+    rank = lambda v: np.argsort(np.argsort(v)).astype(np.float64)  # noqa: E731 (ties are rare in timings)
+    return {"kernels": len(pairs), "pearson_log": float(np.corrcoef(np.log(pred), np.log(meas))[0, 1]),
+            "spearman": float(np.corrcoef(rank(pred), rank(meas))[0, 1]),
+            "median_measured_over_predicted": float(np.median(meas / pred))}
 
 
 def _us(x) -> str:
@@ -183,7 +199,8 @@ def main(argv=None) -> int:
     out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": platform.python_version(),
            "device": device.name(), "compute_capability": list(device.compute_capability()),
            "repeats": args.repeats, "warmup": args.warmup, "profile": {"bandwidth": H200.bandwidth, "flops": H200.flops,
-                                                                        "launch_s": H200.launch_s}}
+                                                                        "launch_s": H200.launch_s,
+                                                                        "l2_bandwidth": H200.l2_bandwidth, "l2_bytes": H200.l2_bytes}}
     print(f"device: {out['device']} (sm_{''.join(map(str, out['compute_capability']))})", flush=True)
     try:
         out["copy"] = copy_bandwidth()
@@ -210,6 +227,7 @@ def main(argv=None) -> int:
             traceback.print_exc(limit=4)
             rows.append({"name": w.name, "error": f"{type(exc).__name__}: {exc}"})
     out["workloads"] = rows
+    out["model_vs_measured"] = correlation(rows)
     out["seconds"] = time.perf_counter() - started
     if args.out:  # written before the table, so a formatting slip cannot lose the measurements
         path = Path(args.out)
@@ -220,6 +238,7 @@ def main(argv=None) -> int:
         print(format_table(rows))
     except Exception as exc:  # noqa: BLE001
         print(f"(table failed: {type(exc).__name__}: {exc}; the JSON has everything)")
+    print(f"\nmodel vs measured, per kernel of the searched programs: {out['model_vs_measured']}")
     if args.out:
         print(f"\nwrote {args.out}")
     return 0

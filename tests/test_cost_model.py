@@ -106,9 +106,10 @@ def test_reduction_strategies_are_priced_by_their_accesses():
 def test_sampled_counts_are_close_to_exact():
     """Programs are priced from a sample of each access's requests; on a big kernel the sample must
     stay within a few percent of the exact count."""
-    x = rc.input("x", (256, 1000))
-    w = rc.input("w", (1000, 300))
-    prog = rc.compile((x @ w).relu(), search=True)
+    x = rc.input("x", (128, 500))
+    w = rc.input("w", (500, 200))
+    prog = rc.compile((x @ w).relu(), search=True, cache=False)
+    assert any(k.kind == "matmul" for k in prog.kernels)
     for kernel in prog.kernels:
         exact = memory_counts(kernel, {})
         sampled = memory_counts(kernel, {}, sample=256)

@@ -22,7 +22,8 @@ from ..codegen.legality import Group, Unfusable, kernel_for_group, materialise_o
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements, kernel_cost
-from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of, group_params
+from .fusion import (CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of,
+                     group_params)
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -54,6 +55,29 @@ class SearchResult:
         return sum(c.time_s for c in self.costs)
 
 
+def group_structure(group: Group, sched: Schedule) -> tuple:
+    """What a kernel's code depends on, with node ids abstracted away: each node's op, attributes,
+    shape and dtype, each source as a fused node of the group, the k-th buffer it reads, or an inlined
+    literal, through its views, and the decisions taken on each node."""
+    nodes = group.members + (group.root,)
+    local = {n.id: k for k, n in enumerate(nodes)}
+    buffers = {n.id: k for k, n in enumerate(group.reads)}
+
+    def attrs(n: Node) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+
+    def source(e: Edge) -> tuple:
+        n = e.node
+        if n.id in local:
+            return ("fused", local[n.id], e.views)
+        if n.id in buffers:
+            return ("buffer", buffers[n.id], n.shape, n.dtype, e.views)
+        return ("literal", n.op.name, attrs(n), n.shape, e.views)
+
+    return (group.kind,) + tuple((n.op.name, n.dtype, n.shape, attrs(n), tuple(source(e) for e in n.srcs),
+                                  tuple(n.id in getattr(sched, d.name) for d in DECISIONS)) for n in nodes)
+
+
 ACCESS_PRICED = ("reduce", "row", "matmul")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 
@@ -64,6 +88,7 @@ class _Evaluator:
     def __init__(self, graph: Graph, bindings, profile: DeviceProfile):
         self.graph, self.bindings, self.profile = graph, bindings, profile
         self.built: dict = {}
+        self.structures: dict = {}
         self.costs: dict = {}
         self.access_costs: dict = {}
         self.counts: dict = {}
@@ -130,8 +155,13 @@ class _Evaluator:
         return self.access_cost(sched, group) if group.kind in ACCESS_PRICED else self.cost(sched, group)
 
     def _key(self, sched: Schedule, group: Group) -> tuple:
-        params = group_params(sched, group)
-        return (group.root.id, tuple(n.id for n in group.members), group.kind, tuple(sorted(params.items(), key=str)))
+        """The group's structure (see group_structure) and parameters: identical layers of a model
+        share one built kernel, one legality answer and one price."""
+        ids = (group.root.id, tuple(n.id for n in group.members), group.kind,
+               tuple(tuple(n.id in getattr(sched, d.name) for d in DECISIONS) for n in group.members + (group.root,)))
+        if ids not in self.structures:
+            self.structures[ids] = group_structure(group, sched)
+        return self.structures[ids], tuple(sched.kernel_params(group.root.id).values())
 
     def build(self, sched: Schedule, group: Group):
         """The group's kernel, built without printing it (its access plan), or None if code generation
