@@ -13,6 +13,7 @@ the cost model. Everything is priced on one `DeviceProfile`, which the result ca
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -89,6 +90,7 @@ class _Evaluator:
         self.graph, self.bindings, self.profile = graph, bindings, profile
         self.built: dict = {}
         self.structures: dict = {}
+        self.prices: dict = {}
         self.costs: dict = {}
         self.access_costs: dict = {}
         self.counts: dict = {}
@@ -150,9 +152,20 @@ class _Evaluator:
 
     def price(self, sched: Schedule, group: Group) -> KernelCost:
         """What the search compares: kernels whose threads walk a reduced axis (reductions, rows,
-        matmuls) are priced from their accesses, since coalescing decides their cost; elementwise
-        kernels read like their output, so the graph's estimate serves."""
-        return self.access_cost(sched, group) if group.kind in ACCESS_PRICED else self.cost(sched, group)
+        matmuls) are priced from their accesses, since coalescing decides their cost, at the best of
+        the parameter choices that change those accesses and that the schedule leaves open (so a
+        matmul is judged at its better tile, not at the default); elementwise kernels read like their
+        output, so the graph's estimate serves."""
+        if group.kind not in ACCESS_PRICED:
+            return self.cost(sched, group)
+        key = self._key(sched, group)
+        if key not in self.prices:
+            open_params = [p for p in KERNEL_PARAMS if p.moves_memory and group.kind in p.choices
+                           and (group.root.id, p.name) not in sched._params]
+            options = [sched] + [sched.with_params({(group.root.id, p.name): v for p, v in zip(open_params, values)})
+                                 for values in itertools.product(*(p.choices[group.kind] for p in open_params))]
+            self.prices[key] = min((self.access_cost(s, group) for s in options), key=lambda c: c.time_s)
+        return self.prices[key]
 
     def _key(self, sched: Schedule, group: Group) -> tuple:
         """The group's structure (see group_structure) and parameters: identical layers of a model
