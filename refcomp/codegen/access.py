@@ -109,6 +109,8 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
     k0 = (step * t)[:, None]
     values = {"bm": by[:, None] * t + ty, "bn": bx[:, None] * t + tx, "ka": k0 + tx, "kb": k0 + ty,
               "batch": np.broadcast_to(bz[:, None], tid.shape)}
+    if scope == "b" and "b" in kernel.plan.along_k:  # B's tile loaded with threadIdx.x walking K
+        values.update(bn=bx[:, None] * t + ty, kb=k0 + tx)
     return Lanes(values, tid < t * t, count, weight)
 
 
@@ -252,7 +254,8 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     warps = -(-t * t // WARP)
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
-        store_waves += 2 * _wavefronts(y * pitch + x)  # As[ty][tx] and Bs[ty][tx]
+        b_store = x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x  # Bs[tx][ty] or Bs[ty][tx]
+        store_waves += _wavefronts(y * pitch + x) + _wavefronts(b_store)  # and As[ty][tx]
         load_waves += sum(_wavefronts(y * pitch + kk) + _wavefronts(kk * pitch + x) for kk in range(t))
     per_block = blocks * steps
     return MemoryCounts(shared_load_requests=per_block * warps * 2 * t, shared_load_wavefronts=per_block * load_waves,

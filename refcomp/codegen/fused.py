@@ -110,7 +110,8 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
 
 
 def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
-                  render: bool = True) -> Kernel:
+                  render: bool = True, b_along_k: bool = False) -> Kernel:
+    """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K)."""
     axes = matmul_axes(reduce)
     if axes is None:
         raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
@@ -168,7 +169,8 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     loads = a_statements + [a_value] + b_statements + [b_value]
     stores = lambda b: epilogue + [result, b.printer.int(_linear(out_idx, output.shape))]  # noqa: E731
     return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render, loop_extent=shape[k_axis],
-                   comment_extra=f", matmul tile {tile}", tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
+                   along_k=frozenset({"b"} if b_along_k else ()), b_along_k=b_along_k,
+                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else ""), tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
                    b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
                    out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),
                    load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),

@@ -100,6 +100,7 @@ class AccessPlan:
     accesses: tuple[Access, ...]
     definitions: dict
     extent: Optional[Dim] = None
+    along_k: frozenset = frozenset()  # matmul operands ("a", "b") whose tile loads walk K with threadIdx.x
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,11 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
             launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
-            **fields) -> Optional[Kernel]:
+            along_k: frozenset = frozenset(), **fields) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
-        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent)
+        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k)
         return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier), "",
                       launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
@@ -152,7 +153,7 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent)
+    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k)
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 

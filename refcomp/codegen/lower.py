@@ -73,7 +73,8 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
-        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render)
+        return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
+                             b_along_k=bool(params.get("b_along_k")))
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render)

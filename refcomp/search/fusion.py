@@ -48,6 +48,8 @@ KERNEL_PARAMS = (
           "default_reduce_strategy)", None, {"reduce": ("thread", "block")}, moves_memory=True),
     Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
     Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
+    Param("b_along_k", "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W "
+          "in x @ W.T)", False, {"matmul": (False, True)}, moves_memory=True),
 )
 PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
 
