@@ -15,7 +15,7 @@ import pytest
 from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.errors import RefcompError
 from refcomp.exec.profile import Counters, ProfileBackend, ProfileError, example_feeds, instrument
-from tests.cuda_cases import CASES, MATMUL, compiled
+from tests.cuda_cases import CASES, MATMUL, compiled, model_disagreements
 from refcomp import golden
 
 
@@ -266,12 +266,14 @@ def _output_bytes(outputs) -> int:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_every_golden_case_profiles(case):
     """Profiled at the case's first binding: the instrumented build computes the golden outputs,
-    and the counters are consistent (every output element is stored, sectors bound the requests)."""
-    prog = compiled(case.name, True)
+    the counters are consistent (every output element is stored, sectors bound the requests), and
+    the cost model's memory counts are the profiler's (tests/test_cost_model.py does the plain side)."""
+    prog = compiled(case.name, True, cache=False)
     feeds, dims = golden.case_feeds(case, 0)
     p = prog.profile(feeds, dims=dims)
     problems = golden.compare(p.outputs, golden.expected(case, 0), golden.FLOAT32_TOLERANCE)
     assert not problems
+    assert model_disagreements(prog, p) == []
     t = p.total
     assert t.global_store_sectors * 32 >= _output_bytes(p.outputs)
     assert t.global_store_requests <= t.global_store_sectors <= 32 * t.global_store_requests
