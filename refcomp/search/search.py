@@ -162,8 +162,8 @@ class _Evaluator:
         if key not in self.prices:
             open_params = [p for p in KERNEL_PARAMS if p.moves_memory and group.kind in p.choices
                            and (group.root.id, p.name) not in sched._params]
-            options = [sched] + [sched.with_params({(group.root.id, p.name): v for p, v in zip(open_params, values)})
-                                 for values in itertools.product(*(p.choices[group.kind] for p in open_params))]
+            options = [sched.with_params({(group.root.id, p.name): v for p, v in zip(open_params, values)})
+                       for values in itertools.product(*(p.choices[group.kind] for p in open_params))]
             self.prices[key] = min((self.access_cost(s, group) for s in options), key=lambda c: c.time_s)
         return self.prices[key]
 
