@@ -89,3 +89,20 @@ def test_sampled_counts_are_close_to_exact():
         exact = memory_counts(kernel, {})
         sampled = memory_counts(kernel, {}, sample=256)
         assert sampled.global_bytes == pytest.approx(exact.global_bytes, rel=0.05), kernel.name
+
+
+def test_an_index_the_model_cannot_evaluate_falls_back_to_the_graph_estimate():
+    import dataclasses
+
+    import sympy
+
+    from refcomp.codegen.access import AccessModelError, global_counts
+    from refcomp.codegen.emit import Access
+    x = rc.input("x", (64, 96))
+    kernel = rc.compile(x * 2.0, search=False, cache=False).kernels[0]
+    i = sympy.Symbol("i", integer=True, nonnegative=True)
+    odd = dataclasses.replace(kernel.plan, accesses=(Access("in0", 1 / (i + 1), sympy.true, "body"),))
+    kernel = dataclasses.replace(kernel, plan=odd)
+    with pytest.raises(AccessModelError):
+        global_counts(kernel, {})
+    assert kernel_cost(kernel, kernel.cost, {}, H200) is kernel.cost

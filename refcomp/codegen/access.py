@@ -23,8 +23,13 @@ from typing import Mapping, Optional
 import numpy as np
 import sympy
 
+from ..errors import RefcompError
 from ..symbolic.dims import evaluate_dim, idiv, imod
 from .kernels import Kernel
+
+class AccessModelError(RefcompError):
+    """An index expression the memory model cannot evaluate; whoever prices falls back to the graph's estimate."""
+
 
 WARP = 32
 SECTOR = 32  # bytes
@@ -163,7 +168,7 @@ def _evaluate(expr, dims: Mapping, lanes: Lanes, definitions: Mapping, values: d
             else:
                 combine = next((fn for kind, fn in _COMBINE.items() if isinstance(e, kind)), None)
                 if combine is None:
-                    raise ValueError(f"the memory model cannot evaluate {e} ({type(e).__name__})")
+                    raise AccessModelError(f"the memory model cannot evaluate {e} ({type(e).__name__})")
                 out = args[0]
                 for a in args[1:]:
                     out = combine(out, a)
@@ -189,7 +194,7 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
     """Global requests and sectors of one launch (every request, or `sample` of each access's)."""
     plan = kernel.plan
     if plan is None:
-        raise ValueError(f"kernel {kernel.name} has no access plan")
+        raise AccessModelError(f"kernel {kernel.name} has no access plan (a program loaded from a file)")
     totals = dict(global_load_requests=0.0, global_load_sectors=0.0, global_store_requests=0.0,
                   global_store_sectors=0.0)
     lanes_of: dict[str, tuple[Lanes, dict]] = {}

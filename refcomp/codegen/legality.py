@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ops.primitives import Node
-from .access import MemoryCounts, global_counts
+from .access import AccessModelError, MemoryCounts, global_counts
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
 from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
 from .lower import Group, kernel_for_group, materialise_outputs
 
-__all__ = ["fusion_problem", "Unfusable", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
+__all__ = ["fusion_problem", "Unfusable", "AccessModelError", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
            "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
 
 

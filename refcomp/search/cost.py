@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from ..codegen.legality import Kernel, global_counts
+from ..codegen.legality import AccessModelError, Kernel, global_counts
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
 from ..symbolic.dims import evaluate_dim, prod
@@ -94,7 +94,10 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
     the flops and threads; a kernel without an access plan, loaded from a file, keeps it)."""
     if kernel.plan is None:
         return coarse
-    counts = global_counts(kernel, bindings, sample)
+    try:
+        counts = global_counts(kernel, bindings, sample)
+    except AccessModelError:  # an index the model cannot evaluate: the graph's estimate stands
+        return coarse
     footprint = 4 * (sum(elements(n.shape, bindings) for n in kernel.reads) + elements(kernel.output.shape, bindings))
     return access_cost(coarse, counts.global_bytes, footprint, profile)
 
