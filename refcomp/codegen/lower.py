@@ -6,7 +6,7 @@ a freshly written, densely packed buffer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 from ..ops.graph import toposort
@@ -61,6 +61,21 @@ class Group:
     members: tuple[Node, ...]  # fused nodes computed inside this kernel, producers first
     reads: tuple[Node, ...]  # nodes whose buffers it reads
     kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
+
+
+# Parameters that change only a kernel's template and launch, never its body's index analysis, per
+# kind of kernel: a kernel analysed once serves every value of them (`retarget`), so the search
+# prices a matmul's tiles and tile loads without analysing it four times.
+TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k")}
+
+
+def retarget(kernel: Kernel, params: dict) -> Kernel:
+    """An unprinted kernel (render=False) with its template-only parameters set as in `params`."""
+    if kernel.kind != "matmul":
+        return kernel
+    along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
+    return replace(kernel, launch=replace(kernel.launch, block=params.get("tile", TILE)),
+                   plan=replace(kernel.plan, along_k=along_k))
 
 
 def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict,

@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
-from ..codegen.legality import Group, Unfusable, kernel_for_group, materialise_outputs
+from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, materialise_outputs, retarget
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements, kernel_cost
-from .fusion import (CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Graph, Schedule, check_group, group_cost, group_of,
-                     group_params)
+from .fusion import (CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, PARAMS_BY_NAME, Graph, Schedule, check_group, group_cost,
+                     group_of, group_params)
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -178,15 +178,21 @@ class _Evaluator:
 
     def build(self, sched: Schedule, group: Group):
         """The group's kernel, built without printing it (its access plan), or None if code generation
-        cannot honour the fusion; cached, since legality checks and pricing ask for the same kernels."""
-        key = self._key(sched, group)
+        cannot honour the fusion; cached, since legality checks and pricing ask for the same kernels.
+        Parameters that only change the template (codegen's TEMPLATE_ONLY) share one analysis."""
+        params = group_params(sched, group)
+        template_only = TEMPLATE_ONLY.get(group.kind, ())
+        analysed = {k: (PARAMS_BY_NAME[k].default if k in template_only else v) for k, v in params.items()}
+        structure, _ = self._key(sched, group)
+        key = structure, tuple(analysed[p.name] for p in KERNEL_PARAMS)
         if key not in self.built:
             try:
                 self.built[key] = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline,
-                                                   group_params(sched, group), render=False)
+                                                   analysed, render=False)
             except Unfusable:
                 self.built[key] = None
-        return self.built[key]
+        kernel = self.built[key]
+        return None if kernel is None else retarget(kernel, params)
 
     def access_cost(self, sched: Schedule, group: Group) -> KernelCost:
         """The kernel priced from its own accesses: finer and dearer than `cost`."""
