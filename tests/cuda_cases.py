@@ -18,28 +18,6 @@ def compiled(name: str, search: bool, cache: bool = True) -> rc.Program:
     return rc.compile(case.build(), search=search, cache=cache)
 
 
-MODEL_FIELDS = ("global_load_requests", "global_load_sectors", "global_store_requests", "global_store_sectors",
-                "shared_load_requests", "shared_load_wavefronts", "shared_store_requests", "shared_store_wavefronts",
-                "barriers")
-
-
-def model_disagreements(prog: rc.Program, measured, tolerance: float = 0.0) -> list[str]:
-    """Every counter of every launched kernel where the memory model (codegen/access.py) and the
-    profiler's `measured` counts differ by more than `tolerance` (relative). A gather's table reads
-    depend on the ids (data), so for gathers only the load requests are compared."""
-    from refcomp.codegen.access import memory_counts
-    out = []
-    for kernel, got in zip(prog.kernels, measured.kernels):
-        if got.grid is None:  # not launched at this binding
-            continue
-        model = memory_counts(kernel, measured.bindings)
-        for field in MODEL_FIELDS:
-            if field == "global_load_sectors" and kernel.kind == "gather":
-                continue
-            want, have = getattr(got.counters, field), getattr(model, field)
-            if abs(have - want) > tolerance * max(want, 1):
-                out.append(f"{kernel.name} ({kernel.kind}) {field}: model {have:.0f}, profiler {want}")
-    return out
 
 
 def check_case(case, backend: str, search: bool) -> list[str]:

@@ -17,7 +17,8 @@ import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.access import memory_counts
 from refcomp.search.cost import H200, kernel_cost
-from tests.cuda_cases import CASES, compiled, model_disagreements
+from refcomp.exec.profile import model_disagreements
+from tests.cuda_cases import CASES, compiled
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

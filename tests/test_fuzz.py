@@ -182,3 +182,12 @@ def test_fixed_zero_size_tensors_compile():
     x = rc.input("x", (20, 10, 5))
     out = rc.compile(x[:, 1000:1000] + 1.0).run({"x": np.zeros((20, 10, 5), np.float32)}, backend="emulator")
     assert out.shape == (20, 0, 5)
+
+
+def test_the_cost_model_counts_fuzzed_programs_as_the_profiler_does():
+    """Random programs, plain and searched, profiled: the cost model's memory counts (codegen/access.py)
+    equal the profiler's on every kernel (`python -m refcomp.fuzz --model` does this at scale)."""
+    out = io.StringIO()
+    total = fuzz.run(6, 5, 6, progress=True, shrink_failures=False, out=out, jobs=1, timeout=120, model=True)
+    assert total.errors == [] and total.mismatches == [], out.getvalue()
+    assert total.model_checked == total.kernels["search"] + total.kernels["plain"] > 6

@@ -15,7 +15,8 @@ import pytest
 from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.errors import RefcompError
 from refcomp.exec.profile import Counters, ProfileBackend, ProfileError, example_feeds, instrument
-from tests.cuda_cases import CASES, MATMUL, compiled, model_disagreements
+from refcomp.exec.profile import model_disagreements
+from tests.cuda_cases import CASES, MATMUL, compiled
 from refcomp import golden
 
 

@@ -24,6 +24,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..codegen.abi import KernelSignature
+from ..codegen.access import memory_counts
 from ..errors import RefcompError
 from ..ops.graph import input_nodes, toposort
 from ..search.cost import H200, KernelCost, elements, kernel_cost
@@ -281,6 +282,30 @@ def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping
     kernels = [KernelProfile(k.name, *launched.get(k.name, (None, None, Counters())), cost)
                for k, cost in zip(program.kernels, costs)]
     return Profile(kernels, dict(bindings), program.download_outputs(be, buffers, bindings), note)
+
+
+MODEL_FIELDS = ("global_load_requests", "global_load_sectors", "global_store_requests", "global_store_sectors",
+                "shared_load_requests", "shared_load_wavefronts", "shared_store_requests", "shared_store_wavefronts",
+                "barriers")
+
+
+def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> list[str]:
+    """Every counter of every launched kernel where the cost model's memory counts (codegen.access)
+    and the profile differ by more than `tolerance` (relative): the check that keeps the model honest.
+    A gather's table reads depend on the ids (data), so for gathers only the requests are compared;
+    kernels without an access plan (a program loaded from a file) cannot be checked."""
+    out = []
+    for kernel, got in zip(program.kernels, profile.kernels):
+        if got.grid is None or kernel.plan is None:
+            continue
+        model = memory_counts(kernel, profile.bindings)
+        for field in MODEL_FIELDS:
+            if field == "global_load_sectors" and kernel.kind == "gather":
+                continue
+            want, have = getattr(got.counters, field), getattr(model, field)
+            if abs(have - want) > tolerance * max(want, 1):
+                out.append(f"{kernel.name} ({kernel.kind}) {field}: model {have:.0f}, profiler {want}")
+    return out
 
 
 def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int = 0) -> tuple[dict, dict]:

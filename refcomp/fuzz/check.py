@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import RefcompError
+from ..exec.profile import model_disagreements
 from ..exec.program import load_program, program_for_schedule
 from ..golden import FLOAT32_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
@@ -84,6 +85,7 @@ class BatchResult:
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
+    model_checked: int = 0  # kernels whose memory-model counts were compared with the profiler's
 
 
 def _reference(outputs, feeds, binding):
@@ -97,11 +99,13 @@ def _reference(outputs, feeds, binding):
 
 
 def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("search", "plain"),
-                backend: str = "emulator") -> BatchResult:
+                backend: str = "emulator", model: bool = False) -> BatchResult:
     """Compile all graphs into one program per mode, run at every binding, compare with the reference.
 
     Where the reference refuses a binding or feeds (a view that does not fit, stray ids), every mode
-    must refuse with the same error type and message. Any other exception is an internal error."""
+    must refuse with the same error type and message. Any other exception is an internal error.
+    With `model`, each program is also profiled at its first accepted binding and the cost model's
+    memory counts must equal the profiler's for every kernel (exec.profile.model_disagreements)."""
     result = BatchResult()
     outputs, owner = {}, {}
     for g in graphs:
@@ -121,11 +125,13 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
     for mode in modes:
         t0 = time.perf_counter()
         try:
-            prog = _compile(outputs, mode)
+            built, prog = _compile(outputs, mode)
         except Exception:
             result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
             continue
         result.kernels[mode] = len(prog.kernels)
+        if model:
+            _check_model(result, graphs, mode, built, references)
         for which, (binding, feeds, want, refused) in enumerate(references):
             try:
                 got = prog.run(feeds, backend=backend, dims=binding)
@@ -150,6 +156,23 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                     result.mismatches.append(Mismatch(g, mode, binding, which, var, message))
         result.seconds[mode] = time.perf_counter() - t0
     return result
+
+
+def _check_model(result: BatchResult, graphs, mode: str, program, references) -> None:
+    """The cost model's counts against the profiler's, at the first binding the reference accepts."""
+    accepted = next(((binding, feeds) for binding, feeds, _, refused in references if refused is None), None)
+    if accepted is None:
+        return
+    try:
+        problems = model_disagreements(program, program.profile(accepted[1], dims=accepted[0]))
+    except Exception:
+        result.errors.append(f"profile ({mode}, {accepted[0]}) of graphs {[g.index for g in graphs]} failed:\n"
+                             f"{traceback.format_exc()}")
+        return
+    result.model_checked += len(program.kernels)
+    if problems:
+        result.errors.append(f"the cost model ({mode}, {accepted[0]}) disagrees with the profiler on graphs "
+                             f"{[g.index for g in graphs]}: " + "; ".join(problems[:8]))
 
 
 def _check_refusal(result: BatchResult, graphs, outputs, owner, mode, binding, which, feeds, refused, got) -> None:
@@ -189,12 +212,15 @@ def own_dims(tensors, binding: dict) -> dict:
 
 
 def _compile(outputs, mode: str):
-    """rc.compile, without the search's progress line. A searched program is run as saved to a file
-    and loaded again (against the same user graph, as the program cache loads it), so every fuzzed
-    program also checks program files: the same source, and the compiled graph rebuilt from JSON."""
+    """(the program as built, the program to run): rc.compile, without the search's progress line. A
+    searched program is run as saved to a file and loaded again (against the same user graph, as the
+    program cache loads it), so every fuzzed program also checks program files: the same source, and
+    the compiled graph rebuilt from JSON. The built one keeps its kernels' access plans (a loaded
+    program has none), for the cost model's check."""
     import refcomp as rc
     if mode == "plain":
-        return rc.compile(outputs, search=False)
+        program = rc.compile(outputs, search=False, cache=False)
+        return program, program
     tensors, _ = flatten_outputs(outputs)
     result = search([t.edge for t in tensors], progress=False)
     program = program_for_schedule(outputs, result, result.schedule)
@@ -204,12 +230,12 @@ def _compile(outputs, mode: str):
         loaded = load_program(path, outputs)
     if loaded.source != program.source:
         raise AssertionError("the loaded program's source differs from the saved one")
-    return loaded
+    return program, loaded
 
 
-def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain")) -> BatchResult:
+def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain"), model: bool = False) -> BatchResult:
     """One graph alone (its input names unprefixed apart from the g<index>_ the batch uses)."""
-    return check_batch([graph], bindings, modes)
+    return check_batch([graph], bindings, modes, model=model)
 
 
 def shrink(graph: FuzzGraph, binding: dict, which: int, mode: str) -> FuzzGraph:

@@ -14,18 +14,18 @@ from .check import BatchResult, _check_one, bindings_for, check_batch, check_gra
 
 
 # --- the command line -----------------------------------------------------------------------------
-def _job(conn, seed: int, p: int, first: int, last: int, modes, avoid) -> None:
+def _job(conn, seed: int, p: int, first: int, last: int, modes, avoid, model: bool = False) -> None:
     """One program's check, in a child process: sends (graphs, BatchResult) or (None, traceback)."""
     try:
         graphs = [generate(seed, i, avoid) for i in range(first, last)]
-        conn.send((graphs, check_batch(graphs, bindings_for(seed, p), modes)))
+        conn.send((graphs, check_batch(graphs, bindings_for(seed, p), modes, model=model)))
     except BaseException:
         conn.send((None, traceback.format_exc()))
     finally:
         conn.close()
 
 
-def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: int, timeout: float):
+def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: int, timeout: float, model: bool = False):
     """Yield (program index, graphs or None, BatchResult or an error text) in program order.
 
     Programs run in `jobs` child processes at once (the search, code generation and g++ of one
@@ -42,7 +42,8 @@ def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: in
         while submitted < len(firsts) and len(running) < max(1, jobs):
             receive, send = ctx.Pipe(duplex=False)
             last = min(firsts[submitted] + per_program, count)
-            proc = ctx.Process(target=_job, args=(send, seed, submitted, firsts[submitted], last, modes, avoid), daemon=True)
+            proc = ctx.Process(target=_job, args=(send, seed, submitted, firsts[submitted], last, modes, avoid, model),
+                               daemon=True)
             proc.start()
             send.close()
             running[submitted] = (proc, receive, time.perf_counter())
@@ -71,13 +72,14 @@ def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: in
 
 def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plain"), progress: bool = True,
         shrink_failures: bool = True, out=None, avoid: Sequence[str] = tuple(KNOWN_BUGS),
-        jobs: int = 2, timeout: float = 600.0) -> BatchResult:
-    """Check `count` graphs, `per_program` to a program, `jobs` programs at once; print what fails."""
+        jobs: int = 2, timeout: float = 600.0, model: bool = False) -> BatchResult:
+    """Check `count` graphs, `per_program` to a program, `jobs` programs at once; print what fails.
+    With `model`, also check the cost model's memory counts against the profiler on every program."""
     out = sys.stdout if out is None else out
     total = BatchResult()
     start = time.perf_counter()
     coverage: dict[str, int] = {}
-    for p, graphs, res in run_programs(count, seed, per_program, modes, avoid, jobs, timeout):
+    for p, graphs, res in run_programs(count, seed, per_program, modes, avoid, jobs, timeout, model):
         if graphs is None:
             total.errors.append(res)
             print(f"ERROR (seed={seed}, program {p}, bindings {bindings_for(seed, p)}):\n{res}", file=out)
@@ -107,7 +109,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
         print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
               f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
               f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
-              f"{total.seconds['total']:.1f} s", file=out)
+              + (f"{total.model_checked} kernels' memory-model counts checked against the profiler, " if model else "")
+              + f"{total.seconds['total']:.1f} s", file=out)
         print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
     return total
 
@@ -147,6 +150,7 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
     for kind, n in res.refusals.items():
         total.refusals[kind] = total.refusals.get(kind, 0) + n
     total.compared += res.compared
+    total.model_checked += res.model_checked
     for k, v in res.kernels.items():
         total.kernels[k] = total.kernels.get(k, 0) + v
     for g in graphs:
@@ -165,6 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--known-bugs", action="store_true", help="also generate the triggers of KNOWN_BUGS")
     parser.add_argument("--jobs", type=int, default=2, help="programs checked at once, in child processes (default 2)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one program may take (default 600)")
+    parser.add_argument("--model", action="store_true", help="also profile every program and check the cost model's "
+                        "memory counts against the profiler's")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.replay:
@@ -172,7 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         graph = generate(seed, index, () if args.known_bugs else tuple(KNOWN_BUGS))
         bindings = bindings_for(seed, index // args.per_program)
         print(f"# seed {seed}, graph {index}, bindings {bindings}\n{graph.code()}")
-        res = check_graph(graph, bindings, modes)
+        res = check_graph(graph, bindings, modes, model=args.model)
         for m in res.mismatches:
             print(m.report())
         for e in res.errors:
@@ -181,5 +187,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1 if res.mismatches or res.errors else 0
     total = run(args.count, args.seed, args.per_program, modes, shrink_failures=not args.no_shrink,
                 avoid=() if args.known_bugs else tuple(KNOWN_BUGS), jobs=args.jobs,
-                timeout=args.timeout)
+                timeout=args.timeout, model=args.model)
     return 1 if total.mismatches or total.errors else 0
