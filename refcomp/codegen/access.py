@@ -73,7 +73,8 @@ class Lanes:
 def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
     if sample is None or count <= sample:
         return np.arange(count, dtype=np.int64), 1.0
-    return np.unique(np.linspace(0, count - 1, sample).astype(np.int64)), count / sample
+    picked = np.unique(np.linspace(0, count - 1, sample).astype(np.int64))
+    return picked, count / len(picked)
 
 
 def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> Lanes:
