@@ -35,10 +35,11 @@ def format_table(header: list[str], rows: list[list[str]], left: int = 2) -> lis
 
 
 def cost_table(kernels, costs, output_nodes, all_nodes, bindings) -> list[str]:
-    """Per kernel: its user ops, modeled bytes, flops and time; then the total against the minimum bytes."""
-    rows = [[k.name, k.kind, str(len(k.nodes)), f"{c.bytes:,}", f"{c.flops:,}", f"{c.time_s * 1e6:.2f}"]
-            for k, c in zip(kernels, costs)]
-    lines = format_table(["kernel", "kind", "nodes", "bytes", "flops", "time us"], rows)
+    """Per kernel: its user ops, modeled DRAM bytes, flops, bytes through L2 (32 x the sectors its warps
+    request, when priced from its accesses) and time; then the total against the minimum bytes."""
+    rows = [[k.name, k.kind, str(len(k.nodes)), f"{c.bytes:,}", f"{c.flops:,}", f"{c.l2_bytes:,}" if c.l2_bytes else "-",
+             f"{c.time_s * 1e6:.2f}"] for k, c in zip(kernels, costs)]
+    lines = format_table(["kernel", "kind", "nodes", "bytes", "flops", "L2 bytes", "time us"], rows)
     total_bytes = sum(c.bytes for c in costs)
     least = minimum_bytes(output_nodes, all_nodes, bindings)
     lines.append(f"  total: {len(kernels)} kernels, {total_bytes:,} bytes (minimum {least:,}, ratio {total_bytes / max(least, 1):.2f}), "
