@@ -44,7 +44,8 @@ from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Sch
 from refcomp.search.rewrite import count_compute_nodes, rebuild
 from refcomp.search.pattern import Apply, Const, Rule, Var, ops
 from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
-from refcomp.search.search import _context, _Evaluator, search, simplify, with_schedule
+from refcomp.search.evaluate import Evaluator
+from refcomp.search.search import _context, search, simplify, with_schedule
 from refcomp.symbolic.dims import evaluate_dim
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -680,7 +681,7 @@ def _forced(result, rule_names, expect_rule: str) -> Schedule:
     """Apply the rules at every node where they apply (in graph order), keeping moves that give a
     valid partition: a schedule that goes through `expect_rule` whatever the cost model prefers."""
     graph = result.graph
-    ev = _Evaluator(graph, result.bindings, H200)
+    ev = Evaluator(graph, result.bindings, H200)
     sched = Schedule()
     applied = set()
     for _ in range(3):
@@ -769,7 +770,7 @@ def test_the_device_profile_is_threaded_through():
     assert result.profile is slow
     for sched in result.candidates:
         chosen = with_schedule(result, sched)
-        ev = _Evaluator(result.graph, result.bindings, slow)
+        ev = Evaluator(result.graph, result.bindings, slow)
         assert [c.time_s for c in chosen.costs] == [ev.cost(sched, g).time_s for g in chosen.groups]
         assert group_params(sched, chosen.groups[0])["block"] == sched.param(chosen.groups[0].root.id, "block")
     program = program_for_schedule({"y": y}, result, result.candidates[-1])
@@ -785,7 +786,7 @@ def test_matmul_epilogue_never_feeds_a_reduction():
     prog = rc.compile(outputs)
     _check_on_emulator(prog, outputs)
     result = prog.search
-    graph, ev = result.graph, _Evaluator(result.graph, result.bindings, H200)
+    graph, ev = result.graph, Evaluator(result.graph, result.bindings, H200)
     for red in [n for n in graph.compute if matmul_axes(n) is not None]:
         s = FUSION_BY_NAME["matmul"].apply(graph, Schedule(), red)
         reader = graph.consumers[red.id][0]
@@ -844,7 +845,7 @@ def test_incremental_partition_matches_a_full_one():
     for index in range(10):
         outputs = fuzz.generate(7, index).build("")
         graph = Graph(materialise_outputs(list(outputs.values())))
-        ev = _Evaluator(graph, binding_for(graph.nodes, None), H200)
+        ev = Evaluator(graph, binding_for(graph.nodes, None), H200)
         sched = Schedule()
         groups = ev.partition(sched)
         cost = ev.total(sched, groups)

@@ -13,18 +13,17 @@ the cost model. Everything is priced on one `DeviceProfile`, which the result ca
 """
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
-from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, materialise_outputs, retarget
+from ..codegen.legality import Group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
-from .cost import H200, DeviceProfile, KernelCost, binding_for, elements, kernel_cost
-from .fusion import (CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, PARAMS_BY_NAME, Graph, Schedule, check_group, group_cost,
-                     group_of, group_params)
+from .cost import H200, DeviceProfile, KernelCost, binding_for
+from .evaluate import Evaluator, touched_by
+from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 
@@ -56,162 +55,9 @@ class SearchResult:
         return sum(c.time_s for c in self.costs)
 
 
-def group_structure(group: Group, sched: Schedule) -> tuple:
-    """What a kernel's code depends on, with node ids abstracted away: each node's op, attributes,
-    shape and dtype, each source as a fused node of the group, the k-th buffer it reads, or an inlined
-    literal, through its views, and the decisions taken on each node."""
-    nodes = group.members + (group.root,)
-    local = {n.id: k for k, n in enumerate(nodes)}
-    buffers = {n.id: k for k, n in enumerate(group.reads)}
-
-    def attrs(n: Node) -> tuple:
-        return tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
-
-    def source(e: Edge) -> tuple:
-        n = e.node
-        if n.id in local:
-            return ("fused", local[n.id], e.views)
-        if n.id in buffers:
-            return ("buffer", buffers[n.id], n.shape, n.dtype, e.views)
-        return ("literal", n.op.name, attrs(n), n.shape, e.views)
-
-    return (group.kind,) + tuple((n.op.name, n.dtype, n.shape, attrs(n), tuple(source(e) for e in n.srcs),
-                                  tuple(n.id in getattr(sched, d.name) for d in DECISIONS)) for n in nodes)
-
-
-ACCESS_PRICED = ("reduce", "row", "matmul")
-SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
-
-
-class _Evaluator:
-    """Partitions schedules into kernels and prices them, incrementally where a move allows."""
-
-    def __init__(self, graph: Graph, bindings, profile: DeviceProfile):
-        self.graph, self.bindings, self.profile = graph, bindings, profile
-        self.built: dict = {}
-        self.structures: dict = {}
-        self.prices: dict = {}
-        self.costs: dict = {}
-        self.access_costs: dict = {}
-        self.counts: dict = {}
-        self.by_id = {n.id: n for n in graph.nodes}
-
-    def count(self, shape) -> int:
-        if shape not in self.counts:
-            self.counts[shape] = elements(shape, self.bindings)
-        return self.counts[shape]
-
-    def _group(self, sched: Schedule, root: Node) -> Optional[Group]:
-        g = group_of(self.graph, sched, root)
-        return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
-
-    def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
-        groups = {}
-        for root in self.graph.compute:
-            if root.id not in sched.inline:
-                g = self._group(sched, root)
-                if g is None:
-                    return None
-                groups[root.id] = g
-        return groups
-
-    def touching(self, groups: Mapping[int, Group]) -> dict[int, set[int]]:
-        """node id -> roots of the kernels that compute, fuse or read it."""
-        index: dict[int, set[int]] = {}
-        for root_id, g in groups.items():
-            for n in _touched_by(g):
-                index.setdefault(n.id, set()).add(root_id)
-        return index
-
-    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule, node: Node) -> Optional[tuple[dict, float]]:
-        """The changed kernels ({root id: new group, or None when the root is now fused}) and the total
-        cost after the move at `node` from `old` to `sched`. A fusion move reschedules `node` or one
-        of its sources (matmul inlines its product), so only the kernels touching those can change:
-        they alone are re-partitioned, and the cost of a move does not grow with the graph."""
-        changed = [node.id] + [s.node.id for s in node.srcs]
-        roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
-        delta: dict[int, Optional[Group]] = {}
-        for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
-            cost -= self.price(old, groups[root_id]).time_s
-            if root_id in sched.inline:
-                delta[root_id] = None
-                continue
-            g = self._group(sched, self.by_id[root_id])
-            if g is None:
-                return None
-            delta[root_id] = g
-            cost += self.price(sched, g).time_s
-        return delta, cost
-
-    def cost(self, sched: Schedule, group: Group) -> KernelCost:
-        key = (group.root.id, tuple(n.id for n in group.members), group.kind,
-               tuple(sched.kernel_params(group.root.id).values()))
-        if key not in self.costs:
-            self.costs[key] = group_cost(group, sched, self.count, self.profile)
-        return self.costs[key]
-
-    def price(self, sched: Schedule, group: Group) -> KernelCost:
-        """What the search compares: kernels whose threads walk a reduced axis (reductions, rows,
-        matmuls) are priced from their accesses, since coalescing decides their cost, at the best of
-        the parameter choices that change those accesses and that the schedule leaves open (so a
-        matmul is judged at its better tile, not at the default); elementwise kernels read like their
-        output, so the graph's estimate serves."""
-        if group.kind not in ACCESS_PRICED:
-            return self.cost(sched, group)
-        key = self._key(sched, group)
-        if key not in self.prices:
-            open_params = [p for p in KERNEL_PARAMS if p.moves_memory and group.kind in p.choices
-                           and (group.root.id, p.name) not in sched._params]
-            options = [sched.with_params({(group.root.id, p.name): v for p, v in zip(open_params, values)})
-                       for values in itertools.product(*(p.choices[group.kind] for p in open_params))]
-            self.prices[key] = min((self.access_cost(s, group) for s in options), key=lambda c: c.time_s)
-        return self.prices[key]
-
-    def _key(self, sched: Schedule, group: Group) -> tuple:
-        """The group's structure (see group_structure) and parameters: identical layers of a model
-        share one built kernel, one legality answer and one price."""
-        ids = (group.root.id, tuple(n.id for n in group.members), group.kind,
-               tuple(tuple(n.id in getattr(sched, d.name) for d in DECISIONS) for n in group.members + (group.root,)))
-        if ids not in self.structures:
-            self.structures[ids] = group_structure(group, sched)
-        return self.structures[ids], tuple(sched.kernel_params(group.root.id).values())
-
-    def build(self, sched: Schedule, group: Group):
-        """The group's kernel, built without printing it (its access plan), or None if code generation
-        cannot honour the fusion; cached, since legality checks and pricing ask for the same kernels.
-        Parameters that only change the template (codegen's TEMPLATE_ONLY) share one analysis."""
-        params = group_params(sched, group)
-        template_only = TEMPLATE_ONLY.get(group.kind, ())
-        analysed = {k: (PARAMS_BY_NAME[k].default if k in template_only else v) for k, v in params.items()}
-        structure, _ = self._key(sched, group)
-        key = structure, tuple(analysed[p.name] for p in KERNEL_PARAMS)
-        if key not in self.built:
-            try:
-                self.built[key] = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline,
-                                                   analysed, render=False)
-            except Unfusable:
-                self.built[key] = None
-        kernel = self.built[key]
-        return None if kernel is None else retarget(kernel, params)
-
-    def access_cost(self, sched: Schedule, group: Group) -> KernelCost:
-        """The kernel priced from its own accesses: finer and dearer than `cost`."""
-        key = self._key(sched, group)
-        if key not in self.access_costs:
-            kernel = self.build(sched, group)
-            if kernel is None:
-                return KernelCost("priced", group.kind, 0, 0, 0, float("inf"))
-            self.access_costs[key] = kernel_cost(kernel, self.cost(sched, group), self.bindings, self.profile,
-                                                 sample=SEARCH_SAMPLE)
-        return self.access_costs[key]
-
-    def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
-        return sum(self.price(sched, g).time_s for g in groups.values())
-
-
 def _plain_cost(edges: Sequence[Edge], bindings, profile) -> tuple[float, int]:
     graph = Graph(materialise_outputs(edges))
-    ev = _Evaluator(graph, bindings, profile)
+    ev = Evaluator(graph, bindings, profile)
     groups = ev.partition(Schedule())
     return ev.total(Schedule(), groups), len(groups)
 
@@ -271,7 +117,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     trace.append(Step("start", "one kernel per compute node", cost0, kernels0))
     edges = simplify(list(edges), bindings, profile, trace)
     graph = Graph(materialise_outputs(edges))
-    ev = _Evaluator(graph, bindings, profile)
+    ev = Evaluator(graph, bindings, profile)
     plain = Schedule()
     groups = ev.partition(plain)
     best = (ev.total(plain, groups), plain, groups, [])
@@ -314,13 +160,13 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     """The same search result, but with another of its schedules (a measured-mode candidate) chosen."""
     if sched is result.schedule:
         return result
-    ev = _Evaluator(result.graph, result.bindings, result.profile)
+    ev = Evaluator(result.graph, result.bindings, result.profile)
     groups = ev.partition(sched)
     ordered = [groups[n.id] for n in result.graph.compute if n.id in groups]
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
-def _moves(graph: Graph, ev: _Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
+def _moves(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
     """Every unexplored single rule application, best first: (cost, rule, node, schedule, changed kernels)."""
     out = []
     touching = ev.touching(groups)
@@ -376,19 +222,15 @@ def _apply(groups: dict, delta: Mapping[int, Optional[Group]]) -> dict:
 def _retouch(touching: dict[int, set[int]], groups: Mapping[int, Group], delta: Mapping[int, Optional[Group]]) -> None:
     """Update the node -> kernel roots index for the kernels a move changes (a rebuild is O(graph))."""
     for root_id, g in delta.items():
-        for n in _touched_by(groups.get(root_id)):
+        for n in touched_by(groups.get(root_id)):
             touching[n.id].discard(root_id)
-        for n in _touched_by(g):
+        for n in touched_by(g):
             touching.setdefault(n.id, set()).add(root_id)
-
-
-def _touched_by(group: Optional[Group]) -> tuple:
-    return () if group is None else (group.root,) + group.members + group.reads
 
 
 CANDIDATES = 4  # schedules kept for measured mode
 
-def _tune(graph: Graph, ev: _Evaluator, sched: Schedule, groups: dict, trace: list[Step]):
+def _tune(graph: Graph, ev: Evaluator, sched: Schedule, groups: dict, trace: list[Step]):
     """Enumerate each kernel's schedule parameters and keep the cheapest under the cost model.
 
     The choices change how threads walk memory (a thread or a block per output, the tile edge), which
@@ -427,6 +269,6 @@ def unfused_costs(output_nodes: Sequence[Node], dims_hint: Optional[Mapping[str,
     binding they are priced at: what `search=False` programs report."""
     graph = Graph(list(output_nodes))
     bindings = binding_for(graph.nodes, dims_hint, [identity_edge(n) for n in graph.output_nodes])
-    ev = _Evaluator(graph, bindings, profile)
+    ev = Evaluator(graph, bindings, profile)
     groups = ev.partition(Schedule())
     return [ev.cost(Schedule(), groups[n.id]) for n in graph.compute], bindings
