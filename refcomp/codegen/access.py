@@ -38,7 +38,8 @@ WORD = 4  # bytes per element: float32 and int32 alike
 
 @dataclass(frozen=True)
 class MemoryCounts:
-    """The model's counts for one launch, named as the profiler's Counters (exec/profile.py)."""
+    """The model's counts for one launch; the profiler's Counters (exec/profile.py) extend these fields
+    with what only a run counts, so model and measurement compare field by field."""
 
     global_load_requests: float = 0
     global_load_sectors: float = 0
@@ -50,11 +51,12 @@ class MemoryCounts:
     shared_store_wavefronts: float = 0
     barriers: float = 0
 
-    def __add__(self, other: "MemoryCounts") -> "MemoryCounts":
-        return MemoryCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+    def __add__(self, other):
+        return type(self)(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     @property
     def global_bytes(self) -> float:
+        """Bytes the memory system moves for global loads and stores: sectors x 32."""
         return SECTOR * (self.global_load_sectors + self.global_store_sectors)
 
 
@@ -221,7 +223,7 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     if launch.mode == "block_per_output":  # the block-wide tree over partial[block]
         warps, steps = launch.block // WARP, int(math.log2(launch.block))
         tree_warps = sum(-(-(launch.block >> (s + 1)) // WARP) for s in range(steps))  # threads below each stride
-        phases = _phases(kernel)
+        phases = kernel.plan.block_reductions
         per_phase_loads = 2 * tree_warps + (warps if kernel.kind == "row" else 1)  # red = partial[0] / total = partial[0]
         per_phase_stores = warps + tree_warps
         barriers = warps * (1 + steps + (1 if kernel.kind == "row" else 0))
@@ -233,13 +235,6 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     if launch.mode == "tiles":
         return _matmul_shared(kernel, bindings)
     return MemoryCounts()
-
-
-def _phases(kernel: Kernel) -> int:
-    """Block-wide reductions a block_per_output kernel runs: one, or a row kernel's phases."""
-    if kernel.kind != "row":
-        return 1
-    return kernel.source.count("// phase ")
 
 
 def _wavefronts(words: np.ndarray) -> int:

@@ -66,7 +66,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     body.statements = []
     nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
-                   True, render=render, loop_extent=extent, comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
+                   True, render=render, loop_extent=extent, block_reductions=len(phases), comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
 
 

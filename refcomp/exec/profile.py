@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..codegen.abi import KernelSignature
-from ..codegen.access import memory_counts
+from ..codegen.access import MemoryCounts, memory_counts
 from ..errors import RefcompError
 from ..ops.graph import input_nodes, toposort
 from ..search.cost import H200, KernelCost, elements, kernel_cost
@@ -42,8 +42,9 @@ PROFILE_FLAGS = tuple("-O1" if f == "-O2" else f for f in emulator.FAST_FLAGS)
 
 # --- counters -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Counters:
-    """One kernel launch's counts. Nsight Compute's metric for each field, where it has one:
+class Counters(MemoryCounts):
+    """One kernel launch's counts: the memory model's fields (codegen.access.MemoryCounts, which the
+    model predicts), then what only a run counts. Nsight Compute's metric for each, where it has one:
 
     global_load_requests   l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum  (warp-level loads)
     global_load_sectors    l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum   (32-byte sectors)
@@ -60,26 +61,9 @@ class Counters:
     math_calls             thread-level calls of exp2f, log2f, sqrtf, sinf, fmodf, ... (MUFU or library code)
     accesses               thread-level loads and stores of buffers and shared arrays
     """
-    global_load_requests: int = 0
-    global_load_sectors: int = 0
-    global_store_requests: int = 0
-    global_store_sectors: int = 0
-    shared_load_requests: int = 0
-    shared_load_wavefronts: int = 0
-    shared_store_requests: int = 0
-    shared_store_wavefronts: int = 0
-    barriers: int = 0
     flops: int = 0
     math_calls: int = 0
     accesses: int = 0
-
-    def __add__(self, other: "Counters") -> "Counters":
-        return Counters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    @property
-    def global_bytes(self) -> int:
-        """Bytes the memory system moves for global loads and stores: sectors x 32."""
-        return 32 * (self.global_load_sectors + self.global_store_sectors)
 
     @property
     def shared_bank_conflicts(self) -> int:
@@ -284,9 +268,7 @@ def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping
     return Profile(kernels, dict(bindings), program.download_outputs(be, buffers, bindings), note)
 
 
-MODEL_FIELDS = ("global_load_requests", "global_load_sectors", "global_store_requests", "global_store_sectors",
-                "shared_load_requests", "shared_load_wavefronts", "shared_store_requests", "shared_store_wavefronts",
-                "barriers")
+MODEL_FIELDS = tuple(f.name for f in fields(MemoryCounts))  # what the model predicts and model_disagreements compares
 
 
 def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> list[str]:

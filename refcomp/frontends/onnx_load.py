@@ -83,12 +83,17 @@ def _load_external_data(model, base: str, where: str) -> None:
                 raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
 
 
+def register_operators() -> None:
+    """Import every operator module: each registers its operators in onnx_ops_core.OPS as it loads."""
+    from . import onnx_ops_index, onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401
+
+
 def check_supported(model) -> None:
     """Refuse unsupported operators and attributes, and nodes onnx's checker rejects, by node."""
     from onnx import checker
 
     from . import onnx_ops_core as core
-    from . import onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401  (they register the ops)
+    register_operators()
     context = checker.C.CheckerContext()
     context.ir_version = model.ir_version
     context.opset_imports = {o.domain: o.version for o in model.opset_import}

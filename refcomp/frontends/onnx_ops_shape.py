@@ -1,4 +1,5 @@
-"""ONNX shape and movement operators: Constant, Shape, Reshape, Slice, Gather, Concat, Pad, ...
+"""ONNX shape and movement operators: Constant, Shape, Reshape, Pad, Expand, Tile, ... (slicing,
+indexing and concatenation: onnx_ops_index.py)
 
 Each works on static arrays (folded with NumPy, exactly: these ops only move values) and on tensors
 (refcomp views). Shape-like inputs (a Reshape's shape, Slice's starts/ends/axes/steps, Pad's pads,
@@ -13,11 +14,10 @@ import math
 import numpy as np
 
 from ..ops.movement import concat as rc_concat
-from ..ops.nn import embedding
 from ..ops.reductions import arange
 from ..ops.tensor import Tensor, constant
-from ..symbolic.dims import dim, dims_equal, idiv, prod
-from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,
+from ..symbolic.dims import dim, dims_equal, prod
+from .onnx_ops_core import (BOOL, FLOAT, INT64, Value, as_dim, float_value, is_int_array, op, read_tensor,
                             static_value, type_name)
 
 BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
@@ -221,153 +221,6 @@ def transpose(ctx):
     if v.is_static:
         return Value(v.etype, static=np.transpose(v.static, perm))
     return moved(v, data_tensor(ctx, v).permute(perm))
-
-
-# --- slicing and indexing ----------------------------------------------------------------------
-def _slice_bounds(ctx, n, start, end, step):
-    """An ONNX Slice on one axis of size n as a Python slice (for NumPy or refcomp indexing)."""
-    if step == 0:
-        raise ctx.error("steps must be non-zero")
-    if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
-        start = start + n if start < 0 else start
-        end = end + n if end < 0 else end
-        if step > 0:
-            start, end = min(max(start, 0), n), min(max(end, 0), n)
-            return slice(start, max(start, end), step)
-        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
-        return slice(start, None if end < 0 else end, step)
-    if step < 0:
-        if isinstance(start, int) and (start >= BIG or start == -1) and isinstance(end, int) and end <= -BIG:
-            return slice(None, None, step)
-        raise ctx.error(f"a negative step on an axis of symbolic size {n} needs a full reversal (start=-1, end=-INT_MAX)")
-
-    def bound(b, default):
-        if isinstance(b, int):
-            if b >= BIG:
-                return default
-            if b < 0:
-                return None if b <= -BIG else dim(n + b)
-        return b
-    return slice(bound(start, None), bound(end, None), step)
-
-
-@op("Slice")
-def slice_op(ctx):
-    v = ctx.value(0)
-    starts = ctx.static_ints(1, "starts (input 1)", symbolic=True)
-    ends = ctx.static_ints(2, "ends (input 2)", symbolic=True)
-    axes = ctx.optional_static_ints(3, "axes (input 3)") or list(range(len(starts)))
-    steps = ctx.optional_static_ints(4, "steps (input 4)") or [1] * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise ctx.error(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
-    index = [slice(None)] * v.ndim
-    for start, end, axis, step in zip(starts, ends, ctx.axes(axes, v.ndim), steps):
-        index[axis] = _slice_bounds(ctx, v.shape[axis], start, end, step)
-    if v.is_static:
-        return Value(v.etype, static=v.static[tuple(index)])
-    return moved(v, data_tensor(ctx, v)[tuple(index)])
-
-
-@op("Gather", attrs=("axis",))
-def gather(ctx):
-    data, ids = ctx.value(0), ctx.value(1)
-    if data.ndim == 0:
-        raise ctx.error("data (input 0) is a scalar; Gather needs an axis to index")
-    axis = ctx.axis(ctx.int_attr("axis", 0), data.ndim)
-    rows = data.shape[axis]
-    if ids.etype not in INT_TYPES:
-        raise ctx.error(f"indices must be integers, got {type_name(ids.etype)}")
-    if data.is_static and ids.is_static:
-        idx = ids.static.astype(np.int64)
-        if not isinstance(rows, int):
-            raise ctx.error(f"static data with a symbolic axis {rows}")
-        if idx.size and (idx.min() < -rows or idx.max() >= rows):
-            raise ctx.error(f"indices {idx.min()}..{idx.max()} are out of range for an axis of size {rows}")
-        ctx.check_fold(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.static.dtype)
-        return Value(data.etype, static=np.take(data.static, np.where(idx < 0, idx + rows, idx), axis=axis))
-    if data.etype in INT_TYPES and data.tensor is None:
-        raise ctx.error(f"gathering from static {type_name(data.etype)} data with run-time indices is not supported")
-    x = data_tensor(ctx, data)
-    if ids.is_static and ids.static.ndim == 0 and ids.static.dtype != object:
-        i = int(ids.static)
-        if isinstance(rows, int) and not -rows <= i < rows:
-            raise ctx.error(f"index {i} is out of range for an axis of size {rows}")
-        index = [slice(None)] * x.ndim
-        index[axis] = i
-        return moved(data, x[tuple(index)])
-    ids_t = ctx.importer.ids_tensor(ids, rows, ctx)
-    others = [n for i, n in enumerate(x.shape) if i != axis]
-    front = x.permute([axis] + [i for i in range(x.ndim) if i != axis]) if axis else x
-    table = front.reshape((rows, prod(others)))
-    picked = embedding(ids_t, table).reshape(tuple(ids_t.shape) + tuple(others))
-    k = ids_t.ndim
-    # (ids..., before..., after...) -> (before..., ids..., after...)
-    order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(others)))
-    return Value(data.etype, tensor=picked.permute(order) if order != list(range(len(order))) else picked)
-
-
-@op("Concat", attrs=("axis",))
-def concat_op(ctx):
-    values = ctx.values()
-    ndim = values[0].ndim
-    if ndim == 0 or any(v.ndim != ndim for v in values):
-        raise ctx.error(f"inputs of shapes {[v.shape for v in values]} must have one rank, at least 1")
-    axis = ctx.axis(ctx.int_attr("axis"), ndim) if ctx.has_attr("axis") else None
-    if axis is None:
-        raise ctx.error("attribute 'axis' is required")
-    if all(v.is_static for v in values):
-        arrays = [v.static for v in values]
-        ctx.check_fold([sum(a.shape[axis] for a in arrays) if i == axis else n for i, n in enumerate(arrays[0].shape)],
-                       arrays[0].dtype)
-        try:
-            out = np.concatenate(arrays, axis=axis)
-        except ValueError:
-            raise ctx.error(f"static inputs of shapes {[a.shape for a in arrays]} do not concatenate on axis {axis}") from None
-        if out.dtype == object and all(isinstance(x, (int, np.integer)) for x in out.reshape(-1)):
-            out = out.astype(np.int64)
-        return Value(values[0].etype, static=out)
-    etype = values[0].etype
-    if any(v.etype != etype for v in values):
-        raise ctx.error(f"inputs mix element types {[type_name(v.etype) for v in values]}")
-    tensors = [ctx.as_tensor(v, f"input {k}", (FLOAT, BOOL)) for k, v in enumerate(values)]
-    parts = [t for t in tensors if not (isinstance(t.shape[axis], int) and t.shape[axis] == 0)] or tensors[:1]
-    return Value(etype, tensor=parts[0] if len(parts) == 1 else rc_concat(parts, axis))
-
-
-@op("Split", attrs=("axis", "num_outputs"))
-def split(ctx):
-    v = ctx.value(0)
-    if v.ndim == 0:
-        raise ctx.error("input 0 is a scalar; Split needs an axis to split")
-    axis = ctx.axis(ctx.int_attr("axis", 0), v.ndim)
-    n = v.shape[axis]
-    k = len(ctx.node.output)
-    if ctx.has(1):
-        sizes = ctx.static_ints(1, "split (input 1)", symbolic=True)
-    elif ctx.has_attr("num_outputs"):
-        k = ctx.int_attr("num_outputs")
-        if k < 1:
-            raise ctx.attr_error("num_outputs", k, "it must be at least 1")
-        if not isinstance(n, int):
-            raise ctx.error(f"num_outputs with an axis of symbolic size {n}")
-        chunk = -(-n // k)
-        sizes = [chunk] * (k - 1) + [n - chunk * (k - 1)]
-    else:
-        if isinstance(n, int) and n % k:
-            raise ctx.error(f"axis {axis} of size {n} does not split evenly into {k} outputs")
-        sizes = [dim(idiv(n, k)) if not isinstance(n, int) else n // k] * k
-    if len(sizes) != len(ctx.node.output):
-        raise ctx.error(f"{len(sizes)} split sizes for {len(ctx.node.output)} outputs")
-    if not dims_equal(dim(sum(sizes)), n):
-        raise ctx.error(f"split sizes {sizes} do not add up to axis {axis} of size {n}")
-    outs, start = [], 0
-    for size in sizes:
-        index = [slice(None)] * v.ndim
-        index[axis] = slice(start, dim(start + size))
-        outs.append(Value(v.etype, static=v.static[tuple(index)]) if v.is_static else
-                    moved(v, data_tensor(ctx, v)[tuple(index)]))
-        start = dim(start + size)
-    return outs
 
 
 # --- padding, expanding, tiling ---------------------------------------------------------------------

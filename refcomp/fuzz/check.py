@@ -165,7 +165,7 @@ def _check_model(result: BatchResult, graphs, mode: str, program, references) ->
         return
     try:
         problems = model_disagreements(program, program.profile(accepted[1], dims=accepted[0]))
-    except Exception:
+    except Exception:  # like compile and run failures above: an internal error the fuzz report names, not a crash
         result.errors.append(f"profile ({mode}, {accepted[0]}) of graphs {[g.index for g in graphs]} failed:\n"
                              f"{traceback.format_exc()}")
         return

@@ -1,0 +1,256 @@
+"""Verification of the fusion rules and the search's targets (algebraic rules: tests/test_rules.py).
+
+Fusion rules (`FUSION`, and `CLEANUP`'s moves) change kernels, never values: each is exercised on
+graphs designed for it, compiled with the search and also with the rule forced into the schedule
+(`program_for_schedule`), run on the host emulator and compared with the float64 reference at
+golden.FLOAT32_TOLERANCE. Last, the search's targets: softmax and layer norm in one kernel, an
+elementwise chain in one, a 784-256-10 MLP in at most three.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+from refcomp import golden
+from refcomp.codegen.fused import matmul_axes
+from refcomp.exec.program import program_for_schedule
+from refcomp.fuzz.check import own_dims
+from refcomp.ops.graph import toposort
+from refcomp.search.cost import H200, DeviceProfile
+from refcomp.search.evaluate import Evaluator
+from refcomp.search.explain import explain
+from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Schedule, group_params
+from refcomp.search.search import search, with_schedule
+from refcomp.symbolic.dims import evaluate_dim
+
+
+# --- fusion rules: designed graphs, searched and forced, on the emulator -------------------------------
+SCHEDULE_RULES = FUSION + CLEANUP  # every move between schedules, clean-up moves included
+FUSION_BY_NAME = {r.name: r for r in SCHEDULE_RULES}
+RUN_BINDINGS = [{"B": 3, "T": 5}, {"B": 1, "T": 2}]
+
+
+def _fusion_graphs(name: str) -> dict:
+    x = rc.input("x", ("B", 12))
+    y = rc.input("y", ("B", "T", 6))
+    w = rc.input("w", (12, 10))
+    b = rc.input("b", (10,))
+    if name == "fuse_elementwise":
+        shared = (x * 2.0 + 1.0).sin()
+        return {"chain": ((shared.exp() + 1.0).sqrt() * x).flip(1),
+                "through_pad": shared.pad([(0, 0), (1, 2)]).exp2() + 1.0,
+                "two_readers": shared.sum(-1) + shared.max(-1),
+                "transposed": (y.sin() * 3.0).permute(2, 1, 0).cos() + 0.5,
+                "broadcast": (x[:, ::2] * y[:, :, :1].sum(1)).sigmoid()}
+    if name == "unroll_short_reduce":
+        return {"relu": (x * 2.0 - 1.0).relu() + 1.0,
+                "short_sum": y.sum(-1, keepdims=True).expand(-1, -1, 6)[:, :, :4].reshape("B", "T", 2, 2).sum(-1) * 2.0,
+                "pair": rc.maximum(x, x.flip(1)).abs() * 0.5,
+                "short_max": y[:, :, :3].max(-1).exp() - 1.0}
+    if name == "row_fuse":
+        return {"softmax": x.softmax(-1), "layer_norm": rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))),
+                "log_softmax": y.log_softmax(-1) * 1.0, "rms": rc.nn.rms_norm(y.permute(1, 0, 2)),
+                "softmax_axis0": x.softmax(0),
+                "other_row": x - x.max(-1, keepdims=True).flip(0)}  # reads another row's max: not row-fusable
+    if name == "matmul":
+        return {"plain": x @ w, "transposed": rc.nn.linear(x, w.T), "batched": y @ rc.input("v", (6, "T")),
+                "prologue": x.sin() @ w}
+    if name == "matmul_epilogue":
+        return {"bias_relu": (x @ w + b).relu() * 1.0, "bias": rc.nn.linear(x, w.T, b),
+                "residual": (y @ rc.input("u", (6, 6))) + y,
+                "reduced": (x @ w + 1.0).sum(-1)}  # the Add may join the matmul, the sum may not
+    if name == "reduce_epilogue":
+        z = rc.input("z", (3, 3, 9))
+        return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
+                "bias": y.max(-1) + rc.input("c", ("T",)), "exp_of_sum": (y * y).sum(1).exp(),
+                "transposed": z.sum(-1).T * 2.0}  # reads the result transposed: no epilogue
+    raise AssertionError(name)
+
+
+def _forced(result, rule_names, expect_rule: str) -> Schedule:
+    """Apply the rules at every node where they apply (in graph order), keeping moves that give a
+    valid partition: a schedule that goes through `expect_rule` whatever the cost model prefers."""
+    graph = result.graph
+    ev = Evaluator(graph, result.bindings, H200)
+    sched = Schedule()
+    applied = set()
+    for _ in range(3):
+        for node in graph.compute:
+            for rule_name in rule_names:
+                rule = FUSION_BY_NAME[rule_name]
+                if rule.applies(graph, sched, node):
+                    new = rule.apply(graph, sched, node)
+                    if ev.partition(new) is not None:
+                        sched = new
+                        applied.add(rule_name)
+    assert expect_rule in applied, f"{expect_rule} never gave a valid schedule"
+    return sched
+
+
+FORCE = {
+    "fuse_elementwise": ["fuse_elementwise"],
+    "unroll_short_reduce": ["unroll_short_reduce", "fuse_elementwise"],
+    "row_fuse": ["fuse_elementwise", "row_fuse"],
+    "matmul": ["matmul"],
+    "matmul_epilogue": ["matmul", "matmul_epilogue", "fuse_elementwise"],
+    "reduce_epilogue": ["reduce_epilogue"],
+}
+
+
+def _feeds(outputs, binding, seed, scales=None):
+    feeds = {}
+    rng = np.random.default_rng(seed)
+    for node in toposort([t.node for t in outputs.values()]):
+        if node.op.name == "Input":
+            shape = tuple(evaluate_dim(d, binding) for d in node.attrs["shape"])
+            scale = (scales or {}).get(node.attrs["name"], 2.0)
+            feeds[node.attrs["name"]] = rng.uniform(-scale, scale, shape).astype(np.float32)
+    return feeds
+
+
+def _check_on_emulator(prog, outputs, bindings=RUN_BINDINGS, scales=None):
+    for k, binding in enumerate(bindings):
+        feeds = _feeds(outputs, binding, k, scales)
+        binding = own_dims(list(outputs.values()), binding)
+        got = prog.run(feeds, backend="emulator", dims=binding)
+        want = rc.evaluate(outputs, feeds, dims=binding, precision="float64")
+        for key in outputs:
+            np.testing.assert_allclose(got[key], want[key], err_msg=f"{key} at {binding}", **golden.FLOAT32_TOLERANCE)
+
+
+def test_every_fusion_rule_has_graphs():
+    assert {r.name for r in SCHEDULE_RULES} <= set(FORCE), "a fusion rule without designed graphs in tests/test_fusion_rules.py"
+
+
+@pytest.mark.parametrize("name", [r.name for r in SCHEDULE_RULES])
+def test_fusion_rule_searched_and_forced_matches_reference(name):
+    outputs = _fusion_graphs(name)
+    searched = rc.compile(outputs, cache=False)
+    assert name in {s.rule for s in searched.search.trace}, [s.rule for s in searched.search.trace]
+    _check_on_emulator(searched, outputs)
+    result = searched.search
+    forced = program_for_schedule(outputs, result, _forced(result, FORCE[name], name))
+    kinds = {k.kind for k in forced.kernels}
+    if name == "row_fuse":
+        assert "row" in kinds
+    if name in ("matmul", "matmul_epilogue"):
+        assert "matmul" in kinds
+    assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
+    _check_on_emulator(forced, outputs)
+
+
+def test_schedules_are_values_declared_once():
+    """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
+    equal schedules are equal values, and what code generation is told is derived from the declaration."""
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul"]
+    one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
+    assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
+    assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
+    assert one.kernel_params(3) == {"strategy": None, "block": 128, "tile": 16, "b_along_k": False}
+    assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
+    assert one.with_params({(3, "block"): None}).params == ()
+
+
+def test_the_device_profile_is_threaded_through():
+    """A search under another device prices every kernel on it, a chosen candidate too, and explain names it."""
+    x, w = rc.input("x", ("B", 64)), rc.input("w", (64, 32))
+    y = (x @ w).relu().softmax(-1)
+    slow = DeviceProfile(name="slow", bandwidth=H200.bandwidth / 8, flops=H200.flops / 8)
+    result = search([y.edge], {"B": 1024}, profile=slow, progress=False)
+    assert result.profile is slow
+    for sched in result.candidates:
+        chosen = with_schedule(result, sched)
+        ev = Evaluator(result.graph, result.bindings, slow)
+        assert [c.time_s for c in chosen.costs] == [ev.cost(sched, g).time_s for g in chosen.groups]
+        assert group_params(sched, chosen.groups[0])["block"] == sched.param(chosen.groups[0].root.id, "block")
+    program = program_for_schedule({"y": y}, result, result.candidates[-1])
+    assert explain(program).startswith("cost model: slow roofline")
+
+
+def test_matmul_epilogue_never_feeds_a_reduction():
+    """A matmul's only reader being a reduction (relu is a max over a pair) is no epilogue: the rule
+    must not apply, and a schedule that inlines it anyway has no valid kernel (it used to crash)."""
+    x, w = rc.input("x", (2, 3, 4)), rc.input("w", (4, 5))
+    w2, w3 = rc.input("w2", (4, 5)), rc.input("w3", (4, 5))  # three products, or CSE makes them one
+    outputs = {"relu": (x @ w).relu(), "sum": ((x @ w2 + 1.0) * 2.0).sum(-1), "direct": (x @ w3).sum(-1)}
+    prog = rc.compile(outputs)
+    _check_on_emulator(prog, outputs)
+    result = prog.search
+    graph, ev = result.graph, Evaluator(result.graph, result.bindings, H200)
+    for red in [n for n in graph.compute if matmul_axes(n) is not None]:
+        s = FUSION_BY_NAME["matmul"].apply(graph, Schedule(), red)
+        reader = graph.consumers[red.id][0]
+        assert FUSION_BY_NAME["matmul_epilogue"].applies(graph, s, red) == (reader.op.kind != "reduce")
+        forced = s
+        for n in graph.compute:  # inline everything that can be: any reduction root must reject the matmul
+            if n.id not in forced.matmul and n.op.kind != "reduce" and n.id not in graph.outputs:
+                forced = FUSION_BY_NAME["fuse_elementwise"].apply(graph, forced, n)
+        forced = FUSION_BY_NAME["fuse_elementwise"].apply(graph, forced, red)  # even the matmul itself
+        assert ev.partition(forced) is None
+
+
+# --- the search's targets --------------------------------------------------------------------------
+def _target(outputs, most: int, exactly: Optional[int] = None, bindings=RUN_BINDINGS, scales=None):
+    prog = rc.compile(outputs)
+    if exactly is not None:
+        assert len(prog.kernels) == exactly, prog
+    assert len(prog.kernels) <= most, prog
+    _check_on_emulator(prog, outputs, bindings, scales)
+    return prog
+
+
+def test_softmax_last_axis_is_one_kernel():
+    x = rc.input("x", ("B", "T", 37))
+    _target({"out": x.softmax(-1)}, 1, 1)
+
+
+def test_layer_norm_is_one_kernel():
+    x = rc.input("x", ("B", 48))
+    _target({"out": rc.nn.layer_norm(x, rc.input("g", (48,)), rc.input("b", (48,)))}, 1, 1)
+
+
+def test_elementwise_chain_is_one_kernel():
+    x, y = rc.input("x", ("B", 16)), rc.input("y", (16,))
+    _target({"out": (((x * 2.0 + y).sin().exp() + 1.0).sqrt() * x - y).sigmoid()}, 1, 1)
+
+
+def test_mlp_784_256_10_is_at_most_three_kernels():
+    x = rc.input("x", ("B", 784))
+    w1, b1 = rc.input("w1", (784, 256)), rc.input("b1", (256,))
+    w2, b2 = rc.input("w2", (256, 10)), rc.input("b2", (10,))
+    out = (x @ w1 + b1).relu() @ w2 + b2
+    scales = {"w1": 1 / math.sqrt(784), "w2": 1 / math.sqrt(256), "b1": 0.1, "b2": 0.1, "x": 1.0}  # as a trained net
+    _target({"out": out}, 3, bindings=[{"B": 2}, {"B": 1}], scales=scales)
+
+
+def test_incremental_partition_matches_a_full_one():
+    """The search prices a move by re-partitioning only the kernels that touch the moved node; after
+    a whole greedy descent that must equal partitioning the final schedule from scratch."""
+    from refcomp.codegen.lower import materialise_outputs
+    from refcomp import fuzz
+    from refcomp.search.cost import binding_for
+    from refcomp.search.fusion import Graph
+    from refcomp.search.search import _descend, _moves
+    descended = 0
+    for index in range(10):
+        outputs = fuzz.generate(7, index).build("")
+        graph = Graph(materialise_outputs(list(outputs.values())))
+        ev = Evaluator(graph, binding_for(graph.nodes, None), H200)
+        sched = Schedule()
+        groups = ev.partition(sched)
+        cost = ev.total(sched, groups)
+        moves = _moves(graph, ev, sched, groups, cost, set(), FUSION, math.inf)
+        result = _descend(graph, ev, sched, cost, groups, [], moves, set(), math.inf)
+        if result is None:
+            continue
+        descended += 1
+        cost, sched, groups, _ = result
+        fresh = ev.partition(sched)
+        shape = lambda gs: {k: (g.root.id, g.members, g.reads, g.kind) for k, g in gs.items()}
+        assert shape(groups) == shape(fresh)
+        assert cost == pytest.approx(ev.total(sched, fresh), rel=1e-9, abs=1e-15)
+    assert descended >= 5
