@@ -63,6 +63,13 @@ def _fusion_graphs(name: str) -> dict:
         return {"bias_relu": (x @ w + b).relu() * 1.0, "bias": rc.nn.linear(x, w.T, b),
                 "residual": (y @ rc.input("u", (6, 6))) + y,
                 "reduced": (x @ w + 1.0).sum(-1)}  # the Add may join the matmul, the sum may not
+    if name == "online_softmax":
+        q, k, v = (rc.input(n, ("B", "T", 6)) for n in "qkv")
+        return {"causal": rc.nn.scaled_dot_product_attention(q, k, v, causal=True),
+                "masked": rc.nn.scaled_dot_product_attention(q, k, v, mask=rc.input("m", ("T", "T"))),
+                "softmax_matmul": x.softmax(-1) @ w,
+                "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
+                "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1)}  # P is read twice
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
         return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
@@ -98,6 +105,7 @@ FORCE = {
     "matmul": ["matmul"],
     "matmul_epilogue": ["matmul", "matmul_epilogue", "fuse_elementwise"],
     "reduce_epilogue": ["reduce_epilogue"],
+    "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
 }
 
 
@@ -139,6 +147,8 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert "row" in kinds
     if name in ("matmul", "matmul_epilogue"):
         assert "matmul" in kinds
+    if name == "online_softmax":
+        assert sum("softmax computed online" in k.source for k in forced.kernels) == 3  # causal, masked, softmax_matmul
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
 
@@ -146,7 +156,7 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
 def test_schedules_are_values_declared_once():
     """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
     equal schedules are equal values, and what code generation is told is derived from the declaration."""
-    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul"]
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online"]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1

@@ -251,17 +251,24 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
+    # softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), and reads its score (Ss[ty][tx]) and
+    # its row's scores (Ss[ty][kk], for the maximum), behind a third barrier
+    online = kernel.plan.template == "softmax_matmul.cu.j2"
     store_waves = load_waves = 0
     warps = -(-t * t // WARP)
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
         b_store = x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x  # Bs[tx][ty] or Bs[ty][tx]
-        store_waves += _wavefronts(y * pitch + x) + _wavefronts(b_store)  # and As[ty][tx]
-        load_waves += sum(_wavefronts(y * pitch + kk) + _wavefronts(kk * pitch + x) for kk in range(t))
+        own = _wavefronts(y * pitch + x)  # As[ty][tx] (Ss, Ws)
+        store_waves += own * (2 if online else 1) + _wavefronts(b_store)
+        row_reads = sum(_wavefronts(y * pitch + kk) for kk in range(t))
+        load_waves += row_reads * (2 if online else 1) + sum(_wavefronts(kk * pitch + x) for kk in range(t))
+        load_waves += own if online else 0
     per_block = blocks * steps
-    return MemoryCounts(shared_load_requests=per_block * warps * 2 * t, shared_load_wavefronts=per_block * load_waves,
-                        shared_store_requests=per_block * warps * 2, shared_store_wavefronts=per_block * store_waves,
-                        barriers=per_block * warps * 2)
+    return MemoryCounts(shared_load_requests=per_block * warps * (3 * t + 1 if online else 2 * t),
+                        shared_load_wavefronts=per_block * load_waves,
+                        shared_store_requests=per_block * warps * (3 if online else 2),
+                        shared_store_wavefronts=per_block * store_waves, barriers=per_block * warps * (3 if online else 2))
 
 
 def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:

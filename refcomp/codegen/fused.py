@@ -13,7 +13,7 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 from __future__ import annotations
 
 import re
-
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import sympy
@@ -109,71 +109,114 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     return batch, m, n
 
 
-def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
-                  render: bool = True, b_along_k: bool = False) -> Kernel:
-    """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K)."""
-    axes = matmul_axes(reduce)
-    if axes is None:
-        raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
-    batch_axes, m_axes, n_axes = axes
-    src, k_axis = reduce.srcs[0], reduce.attrs["axis"]
-    shape = src.shape
-    sizes = {key: prod(shape[a] for a in group) for key, group in (("batch", batch_axes), ("m", m_axes), ("n", n_axes))}
-    body = KernelBody(names, inline=lambda n: inline(n) or n is src.node)
-    per_axis: dict[int, sympy.Expr] = {}
-    batch_sym = None
-    for flat_name, group in (("batch", batch_axes), ("bm", m_axes), ("bn", n_axes)):
-        key = {"batch": "batch", "bm": "m", "bn": "n"}[flat_name]
-        if not group:
-            continue
-        flat = body.index_var(flat_name, sizes[key])
-        batch_sym = flat if flat_name == "batch" else batch_sym
-        body.bind_compound = False  # these become index lines of their own, declared before any statement
-        components = body.unravel(flat, [shape[a] for a in group])
-        body.bind_compound = True
-        for a, expr in zip(group, components):
-            if expr.is_Symbol or expr.is_Integer:
-                per_axis[a] = expr
+@dataclass
+class TiledContraction:
+    """What the tiled templates share about SumReduce(Mul(a, b)) over k: the kernel body, each source
+    axis's index expression (batch, M and N axes flattened into the tile grid), the tile loop's bounds,
+    and how to read an operand at (its row or column, k)."""
+
+    body: KernelBody
+    reduce: Node
+    shape: tuple
+    k_axis: int
+    axes: tuple  # (batch, m, n) axes of the product's shape
+    sizes: dict  # "batch", "m", "n" -> the flattened extent
+    per_axis: dict  # source axis -> its index expression
+    batch_sym: object
+    ka: sympy.Symbol
+    kb: sympy.Symbol
+    tile_bound: dict
+
+    @staticmethod
+    def of(reduce: Node, names, inline: Callable[[Node], bool]) -> "TiledContraction":
+        axes = matmul_axes(reduce)
+        if axes is None:
+            raise Unfusable(f"{reduce.op.name}#{reduce.id} is not a matmul")
+        src, k_axis = reduce.srcs[0], reduce.attrs["axis"]
+        shape = src.shape
+        sizes = {key: prod(shape[a] for a in group) for key, group in zip(("batch", "m", "n"), axes)}
+        body = KernelBody(names, inline=lambda n: inline(n) or n is src.node)
+        per_axis: dict[int, sympy.Expr] = {}
+        batch_sym = None
+        for flat_name, key, group in zip(("batch", "bm", "bn"), ("batch", "m", "n"), axes):
+            if not group:
                 continue
-            per_axis[a] = body.declare_index(f"o{a}", shape[a], expr)
-    ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
-    product = src.node
+            flat = body.index_var(flat_name, sizes[key])
+            batch_sym = flat if flat_name == "batch" else batch_sym
+            body.bind_compound = False  # these become index lines of their own, declared before any statement
+            components = body.unravel(flat, [shape[a] for a in group])
+            body.bind_compound = True
+            for a, expr in zip(group, components):
+                per_axis[a] = expr if expr.is_Symbol or expr.is_Integer else body.declare_index(f"o{a}", shape[a], expr)
+        ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
+        tile_bound = {name: sympy.Lt(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
+        tile_bound.update(ka=sympy.Lt(ka, shape[k_axis]), kb=sympy.Lt(kb, shape[k_axis]))
+        return TiledContraction(body, reduce, tuple(shape), k_axis, axes, sizes, per_axis, batch_sym, ka, kb, tile_bound)
 
-    tile_bound = {name: sympy.Lt(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
-    tile_bound.update(ka=sympy.Lt(ka, shape[k_axis]), kb=sympy.Lt(kb, shape[k_axis]))
+    def index(self, k_sym, zero_axes=()) -> list:
+        """The source index at (this thread's batch, M and N position, k_sym), `zero_axes` at 0."""
+        return [sympy.Integer(0) if a in zero_axes else (k_sym if a == self.k_axis else self.per_axis[a])
+                for a in range(len(self.shape))]
 
-    def operand(which: int, k_sym, zero_axes, scope: str, guard) -> tuple[list[str], str]:
-        idx = [sympy.Integer(0) if a in zero_axes else (k_sym if a == k_axis else per_axis[a]) for a in range(len(shape))]
-        flat, _ = index_of(src.views, idx, body.ranges)
-        body.statements, body.scope, body._guards = [], scope, [guard]  # the template's `if (bm < M && ka < K)`
+    def begin(self, scope: str, guard) -> None:
+        """Start a new list of statements, for the template region `scope`, inside `if (guard)`."""
+        self.body.statements, self.body.scope, self.body._guards = [], scope, [guard]
+
+    def operand(self, which: int, scope: str) -> tuple[list[str], str]:
+        """Statements and value of operand a (0, read at (bm, ka)) or b (1, read at (kb, bn))."""
+        body, product = self.body, self.reduce.srcs[0].node
+        batch_axes, m_axes, n_axes = self.axes
+        k_sym, zero, bounds = (self.ka, n_axes, ("bm", "ka")) if which == 0 else (self.kb, m_axes, ("kb", "bn"))
+        flat, _ = index_of(self.reduce.srcs[0].views, self.index(k_sym, set(zero)), body.ranges)
+        self.begin(scope, sympy.And(*(self.tile_bound[b] for b in bounds)))  # the template's `if (bm < M && ka < K)`
         value = body.value_at(product.srcs[which], body.unravel(flat, product.shape))
         return body.statements, value
 
-    a_statements, a_value = operand(0, ka, set(n_axes), "a", sympy.And(tile_bound["bm"], tile_bound["ka"]))
-    b_statements, b_value = operand(1, kb, set(m_axes), "b", sympy.And(tile_bound["kb"], tile_bound["bn"]))
-    body.scope, body._guards = "epilogue", [sympy.And(tile_bound["bm"], tile_bound["bn"])]
-    out_idx = [per_axis[a] for a in range(len(shape)) if a != k_axis]
-    body.scalars[reduce.id] = ("acc", _linear(out_idx, reduce.shape))
-    body.statements = []
-    if output is reduce:
-        result = "acc"
-    else:
-        if not _same(output.shape, reduce.shape):
-            raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
-        result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
-    epilogue = body.statements
-    body.access("out0", _linear(out_idx, output.shape), store=True)
-    body.statements, body._guards = [], []
-    nodes = tuple(n for n in (product, reduce) + (() if output is reduce else (output,)))
-    launch = Launch("tiles", sizes["m"], tile, extra=(sizes["n"], sizes["batch"]))
+    def out_index(self) -> list:
+        return [self.per_axis[a] for a in range(len(self.shape)) if a != self.k_axis]
+
+    def epilogue(self, output: Node, accumulated: str) -> tuple[list[str], str]:
+        """Statements and value stored at (bm, bn): the reduction (the C name `accumulated`), or
+        `output`, an elementwise node of the matmul's shape applied to it."""
+        body, reduce = self.body, self.reduce
+        self.begin("epilogue", sympy.And(self.tile_bound["bm"], self.tile_bound["bn"]))
+        out_idx = self.out_index()
+        body.scalars[reduce.id] = (accumulated, _linear(out_idx, reduce.shape))
+        if output is reduce:
+            result = accumulated
+        else:
+            if not _same(output.shape, reduce.shape):
+                raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
+            result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
+        statements = body.statements
+        body.access("out0", _linear(out_idx, output.shape), store=True)
+        body.statements, body._guards = [], []
+        return statements, result
+
+    def fields(self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str) -> dict:
+        """The template fields every tiled template reads."""
+        out_index = _linear(self.out_index(), output.shape)
+        stores = lambda b: epilogue + [result, b.printer.int(out_index)]  # noqa: E731
+        return dict(launch=Launch("tiles", self.sizes["m"], tile, extra=(self.sizes["n"], self.sizes["batch"])),
+                    loop_extent=self.shape[self.k_axis], along_k=frozenset({"b"} if b_along_k else ()),
+                    b_along_k=b_along_k, tile=tile, batched=Late(lambda b: self.batch_sym in b.printer.used),
+                    epilogue_statements=epilogue, result=result, out_index=lambda b: b.printer.int(out_index),
+                    load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),
+                    store_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), stores(b))),
+                    m=lambda b: b.printer.int(self.sizes["m"]), n=lambda b: b.printer.int(self.sizes["n"]),
+                    k=lambda b: b.printer.int(self.shape[self.k_axis]))
+
+
+def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
+                  render: bool = True, b_along_k: bool = False) -> Kernel:
+    """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K)."""
+    tc = TiledContraction.of(reduce, names, inline)
+    a_statements, a_value = tc.operand(0, "a")
+    b_statements, b_value = tc.operand(1, "b")
+    epilogue, result = tc.epilogue(output, "acc")
+    nodes = (reduce.srcs[0].node, reduce) + (() if output is reduce else (output,))
     loads = a_statements + [a_value] + b_statements + [b_value]
-    stores = lambda b: epilogue + [result, b.printer.int(_linear(out_idx, output.shape))]  # noqa: E731
-    return _finish(name, "matmul", "matmul.cu.j2", body, output, nodes, launch, True, render=render, loop_extent=shape[k_axis],
-                   along_k=frozenset({"b"} if b_along_k else ()), b_along_k=b_along_k,
-                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else ""), tile=tile, batched=Late(lambda b: batch_sym in b.printer.used), a_statements=a_statements, a_value=a_value,
-                   b_statements=b_statements, b_value=b_value, epilogue_statements=epilogue, result=result,
-                   out_index=lambda b: b.printer.int(_linear(out_idx, output.shape)),
-                   load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),
-                   store_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), stores(b))),
-                   m=lambda b: b.printer.int(sizes["m"]), n=lambda b: b.printer.int(sizes["n"]),
-                   k=lambda b: b.printer.int(shape[k_axis]))
+    fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
+    return _finish(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
+                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else ""),
+                   a_statements=a_statements, a_value=a_value, b_statements=b_statements, b_value=b_value, **fields)

@@ -102,6 +102,7 @@ class AccessPlan:
     extent: Optional[Dim] = None
     along_k: frozenset = frozenset()  # matmul operands ("a", "b") whose tile loads walk K with threadIdx.x
     block_reductions: int = 1  # block-wide reductions (shared-memory trees) a block-per-output kernel runs
+    template: str = ""  # the template file, whose fixed shared-memory traffic the model counts
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
-        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions)
+        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl)
         return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier), "",
                       launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
@@ -154,7 +155,7 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions)
+    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl)
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 

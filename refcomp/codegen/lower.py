@@ -13,6 +13,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from .emit import ProgramNames
 from .fused import matmul_kernel, row_kernel
+from .online import softmax_matmul_kernel
 from .kernels import BLOCK, TILE, Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
 
 
@@ -88,6 +89,10 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
+        online = frozenset(params.get("online_ids", ())) & {n.id for n in group.members}
+        if online:
+            return softmax_matmul_kernel(name, root, reduce, names, fused, online, tile=params.get("tile", TILE),
+                                         render=render, b_along_k=bool(params.get("b_along_k")))
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")))
     if group.kind == "reduce":

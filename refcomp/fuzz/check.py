@@ -83,6 +83,7 @@ class BatchResult:
     compared: int = 0  # (graph output, mode, binding) triples compared
     refusals: dict = field(default_factory=dict)  # error type -> (mode, binding) pairs refused as the reference refused
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
+    rules: dict = field(default_factory=dict)  # search rule -> how often the searched programs applied it
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
     model_checked: int = 0  # kernels whose memory-model counts were compared with the profiler's
@@ -130,6 +131,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
             continue
         result.kernels[mode] = len(prog.kernels)
+        for step in (built.search.trace if built.search is not None else ()):
+            result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
         if model:
             _check_model(result, graphs, mode, built, references)
         for which, (binding, feeds, want, refused) in enumerate(references):

@@ -111,6 +111,7 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
               f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
               + (f"{total.model_checked} kernels' memory-model counts checked against the profiler, " if model else "")
               + f"{total.seconds['total']:.1f} s", file=out)
+        print("[fuzz] search rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(total.rules.items())), file=out)
         print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
     return total
 
@@ -151,8 +152,9 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
         total.refusals[kind] = total.refusals.get(kind, 0) + n
     total.compared += res.compared
     total.model_checked += res.model_checked
-    for k, v in res.kernels.items():
-        total.kernels[k] = total.kernels.get(k, 0) + v
+    for counts, more in ((total.kernels, res.kernels), (total.rules, res.rules)):
+        for k, v in more.items():
+            counts[k] = counts.get(k, 0) + v
     for g in graphs:
         for op in g.ops:
             coverage[op] = coverage.get(op, 0) + 1

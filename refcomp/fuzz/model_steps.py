@@ -75,6 +75,20 @@ class ModelSteps:
                 out = self.emit(f"{out.name}.relu()", 0.0, out.hi, False, "relu") or out
             self.tame(out)
 
+    def step_attention(self) -> None:
+        """softmax(q k^T / sqrt(d)) v over a tensor's own rows (causal or not): the search may compute
+        the softmax online, inside the product with v (codegen.online). The output is a convex
+        combination of v's rows, so it stays within v's interval."""
+        q = self.pick(lambda v: len(v.shape) >= 2)
+        if q is None:
+            return self.step_matmul()
+        v = self.new_input(q.shape) if self.chance(0.5) else q
+        causal = self.chance(0.5)
+        out = self.emit(f"rc.nn.scaled_dot_product_attention({q.name}, {q.name}, {v.name}, causal={causal})",
+                        v.lo, v.hi, False, "attention")
+        if out is not None:
+            self.tame(out)
+
     def step_window(self) -> None:
         """Convolution and pooling: windows read through one strided view."""
         if self.chance(0.45):

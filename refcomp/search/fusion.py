@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from ..codegen.legality import (BLOCK, TILE, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
-                               default_reduce_strategy, matmul_axes)
+                               default_reduce_strategy, matmul_axes, online_softmax)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
@@ -64,6 +64,8 @@ class Schedule:
     epilogue: frozenset = decision("a reduction whose elementwise reader is applied to the result before the "
                                    "store (also inline)", codegen="epilogue_ids")
     matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
+    online: frozenset = decision("a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
+                                 "rescaled sum) by the matmul that reads the softmax (also inline)", codegen="online_ids")
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property
@@ -292,11 +294,25 @@ a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce")
 product_unshared = When(lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
                         "whose product nothing else reads")
 matmul_shaped = When(lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)")
+def _online_parts(g: Graph, s: Schedule, n: Node):
+    """The online-softmax parts of the contraction n (codegen.online), when nothing outside the
+    pattern reads them and they are not yet online."""
+    parts = online_softmax(n)
+    if parts is None or parts.maximum.id in s.online:
+        return None
+    inside = {p.id for p in parts.nodes} | {_product(n).id}
+    if any(p.id in g.outputs or any(c.id not in inside for c in g.consumers[p.id]) for p in parts.nodes):
+        return None
+    return parts
+
+
+reads_online_softmax = When(lambda g, s, n: _online_parts(g, s, n) is not None,
+                            "whose operand a is softmax(S) over its K axis, the softmax's max and sum read by nothing else")
 reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
 
 
-def into(*decision_names: str, of: Callable[[Node], Node] = _itself) -> tuple:
-    """The decisions a rule adds a node to (the matched node, or `of` it)."""
+def into(*decision_names: str, of: Callable[[Node], object] = _itself) -> tuple:
+    """The decisions a rule adds nodes to (the matched node, or `of` it: a node or a tuple of nodes)."""
     assert set(decision_names) <= {d.name for d in DECISIONS}, decision_names
     return tuple((name, of) for name in decision_names)
 
@@ -315,7 +331,8 @@ class FusionRule:
     def apply(self, graph: Graph, sched: Schedule, node: Node) -> Schedule:
         ids: dict[str, set] = {}
         for name, whose in self.then:
-            ids.setdefault(name, set()).add(whose(node).id)
+            decided = whose(node)
+            ids.setdefault(name, set()).update(n.id for n in (decided if isinstance(decided, tuple) else (decided,)))
         return sched.decide(**ids)
 
 
@@ -340,6 +357,16 @@ FUSION: list[FusionRule] = [
                into("matmul") + into("inline", of=_product),
                "the tile loop sums the same products (in another order: float32 rounding may differ by a few ulp, "
                "as any matmul)"),
+    FusionRule("online_softmax", "compute the softmax a matmul reads in the matmul's own pass over K: a running "
+               "maximum, the sum rescaled by exp2(c (m - m')) when the maximum grows, the accumulators likewise "
+               "(the attention scores are read once; the max and sum are never stored)",
+               scheduled("matmul") & reads_online_softmax,
+               into("inline", of=lambda n: online_softmax(n).nodes)
+               + into("online", of=lambda n: (online_softmax(n).maximum, online_softmax(n).total)),
+               "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
+               "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
+               "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
+               "rounding may differ by a few ulp)"),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)",
                scheduled("matmul") & free & read_only_by(elementwise),

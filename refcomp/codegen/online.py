@@ -1,0 +1,174 @@
+"""Online softmax: a softmax over K that feeds a contraction over K, computed in the contraction's pass.
+
+The graph spells softmax(S) @ B from primitives as
+
+    M = MaxReduce_k(S)                      the row's maximum
+    E = Exp2(c * (S + M * -1))              the weights, c > 0 (exp is exp2 of x * log2 e)
+    L = SumReduce_k(E)                      the row's total
+    P = E * R(L)                            R: the normaliser, Recip(L) or any function of L alone
+    C = SumReduce_k(P * B)                  the contraction (the matmul template's a = P)
+
+Read plainly that is three passes over S (M, then L, then C) and two stored row vectors. Because
+e(s, m) = exp2(c (s - m)) satisfies e(s, m') = e(s, m) * e(m, m'), one pass suffices: keep the running
+maximum m, and when a tile of K raises it to m', multiply the running total and the accumulators by
+e(m, m') (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018; the same
+recurrence is the heart of FlashAttention). At the end C = R(L) * sum_k E * B, as the reference's
+sum of (E * R) * B, with the factor applied once (float32 rounding differs by a few ulp).
+
+Soundness, checked here and by the kernel's index analysis: M and L reduce the same rows along the
+contraction's K axis; E is exactly exp2 of a positive constant times (S - M), so the rescaling identity
+holds and e(-inf, m) = 0 (a column whose every score so far is -inf adds nothing: the template's guard);
+R reads nothing but L; P is E times R, read at the thread's own (row, k) and row.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import sympy
+
+from ..ops.primitives import ELEMENTWISE, Edge, Node
+from ..symbolic.index import index_of
+from ..symbolic.view import ViewStack
+from .emit import Unfusable
+from .fused import TiledContraction, _linear, _lines_read_by, _same
+from .kernels import TILE, Kernel, Late, _finish
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """The nodes of softmax(S) @ B that the online kernel computes without storing (see the module)."""
+
+    maximum: Node  # M
+    total: Node  # L
+    weight: Node  # E
+    difference: tuple  # the nodes between S, M and E: M * -1, S + that, times c (when c != 1)
+    normaliser: Node  # R
+    probability: Node  # P
+
+    @property
+    def nodes(self) -> tuple:
+        return (self.maximum, *self.difference, self.weight, self.total, self.normaliser, self.probability)
+
+
+def _constant(edge: Edge) -> Optional[float]:
+    return float(edge.node.attrs["value"]) if edge.node.op.name == "Constant" else None
+
+
+def _other(node: Node, test: Callable[[Edge], bool]) -> Optional[tuple[Edge, Edge]]:
+    """(the source that passes `test`, the other source) of a binary node, either order."""
+    a, b = node.srcs
+    return (a, b) if test(a) else (b, a) if test(b) else None
+
+
+def _scaled_difference(node: Node) -> Optional[tuple[Node, tuple]]:
+    """(M, the nodes of c * (S + M * -1)) when `node` is that with c > 0 and M = MaxReduce(S)."""
+    chain = ()
+    if node.op.name == "Mul":
+        split = _other(node, lambda e: (_constant(e) or 0.0) > 0 and math.isfinite(_constant(e)))
+        if split is None:
+            return None
+        chain, node = (node,), split[1].node
+    if node.op.name != "Add":
+        return None
+    for negated, score in (node.srcs, node.srcs[::-1]):
+        minus = negated.node
+        if minus.op.name != "Mul" or _other(minus, lambda e: _constant(e) == -1.0) is None:
+            continue
+        maximum = _other(minus, lambda e: _constant(e) == -1.0)[1].node
+        if maximum.op.name == "MaxReduce" and maximum.srcs[0].node is score.node:
+            return maximum, (minus, node) + chain
+    return None
+
+
+def online_softmax(reduce: Node) -> Optional[OnlineSoftmax]:
+    """The online-softmax parts of the contraction `reduce` (its operand a), or None."""
+    if reduce.op.name != "SumReduce" or reduce.srcs[0].node.op.name != "Mul":
+        return None
+    probability = reduce.srcs[0].node.srcs[0].node
+    if probability.op.name != "Mul":
+        return None
+    for weight_edge, norm_edge in (probability.srcs, probability.srcs[::-1]):
+        weight, normaliser = weight_edge.node, norm_edge.node
+        if weight.op.name != "Exp2" or normaliser.op.kind not in ELEMENTWISE:
+            continue
+        found = _scaled_difference(weight.srcs[0].node)
+        sources = {s.node.id for s in normaliser.srcs if not s.node.op.literal}
+        if found is None or len(sources) != 1:
+            continue
+        total = next(s.node for s in normaliser.srcs if not s.node.op.literal)
+        maximum, difference = found
+        if (total.op.name == "SumReduce" and total.srcs[0].node is weight
+                and total.attrs["axis"] == maximum.attrs["axis"]):
+            return OnlineSoftmax(maximum, total, weight, difference, normaliser, probability)
+    return None
+
+
+def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool],
+                          online_ids=frozenset(), tile: int = TILE, render: bool = True,
+                          b_along_k: bool = False) -> Kernel:
+    parts = online_softmax(reduce)
+    if parts is None or not {parts.maximum.id, parts.total.id} <= set(online_ids):
+        raise Unfusable(f"{reduce.op.name}#{reduce.id} does not read an online softmax")
+    own = {n.id for n in parts.nodes}
+    tc = TiledContraction.of(reduce, names, lambda n: inline(n) or n.id in own)
+    body, maximum, total = tc.body, parts.maximum, parts.total
+    batch_axes, m_axes, n_axes = tc.axes
+    # the rows of M and L are the contraction's batch and M axes; their reduced axis is its K
+    kept = [a for a in range(len(tc.shape)) if a not in n_axes]
+    rows = [tc.per_axis[a] for a in kept if a != tc.k_axis]
+    axis = kept.index(tc.k_axis)
+    for stat in (maximum, total):
+        if stat.attrs["axis"] != axis or not _same(stat.srcs[0].shape, [tc.shape[a] for a in kept]):
+            raise Unfusable(f"{stat.op.name}#{stat.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K")
+    row = _linear(rows, maximum.shape)
+    at = lambda k: rows[:axis] + [k] + rows[axis:]  # noqa: E731  (a row's element k, in S's shape)
+    score_at, valid = index_of(maximum.srcs[0].views, at(tc.ka), body.ranges)
+    # P = E * R must be read at this thread's (row, k) and row: then C = R(L) * sum_k E * B
+    product = reduce.srcs[0].node
+    flat, _ = index_of(reduce.srcs[0].views, tc.index(tc.ka, set(n_axes)), body.ranges)
+    body.bind_compound = False
+    p_flat, _ = index_of(product.srcs[0].views, body.unravel(flat, product.shape), body.ranges)
+    p_idx = body.unravel(p_flat, parts.probability.shape)
+    body.bind_compound = True
+    w_edge, r_edge = (e for e in sorted(parts.probability.srcs, key=lambda e: e.node is not parts.weight))
+    w_read, _ = index_of(w_edge.views, p_idx, body.ranges)
+    r_read, _ = index_of(r_edge.views, p_idx, body.ranges)
+    summand, _ = index_of(total.srcs[0].views, at(tc.ka), body.ranges)
+    if valid is not sympy.true or sympy.expand(w_read - summand) != 0 or sympy.expand(r_read - row) != 0:
+        raise Unfusable(f"{parts.probability.op.name}#{parts.probability.id} is not read at its own row and column")
+
+    tc.begin("a", sympy.And(tc.tile_bound["bm"], tc.tile_bound["ka"]))
+    score = body.value_at(maximum.srcs[0], at(tc.ka))
+    score_statements = body.statements
+
+    def weight(s_name: str, guard) -> tuple[list[str], str]:
+        """e(s, m_new) with S read as the C value `s_name`: the summand of L at this thread's column."""
+        tc.begin("a", guard)
+        body.scalars[maximum.srcs[0].node.id] = (s_name, score_at)
+        body.scalars[maximum.id] = ("m_new", row)
+        return body.statements, body.value_at(total.srcs[0], at(tc.ka))
+
+    weight_statements, weight_value = weight("score", sympy.And(tc.tile_bound["bm"], tc.tile_bound["ka"]))
+    rescale_statements, rescale_value = weight("m_old", sympy.true)
+    b_statements, b_value = tc.operand(1, "b")
+    body.scalars[total.id] = ("l", row)
+    tc.begin("epilogue", sympy.And(tc.tile_bound["bm"], tc.tile_bound["bn"]))
+    factor = body.value_at(Edge(parts.normaliser, ViewStack.of_buffer(parts.normaliser.shape)),
+                           body.unravel(row, parts.normaliser.shape))
+    scaled_statements = body.statements + [f"const float scaled = acc * {factor};"]
+    epilogue, result = tc.epilogue(output, "scaled")
+    epilogue = scaled_statements + epilogue
+    nodes = (reduce.srcs[0].node, reduce) + parts.nodes + (() if output is reduce else (output,))
+    loads = score_statements + [score] + weight_statements + [weight_value] + b_statements + [b_value]
+    fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
+    weight_lines = Late(lambda b: _lines_read_by(b.used_index_lines(), weight_statements + rescale_statements))
+    return _finish(name, "matmul", "softmax_matmul.cu.j2", body, output, nodes, fields.pop("launch"), True,
+                   render=render, comment_extra=f", softmax computed online, matmul tile {tile}",
+                   score_statements=score_statements, score_value=score, weight_statements=weight_statements,
+                   weight_value=weight_value, rescale_statements=rescale_statements, rescale_value=rescale_value,
+                   weight_index_lines=weight_lines, b_statements=b_statements, b_value=b_value,
+                   maximum=names.label(maximum), total=names.label(total), max_identity=maximum.op.c_identity,
+                   max_combine=maximum.op.c.format("m_new", "Ss[threadIdx.y][kk]"),
+                   sum_combine=total.op.c.format("l", "w"), **fields)

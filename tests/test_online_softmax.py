@@ -1,0 +1,114 @@
+"""The online softmax (codegen/online.py, the `online_softmax` fusion rule): softmax(S) @ B in one pass.
+
+The rule's randomized equivalence test is with the other fusion rules (tests/test_fusion_rules.py);
+the fuzzer generates attention (refcomp/fuzz/model_steps.py) and counts the rule's firings. Here:
+the edges of the recurrence (rows that start masked, rows masked whole, +inf and NaN scores, a
+maximum that grows in every tile) against the float64 reference at both tile sizes, the patterns
+the matcher must refuse, and the GPT-2 block, whose attention must come out as one kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+from refcomp import golden
+from refcomp.codegen.online import online_softmax
+from refcomp.exec.program import program_for_schedule
+from refcomp.ops.graph import toposort
+
+ONLINE = "softmax_matmul.cu.j2"
+D = 32
+
+
+def _attention(**kw):
+    q, k, v = (rc.input(n, ("B", 2, "T", D)) for n in "qkv")
+    return rc.nn.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _online_program(out, tile: int):
+    """The searched program with its online kernel's tile set to `tile`."""
+    prog = rc.compile(out, dims_hint={"B": 2, "T": 96}, cache=False)
+    online = [k for k in prog.kernels if k.plan.template == ONLINE]
+    assert len(online) == 1, [k.name for k in prog.kernels]
+    result = prog.search
+    sched = result.schedule.with_params({(online[0].output.id, "tile"): tile})
+    forced = program_for_schedule(out, result, sched)
+    assert f"__shared__ float Ss[{tile}][{tile + 1}]" in forced.source
+    return forced
+
+
+def _compare(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN where the reference has none, or the reverse"
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], **golden.FLOAT32_TOLERANCE)
+
+
+@pytest.mark.parametrize("tile", [16, 32])
+def test_masked_rows_infinities_and_nan_match_the_reference(tile):
+    mask = rc.input("mask", ("T", "T"))
+    out = _attention(mask=mask)
+    prog = _online_program(out, tile)
+    rng = np.random.default_rng(tile)
+    for b, t in ((2, 70), (1, 33), (1, 5)):
+        feeds = {n: (2 * rng.standard_normal((b, 2, t, D))).astype(np.float32) for n in "qkv"}
+        m = np.zeros((t, t), np.float32)
+        m[:, :min(40, t - 1)] = -np.inf  # every row starts masked for more than one tile
+        m[min(3, t - 1), :] = -np.inf  # a row masked whole: NaN, as the reference
+        m[1, t - 1] = np.inf  # +inf: NaN too
+        m[2, t // 2] = np.nan
+        feeds["mask"] = m
+        _compare(prog.run(feeds, backend="emulator"), rc.evaluate(out, feeds, precision="float64"))
+
+
+@pytest.mark.parametrize("tile", [16, 32])
+def test_a_maximum_that_grows_in_every_tile_is_rescaled(tile):
+    out = _attention(causal=True)
+    prog = _online_program(out, tile)
+    t = 100
+    ramp = np.linspace(0.0, 6.0, t, dtype=np.float32)  # the score grows with k: every tile raises the maximum
+    feeds = {"q": np.ones((1, 2, t, D), np.float32) * 0.5,
+             "k": np.broadcast_to(ramp[None, None, :, None], (1, 2, t, D)).copy(),
+             "v": np.random.default_rng(0).standard_normal((1, 2, t, D)).astype(np.float32)}
+    _compare(prog.run(feeds, backend="emulator"), rc.evaluate(out, feeds, precision="float64"))
+
+
+def _contraction(out):
+    return next(n for n in reversed(toposort([out.node])) if n.op.name == "SumReduce")
+
+
+def test_the_matcher_names_the_parts_and_refuses_what_is_not_an_online_softmax():
+    x, w = rc.input("x", (8, 12)), rc.input("w", (12, 5))
+    parts = online_softmax(_contraction(x.softmax(-1) @ w))
+    assert [n.op.name for n in parts.nodes] == ["MaxReduce", "Mul", "Add", "Mul", "Exp2", "SumReduce", "Recip", "Mul"]
+    m = x.max(-1, keepdims=True)
+    not_online = {
+        "c < 0: exp2(-(x - max)), the rescale would overflow": ((x - m) * -1.0).exp2(),
+        "the max of another tensor": (x - (x * 2.0).max(-1, keepdims=True)).exp(),
+        "no max at all": (x - x.sum(-1, keepdims=True)).exp(),
+    }
+    for why, e in not_online.items():
+        assert online_softmax(_contraction((e / e.sum(-1, keepdims=True)) @ w)) is None, why
+    e = (x - m).exp()
+    assert online_softmax(_contraction((e / (e.sum(-1, keepdims=True) + x.sum(-1, keepdims=True))) @ w)) is None, \
+        "a normaliser that reads more than the sum"
+    assert online_softmax(_contraction(e @ w)) is None, "no normaliser: not a softmax"
+
+
+def test_the_gpt2_block_computes_its_attention_in_one_kernel():
+    from examples.gpt2_block import build_block, numpy_block
+    out, weights = build_block()
+    prog = rc.compile(out, dims_hint={"B": 8, "T": 128}, cache=False)
+    assert "online_softmax" in {s.rule for s in prog.search.trace}
+    online = [k for k in prog.kernels if k.plan.template == ONLINE]
+    assert len(online) == 1
+    assert {"MaxReduce", "SumReduce", "Exp2"} <= {n.op.name for n in online[0].nodes}
+    # no kernel stores a (B, H, T, T) softmax statistic or weight: max and sum are never written
+    assert not any(k.output.op.name == "MaxReduce" for k in prog.kernels)
+    x = np.random.default_rng(1).standard_normal((2, 40, 128)).astype(np.float32)
+    got = prog.run({"x": x, **weights}, backend="emulator")
+    np.testing.assert_allclose(got, numpy_block(x, weights), rtol=1e-4, atol=1e-4)
+    assert math.isfinite(prog.cost.time_s)
