@@ -23,7 +23,8 @@ from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200, DeviceProfile
 from refcomp.search.evaluate import Evaluator
 from refcomp.search.explain import explain
-from refcomp.search.fusion import CLEANUP, DECISIONS, FUSION, KERNEL_PARAMS, Schedule, group_params
+from refcomp.search.fusion import CLEANUP, FUSION, group_params
+from refcomp.search.schedule import DECISIONS, KERNEL_PARAMS, Schedule
 from refcomp.search.search import search, with_schedule
 from refcomp.symbolic.dims import evaluate_dim
 
@@ -70,6 +71,13 @@ def _fusion_graphs(name: str) -> dict:
                 "softmax_matmul": x.softmax(-1) @ w,
                 "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
                 "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1)}  # P is read twice
+    if name == "stream_scores":  # each graph its own q, k, v: the search merges equal scores (CSE)
+        q, k, v = ([rc.input(f"{n}{i}", ("B", "T", 6)) for i in range(4)] for n in "qkv")
+        scores = q[2] @ k[2].transpose(-1, -2)
+        return {"causal": rc.nn.scaled_dot_product_attention(q[0], k[0], v[0], causal=True),
+                "masked": rc.nn.scaled_dot_product_attention(q[1], k[1], v[1], mask=rc.input("m", ("T", "T"))),
+                "scores_kept": scores.softmax(-1) @ v[2] + scores.sum(-1, keepdims=True),  # S read twice: not streamed
+                "keys_on_the_left": (k[3] @ q[3].transpose(-1, -2)).transpose(-1, -2).softmax(-1) @ v[3]}
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
         return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
@@ -106,6 +114,7 @@ FORCE = {
     "matmul_epilogue": ["matmul", "matmul_epilogue", "fuse_elementwise"],
     "reduce_epilogue": ["reduce_epilogue"],
     "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
+    "stream_scores": ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"],
 }
 
 
@@ -149,6 +158,8 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert "matmul" in kinds
     if name == "online_softmax":
         assert sum("softmax computed online" in k.source for k in forced.kernels) == 3  # causal, masked, softmax_matmul
+    if name == "stream_scores":
+        assert sum("scores streamed" in k.source for k in forced.kernels) >= 2  # causal, masked
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
 
@@ -156,7 +167,7 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
 def test_schedules_are_values_declared_once():
     """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
     equal schedules are equal values, and what code generation is told is derived from the declaration."""
-    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online"]
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "streamed"]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1

@@ -151,7 +151,8 @@ def test_nested_short_reduces_are_not_unrolled_past_the_recompute_bound():
     from refcomp.codegen.emit import MAX_INLINED_VALUES
     from refcomp.codegen.lower import materialise_outputs
     from refcomp.codegen.legality import fusion_problem
-    from refcomp.search.fusion import Graph, Schedule, check_group, group_of, group_params
+    from refcomp.search.fusion import Graph, check_group, group_of, group_params
+    from refcomp.search.schedule import Schedule
     x = rc.input("x", (4,) * 7)
     sums = [x]
     for _ in range(6):

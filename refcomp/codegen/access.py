@@ -105,9 +105,11 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
     gx, gy = -(-n // t), -(-work // t)
     warps_per_block = -(-t * t // WARP)
-    steps = -(-extent // t) if scope in ("a", "b") else 1
-    count = gx * gy * batch * warps_per_block * steps
+    steps = -(-extent // t) if scope in ("a", "b", "kt") else 1
+    chunks = kernel.plan.streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
+    count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
+    chunk, q = q % chunks, q // chunks
     step, q = q % steps, q // steps
     warp, q = q % warps_per_block, q // warps_per_block
     bx, q = q % gx, q // gx
@@ -119,6 +121,8 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
               "batch": np.broadcast_to(bz[:, None], tid.shape)}
     if scope == "b" and "b" in kernel.plan.along_k:  # B's tile loaded with threadIdx.x walking K
         values.update(bn=bx[:, None] * t + ty, kb=k0 + tx)
+    if scope in ("q", "kt"):
+        values.update(dq=chunk[:, None] * t + tx, dk=chunk[:, None] * t + tx, kt=k0 + ty)
     return Lanes(values, tid < t * t, count, weight)
 
 
@@ -254,6 +258,7 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     # softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), and reads its score (Ss[ty][tx]) and
     # its row's scores (Ss[ty][kk], for the maximum), behind a third barrier
     online = kernel.plan.template == "softmax_matmul.cu.j2"
+    streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
     store_waves = load_waves = 0
     warps = -(-t * t // WARP)
     for w in range(warps):
@@ -265,10 +270,33 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
         load_waves += row_reads * (2 if online else 1) + sum(_wavefronts(kk * pitch + x) for kk in range(t))
         load_waves += own if online else 0
     per_block = blocks * steps
-    return MemoryCounts(shared_load_requests=per_block * warps * (3 * t + 1 if online else 2 * t),
-                        shared_load_wavefronts=per_block * load_waves,
-                        shared_store_requests=per_block * warps * (3 if online else 2),
-                        shared_store_wavefronts=per_block * store_waves, barriers=per_block * warps * (3 if online else 2))
+    return streamed + MemoryCounts(shared_load_requests=per_block * warps * (3 * t + 1 if online else 2 * t),
+                                   shared_load_wavefronts=per_block * load_waves,
+                                   shared_store_requests=per_block * warps * (3 if online else 2),
+                                   shared_store_wavefronts=per_block * store_waves,
+                                   barriers=per_block * warps * (3 if online else 2))
+
+
+def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
+    """Streamed scores: each block stores its rows of Q once (Qs[ty][c t + tx]); each K tile, K's rows
+    (Ks[ty][c t + tx]), then every thread reads Qs[ty][d] and Ks[tx][d] for each d of the depth,
+    behind a fourth barrier."""
+    t, width = kernel.launch.block, kernel.plan.streamed_width
+    depth = kernel.plan.streamed_depth
+    pitch = width + 1
+    tid = np.arange(t * t)
+    ty, tx = tid // t, tid % t
+    warps = -(-t * t // WARP)
+    row_store = dot = 0
+    for w in range(warps):
+        y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
+        row_store += sum(_wavefronts(y * pitch + c * t + x) for c in range(width // t))
+        dot += sum(_wavefronts(y * pitch + d) + _wavefronts(x * pitch + d) for d in range(depth))
+    chunks = width // t
+    return MemoryCounts(shared_store_requests=blocks * warps * chunks * (1 + steps),
+                        shared_store_wavefronts=blocks * row_store * (1 + steps),
+                        shared_load_requests=blocks * steps * warps * 2 * depth,
+                        shared_load_wavefronts=blocks * steps * dot, barriers=blocks * steps * warps)
 
 
 def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:

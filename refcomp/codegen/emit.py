@@ -104,6 +104,7 @@ class KernelBody:
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
+    scalars_read: set = field(default_factory=set)  # the ids of the scalars some statement read
     _count: int = 0
     _memo: dict = field(default_factory=dict)  # (statement list, node, views, index) -> variable
     _alive: list = field(default_factory=list)
@@ -245,6 +246,7 @@ class KernelBody:
         flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
         if valid is not sympy.true or sympy.expand(flat - expected) != 0:
             raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
+        self.scalars_read.add(node.id)
         return name
 
     def unravel(self, flat, shape) -> list[sympy.Expr]:

@@ -88,10 +88,11 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)
     if group.kind == "matmul":
-        reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()))
+        streamed = frozenset(params.get("streamed_ids", ()))
+        reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()) and n.id not in streamed)
         online = frozenset(params.get("online_ids", ())) & {n.id for n in group.members}
         if online:
-            return softmax_matmul_kernel(name, root, reduce, names, fused, online, tile=params.get("tile", TILE),
+            return softmax_matmul_kernel(name, root, reduce, names, fused, online, streamed, tile=params.get("tile", TILE),
                                          render=render, b_along_k=bool(params.get("b_along_k")))
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")))

@@ -32,7 +32,7 @@ from ..ops.primitives import ELEMENTWISE, Edge, Node
 from ..symbolic.index import index_of
 from ..symbolic.view import ViewStack
 from .emit import Unfusable
-from .fused import TiledContraction, _linear, _lines_read_by, _same
+from .fused import TiledContraction, _linear, _lines_read_by, _same, matmul_axes
 from .kernels import TILE, Kernel, Late, _finish
 
 
@@ -105,13 +105,72 @@ def online_softmax(reduce: Node) -> Optional[OnlineSoftmax]:
     return None
 
 
+def streamed_scores(parts: OnlineSoftmax) -> tuple[Optional[Node], tuple]:
+    """(S, the elementwise nodes from S to the scores) when the scores the maximum reads are an
+    elementwise function of one matmul S = SumReduce_d(Q * K) (attention's q k^T, scaled and masked),
+    else (None, ())."""
+    found, chain, stack, seen = [], [], [parts.maximum.srcs[0].node], set()
+    while stack:
+        node = stack.pop()
+        if node.id in seen or node.op.literal:
+            continue
+        seen.add(node.id)
+        if node.op.kind in ELEMENTWISE:
+            chain.append(node)
+            stack.extend(s.node for s in node.srcs)
+        elif node.op.name == "SumReduce" and matmul_axes(node) is not None:
+            found.append(node)
+    return (found[0], tuple(chain)) if len(found) == 1 else (None, ())
+
+
+MAX_STREAMED_DEPTH = 128  # Q's rows and K's tile rows, this long, sit in shared memory (<= 33 KB at tile 32)
+
+
+def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: int) -> dict:
+    """The template's `qk` field: the streamed product's depth and how to load Q's and K's elements.
+    S's keys must be its N axis (K does not vary along the rows) and S must have the scores' shape;
+    S is then read as the thread's `qk`."""
+    body = tc.body
+    depth_axis = scores.attrs["axis"]
+    depth = scores.srcs[0].shape[depth_axis]
+    if not isinstance(depth, int) or depth > MAX_STREAMED_DEPTH:
+        raise Unfusable(f"{scores.op.name}#{scores.id} sums {depth} values: at most {MAX_STREAMED_DEPTH} are streamed")
+    s_batch, s_m, s_n = matmul_axes(scores)
+    key = axis + (1 if axis >= depth_axis else 0)  # the keys' axis in S's source
+    if s_n != [key]:
+        raise Unfusable(f"{scores.op.name}#{scores.id} does not have the keys as its N axis")
+    dq, dk = body.index_var("dq", depth), body.index_var("dk", depth)
+    kt = body.index_var("kt", tc.shape[tc.k_axis])
+    product = scores.srcs[0].node
+
+    def operand(which: int, k_sym, d_sym, zero: list, guard) -> tuple[list[str], str]:
+        at_k = at(k_sym)
+        src = at_k[:depth_axis] + [d_sym] + at_k[depth_axis:]
+        src = [sympy.Integer(0) if a in zero else e for a, e in enumerate(src)]
+        flat, _ = index_of(scores.srcs[0].views, src, body.ranges)
+        tc.begin("q" if which == 0 else "kt", guard)
+        return body.statements, body.value_at(product.srcs[which], body.unravel(flat, product.shape))
+
+    q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, sympy.And(tc.tile_bound["bm"], sympy.Lt(dq, depth)))
+    k_statements, k_value = operand(1, kt, dk, s_m, sympy.And(sympy.Lt(kt, tc.shape[tc.k_axis]), sympy.Lt(dk, depth)))
+    body.scalars[scores.id] = ("qk", _linear(at(tc.ka), scores.shape))
+    width = -(-depth // tile) * tile
+    return dict(depth=depth, width=width, q_statements=q_statements, q_value=q_value, k_statements=k_statements,
+                k_value=k_value)
+
+
 def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool],
-                          online_ids=frozenset(), tile: int = TILE, render: bool = True,
+                          online_ids=frozenset(), streamed_ids=frozenset(), tile: int = TILE, render: bool = True,
                           b_along_k: bool = False) -> Kernel:
+    """With S in `streamed_ids` (see streamed_scores), S = Q K^T is computed in the kernel, a tile of
+    keys at a time: the scores are never read from memory (FlashAttention)."""
     parts = online_softmax(reduce)
     if parts is None or not {parts.maximum.id, parts.total.id} <= set(online_ids):
         raise Unfusable(f"{reduce.op.name}#{reduce.id} does not read an online softmax")
-    own = {n.id for n in parts.nodes}
+    scores, chain = streamed_scores(parts)
+    if scores is None or scores.id not in set(streamed_ids):
+        scores, chain = None, ()
+    own = {n.id for n in parts.nodes + chain}
     tc = TiledContraction.of(reduce, names, lambda n: inline(n) or n.id in own)
     body, maximum, total = tc.body, parts.maximum, parts.total
     batch_axes, m_axes, n_axes = tc.axes
@@ -139,9 +198,16 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     if valid is not sympy.true or sympy.expand(w_read - summand) != 0 or sympy.expand(r_read - row) != 0:
         raise Unfusable(f"{parts.probability.op.name}#{parts.probability.id} is not read at its own row and column")
 
+    qk = None
+    if scores is not None:
+        if not _same(scores.shape, maximum.srcs[0].shape):
+            raise Unfusable(f"{scores.op.name}#{scores.id} does not have the scores' shape")
+        qk = _stream(tc, scores, at, axis, tile)
     tc.begin("a", sympy.And(tc.tile_bound["bm"], tc.tile_bound["ka"]))
     score = body.value_at(maximum.srcs[0], at(tc.ka))
     score_statements = body.statements
+    if scores is not None and scores.id not in body.scalars_read:
+        raise Unfusable(f"the scores of {maximum.op.name}#{maximum.id} do not read {scores.op.name}#{scores.id} at their own position")
 
     def weight(s_name: str, guard) -> tuple[list[str], str]:
         """e(s, m_new) with S read as the C value `s_name`: the summand of L at this thread's column."""
@@ -160,12 +226,17 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     scaled_statements = body.statements + [f"const float scaled = acc * {factor};"]
     epilogue, result = tc.epilogue(output, "scaled")
     epilogue = scaled_statements + epilogue
-    nodes = (reduce.srcs[0].node, reduce) + parts.nodes + (() if output is reduce else (output,))
-    loads = score_statements + [score] + weight_statements + [weight_value] + b_statements + [b_value]
+    streamed = () if scores is None else (scores.srcs[0].node, scores) + chain
+    nodes = (reduce.srcs[0].node, reduce) + parts.nodes + streamed + (() if output is reduce else (output,))
+    loads = ([qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]) + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    weight_lines = Late(lambda b: _lines_read_by(b.used_index_lines(), weight_statements + rescale_statements))
+    lines = lambda texts: Late(lambda b: _lines_read_by(b.used_index_lines(), texts))  # noqa: E731
+    weight_lines = lines(weight_statements + rescale_statements)
     return _finish(name, "matmul", "softmax_matmul.cu.j2", body, output, nodes, fields.pop("launch"), True,
-                   render=render, comment_extra=f", softmax computed online, matmul tile {tile}",
+                   render=render, comment_extra=", softmax computed online" + (", scores streamed" if qk else "")
+                   + f", matmul tile {tile}", qk=qk, streamed=(qk["depth"], qk["width"]) if qk else (0, 0),
+                   q_index_lines=lines(qk["q_statements"] + [qk["q_value"]] if qk else []),
+                   score_index_lines=lines(score_statements + [score]),
                    score_statements=score_statements, score_value=score, weight_statements=weight_statements,
                    weight_value=weight_value, rescale_statements=rescale_statements, rescale_value=rescale_value,
                    weight_index_lines=weight_lines, b_statements=b_statements, b_value=b_value,

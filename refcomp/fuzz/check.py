@@ -59,14 +59,17 @@ def compare(got, want64, want32) -> Optional[str]:
     """None when `got` matches: within tolerance where the reference is finite, and NaN or infinite
     where it is not. Which non-finite value is not compared: an infinity times a zero that rounding
     left at 1e-9 instead of 0 (a variance of equal values) is an infinity, not NaN, and either is
-    right. Exact NaN and infinity semantics are the golden cases' job (compared exactly there)."""
+    right. Where the float32 reference is itself not finite, NaN is a float32 answer too (an input's
+    infinity times a weight that underflows to 0 in float32 but not in float64: attention over a
+    value row holding inf). Exact NaN and infinity semantics are the golden cases' job."""
     got = np.asarray(got, dtype=np.float64)
     if got.shape != want64.shape:
         return f"shape {got.shape}, expected {want64.shape}"
     finite = np.isfinite(want64)
     with np.errstate(invalid="ignore"):
         err = np.abs(got - want64)
-        bad = np.where(finite, ~(err <= tolerance(want64, want32)), np.isfinite(got))  # NaN counts as bad
+        float32_nan = np.isnan(got) & ~np.isfinite(want32)
+        bad = np.where(finite, ~(err <= tolerance(want64, want32)) & ~float32_nan, np.isfinite(got))  # NaN is bad
     if not bad.any():
         return None
     where = np.argwhere(bad)

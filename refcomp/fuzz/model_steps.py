@@ -82,6 +82,11 @@ class ModelSteps:
         q = self.pick(lambda v: len(v.shape) >= 2)
         if q is None:
             return self.step_matmul()
+        known = isinstance(q.shape[-1], int) and q.shape[-1] <= 128
+        if simple_dim(q.shape[-1]) and (not known or self.chance(0.3)):  # a known head dimension: the scores can stream
+            w = self.new_input((q.shape[-1], self.choice([4, 8, 16, 40])))
+            kk = _max_extent(q.shape[-1])
+            q = self.emit(f"({q.name} @ {w.name})", -2 * kk * q.bound, 2 * kk * q.bound, False, "matmul") or q
         v = self.new_input(q.shape) if self.chance(0.5) else q
         causal = self.chance(0.5)
         out = self.emit(f"rc.nn.scaled_dot_product_attention({q.name}, {q.name}, {v.name}, causal={causal})",

@@ -14,7 +14,8 @@ from typing import Mapping, Optional
 from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, retarget
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
-from .fusion import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Graph, Schedule, check_group, group_cost, group_of, group_params
+from .fusion import Graph, check_group, group_cost, group_of, group_params
+from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
 
 def group_structure(group: Group, sched: Schedule) -> tuple:

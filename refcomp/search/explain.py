@@ -58,9 +58,12 @@ def explain(program) -> str:
     out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
     out += describe_graph([identity_edge(n) for n in result.graph.output_nodes])
     out.append("")
-    out.append("rules applied (modeled time and kernel count after each):")
+    out.append("rules applied (modeled time and kernel count after each, and the change in time):")
+    previous = None
     for step in result.trace:
-        out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels")
+        delta = "" if previous is None else f"{(step.cost_s - previous) * 1e6:>+10.2f} us"
+        out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels {delta}".rstrip())
+        previous = step.cost_s
     out.append("")
     out.append("kernels:")
     for kernel in program.kernels:

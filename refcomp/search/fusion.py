@@ -1,100 +1,27 @@
-"""Fusion and schedule rules, and the partition of a graph into kernels that a schedule implies.
+"""Fusion rules, and the partition of a graph into kernels that a schedule (search/schedule.py) implies.
 
-A `Schedule` never changes values: it only says where each node is computed. A node in `inline`
-is recomputed inside every kernel that reads it instead of being written to memory; a reduction
-in `row` is computed by its reader's row kernel; a SumReduce in `matmul` runs on the tiled matmul
-template. Every other compute node is the root of its own kernel. Each rule below is a move from
-one schedule to another, sound because recomputing a pure function where it is read gives the
-value that would have been stored; the cost model decides whether a move pays.
+Each rule below is a move from one schedule to another, sound because recomputing a pure function
+where it is read gives the value that would have been stored (or, for the online softmax, by the
+identity its rule states); the cost model decides whether a move pays.
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..codegen.legality import (BLOCK, TILE, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
-                               default_reduce_strategy, matmul_axes, online_softmax)
+from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
+                               default_reduce_strategy, matmul_axes, online_softmax,
+                               streamed_scores)
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
+from .schedule import DECISIONS, Schedule
 
 # A buffer read through a broadcast (the same element by many threads) costs at most this many
 # passes over it: caches absorb the rest. The tiled matmul reads each operand once.
 REREAD_LIMIT = 4
 
 
-def decision(doc: str, codegen: Optional[str] = None):
-    """A per-node decision of a Schedule: a set of node ids. `codegen` names the key under which code
-    generation is told of it (a reduction that a template, not an unrolled loop, computes)."""
-    return field(default=frozenset(), metadata={"doc": doc, "codegen": codegen})
-
-
-@dataclass(frozen=True)
-class Param:
-    """A per-kernel parameter: its value when unset, and per kind of kernel the values the tuner tries
-    (the first wins a tie)."""
-
-    name: str
-    doc: str
-    default: object
-    choices: dict
-    moves_memory: bool = False  # its choices change how threads walk memory: priced on the built kernel
-
-
-# Tried in this order, each with the ones before it already chosen.
-KERNEL_PARAMS = (
-    Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
-          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}, moves_memory=True),
-    Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
-    Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
-    Param("b_along_k", "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W "
-          "in x @ W.T)", False, {"matmul": (False, True)}, moves_memory=True),
-)
-PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Where each node is computed: the per-node decisions below (every other compute node is the root
-    of its own kernel) and each kernel's parameters. A value: equal schedules compare and hash equal."""
-
-    inline: frozenset = decision("computed inside every kernel that reads it, never stored")
-    row: frozenset = decision("a reduction computed by its reader's row kernel (also inline)", codegen="row_ids")
-    epilogue: frozenset = decision("a reduction whose elementwise reader is applied to the result before the "
-                                   "store (also inline)", codegen="epilogue_ids")
-    matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
-    online: frozenset = decision("a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
-                                 "rescaled sum) by the matmul that reads the softmax (also inline)", codegen="online_ids")
-    params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
-
-    @functools.cached_property
-    def _params(self) -> dict:
-        return dict(self.params)
-
-    @functools.cached_property
-    def templated(self) -> frozenset:
-        """The reductions a decision hands to a template (never unrolled inline)."""
-        return frozenset().union(*(getattr(self, d.name) for d in DECISIONS if d.metadata["codegen"]))
-
-    def param(self, root_id: int, name: str):
-        return self._params.get((root_id, name), PARAMS_BY_NAME[name].default)
-
-    def kernel_params(self, root_id: int) -> dict:
-        """Every parameter of the kernel rooted at `root_id`, defaults filled in."""
-        return {p.name: self.param(root_id, p.name) for p in KERNEL_PARAMS}
-
-    def with_params(self, chosen: dict) -> "Schedule":
-        """This schedule with {(root id, name): value} set (None: unset)."""
-        params = {**self._params, **chosen}
-        return replace(self, params=tuple(sorted((k, v) for k, v in params.items() if v is not None)))
-
-    def decide(self, **ids) -> "Schedule":
-        """This schedule with the node ids added to the named decisions: decide(inline={3}, row={3})."""
-        return replace(self, **{name: getattr(self, name) | frozenset(more) for name, more in ids.items()})
-
-
-DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
 
 
 @dataclass
@@ -165,7 +92,7 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
                 reads[s.id] = s
     ordered = tuple(sorted(members.values(), key=lambda n: graph.position[n.id]))
     everything = ordered + (root,)
-    mm = [n for n in everything if n.id in sched.matmul]
+    mm = [n for n in everything if n.id in sched.matmul and n.id not in sched.streamed]
     rows = [n for n in ordered if n.id in sched.row]
     epilogues = [n for n in ordered if n.id in sched.epilogue]
     if root.op.kind == GATHER:
@@ -212,6 +139,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
         tile = sched.param(root.id, "tile")
         flops = 2 * m_n * k + ops * m_n
+        flops += sum(2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed)  # q . k per score
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
@@ -308,6 +236,24 @@ def _online_parts(g: Graph, s: Schedule, n: Node):
 
 reads_online_softmax = When(lambda g, s, n: _online_parts(g, s, n) is not None,
                             "whose operand a is softmax(S) over its K axis, the softmax's max and sum read by nothing else")
+def _streamable(g: Graph, s: Schedule, n: Node):
+    """(S, the elementwise nodes from S to the scores) when n's softmax is online and its scores are
+    an elementwise function of one matmul S read by nothing else, not yet streamed."""
+    parts = online_softmax(n)
+    if parts is None or parts.maximum.id not in s.online:
+        return None
+    scores, chain = streamed_scores(parts)
+    if scores is None or scores.id in s.streamed or scores.id in g.outputs:
+        return None
+    inside = {c.id for c in chain} | {p.id for p in parts.nodes}
+    if any(c.id not in inside for c in g.consumers[scores.id]) or any(
+            c.id in g.outputs or any(r.op.kind == GATHER for r in g.consumers[c.id]) for c in chain):
+        return None
+    return scores, chain
+
+
+streamable_scores = When(lambda g, s, n: _streamable(g, s, n) is not None,
+                         "whose online softmax's scores are an elementwise function of a matmul S that nothing else reads")
 reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
 
 
@@ -367,6 +313,14 @@ FUSION: list[FusionRule] = [
                "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
                "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
                "rounding may differ by a few ulp)"),
+    FusionRule("stream_scores", "compute the scores of an online softmax, the matmul S = Q K^T, a tile of keys at a "
+               "time inside the online kernel (FlashAttention: Q's rows stay in shared memory, K's tiles stream "
+               "through; the scores are never written)",
+               scheduled("matmul") & streamable_scores,
+               into("inline", of=lambda n: (_streamable_parts(n)[0], _product(_streamable_parts(n)[0])) + _streamable_parts(n)[1])
+               + into("streamed", of=lambda n: _streamable_parts(n)[0]),
+               "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
+               "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")"),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)",
                scheduled("matmul") & free & read_only_by(elementwise),
@@ -382,6 +336,10 @@ CLEANUP: list[FusionRule] = [
                & reader_shaped,
                into("inline", "epilogue"), RECOMPUTE),
 ]
+
+
+def _streamable_parts(n: Node) -> tuple:
+    return streamed_scores(online_softmax(n))
 
 
 def check_group(sched: Schedule, group: Group, builds: Callable[[Group], bool]) -> bool:

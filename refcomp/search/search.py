@@ -23,7 +23,8 @@ from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for
 from .evaluate import Evaluator, touched_by
-from .fusion import CLEANUP, FUSION, KERNEL_PARAMS, Graph, Schedule
+from .fusion import CLEANUP, FUSION, Graph
+from .schedule import KERNEL_PARAMS, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
 

@@ -1,0 +1,92 @@
+"""Schedules: where each node of a fixed graph is computed, as a value.
+
+A `Schedule` never changes values: it only says where each node is computed. A node in `inline`
+is recomputed inside every kernel that reads it instead of being written to memory; a reduction
+in `row` is computed by its reader's row kernel; a SumReduce in `matmul` runs on the tiled matmul
+template; `online` and `streamed` are the parts of an attention computed in one pass by it. Every
+other compute node is the root of its own kernel. The decisions and the per-kernel parameters are
+declared once, here, and everything else (comparing, keying, tuning, what code generation is told)
+derives from the declarations.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, fields, replace
+from typing import Optional
+
+from ..codegen.legality import BLOCK, TILE
+
+
+def decision(doc: str, codegen: Optional[str] = None):
+    """A per-node decision of a Schedule: a set of node ids. `codegen` names the key under which code
+    generation is told of it (a reduction that a template, not an unrolled loop, computes)."""
+    return field(default=frozenset(), metadata={"doc": doc, "codegen": codegen})
+
+
+@dataclass(frozen=True)
+class Param:
+    """A per-kernel parameter: its value when unset, and per kind of kernel the values the tuner tries
+    (the first wins a tie)."""
+
+    name: str
+    doc: str
+    default: object
+    choices: dict
+    moves_memory: bool = False  # its choices change how threads walk memory: priced on the built kernel
+
+
+# Tried in this order, each with the ones before it already chosen.
+KERNEL_PARAMS = (
+    Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
+          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}, moves_memory=True),
+    Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
+    Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
+    Param("b_along_k", "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W "
+          "in x @ W.T)", False, {"matmul": (False, True)}, moves_memory=True),
+)
+PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where each node is computed: the per-node decisions below (every other compute node is the root
+    of its own kernel) and each kernel's parameters. A value: equal schedules compare and hash equal."""
+
+    inline: frozenset = decision("computed inside every kernel that reads it, never stored")
+    row: frozenset = decision("a reduction computed by its reader's row kernel (also inline)", codegen="row_ids")
+    epilogue: frozenset = decision("a reduction whose elementwise reader is applied to the result before the "
+                                   "store (also inline)", codegen="epilogue_ids")
+    matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
+    online: frozenset = decision("a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
+                                 "rescaled sum) by the matmul that reads the softmax (also inline)", codegen="online_ids")
+    streamed: frozenset = decision("a matmul whose only use is the scores of an online softmax, computed a tile at "
+                                   "a time inside the online kernel (also inline)", codegen="streamed_ids")
+    params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
+
+    @functools.cached_property
+    def _params(self) -> dict:
+        return dict(self.params)
+
+    @functools.cached_property
+    def templated(self) -> frozenset:
+        """The reductions a decision hands to a template (never unrolled inline)."""
+        return frozenset().union(*(getattr(self, d.name) for d in DECISIONS if d.metadata["codegen"]))
+
+    def param(self, root_id: int, name: str):
+        return self._params.get((root_id, name), PARAMS_BY_NAME[name].default)
+
+    def kernel_params(self, root_id: int) -> dict:
+        """Every parameter of the kernel rooted at `root_id`, defaults filled in."""
+        return {p.name: self.param(root_id, p.name) for p in KERNEL_PARAMS}
+
+    def with_params(self, chosen: dict) -> "Schedule":
+        """This schedule with {(root id, name): value} set (None: unset)."""
+        params = {**self._params, **chosen}
+        return replace(self, params=tuple(sorted((k, v) for k, v in params.items() if v is not None)))
+
+    def decide(self, **ids) -> "Schedule":
+        """This schedule with the node ids added to the named decisions: decide(inline={3}, row={3})."""
+        return replace(self, **{name: getattr(self, name) | frozenset(more) for name, more in ids.items()})
+
+
+DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
