@@ -78,6 +78,11 @@ def _fusion_graphs(name: str) -> dict:
                 "masked": rc.nn.scaled_dot_product_attention(q[1], k[1], v[1], mask=rc.input("m", ("T", "T"))),
                 "scores_kept": scores.softmax(-1) @ v[2] + scores.sum(-1, keepdims=True),  # S read twice: not streamed
                 "keys_on_the_left": (k[3] @ q[3].transpose(-1, -2)).transpose(-1, -2).softmax(-1) @ v[3]}
+    if name == "prologue_reduce":
+        return {"layer_norm_linear": rc.nn.linear(rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b),
+                "rms_batched": rc.nn.rms_norm(y) @ rc.input("u", (6, 6)),
+                "centered": (x * 2.0 - (x * 2.0).mean(-1, keepdims=True)) @ w,
+                "mean_kept": (y - y.mean(-1, keepdims=True)) @ rc.input("z", (6, 6)) + y.mean(-1, keepdims=True)}  # stored
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
         return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
@@ -115,6 +120,7 @@ FORCE = {
     "reduce_epilogue": ["reduce_epilogue"],
     "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
     "stream_scores": ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"],
+    "prologue_reduce": ["matmul", "fuse_elementwise", "prologue_reduce"],
 }
 
 
@@ -160,6 +166,8 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert sum("softmax computed online" in k.source for k in forced.kernels) == 3  # causal, masked, softmax_matmul
     if name == "stream_scores":
         assert sum("scores streamed" in k.source for k in forced.kernels) >= 2  # causal, masked
+    if name == "prologue_reduce":
+        assert sum("row reduction(s) before the tiles" in k.source for k in forced.kernels) >= 3
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
 
@@ -167,7 +175,7 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
 def test_schedules_are_values_declared_once():
     """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
     equal schedules are equal values, and what code generation is told is derived from the declaration."""
-    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "streamed"]
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "prologue", "streamed"]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1

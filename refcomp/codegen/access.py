@@ -105,7 +105,9 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
     gx, gy = -(-n // t), -(-work // t)
     warps_per_block = -(-t * t // WARP)
-    steps = -(-extent // t) if scope in ("a", "b", "kt") else 1
+    if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
+        extent = evaluate_dim(kernel.plan.prologue_extent, bindings)
+    steps = -(-extent // t) if scope in ("a", "b", "kt", "prologue") else 1
     chunks = kernel.plan.streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
     count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
@@ -123,6 +125,9 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
         values.update(bn=bx[:, None] * t + ty, kb=k0 + tx)
     if scope in ("q", "kt"):
         values.update(dq=chunk[:, None] * t + tx, dk=chunk[:, None] * t + tx, kt=k0 + ty)
+    if scope == "prologue":
+        values["r"] = k0 + tx
+        return Lanes(values, (tid < t * t) & (k0 + tx < extent), count, weight)
     return Lanes(values, tid < t * t, count, weight)
 
 
@@ -270,6 +275,15 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
         load_waves += row_reads * (2 if online else 1) + sum(_wavefronts(kk * pitch + x) for kk in range(t))
         load_waves += own if online else 0
     per_block = blocks * steps
+    phases = kernel.plan.prologue_phases
+    if phases:  # each phase: the partial results stored in As[ty][tx], each thread reading its row's, two barriers
+        own_waves = sum(_wavefronts(ty[w * WARP:(w + 1) * WARP] * pitch + tx[w * WARP:(w + 1) * WARP]) for w in range(warps))
+        row_waves = sum(_wavefronts(ty[w * WARP:(w + 1) * WARP] * pitch + kk) for w in range(warps) for kk in range(t))
+        streamed = streamed + MemoryCounts(shared_store_requests=blocks * phases * warps,
+                                           shared_store_wavefronts=blocks * phases * own_waves,
+                                           shared_load_requests=blocks * phases * warps * t,
+                                           shared_load_wavefronts=blocks * phases * row_waves,
+                                           barriers=blocks * phases * warps * 2)
     return streamed + MemoryCounts(shared_load_requests=per_block * warps * (3 * t + 1 if online else 2 * t),
                                    shared_load_wavefronts=per_block * load_waves,
                                    shared_store_requests=per_block * warps * (3 if online else 2),

@@ -172,6 +172,29 @@ class TiledContraction:
         value = body.value_at(product.srcs[which], body.unravel(flat, product.shape))
         return body.statements, value
 
+    def prologue(self, reduces: Sequence[Node]) -> tuple[list[dict], object]:
+        """The template's `prologue` phases: each per-row reduction, in graph order, over the rows of the
+        block's M tile (threadIdx.y) with threadIdx.x striding over its axis; later phases and the tile
+        loads read each result as `statsJ[RC_SLOT]`, once code generation has checked that every read
+        is of the thread's own row. Returns (phases, the reduced extent every phase shares)."""
+        body = self.body
+        batch_axes, m_axes, n_axes = self.axes
+        row_axes = [a for a in range(len(self.shape)) if a != self.k_axis and a not in n_axes]
+        rows = [self.per_axis[a] for a in row_axes]
+        phases, extent = [], None
+        for j, red in enumerate(reduces):
+            axis, src_shape = red.attrs["axis"], red.srcs[0].shape
+            if not _same(red.shape, [self.shape[a] for a in row_axes]) or (extent is not None and not dims_equal(src_shape[axis], extent)):
+                raise Unfusable(f"{red.op.name}#{red.id} does not reduce the rows of the matmul's operand a")
+            extent = src_shape[axis]
+            r = body.index_var("r", extent)
+            self.begin("prologue", self.tile_bound["bm"])
+            value = body.value_at(red.srcs[0], rows[:axis] + [r] + rows[axis:])
+            phases.append(dict(what=body.names.label(red), statements=body.statements, identity=red.op.c_identity,
+                               combine=red.op.c.format("acc", value), tree=red.op.c.format("total", "As[threadIdx.y][kk]")))
+            body.scalars[red.id] = (f"stats{j}[RC_SLOT]", _linear(rows, red.shape))
+        return phases, extent
+
     def out_index(self) -> list:
         return [self.per_axis[a] for a in range(len(self.shape)) if a != self.k_axis]
 
@@ -208,15 +231,25 @@ class TiledContraction:
 
 
 def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
-                  render: bool = True, b_along_k: bool = False) -> Kernel:
-    """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K)."""
+                  render: bool = True, b_along_k: bool = False, prologue: Sequence[Node] = ()) -> Kernel:
+    """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
+    `prologue`: per-row reductions the operands read, computed by each block before its tile loop."""
     tc = TiledContraction.of(reduce, names, inline)
+    phases, prologue_extent = tc.prologue(prologue)
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc")
-    nodes = (reduce.srcs[0].node, reduce) + (() if output is reduce else (output,))
+    unread = [n for n in prologue if n.id not in tc.body.scalars_read]
+    if unread:
+        raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
+    nodes = (reduce.srcs[0].node, reduce) + tuple(prologue) + (() if output is reduce else (output,))
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
+    prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return _finish(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
-                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else ""),
+                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else "")
+                   + (f", {len(phases)} row reduction(s) before the tiles" if phases else ""),
+                   prologue_extent=prologue_extent, prologue_phases=len(phases), prologue=phases,
+                   stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
+                   prologue_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), prologue_texts)),
                    a_statements=a_statements, a_value=a_value, b_statements=b_statements, b_value=b_value, **fields)

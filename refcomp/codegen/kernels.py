@@ -103,6 +103,8 @@ class AccessPlan:
     along_k: frozenset = frozenset()  # matmul operands ("a", "b") whose tile loads walk K with threadIdx.x
     block_reductions: int = 1  # block-wide reductions (shared-memory trees) a block-per-output kernel runs
     template: str = ""  # the template file, whose fixed shared-memory traffic the model counts
+    prologue_extent: Optional[Dim] = None  # matmul: the axis its per-row prologue reductions walk (None: none)
+    prologue_phases: int = 0  # and how many there are
     streamed_depth: int = 0  # softmax_matmul with streamed scores: the length of q . k
     streamed_width: int = 0  # and the depth padded to whole tiles (Q's and K's rows in shared memory)
 
@@ -143,11 +145,13 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
             launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
             along_k: frozenset = frozenset(), block_reductions: int = 1, streamed: tuple = (0, 0),
+            prologue_extent: Optional[Dim] = None, prologue_phases: int = 0,
             **fields) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
-        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, *streamed)
+        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
+                          prologue_phases, *streamed)
         return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier), "",
                       launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
@@ -158,7 +162,8 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, *streamed)
+    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
+                          prologue_phases, *streamed)
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 

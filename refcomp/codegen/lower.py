@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
-from .emit import ProgramNames
+from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
 from .online import softmax_matmul_kernel
 from .kernels import BLOCK, TILE, Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
@@ -91,11 +91,14 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
         streamed = frozenset(params.get("streamed_ids", ()))
         reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()) and n.id not in streamed)
         online = frozenset(params.get("online_ids", ())) & {n.id for n in group.members}
+        prologue = [n for n in group.members if n.id in params.get("prologue_ids", ())]
+        if online and prologue:
+            raise Unfusable("the online-softmax matmul computes no prologue reductions")
         if online:
             return softmax_matmul_kernel(name, root, reduce, names, fused, online, streamed, tile=params.get("tile", TILE),
                                          render=render, b_along_k=bool(params.get("b_along_k")))
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
-                             b_along_k=bool(params.get("b_along_k")))
+                             b_along_k=bool(params.get("b_along_k")), prologue=prologue)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render)

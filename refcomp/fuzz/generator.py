@@ -410,7 +410,7 @@ class Generator(EdgeSteps, ModelSteps):
         if v is None:
             v = self.new_input(self.random_shape(long_ok=False))
         n = v.name
-        op = self.choice(["where", "compare", "fmod", "mod", "argmax", "where", "eq", "floor", "ceil"])
+        op = self.choice(["where", "compare", "fmod", "mod", "argmax", "fmod", "eq", "floor", "ceil"])
         c = float(self.choice([0.0, 0.3, -0.7, 1.1]))
         if op == "where":
             a_code, alo, ahi, _ = self.compatible_operand(v)

@@ -39,6 +39,12 @@ class ModelSteps:
             out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
         else:
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, "softmax")
+        if out is not None and op in ("layer_norm", "rms_norm") and simple_dim(out.shape[-1]) and self.chance(0.5):
+            # a norm feeding a matmul, as in every transformer: the search may compute its statistics
+            # in the matmul's prologue
+            w = self.new_input((out.shape[-1], self.choice([8, 16, "B"])))
+            kk = _max_extent(out.shape[-1])
+            out = self.emit(f"({out.name} @ {w.name})", -2 * kk * out.bound, 2 * kk * out.bound, False, "norm_matmul") or out
         if out is not None:
             self.tame(out)
 

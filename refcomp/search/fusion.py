@@ -107,6 +107,8 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = "reduce" if len(epilogues) == 1 and root.op.kind in ELEMENTWISE else None
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
+    if kind != "matmul" and any(n.id in sched.prologue for n in ordered):
+        kind = None  # only the matmul template computes prologue reductions
     unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
     bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
     if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_PATH_COPIES:
@@ -140,6 +142,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         tile = sched.param(root.id, "tile")
         flops = 2 * m_n * k + ops * m_n
         flops += sum(2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed)  # q . k per score
+        flops += sum(count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue)  # once per row (a bound below)
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
@@ -234,6 +237,8 @@ def _online_parts(g: Graph, s: Schedule, n: Node):
     return parts
 
 
+read_by_inline_elementwise = When(lambda g, s, n: all(c.op.kind in ELEMENTWISE and c.id in s.inline for c in g.consumers[n.id]),
+                                  "read only by elementwise nodes computed inline")
 reads_online_softmax = When(lambda g, s, n: _online_parts(g, s, n) is not None,
                             "whose operand a is softmax(S) over its K axis, the softmax's max and sum read by nothing else")
 def _streamable(g: Graph, s: Schedule, n: Node):
@@ -321,6 +326,12 @@ FUSION: list[FusionRule] = [
                + into("streamed", of=lambda n: _streamable_parts(n)[0]),
                "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
                "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")"),
+    FusionRule("prologue_reduce", "compute a per-row reduction that a matmul's operand reads (layer norm's mean and "
+               "variance) in the matmul itself: each block reduces its tile's rows before the tile loop",
+               reduction & ~short & ~scheduled("matmul") & free & read_by_inline_elementwise,
+               into("inline", "prologue"),
+               RECOMPUTE + "; each block's rows are reduced whole, in their own order (float32 rounding may differ by "
+               "a few ulp); code generation checks that each read is of the thread's own row"),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)",
                scheduled("matmul") & free & read_only_by(elementwise),

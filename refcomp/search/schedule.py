@@ -59,6 +59,9 @@ class Schedule:
     matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
     online: frozenset = decision("a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
                                  "rescaled sum) by the matmul that reads the softmax (also inline)", codegen="online_ids")
+    prologue: frozenset = decision("a per-row reduction (layer norm's mean and variance) computed for the rows of "
+                                   "each tile by every matmul that reads it, before its tile loop (also inline)",
+                                   codegen="prologue_ids")
     streamed: frozenset = decision("a matmul whose only use is the scores of an online softmax, computed a tile at "
                                    "a time inside the online kernel (also inline)", codegen="streamed_ids")
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
