@@ -54,6 +54,10 @@ class MemoryCounts:
     def __add__(self, other):
         return type(self)(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
+    def scaled(self, factor: float):
+        """Every count times `factor` (the same traffic, repeated)."""
+        return type(self)(*(getattr(self, f.name) * factor for f in fields(self)))
+
     @property
     def global_bytes(self) -> float:
         """Bytes the memory system moves for global loads and stores: sectors x 32."""
@@ -253,6 +257,11 @@ def _wavefronts(words: np.ndarray) -> int:
 
 
 def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
+    """The tiles' shared memory, per K step and warp: As[ty][tx] and Bs stored, As[ty][kk] and Bs[kk][tx]
+    read for each kk, two barriers. softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), reads its
+    score (Ss[ty][tx]) and its row's scores (Ss[ty][kk], for the maximum), behind a third barrier (and,
+    streaming q k^T, see _streamed_shared). Each prologue phase stores a partial result (As[ty][tx]),
+    reads its row's (As[ty][kk]) and passes two barriers, once per block."""
     t = kernel.launch.block
     n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
     blocks = -(-n // t) * -(-evaluate_dim(kernel.launch.work, bindings) // t) * batch
@@ -260,35 +269,25 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
-    # softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), and reads its score (Ss[ty][tx]) and
-    # its row's scores (Ss[ty][kk], for the maximum), behind a third barrier
-    online = kernel.plan.template == "softmax_matmul.cu.j2"
-    streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
-    store_waves = load_waves = 0
     warps = -(-t * t // WARP)
+    own = row = column = b_store = 0  # wavefronts of every warp: [ty][tx], [ty][kk] for all kk, [kk][tx], Bs's store
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
-        b_store = x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x  # Bs[tx][ty] or Bs[ty][tx]
-        own = _wavefronts(y * pitch + x)  # As[ty][tx] (Ss, Ws)
-        store_waves += own * (2 if online else 1) + _wavefronts(b_store)
-        row_reads = sum(_wavefronts(y * pitch + kk) for kk in range(t))
-        load_waves += row_reads * (2 if online else 1) + sum(_wavefronts(kk * pitch + x) for kk in range(t))
-        load_waves += own if online else 0
-    per_block = blocks * steps
-    phases = kernel.plan.prologue_phases
-    if phases:  # each phase: the partial results stored in As[ty][tx], each thread reading its row's, two barriers
-        own_waves = sum(_wavefronts(ty[w * WARP:(w + 1) * WARP] * pitch + tx[w * WARP:(w + 1) * WARP]) for w in range(warps))
-        row_waves = sum(_wavefronts(ty[w * WARP:(w + 1) * WARP] * pitch + kk) for w in range(warps) for kk in range(t))
-        streamed = streamed + MemoryCounts(shared_store_requests=blocks * phases * warps,
-                                           shared_store_wavefronts=blocks * phases * own_waves,
-                                           shared_load_requests=blocks * phases * warps * t,
-                                           shared_load_wavefronts=blocks * phases * row_waves,
-                                           barriers=blocks * phases * warps * 2)
-    return streamed + MemoryCounts(shared_load_requests=per_block * warps * (3 * t + 1 if online else 2 * t),
-                                   shared_load_wavefronts=per_block * load_waves,
-                                   shared_store_requests=per_block * warps * (3 if online else 2),
-                                   shared_store_wavefronts=per_block * store_waves,
-                                   barriers=per_block * warps * (3 if online else 2))
+        own += _wavefronts(y * pitch + x)
+        row += sum(_wavefronts(y * pitch + kk) for kk in range(t))
+        column += sum(_wavefronts(kk * pitch + x) for kk in range(t))
+        b_store += _wavefronts(x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x)  # Bs[tx][ty] or Bs[ty][tx]
+    online = kernel.plan.template == "softmax_matmul.cu.j2"
+    per_step = MemoryCounts(shared_store_requests=2 * warps, shared_store_wavefronts=own + b_store,
+                            shared_load_requests=2 * t * warps, shared_load_wavefronts=row + column, barriers=2 * warps)
+    if online:
+        per_step = per_step + MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own,
+                                           shared_load_requests=(t + 1) * warps, shared_load_wavefronts=row + own,
+                                           barriers=warps)
+    prologue = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
+                            shared_load_wavefronts=row, barriers=2 * warps)
+    streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
+    return streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
 
 
 def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:

@@ -51,8 +51,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     for j, red in enumerate(phases):
         body.statements = []
         value = body.value_at(red.srcs[0], idx)
-        rendered.append(dict(what=names.label(red), statements=body.statements, identity=red.op.c_identity,
-                             combine=red.op.c.format("acc", value), tree=red.op.c.format("mine", "other")))
+        rendered.append(_phase(names, red, body.statements, value, ("mine", "other")))
         body.scalars[red.id] = (f"red{j}", _linear(o, rows_shape))
     epilogue = None
     if output.op.kind != REDUCE:
@@ -68,6 +67,13 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
                    True, render=render, loop_extent=extent, block_reductions=len(phases), comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
+
+
+def _phase(names, red: Node, statements: list[str], value: str, tree: tuple[str, str]) -> dict:
+    """One block-wide reduction of a template (row kernel, matmul prologue): each thread accumulates
+    `value` into `acc`, then the partial results meet two at a time as `tree` names them."""
+    return dict(what=names.label(red), statements=statements, identity=red.op.c_identity,
+                combine=red.op.c.format("acc", value), tree=red.op.c.format(*tree))
 
 
 def _lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
@@ -162,15 +168,20 @@ class TiledContraction:
         """Start a new list of statements, for the template region `scope`, inside `if (guard)`."""
         self.body.statements, self.body.scope, self.body._guards = [], scope, [guard]
 
+    def read(self, contraction: Node, which: int, source_index: list, scope: str, guard) -> tuple[list[str], str]:
+        """Statements and value of operand `which` of `contraction` (a SumReduce of a Mul) at an index of
+        its source, in the template region `scope`, under `guard`."""
+        body, product = self.body, contraction.srcs[0].node
+        flat, _ = index_of(contraction.srcs[0].views, source_index, body.ranges)
+        self.begin(scope, guard)
+        return body.statements, body.value_at(product.srcs[which], body.unravel(flat, product.shape))
+
     def operand(self, which: int, scope: str) -> tuple[list[str], str]:
         """Statements and value of operand a (0, read at (bm, ka)) or b (1, read at (kb, bn))."""
-        body, product = self.body, self.reduce.srcs[0].node
         batch_axes, m_axes, n_axes = self.axes
         k_sym, zero, bounds = (self.ka, n_axes, ("bm", "ka")) if which == 0 else (self.kb, m_axes, ("kb", "bn"))
-        flat, _ = index_of(self.reduce.srcs[0].views, self.index(k_sym, set(zero)), body.ranges)
-        self.begin(scope, sympy.And(*(self.tile_bound[b] for b in bounds)))  # the template's `if (bm < M && ka < K)`
-        value = body.value_at(product.srcs[which], body.unravel(flat, product.shape))
-        return body.statements, value
+        guard = sympy.And(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
+        return self.read(self.reduce, which, self.index(k_sym, set(zero)), scope, guard)
 
     def prologue(self, reduces: Sequence[Node]) -> tuple[list[dict], object]:
         """The template's `prologue` phases: each per-row reduction, in graph order, over the rows of the
@@ -190,8 +201,7 @@ class TiledContraction:
             r = body.index_var("r", extent)
             self.begin("prologue", self.tile_bound["bm"])
             value = body.value_at(red.srcs[0], rows[:axis] + [r] + rows[axis:])
-            phases.append(dict(what=body.names.label(red), statements=body.statements, identity=red.op.c_identity,
-                               combine=red.op.c.format("acc", value), tree=red.op.c.format("total", "As[threadIdx.y][kk]")))
+            phases.append(_phase(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]")))
             body.scalars[red.id] = (f"stats{j}[RC_SLOT]", _linear(rows, red.shape))
         return phases, extent
 

@@ -48,6 +48,11 @@ class OnlineSoftmax:
     probability: Node  # P
 
     @property
+    def statistics(self) -> tuple:
+        """M and L: what the kernel keeps per row instead of storing."""
+        return self.maximum, self.total
+
+    @property
     def nodes(self) -> tuple:
         return (self.maximum, *self.difference, self.weight, self.total, self.normaliser, self.probability)
 
@@ -141,15 +146,12 @@ def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: i
         raise Unfusable(f"{scores.op.name}#{scores.id} does not have the keys as its N axis")
     dq, dk = body.index_var("dq", depth), body.index_var("dk", depth)
     kt = body.index_var("kt", tc.shape[tc.k_axis])
-    product = scores.srcs[0].node
 
     def operand(which: int, k_sym, d_sym, zero: list, guard) -> tuple[list[str], str]:
         at_k = at(k_sym)
         src = at_k[:depth_axis] + [d_sym] + at_k[depth_axis:]
         src = [sympy.Integer(0) if a in zero else e for a, e in enumerate(src)]
-        flat, _ = index_of(scores.srcs[0].views, src, body.ranges)
-        tc.begin("q" if which == 0 else "kt", guard)
-        return body.statements, body.value_at(product.srcs[which], body.unravel(flat, product.shape))
+        return tc.read(scores, which, src, "q" if which == 0 else "kt", guard)
 
     q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, sympy.And(tc.tile_bound["bm"], sympy.Lt(dq, depth)))
     k_statements, k_value = operand(1, kt, dk, s_m, sympy.And(sympy.Lt(kt, tc.shape[tc.k_axis]), sympy.Lt(dk, depth)))

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..symbolic.dims import dim, prod
 from .edge_steps import EdgeSteps
+from .view_steps import ViewSteps
 from .model_steps import ModelSteps
 from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
                     SYMBOLS, _names_in, simple_dim)
@@ -37,7 +38,7 @@ def _elements(shape) -> int:
     return _max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
-class Generator(EdgeSteps, ModelSteps):
+class Generator(EdgeSteps, ModelSteps, ViewSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
@@ -265,111 +266,6 @@ class Generator(EdgeSteps, ModelSteps):
             out = self.emit(f"({first} / {second})", min(ps), max(ps), False, op)
         if out is not None:
             self.tame(out)
-
-    def step_view(self) -> None:
-        v = self.pick()
-        n, shape, nd = v.name, v.shape, len(v.shape)
-        ops = ["permute", "flip", "slice", "pad", "reshape", "unsqueeze", "expand", "squeeze", "transpose"]
-        op = self.choice(ops)
-        if nd == 0:
-            op = self.choice(["unsqueeze", "expand"])
-        if op == "permute" and nd >= 2:
-            order = [int(a) for a in self.rng.permutation(nd)]
-            expr = f"{n}.permute({', '.join(map(str, order))})"
-        elif op == "transpose" and nd >= 2:
-            expr = f"{n}.transpose(-1, -2)" if self.chance(0.5) else f"{n}.T"
-        elif op == "flip":
-            expr = f"{n}.flip({int(self.rng.integers(nd))})" if self.chance(0.7) else f"{n}.flip()"
-        elif op == "slice":
-            items = []
-            for axis, d in enumerate(shape):
-                if isinstance(d, int) and self.chance(0.6):
-                    items.append(self.random_slice(d))
-                elif not isinstance(d, int) and self.chance(0.3):
-                    items.append(self.choice(["::2", "::-1", "::3", "::-2"]) if self.choice([0, 1]) == 0 else "::-1")
-                else:
-                    items.append(":")
-            expr = f"{n}[{', '.join(items)}]"
-        elif op == "pad":
-            widths = self.pad_widths(shape, 2, 0.6)
-            value = self.choice([0.0, 0.0, 0.5, -1.0])
-            expr = f"{n}.pad({widths!r}" + (f", value={value!r})" if value else ")")
-            return self._emit_view(expr, v, min(v.lo, value), max(v.hi, value), v.exact, "pad")
-        elif op == "reshape":
-            expr = self.random_reshape(v)
-        elif op == "unsqueeze":
-            expr = f"{n}.unsqueeze({int(self.rng.integers(-nd - 1, nd + 1))})"
-        elif op == "squeeze" and any(isinstance(d, int) and d == 1 for d in shape):
-            axis = self.choice([a for a, d in enumerate(shape) if isinstance(d, int) and d == 1])
-            expr = f"{n}.squeeze({axis})"
-        elif op == "expand":
-            ones = [a for a, d in enumerate(shape) if isinstance(d, int) and d == 1]
-            if ones and self.chance(0.6):
-                sizes = ["-1"] * nd
-                sizes[self.choice(ones)] = self.choice(["3", "5", "'B'", "'T'"])
-                expr = f"{n}.expand({', '.join(sizes)})"
-            else:
-                lead = self.choice(["2", "4", "'B'"])
-                expr = f"{n}.expand({', '.join([lead] + ['-1'] * nd)})" if nd else f"{n}.expand({lead})"
-        else:
-            expr = f"{n}.flip({int(self.rng.integers(nd))})" if nd else f"{n}.unsqueeze(0)"
-        self._emit_view(expr, v, v.lo, v.hi, v.exact, op)
-
-    def _emit_view(self, expr, v, lo, hi, exact, op):
-        out = self.emit(expr, lo, hi, exact, op)
-        # a view followed by an elementwise op, so the view lands on an edge between compute nodes
-        if out is not None and self.chance(0.3):
-            self.emit(f"({out.name} * {self.choice([0.5, 2.0, -1.0, 1.0])!r})", -out.bound * 2, out.bound * 2, out.exact,
-                      "scale_after_view")
-
-    def random_view_suffix(self, shape) -> str:
-        """A view that keeps every element (no pad): flip, permute, transpose, expand or reshape."""
-        nd = len(shape)
-        r = self.rng.random()
-        if r < 0.3:
-            return f".flip({int(self.rng.integers(nd))})"
-        if r < 0.5 and nd >= 2:
-            return f".permute({', '.join(str(int(a)) for a in self.rng.permutation(nd))})"
-        if r < 0.7:
-            return f".unsqueeze(0).expand({', '.join([self.choice(['2', '3'])] + ['-1'] * nd)})"
-        if r < 0.85:
-            return ".reshape(-1)"
-        return ".transpose(0, -1)"
-
-    def random_slice(self, n: int) -> str:
-        step = self.choice([1, 1, 2, 3, -1, -2])
-        a, b = sorted(int(x) for x in self.rng.integers(0, n + 1, 2))
-        if a == b:
-            a, b = 0, n
-        if step > 0:
-            return f"{a}:{b}" + (f":{step}" if step != 1 else "")
-        return f"{b - 1}:{a - 1 if a > 0 else ''}:{step}" if b - 1 >= 0 else f"::{step}"
-
-    def pad_widths(self, shape, most: int, p: float = 1.0) -> list:
-        """Random pad widths, on any axis."""
-        return [(int(self.rng.integers(0, most + 1)), int(self.rng.integers(0, most + 1)))
-                if self.chance(p) else (0, 0) for d in shape]
-
-    def random_reshape(self, v: Var) -> str:
-        n, shape, nd = v.name, v.shape, len(v.shape)
-        r = self.rng.random()
-        dims = [f"{n}.shape[{a}]" for a in range(nd)]
-        if r < 0.3 or nd == 1:
-            if nd == 1 and isinstance(shape[0], int) and shape[0] > 3 and any(shape[0] % k == 0 for k in (2, 3)):
-                k = 2 if shape[0] % 2 == 0 else 3
-                return f"{n}.reshape({k}, -1)"
-            return f"{n}.reshape(-1)"
-        if r < 0.7 and nd >= 2:
-            a = int(self.rng.integers(nd - 1))
-            new = dims[:a] + ["-1"] + dims[a + 2:]
-            return f"{n}.reshape({', '.join(new)})"
-        splittable = [a for a, d in enumerate(shape) if isinstance(d, int) and d > 3 and (d % 2 == 0 or d % 3 == 0)]
-        if splittable:
-            a = self.choice(splittable)
-            k = 2 if shape[a] % 2 == 0 else 3
-            new = dims[:a] + [str(k), "-1"] + dims[a + 1:]
-            return f"{n}.reshape({', '.join(new)})"
-        return f"{n}.reshape({', '.join(dims + ['1'])})"
 
     def step_reduce(self) -> None:
         v = self.pick(lambda v: len(v.shape) >= 1)

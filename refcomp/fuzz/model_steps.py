@@ -93,7 +93,8 @@ class ModelSteps:
             w = self.new_input((q.shape[-1], self.choice([4, 8, 16, 40])))
             kk = _max_extent(q.shape[-1])
             q = self.emit(f"({q.name} @ {w.name})", -2 * kk * q.bound, 2 * kk * q.bound, False, "matmul") or q
-        v = self.new_input(q.shape) if self.chance(0.5) else q
+        own_values = self.chance(0.5) and all(simple_dim(d) for d in q.shape)  # an input's dims are names or ints
+        v = self.new_input(q.shape) if own_values else q
         causal = self.chance(0.5)
         out = self.emit(f"rc.nn.scaled_dot_product_attention({q.name}, {q.name}, {v.name}, causal={causal})",
                         v.lo, v.hi, False, "attention")

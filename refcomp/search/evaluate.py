@@ -85,14 +85,14 @@ class Evaluator:
                 index.setdefault(n.id, set()).add(root_id)
         return index
 
-    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule, node: Node) -> Optional[tuple[dict, float]]:
+    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule, node: Node,
+              decided: frozenset = frozenset()) -> Optional[tuple[dict, float]]:
         """The changed kernels ({root id: new group, or None when the root is now fused}) and the total
         cost after the move at `node` from `old` to `sched`. A fusion move reschedules `node` or one
-        of its sources (matmul inlines its product), or the nodes it newly decides (online_softmax
-        decides a whole pattern), so only the kernels touching those can change:
+        of its sources (matmul inlines its product), or the nodes the rule decides (`decided`:
+        online_softmax decides a whole pattern), so only the kernels touching those can change:
         they alone are re-partitioned, and the cost of a move does not grow with the graph."""
-        changed = {node.id, *(s.node.id for s in node.srcs)}
-        changed.update(*(getattr(sched, d.name) - getattr(old, d.name) for d in DECISIONS))  # a rule may decide several
+        changed = {node.id, *(s.node.id for s in node.srcs), *decided}  # `decided`: the ids the rule decides
         roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
         delta: dict[int, Optional[Group]] = {}
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids

@@ -279,12 +279,16 @@ class FusionRule:
     def applies(self, graph: Graph, sched: Schedule, node: Node) -> bool:
         return self.when(graph, sched, node)
 
-    def apply(self, graph: Graph, sched: Schedule, node: Node) -> Schedule:
+    def decided(self, node: Node) -> dict[str, set]:
+        """{decision name: the ids of the nodes the rule adds to it} when it fires at `node`."""
         ids: dict[str, set] = {}
         for name, whose in self.then:
             decided = whose(node)
             ids.setdefault(name, set()).update(n.id for n in (decided if isinstance(decided, tuple) else (decided,)))
-        return sched.decide(**ids)
+        return ids
+
+    def apply(self, graph: Graph, sched: Schedule, node: Node) -> Schedule:
+        return sched.decide(**self.decided(node))
 
 
 RECOMPUTE = "recomputing a pure function where it is read yields exactly the value that would have been stored"
@@ -313,7 +317,7 @@ FUSION: list[FusionRule] = [
                "(the attention scores are read once; the max and sum are never stored)",
                scheduled("matmul") & reads_online_softmax,
                into("inline", of=lambda n: online_softmax(n).nodes)
-               + into("online", of=lambda n: (online_softmax(n).maximum, online_softmax(n).total)),
+               + into("online", of=lambda n: online_softmax(n).statistics),
                "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
                "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
                "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
@@ -322,8 +326,7 @@ FUSION: list[FusionRule] = [
                "time inside the online kernel (FlashAttention: Q's rows stay in shared memory, K's tiles stream "
                "through; the scores are never written)",
                scheduled("matmul") & streamable_scores,
-               into("inline", of=lambda n: (_streamable_parts(n)[0], _product(_streamable_parts(n)[0])) + _streamable_parts(n)[1])
-               + into("streamed", of=lambda n: _streamable_parts(n)[0]),
+               into("inline", of=lambda n: _streamed_nodes(n)) + into("streamed", of=lambda n: _streamed_nodes(n)[0]),
                "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
                "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")"),
     FusionRule("prologue_reduce", "compute a per-row reduction that a matmul's operand reads (layer norm's mean and "
@@ -349,8 +352,10 @@ CLEANUP: list[FusionRule] = [
 ]
 
 
-def _streamable_parts(n: Node) -> tuple:
-    return streamed_scores(online_softmax(n))
+def _streamed_nodes(n: Node) -> tuple:
+    """S, its product and the elementwise steps from S to the scores of n's online softmax."""
+    scores, chain = streamed_scores(online_softmax(n))
+    return (scores, _product(scores)) + chain
 
 
 def check_group(sched: Schedule, group: Group, builds: Callable[[Group], bool]) -> bool:

@@ -177,11 +177,12 @@ def _moves(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, se
         for rule in rules:
             if not rule.applies(graph, sched, node):
                 continue
-            new = rule.apply(graph, sched, node)
+            decided = rule.decided(node)
+            new = sched.decide(**decided)
             if new in seen:
                 continue
             seen.add(new)
-            moved = ev.moved(sched, groups, cost, touching, new, node)
+            moved = ev.moved(sched, groups, cost, touching, new, node, set().union(*decided.values()))
             if moved is not None:
                 out.append((moved[1], rule, node, new, moved[0]))
     out.sort(key=lambda m: (m[0], graph.position[m[2].id]))
@@ -198,8 +199,9 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float)
             break
         if not rule.applies(graph, sched, node):
             continue
-        new = rule.apply(graph, sched, node)
-        moved = ev.moved(sched, groups, cost, touching, new, node)
+        decided = rule.decided(node)
+        new = sched.decide(**decided)
+        moved = ev.moved(sched, groups, cost, touching, new, node, set().union(*decided.values()))
         if moved is not None and moved[1] < cost:
             delta, cost, sched, improved = moved[0], moved[1], new, True
             _retouch(touching, groups, delta)
