@@ -18,6 +18,7 @@ import numpy as np
 import refcomp as rc
 from refcomp import golden
 from refcomp import fuzz
+from refcomp.fuzz.check import TIED
 from refcomp.search.fusion import CLEANUP, FUSION
 
 COUNT, PER_PROGRAM, SEED = 210, 35, 0
@@ -39,12 +40,13 @@ def test_random_graphs_match_the_reference_with_and_without_search():
                 "concat", "stack", "cumsum", "where", "compare", "fmod", "argmax", "log2_exp2_pad", "exp2_product_pad",
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
-                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul"}
+                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "layers"}
     missing = expected - set(total.coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     # the searched programs went through every fusion rule (online_softmax through the attention moves)
     unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
+    assert total.rules.get(TIED, 0) > 0, f"no move was tied across repeated layers: {total.rules}"
     # bindings a view cannot take and stray embedding ids were tried, and refused as the reference refuses
     assert total.refusals.get("BindingError", 0) > 0 and total.refusals.get("FeedError", 0) > 0, total.refusals
     print(f"{COUNT} graphs in {time.perf_counter() - start:.1f} s; kernels {total.kernels}")

@@ -79,6 +79,9 @@ def compare(got, want64, want32) -> Optional[str]:
             f"(float32 reference {float(want32[i])!r}); max abs error where finite {float(worst.max()):.3g}")
 
 
+TIED = "(tied across repeated layers)"
+
+
 @dataclass
 class BatchResult:
     mismatches: list[Mismatch] = field(default_factory=list)
@@ -136,6 +139,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
         result.kernels[mode] = len(prog.kernels)
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
+            if step.copies:  # a move fired at the same node of every copy of a repeated layer
+                result.rules[TIED] = result.rules.get(TIED, 0) + 1
         if model:
             _check_model(result, graphs, mode, built, references)
         for which, (binding, feeds, want, refused) in enumerate(references):

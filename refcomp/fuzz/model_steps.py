@@ -101,6 +101,23 @@ class ModelSteps:
         if out is not None:
             self.tame(out)
 
+    def step_layers(self) -> None:
+        """Two or three identical residual layers, h + tanh(rms_norm(h) @ W1) @ W2 / 8, each with its own
+        weights, as a model stacks its blocks: the search finds them as copies (search/repeat.py) and
+        schedules them alike. Each layer moves h by at most hidden / 4 (tanh is within 1, W2's
+        entries within 2)."""
+        h = self.pick(lambda v: len(v.shape) >= 1 and isinstance(v.shape[-1], int) and 2 <= v.shape[-1] <= 16)
+        if h is None:
+            return self.step_row()
+        width, hidden = h.shape[-1], self.choice([4, 8, 16])
+        for _ in range(self.choice([2, 3])):
+            w1, w2 = self.new_input((width, hidden)), self.new_input((hidden, width))
+            step = hidden / 4
+            h = self.emit(f"({h.name} + (rc.nn.rms_norm({h.name}) @ {w1.name}).tanh() @ {w2.name} * 0.125)",
+                          h.lo - step, h.hi + step, False, "layers")
+            if h is None:
+                return
+
     def step_window(self) -> None:
         """Convolution and pooling: windows read through one strided view."""
         if self.chance(0.45):

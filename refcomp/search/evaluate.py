@@ -48,15 +48,14 @@ SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidat
 class Evaluator:
     """Partitions schedules into kernels and prices them, incrementally where a move allows."""
 
-    def __init__(self, graph: Graph, bindings, profile: DeviceProfile):
+    def __init__(self, graph: Graph, bindings, profile: DeviceProfile, memo: Optional[dict] = None):
+        """`memo` shares the built kernels and prices with other evaluators at the same binding and
+        device: they are keyed by structure or node ids, valid across the graphs one search makes."""
         self.graph, self.bindings, self.profile = graph, bindings, profile
-        self.built: dict = {}
-        self.structures: dict = {}
-        self.prices: dict = {}
-        self.costs: dict = {}
-        self.access_costs: dict = {}
-        self.counts: dict = {}
-        self.by_id = {n.id: n for n in graph.nodes}
+        self.memo = {} if memo is None else memo
+        self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
+            self.memo.setdefault(name, {})
+            for name in ("built", "structures", "interned", "prices", "costs", "access", "counts"))
 
     def count(self, shape) -> int:
         if shape not in self.counts:
@@ -85,14 +84,14 @@ class Evaluator:
                 index.setdefault(n.id, set()).add(root_id)
         return index
 
-    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule, node: Node,
-              decided: frozenset = frozenset()) -> Optional[tuple[dict, float]]:
+    def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule,
+              changed: set[int]) -> Optional[tuple[dict, float]]:
         """The changed kernels ({root id: new group, or None when the root is now fused}) and the total
-        cost after the move at `node` from `old` to `sched`. A fusion move reschedules `node` or one
-        of its sources (matmul inlines its product), or the nodes the rule decides (`decided`:
-        online_softmax decides a whole pattern), so only the kernels touching those can change:
-        they alone are re-partitioned, and the cost of a move does not grow with the graph."""
-        changed = {node.id, *(s.node.id for s in node.srcs), *decided}  # `decided`: the ids the rule decides
+        cost after a move from `old` to `sched`. A fusion move reschedules the nodes it fires at or
+        their sources (matmul inlines its product), or the nodes the rule decides (online_softmax
+        decides a whole pattern): `changed` holds their ids (`changed_by`). Only the kernels touching
+        those can change: they alone are re-partitioned, and the cost of a move does not grow with
+        the graph."""
         roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
         delta: dict[int, Optional[Group]] = {}
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
@@ -100,7 +99,7 @@ class Evaluator:
             if root_id in sched.inline:
                 delta[root_id] = None
                 continue
-            g = self._group(sched, self.by_id[root_id])
+            g = self._group(sched, self.graph.by_id[root_id])
             if g is None:
                 return None
             delta[root_id] = g
@@ -109,7 +108,7 @@ class Evaluator:
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         key = (group.root.id, tuple(n.id for n in group.members), group.kind,
-               tuple(sched.kernel_params(group.root.id).values()))
+               tuple(sched.kernel_params(group.root.id, group.kind).values()))
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]
@@ -136,9 +135,9 @@ class Evaluator:
         share one built kernel, one legality answer and one price."""
         ids = (group.root.id, tuple(n.id for n in group.members), group.kind,
                tuple(tuple(n.id in getattr(sched, d.name) for d in DECISIONS) for n in group.members + (group.root,)))
-        if ids not in self.structures:
-            self.structures[ids] = group_structure(group, sched)
-        return self.structures[ids], tuple(sched.kernel_params(group.root.id).values())
+        if ids not in self.structures:  # interned: a small int hashes far faster than the structure
+            self.structures[ids] = self.interned.setdefault(group_structure(group, sched), len(self.interned))
+        return self.structures[ids], tuple(sched.kernel_params(group.root.id, group.kind).values())
 
     def build(self, sched: Schedule, group: Group):
         """The group's kernel, built without printing it (its access plan), or None if code generation
@@ -171,6 +170,11 @@ class Evaluator:
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
         return sum(self.price(sched, g).time_s for g in groups.values())
+
+
+def changed_by(sites, decided: dict[str, set]) -> set[int]:
+    """The ids a move can reschedule: the nodes it fires at, their sources, and what it decides."""
+    return {*(n.id for n in sites), *(s.node.id for n in sites for s in n.srcs), *set().union(*decided.values())}
 
 
 def touched_by(group: Optional[Group]) -> tuple:

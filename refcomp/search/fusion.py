@@ -6,6 +6,7 @@ identity its rule states); the cost model decides whether a move pays.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -15,13 +16,12 @@ from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUC
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
+from .repeat import Copies, find_copies
 from .schedule import DECISIONS, Schedule
 
 # A buffer read through a broadcast (the same element by many threads) costs at most this many
 # passes over it: caches absorb the rest. The tiled matmul reads each operand once.
 REREAD_LIMIT = 4
-
-
 
 
 @dataclass
@@ -43,6 +43,12 @@ class Graph:
                     self.consumers[s.node.id].append(n)
         self.compute = [n for n in self.nodes if n.op.kind != LEAF]
         self.names = ProgramNames.of(self.nodes)
+        self.by_id = {n.id: n for n in self.nodes}
+
+    @functools.cached_property
+    def copies(self) -> Copies:
+        """The graph's repeated layers (search/repeat.py): searched once, scheduled alike."""
+        return find_copies(self.nodes, self.position, self.consumers)
 
 
 def _short_reduce(node: Node) -> bool:
@@ -119,7 +125,7 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
 def group_params(sched: Schedule, group: Group) -> dict:
     """What code generation reads for one kernel: the decisions it must be told of, and the kernel's parameters."""
     told = {d.metadata["codegen"]: getattr(sched, d.name) for d in DECISIONS if d.metadata["codegen"]}
-    return {**told, **sched.kernel_params(group.root.id)}
+    return {**told, **sched.kernel_params(group.root.id, group.kind)}
 
 
 def group_cost(group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = "") -> KernelCost:

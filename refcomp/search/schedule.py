@@ -78,9 +78,13 @@ class Schedule:
     def param(self, root_id: int, name: str):
         return self._params.get((root_id, name), PARAMS_BY_NAME[name].default)
 
-    def kernel_params(self, root_id: int) -> dict:
-        """Every parameter of the kernel rooted at `root_id`, defaults filled in."""
-        return {p.name: self.param(root_id, p.name) for p in KERNEL_PARAMS}
+    def kernel_params(self, root_id: int, kind: Optional[str] = None) -> dict:
+        """Every parameter of the kernel rooted at `root_id`, defaults filled in. Given the kernel's
+        kind, a parameter that kind has no choices for is its default: a node that was a matmul's
+        root in another schedule may have kept a tile, which its reduction kernel must not see
+        (it would be built and priced once per stale value)."""
+        return {p.name: self.param(root_id, p.name) if kind is None or kind in p.choices else p.default
+                for p in KERNEL_PARAMS}
 
     def with_params(self, chosen: dict) -> "Schedule":
         """This schedule with {(root id, name): value} set (None: unset)."""

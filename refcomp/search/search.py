@@ -22,7 +22,7 @@ from ..codegen.legality import Group, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for
-from .evaluate import Evaluator, touched_by
+from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import CLEANUP, FUSION, Graph
 from .schedule import KERNEL_PARAMS, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
@@ -35,6 +35,7 @@ class Step:
     site: str
     cost_s: float
     kernels: int
+    copies: int = 0  # the other copies of a repeated layer the move also fired in (search/repeat.py)
 
 
 @dataclass
@@ -56,15 +57,18 @@ class SearchResult:
         return sum(c.time_s for c in self.costs)
 
 
-def _plain_cost(edges: Sequence[Edge], bindings, profile) -> tuple[float, int]:
+def _plain_cost(edges: Sequence[Edge], bindings, profile, prices: dict) -> tuple[float, int]:
     graph = Graph(materialise_outputs(edges))
-    ev = Evaluator(graph, bindings, profile)
+    ev = Evaluator(graph, bindings, profile, prices)
     groups = ev.partition(Schedule())
     return ev.total(Schedule(), groups), len(groups)
 
 
-def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[Step]) -> list[Edge]:
-    """Apply the algebraic rules, common-subexpression merging and dead-code removal to a fixed point."""
+def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[Step],
+             prices: Optional[dict] = None) -> list[Edge]:
+    """Apply the algebraic rules, common-subexpression merging and dead-code removal to a fixed point.
+    `prices`: the evaluator memo (see Evaluator) the search shares between its pricings."""
+    prices = {} if prices is None else prices
     for _ in range(20):
         changed = False
         for rule in ALGEBRA:
@@ -72,7 +76,7 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
             edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
             if count:
                 changed = True
-                trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile)))
+                trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile, prices)))
         seen: dict = {}
         memo: dict = {}
 
@@ -87,10 +91,10 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         edges, count = rebuild(edges, merge)
         if count:
             changed = True
-            trace.append(Step("cse", f"{count} duplicate(s) merged", *_plain_cost(edges, bindings, profile)))
+            trace.append(Step("cse", f"{count} duplicate(s) merged", *_plain_cost(edges, bindings, profile, prices)))
         removed = before - count - len(toposort([e.node for e in edges]))
         if removed > 0:
-            trace.append(Step("dead_code", f"{removed} node(s) no longer read", *_plain_cost(edges, bindings, profile)))
+            trace.append(Step("dead_code", f"{removed} node(s) no longer read", *_plain_cost(edges, bindings, profile, prices)))
         if not changed:
             break
     return edges
@@ -114,11 +118,12 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     before = list(edges)
     bindings = binding_for(toposort([e.node for e in edges]), dims_hint, edges)
     trace: list[Step] = []
-    cost0, kernels0 = _plain_cost(edges, bindings, profile)
+    prices: dict = {}
+    cost0, kernels0 = _plain_cost(edges, bindings, profile, prices)
     trace.append(Step("start", "one kernel per compute node", cost0, kernels0))
-    edges = simplify(list(edges), bindings, profile, trace)
+    edges = simplify(list(edges), bindings, profile, trace, prices)
     graph = Graph(materialise_outputs(edges))
-    ev = Evaluator(graph, bindings, profile)
+    ev = Evaluator(graph, bindings, profile, prices)
     plain = Schedule()
     groups = ev.partition(plain)
     best = (ev.total(plain, groups), plain, groups, [])
@@ -132,9 +137,9 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
             for cost, sched, groups, path in frontier:
                 moves = _moves(graph, ev, sched, groups, cost, seen, rules, deadline)
                 states += len(moves)
-                for c, rule, node, s, delta in moves[:beam]:
+                for c, rule, sites, s, delta in moves[:beam]:
                     g = _apply(dict(groups), delta)
-                    successors.append((c, s, g, path + [(rule, node, c, len(g))]))
+                    successors.append((c, s, g, path + [(rule, sites, c, len(g))]))
                 descent = _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline)
                 if descent is not None:
                     successors.append(descent)
@@ -146,7 +151,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
                 break
             best = frontier[0]
     cost, sched, groups, path = best
-    trace += [Step(rule.name, graph.names.label(node), c, k) for rule, node, c, k in path]
+    trace += [Step(rule.name, _where(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
@@ -167,25 +172,50 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
 
 
+def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
+    """Where a move at `node` fires: there and at the same node of every copy of its layer
+    (search/repeat.py), wherever the rule applies."""
+    return tuple(n for n in (node,) + graph.copies.of(node) if rule.applies(graph, sched, n))
+
+
+def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, sites) -> tuple:
+    """The schedule after `rule` fires at `sites`, and its (changed kernels, cost), or None if illegal."""
+    decided: dict[str, set] = {}
+    for site in sites:
+        for name, ids in rule.decided(site).items():
+            decided.setdefault(name, set()).update(ids)
+    new = sched.decide(**decided)
+    return new, lambda: ev.moved(sched, groups, cost, touching, new, changed_by(sites, decided))
+
+
 def _moves(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
-    """Every unexplored single rule application, best first: (cost, rule, node, schedule, changed kernels)."""
+    """Every unexplored single rule application, best first: (cost, rule, sites, schedule, changed
+    kernels). A move at a layer's node fires in every copy of the layer; should the tied move be
+    illegal somewhere, each copy is tried alone."""
     out = []
     touching = ev.touching(groups)
+
+    def legal_or_seen(rule, sites) -> bool:
+        new, price = _try(ev, sched, groups, cost, touching, rule, sites)
+        if new in seen:
+            return True
+        seen.add(new)
+        moved = price()
+        if moved is not None:
+            out.append((moved[1], rule, sites, new, moved[0]))
+        return moved is not None
+
     for node in graph.compute:
         if time.perf_counter() > deadline:
             break
+        if node.id in graph.copies.copied:
+            continue
         for rule in rules:
-            if not rule.applies(graph, sched, node):
-                continue
-            decided = rule.decided(node)
-            new = sched.decide(**decided)
-            if new in seen:
-                continue
-            seen.add(new)
-            moved = ev.moved(sched, groups, cost, touching, new, node, set().union(*decided.values()))
-            if moved is not None:
-                out.append((moved[1], rule, node, new, moved[0]))
-    out.sort(key=lambda m: (m[0], graph.position[m[2].id]))
+            sites = _sites(graph, sched, rule, node)
+            if sites and not legal_or_seen(rule, sites) and len(sites) > 1:
+                for site in sites:
+                    legal_or_seen(rule, (site,))
+    out.sort(key=lambda m: (m[0], graph.position[m[2][0].id]))
     return out
 
 
@@ -194,19 +224,19 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float)
     path, groups = list(path), dict(groups)
     improved = False
     touching = ev.touching(groups)
-    for _, rule, node, _, _ in moves:
+    for _, rule, sites, _, _ in moves:
         if time.perf_counter() > deadline:
             break
-        if not rule.applies(graph, sched, node):
+        sites = tuple(n for n in sites if rule.applies(graph, sched, n))
+        if not sites:
             continue
-        decided = rule.decided(node)
-        new = sched.decide(**decided)
-        moved = ev.moved(sched, groups, cost, touching, new, node, set().union(*decided.values()))
+        new, price = _try(ev, sched, groups, cost, touching, rule, sites)
+        moved = price()
         if moved is not None and moved[1] < cost:
             delta, cost, sched, improved = moved[0], moved[1], new, True
             _retouch(touching, groups, delta)
             _apply(groups, delta)
-            path.append((rule, node, cost, len(groups)))
+            path.append((rule, sites, cost, len(groups)))
     if not improved or sched in seen:
         return None
     seen.add(sched)
@@ -229,6 +259,11 @@ def _retouch(touching: dict[int, set[int]], groups: Mapping[int, Group], delta: 
             touching[n.id].discard(root_id)
         for n in touched_by(g):
             touching.setdefault(n.id, set()).add(root_id)
+
+
+def _where(graph: Graph, sites) -> str:
+    more = f" and {len(sites) - 1} cop{'y' if len(sites) == 2 else 'ies'}" if len(sites) > 1 else ""
+    return graph.names.label(sites[0]) + more
 
 
 CANDIDATES = 4  # schedules kept for measured mode

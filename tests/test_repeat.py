@@ -1,0 +1,98 @@
+"""Repeated layers are searched once (search/repeat.py): the copies are found, a move fires in every
+copy, and a stack of GPT-2 blocks gets one block's schedule in each block and still matches an
+independent NumPy stack."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import refcomp as rc
+from refcomp.codegen.lower import materialise_outputs
+from refcomp.search.fusion import Graph
+from refcomp.search.repeat import MIN_TIED_NODES, segments
+
+try:
+    from examples.gpt2_block import block, make_weights, numpy_block
+except ModuleNotFoundError:  # plain `pytest` with refcomp installed: examples/ is not a package on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.gpt2_block import block, make_weights, numpy_block
+
+
+def residual_stack(widths):
+    """h + tanh(rms_norm(h) @ W1) @ W2 / 8 per width in `widths` (the hidden width of each layer)."""
+    h = rc.input("x", ("B", 8))
+    for i, hidden in enumerate(widths):
+        w1, w2 = rc.input(f"w1_{i}", (8, hidden)), rc.input(f"w2_{i}", (hidden, 8))
+        h = h + (rc.nn.rms_norm(h) @ w1).tanh() @ w2 * 0.125
+    return h
+
+
+def graph_of(t) -> Graph:
+    return Graph(materialise_outputs([t.edge]))
+
+
+def test_identical_layers_are_copies_of_the_first():
+    graph = graph_of(residual_stack([16, 16, 16]))
+    segs = segments(graph.nodes, graph.position, graph.consumers)
+    assert len(segs) == 3 and len({len(s) for s in segs}) == 1  # one segment per layer, each cut at its residual add
+    assert all(s[-1].op.name == "Add" and s[-1].shape == segs[0][-1].shape for s in segs)
+    copies = graph.copies
+    assert copies.layers == 3
+    assert set(copies.twins) == {n.id for n in segs[0]}
+    assert copies.copied == {n.id for s in segs[1:] for n in s}
+    for rep in segs[0]:  # the k-th node of every copy is the k-th node of the first
+        twins = copies.of(rep)
+        assert [t.id for t in twins] == [s[segs[0].index(rep)].id for s in segs[1:]]
+        assert all(t.op is rep.op and t.shape == rep.shape for t in twins)
+
+
+def test_different_or_small_layers_are_not_tied():
+    assert graph_of(residual_stack([16, 8, 16])).copies.layers == 2  # the first and third layers only
+    h = rc.input("x", ("B", 8))
+    for i in range(4):  # a chain of relu(h @ W): every node is a cut, each segment smaller than a layer
+        h = (h @ rc.input(f"w{i}", (8, 8))).relu()
+    graph = graph_of(h)
+    assert max(len(s) for s in segments(graph.nodes, graph.position, graph.consumers)) < MIN_TIED_NODES
+    assert graph.copies.layers == 1 and not graph.copies.copied
+
+
+def test_a_tied_move_is_one_step_of_the_trace_naming_its_copies():
+    prog = rc.compile(residual_stack([16, 16, 16]), dims_hint={"B": 32}, cache=False)
+    tied = [s for s in prog.search.trace if s.copies]
+    assert any(s.copies == 2 for s in tied)  # a move fires wherever its rule applies: in two copies or all three
+    assert all(s.site.endswith(f"and {s.copies} cop{'y' if s.copies == 1 else 'ies'}") for s in tied)
+    untied = [s for s in prog.search.trace if not s.copies and s.rule not in ("start", "tune_schedules")]
+    assert all("copies" not in s.site for s in untied)
+
+
+def _gpt2_stack(depth: int):
+    shapes = {name: a.shape for name, a in make_weights().items()}
+    y = rc.input("x", ("B", "T", 128))
+    for i in range(depth):
+        y = block(y, {name: rc.input(f"h{i}.{name}", shape) for name, shape in shapes.items()})
+    return y
+
+
+def test_stacked_gpt2_blocks_get_one_blocks_schedule_and_match_numpy():
+    hint = {"B": 1, "T": 64}
+    one = rc.compile(_gpt2_stack(1), dims_hint=hint, cache=False)
+    three = rc.compile(_gpt2_stack(3), dims_hint=hint, cache=False)
+    per_block = len(one.kernels)
+    assert len(three.kernels) == 3 * per_block
+    kinds = [k.kind for k in three.kernels]
+    assert kinds == [k.kind for k in one.kernels] * 3
+    assert three.cost.bytes == 3 * one.cost.bytes  # every block moves exactly one block's bytes
+    # the tied search visits about one block's states, not three blocks'
+    assert three.search.states < 2 * one.search.states
+
+    rng = np.random.default_rng(5)
+    weights = [make_weights(seed=10 + i) for i in range(3)]
+    x = rng.standard_normal((2, 7, 128)).astype(np.float32)
+    feeds = {"x": x, **{f"h{i}.{k}": v for i, w in enumerate(weights) for k, v in w.items()}}
+    want = x
+    for w in weights:
+        want = numpy_block(want, w)
+    got = three.run(feeds, dims={"B": 2, "T": 7}, backend="emulator")
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=5e-4)
