@@ -25,9 +25,7 @@ from ..exec.reference import evaluate
 from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
-from .onnx_load import check_defined, check_supported, load  # noqa: F401  (part of this module's API)
-
-MIN_OPSET = 13
+from .onnx_load import MIN_OPSET, check_defined, check_supported, default_opset, load  # noqa: F401  (this module's API)
 
 
 def _is_dim(d) -> bool:
@@ -61,6 +59,7 @@ class ImportedModel:
         self.output_types: dict[str, str] = importer.output_types
         self.output_names: list[str] = importer.output_names
         self._id_rows: dict[str, set] = importer.id_rows
+        self.float_ints: set[str] = importer.float_ints
         nodes = toposort([t.node for t in self.outputs.values()])
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
 
@@ -94,6 +93,11 @@ class ImportedModel:
         if kind in ("INT64", "INT32"):
             if array.dtype.kind not in "iu":
                 raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
+            if name in self.float_ints:
+                if array.size and np.abs(array).max() > MAX_EXACT_INT:
+                    raise FeedError(f"ONNX input {name!r} is read as float32 (it is only cast to float), but holds "
+                                    f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)")
+                return np.ascontiguousarray(array, dtype=np.float32)
             rows = self._id_rows.get(name, set())
             if array.size and array.min() < 0:
                 if len(rows) != 1 or not isinstance(next(iter(rows)), int):
@@ -138,6 +142,42 @@ class ImportedModel:
         return self._finish(results, merged, dims)
 
 
+# Operators that only move an integer input's values (or read its shape): an integer graph input
+# whose every path ends in a Cast to FLOAT/BOOL through these is a float mask in disguise.
+_MOVES = frozenset({"Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose", "Slice"})
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+MAX_EXACT_INT = 1 << 24  # every integer up to this magnitude is exact in float32
+
+
+def cast_only_inputs(graph) -> set[str]:
+    """Integer graph inputs used only through movement ops, Shape, and Casts to FLOAT or BOOL (an
+    attention mask fed as int64): refcomp reads them as float32, exactly, and the Cast is a no-op."""
+    from . import onnx_ops_core as core
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {vi.name for vi in graph.output}
+    eligible = set()
+    for vi in graph.input:
+        if vi.type.tensor_type.elem_type not in core.ID_TYPES:
+            continue
+        stack, ok, cast = [vi.name], True, False
+        while stack and ok:
+            name = stack.pop()
+            ok = name not in outputs
+            for node in consumers.get(name, ()):
+                if node.op_type == "Cast" and any(a.name == "to" and a.i in (core.FLOAT, core.BOOL) for a in node.attribute):
+                    cast = True
+                elif node.op_type in _MOVES and node.input[0] == name:
+                    stack.extend(node.output)
+                elif node.op_type not in _SHAPE_ONLY:
+                    ok = False
+        if ok and cast:
+            eligible.add(vi.name)
+    return eligible
+
+
 class Importer:
     """Walks an ONNX graph in order, turning each node into refcomp tensors or static arrays."""
 
@@ -146,9 +186,7 @@ class Importer:
         self.core = core
         self.model = model
         self.graph = model.graph
-        self.opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        if self.opset < MIN_OPSET:
-            self._check_old_opset()
+        self.opset = default_opset(model)  # load() has converted an older opset where an operator's meaning changed
         self.dims = dict(dims or {})
         self.constants = dict(constants or {})
         self.values: dict[str, object] = {}
@@ -160,21 +198,8 @@ class Importer:
         self.output_types: dict[str, str] = {}
         self.output_names: list[str] = []
         self.id_rows: dict[str, set] = {}
+        self.float_ints: set[str] = set()  # integer graph inputs read as float32 (cast_only_inputs)
         self.names: set[str] = set()
-
-    def _check_old_opset(self) -> None:
-        """An older opset is accepted only where every op it uses is defined as in opset 13."""
-        from onnx import defs
-        for node in self.graph.node:
-            try:
-                old = defs.get_schema(node.op_type, self.opset, node.domain).since_version
-                new = defs.get_schema(node.op_type, MIN_OPSET, node.domain).since_version
-            except Exception:  # noqa: BLE001 - SchemaError: the op is unknown at one of the versions
-                old, new = None, MIN_OPSET
-            if old != new:
-                raise RefcompError(f"the ONNX model uses opset {self.opset}, where {node.op_type} (node {node.name!r}) is "
-                                   f"defined differently than in opset {MIN_OPSET}; refcomp imports opset {MIN_OPSET} "
-                                   f"and later (convert the model with onnx.version_converter)")
 
     # --- values --------------------------------------------------------------------------------
     def lookup(self, name: str, ctx):
@@ -265,6 +290,7 @@ class Importer:
     def _add_graph_inputs(self) -> None:
         core = self.core
         initializers = {t.name: t for t in self.graph.initializer}
+        cast_only = cast_only_inputs(self.graph)
         for t in self.graph.initializer:
             self.values[t.name] = core.Value(t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name)
         for s in self.graph.sparse_initializer:
@@ -289,6 +315,10 @@ class Importer:
             if etype in (core.FLOAT, core.BOOL):
                 t = rc_input(vi.name, shape)
                 self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name)
+            elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
+                t = rc_input(vi.name, shape)
+                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
+                self.float_ints.add(vi.name)
             elif etype in core.ID_TYPES:
                 t = rc_input(vi.name, shape, dtype="int32")
                 self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)

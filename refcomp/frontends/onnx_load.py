@@ -3,8 +3,22 @@ and refcomp's own checks, which run first so that every problem is reported by t
 from __future__ import annotations
 
 import os
+import warnings
 
 from ..errors import RefcompError
+
+MIN_OPSET = 13  # the operators are imported with their meaning at this opset and later
+
+# Operators whose meaning on float tensors has not changed since opset 6 (later versions only added
+# types such as bfloat16): a model of opset 6 to 12 that uses only these imports as it is. Any other
+# operator of an older opset goes through onnx.version_converter first.
+UNCHANGED_SINCE_6 = frozenset({
+    "Abs", "Ceil", "Cos", "Elu", "Exp", "Floor", "HardSigmoid", "Identity", "LeakyRelu", "Log", "Neg",
+    "Reciprocal", "Relu", "Selu", "Sigmoid", "Sin", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh"})
+
+
+class OpsetConverted(UserWarning):
+    """An older-opset model was converted to MIN_OPSET by onnx.version_converter on import."""
 
 
 def _onnx():
@@ -58,6 +72,8 @@ def load(model_or_path):
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
+    _refuse_unsupported_operators(model)  # before any conversion: the user's operators, named by the user's nodes
+    model = at_supported_opset(model, where)
     check_supported(model)
     check_defined(model)
     try:  # a model over 2 GiB (its external data loaded) can only be checked from its file
@@ -65,6 +81,57 @@ def load(model_or_path):
         onnx.checker.check_model(path if big else model)
     except Exception as exc:  # noqa: BLE001 - ValidationError, ValueError, ...: onnx's checker raises several kinds
         raise RefcompError(f"{where} is malformed: {_onnx_message(exc)}") from exc
+    return model
+
+
+def default_opset(model) -> int:
+    return max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def at_supported_opset(model, where: str):
+    """The model itself when its opset is MIN_OPSET or later, or older with only operators whose
+    meaning never changed (UNCHANGED_SINCE_6); otherwise the model converted to MIN_OPSET by
+    onnx.version_converter, said once as an `OpsetConverted` warning. Converting a model of IR
+    version < 4 can add initializers that are not graph inputs, which that IR forbids: the converted
+    model declares IR version 7, the first that opset 13 belongs to."""
+    opset = default_opset(model)
+    if opset >= MIN_OPSET or (opset >= 6 and all(n.op_type in UNCHANGED_SINCE_6 and n.domain in ("", "ai.onnx")
+                                                  for n in model.graph.node)):
+        return model
+    from onnx import version_converter
+    if opset < 7:
+        model = _channel_slopes(model)
+    try:
+        converted = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError, ValueError or its own C++ errors
+        raise RefcompError(f"{where} uses opset {opset}, and onnx.version_converter could not convert it to opset "
+                           f"{MIN_OPSET} (refcomp imports opset {MIN_OPSET} and later): {_onnx_message(exc)}") from exc
+    converted.ir_version = max(converted.ir_version, 7)
+    warnings.warn(f"{where} uses opset {opset}: converted to opset {MIN_OPSET} with onnx.version_converter",
+                  OpsetConverted, stacklevel=3)
+    return converted
+
+
+def _channel_slopes(model):
+    """Before opset 7, PRelu's 1-D slope of size C applied per channel (axis 1); from opset 7 it
+    broadcasts like any operand (against the last axis), and the converter leaves it as it is. A copy
+    of the model whose slope initializers have the shape (C, 1, ..., 1) means the same at any opset."""
+    import onnx
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in list(inferred.graph.input) + list(inferred.graph.value_info)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    initializers = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "PRelu" or len(node.input) != 2:
+            continue
+        slope, rank = initializers.get(node.input[1]), ranks.get(node.input[0], 0)
+        if slope is not None and len(slope.dims) == 1 and slope.dims[0] > 1 and rank > 2:
+            slope.dims.extend([1] * (rank - 2))
+            for vi in model.graph.input:  # IR < 4 lists every initializer as a graph input too
+                if vi.name == slope.name and vi.type.tensor_type.HasField("shape"):
+                    for _ in range(rank - 2):
+                        vi.type.tensor_type.shape.dim.add().dim_value = 1
     return model
 
 
@@ -85,7 +152,7 @@ def _load_external_data(model, base: str, where: str) -> None:
 
 def register_operators() -> None:
     """Import every operator module: each registers its operators in onnx_ops_core.OPS as it loads."""
-    from . import onnx_ops_index, onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401
+    from . import onnx_ops_index, onnx_ops_linalg, onnx_ops_math, onnx_ops_nn, onnx_ops_reduce, onnx_ops_shape  # noqa: F401
 
 
 def check_supported(model) -> None:
@@ -97,13 +164,10 @@ def check_supported(model) -> None:
     context = checker.C.CheckerContext()
     context.ir_version = model.ir_version
     context.opset_imports = {o.domain: o.version for o in model.opset_import}
+    _refuse_unsupported_operators(model)
     for index, node in enumerate(model.graph.node):
         ctx = core.NodeContext(None, node, index)
-        if node.domain not in ("", "ai.onnx"):
-            raise ctx.error(f"operator {node.domain}.{node.op_type} is not supported (only the default ONNX domain is)")
-        spec = core.OPS.get(node.op_type)
-        if spec is None:
-            raise ctx.error(f"operator {node.op_type} is not supported by refcomp (see docs/onnx.md for the operator table)")
+        spec = core.OPS[node.op_type]
         for a in node.attribute:
             if a.name not in spec.attrs:
                 raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
@@ -111,6 +175,31 @@ def check_supported(model) -> None:
             checker.check_node(node, context)
         except Exception as exc:  # noqa: BLE001 - ValidationError, or a schema lookup failure
             raise ctx.error(f"onnx.checker: {_onnx_message(exc)}") from exc
+
+
+def _refuse_unsupported_operators(model) -> None:
+    """Every operator refcomp cannot import, in one error: a user learns the whole gap at once."""
+    from . import onnx_ops_core as core
+    register_operators()
+    unsupported: dict[str, list] = {}
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in core.OPS:
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            unsupported.setdefault(op, []).append(core.NodeContext(None, node, index))
+    if not unsupported:
+        return
+    if len(unsupported) == 1 and len(next(iter(unsupported.values()))) == 1:
+        (op, (ctx,)), = unsupported.items()
+        if "." in op:
+            raise ctx.error(f"operator {op} is not supported (only the default ONNX domain is)")
+        raise ctx.error(f"operator {op} is not supported by refcomp (see docs/onnx.md for the operator table)")
+    parts = []
+    for op, nodes in unsupported.items():
+        shown = ", ".join(repr(c.label) for c in nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        parts.append(f"{op} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}: {shown})")
+    raise RefcompError(f"the ONNX model uses {len(unsupported)} operator{'s' if len(unsupported) > 1 else ''} refcomp "
+                       f"does not support: {'; '.join(parts)} (only the default ONNX domain; see docs/onnx.md for the "
+                       f"operator table)")
 
 
 def check_defined(model) -> None:

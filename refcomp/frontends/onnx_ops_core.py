@@ -94,6 +94,12 @@ class Value:
     name: str = ""
     graph_input: Optional[str] = None  # ids tensors: the graph input they were read from
 
+    def __post_init__(self):
+        # indexing a 1-D array of dims with a scalar (Gather of Shape at index 0) gives the dim itself,
+        # an int or a SymPy symbol: a static value is always an array, 0-d for a scalar
+        if self.static is not None and not isinstance(self.static, np.ndarray):
+            self.static = np.asarray(self.static, dtype=object if isinstance(self.static, sympy.Basic) else None)
+
     @property
     def is_static(self) -> bool:
         return self.static is not None

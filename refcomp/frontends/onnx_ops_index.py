@@ -97,6 +97,36 @@ def gather(ctx):
     return Value(data.etype, tensor=picked.permute(order) if order != list(range(len(order))) else picked)
 
 
+@op("GatherElements", attrs=("axis",))
+def gather_elements(ctx):
+    """out[.., j, ..] = data[.., indices[.., j, ..], ..] along `axis`. With static indices and a data
+    tensor of concrete shape, each output element's flat position in the data is computed here, and
+    the elements are rows of the flattened data picked by those positions (a Gather)."""
+    data, ids = ctx.value(0), ctx.value(1)
+    axis = ctx.axis(ctx.int_attr("axis", 0), max(data.ndim, 1))
+    if ids.etype not in INT_TYPES or ids.ndim != data.ndim:
+        raise ctx.error(f"indices must be integers of the data's rank {data.ndim}, got {type_name(ids.etype)} "
+                        f"of rank {ids.ndim}")
+    idx = ctx.static(1, "indices (input 1)")
+    if idx.dtype == object or not all(isinstance(n, int) for n in data.shape):
+        raise ctx.error(f"needs concrete shapes (data {data.shape}, indices {idx.shape})")
+    rows = data.shape[axis]
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < -rows or idx.max() >= rows):
+        raise ctx.error(f"indices {idx.min()}..{idx.max()} are out of range for an axis of size {rows}")
+    if any(i > n for i, n in zip(idx.shape, data.shape)):  # ONNX: indices may be smaller, not larger
+        raise ctx.error(f"indices of shape {idx.shape} exceed the data's shape {data.shape}")
+    idx = np.where(idx < 0, idx + rows, idx)
+    if data.is_static:
+        return Value(data.etype, static=np.take_along_axis(data.static, idx, axis=axis))
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[axis] = idx
+    flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*grid)), data.shape) if idx.size else idx
+    table = data_tensor(ctx, data).reshape((prod(data.shape), 1))
+    positions = ctx.importer.ids_tensor(Value(ids.etype, static=flat, name=ids.name or "positions"), prod(data.shape), ctx)
+    return Value(data.etype, tensor=embedding(positions, table).reshape(tuple(idx.shape)))
+
+
 @op("Concat", attrs=("axis",))
 def concat_op(ctx):
     values = ctx.values()

@@ -195,6 +195,12 @@ def prelu(ctx):
     return float_value(x.relu() + slope * x.minimum(0.0))
 
 
+@op("Shrink", attrs=("bias", "lambd"))
+def shrink(ctx):
+    x, bias, lambd = ctx.tensor(0), ctx.float_attr("bias", 0.0), ctx.float_attr("lambd", 0.5)
+    return float_value(where(x < -lambd, x + bias, where(x > lambd, x - bias, 0.0)))
+
+
 @op("HardSigmoid", attrs=("alpha", "beta"))
 def hard_sigmoid(ctx):
     x = ctx.tensor(0)
@@ -314,10 +320,12 @@ def cast(ctx):
         if to not in INT_TYPES | {FLOAT, BOOL}:
             raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32)")
         return static_value(v.static.astype(numpy_dtype(to)), to)
+    if v.etype in INT_TYPES and v.tensor is not None and v.tensor.dtype == "float32":
+        v = Value(FLOAT, tensor=v.tensor)  # an integer input read as float32 (frontends.onnx.cast_only_inputs)
     if to == FLOAT:
-        return float_value(ctx.tensor(0, (FLOAT, BOOL)))
+        return float_value(ctx.as_tensor(v, "input 0", (FLOAT, BOOL)))
     if to == BOOL:
-        x = ctx.tensor(0, (FLOAT, BOOL))
+        x = ctx.as_tensor(v, "input 0", (FLOAT, BOOL))
         return bool_value(x if v.etype == BOOL else x.ne(0.0))
     raise ctx.error(f"cast of a run-time {type_name(v.etype)} tensor to {type_name(to)} is not supported "
                     f"(refcomp computes FLOAT, with BOOL as 0/1 floats)")

@@ -101,6 +101,26 @@ class ModelSteps:
         if out is not None:
             self.tame(out)
 
+    def step_einsum(self) -> None:
+        """rc.einsum contracting the last axis with a new matrix or summing an axis out, and the
+        triangles of the last two axes (tril / triu, any diagonal offset)."""
+        v = self.pick(lambda v: len(v.shape) >= 2 and simple_dim(v.shape[-1]))
+        if v is None:
+            return self.step_matmul()
+        n, r = v.name, self.rng.random()
+        if r < 0.4:
+            w = self.new_input((v.shape[-1], self.choice([2, 3, "B"])))
+            kk = _max_extent(v.shape[-1])
+            out = self.emit(f"rc.einsum('...ij,jk->...ik', {n}, {w.name})", -2 * kk * v.bound, 2 * kk * v.bound, False, "einsum")
+        elif r < 0.6:
+            kk = _max_extent(v.shape[-2])
+            out = self.emit(f"rc.einsum('...ij->...j', {n})", -kk * v.bound, kk * v.bound, False, "einsum")
+        else:
+            which, k = self.choice(["tril", "triu"]), int(self.rng.integers(-2, 3))
+            out = self.emit(f"{n}.{which}({k})", min(v.lo, 0.0), max(v.hi, 0.0), v.exact, "triangle")
+        if out is not None:
+            self.tame(out)
+
     def step_layers(self) -> None:
         """Two or three identical residual layers, h + tanh(rms_norm(h) @ W1) @ W2 / 8, each with its own
         weights, as a model stacks its blocks: the search finds them as copies (search/repeat.py) and

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
+from .linalg import LinalgMixin
 from .movement import MovementMixin
 from .provenance import user_op
 from .reductions import ReductionMixin
@@ -15,7 +16,7 @@ from .special import SpecialMixin
 __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
-class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, TensorCore):
+class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -32,7 +33,7 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
-    for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin):
+    for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):
