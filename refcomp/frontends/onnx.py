@@ -220,6 +220,9 @@ class Importer:
         core = self.core
         if v.tensor is not None:
             return v.tensor
+        if v.positions is not None:
+            v.tensor = v.positions.tensor()
+            return v.tensor
         array = v.static
         if array.dtype == object:
             if array.size != 1:

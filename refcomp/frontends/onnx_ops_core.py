@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import RefcompError
 from ..ops.tensor import Tensor
+from .onnx_positions import Positions
 
 FLOAT, BOOL, INT64, INT32 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64, TensorProto.INT32
 INT_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
@@ -93,6 +94,7 @@ class Value:
     tensor: Optional[Tensor] = None
     name: str = ""
     graph_input: Optional[str] = None  # ids tensors: the graph input they were read from
+    positions: Optional[Positions] = None  # an integer tensor affine in its indices (onnx_positions)
 
     def __post_init__(self):
         # indexing a 1-D array of dims with a scalar (Gather of Shape at index 0) gives the dim itself,
@@ -106,7 +108,16 @@ class Value:
 
     @property
     def shape(self) -> tuple:
+        if self.positions is not None:
+            return self.positions.shape
         return tuple(self.static.shape) if self.static is not None else tuple(self.tensor.shape)
+
+    @property
+    def exact_ints(self) -> bool:
+        """An integer tensor computed at run time that refcomp holds as exact float32 values: positions,
+        or an integer input read as float (frontends.onnx.cast_only_inputs)."""
+        return self.etype in INT_TYPES and (self.positions is not None or
+                                            (self.tensor is not None and self.tensor.dtype == "float32"))
 
     @property
     def ndim(self) -> int:
@@ -262,7 +273,7 @@ class NodeContext:
         return self.as_tensor(self.value(i), f"input {i} ({self.node.input[i]!r})", types)
 
     def as_tensor(self, v: Value, what: str, types=(FLOAT,)) -> Tensor:
-        if v.etype not in types:
+        if v.etype not in types and not (v.exact_ints and FLOAT in types):
             allowed = "/".join(type_name(t) for t in types)
             if v.etype in INT_TYPES and v.tensor is not None:
                 raise self.error(f"{what} is an {type_name(v.etype)} tensor computed at run time; refcomp computes in "

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.core import constant
 from ..ops.movement import concat as rc_concat
 from ..ops.nn import embedding
 from ..symbolic.dims import dim, dims_equal, idiv, prod
 from .onnx_ops_core import BOOL, FLOAT, INT_TYPES, Value, op, type_name
 from .onnx_ops_shape import BIG, data_tensor, moved
+from .onnx_positions import Positions, gather_elements_view, gather_rows, positions_of
+from .onnx_positions import gather_elements as gather_elements_positions
 
 
 # --- slicing and indexing ----------------------------------------------------------------------
@@ -54,8 +57,21 @@ def slice_op(ctx):
     index = [slice(None)] * v.ndim
     for start, end, axis, step in zip(starts, ends, ctx.axes(axes, v.ndim), steps):
         index[axis] = _slice_bounds(ctx, v.shape[axis], start, end, step)
-    if v.is_static:
+    symbolic = any(not isinstance(b, (int, type(None))) for s in index for b in (s.start, s.stop))
+    if v.is_static and not symbolic:
         return Value(v.etype, static=v.static[tuple(index)])
+    if v.is_static and v.etype in INT_TYPES:  # e.g. a buffer of position ids sliced to a symbolic length
+        v = Value(v.etype, positions=positions_of(v.static))
+        if v.positions is None:
+            raise ctx.error(f"a static integer array sliced to a symbolic length is supported only where its values "
+                            f"are affine in their indices (an arange); bounds {index}")
+    if v.positions is not None:
+        if any(s.step not in (None, 1) for s in index):
+            raise ctx.error(f"positions (an integer arange) sliced with a step other than 1: {index}")
+        starts = [s.start or 0 for s in index]
+        shape = constant(0.0).broadcast_to(v.shape)[tuple(index)].shape
+        offset = v.positions.offset + sum(a * step for a, step in zip(starts, v.positions.steps))
+        return Value(v.etype, positions=Positions(tuple(shape), v.positions.steps, offset))
     return moved(v, data_tensor(ctx, v)[tuple(index)])
 
 
@@ -79,6 +95,8 @@ def gather(ctx):
     if data.etype in INT_TYPES and data.tensor is None:
         raise ctx.error(f"gathering from static {type_name(data.etype)} data with run-time indices is not supported")
     x = data_tensor(ctx, data)
+    if ids.positions is not None:  # an arange's rows: a view
+        return moved(data, gather_rows(x, axis, ids.positions))
     if ids.is_static and ids.static.ndim == 0 and ids.static.dtype != object:
         i = int(ids.static)
         if isinstance(rows, int) and not -rows <= i < rows:
@@ -107,6 +125,12 @@ def gather_elements(ctx):
     if ids.etype not in INT_TYPES or ids.ndim != data.ndim:
         raise ctx.error(f"indices must be integers of the data's rank {data.ndim}, got {type_name(ids.etype)} "
                         f"of rank {ids.ndim}")
+    if ids.positions is not None or (ids.is_static and positions_of(ids.static) is not None and not data.is_static):
+        where = ids.positions or positions_of(ids.static)  # affine indices: the result is a view, or affine itself
+        affine = data.positions or (positions_of(data.static) if data.is_static else None)
+        if affine is not None:
+            return Value(data.etype, positions=gather_elements_positions(affine, axis, where))
+        return Value(data.etype, tensor=gather_elements_view(data_tensor(ctx, data), axis, where))
     idx = ctx.static(1, "indices (input 1)")
     if idx.dtype == object or not all(isinstance(n, int) for n in data.shape):
         raise ctx.error(f"needs concrete shapes (data {data.shape}, indices {idx.shape})")

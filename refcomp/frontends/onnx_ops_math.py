@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.core import constant
 from ..ops.elementwise import FLOAT32_MAX, fmod, where
 from ..ops.tensor import Tensor
 from ..symbolic.dims import dims_equal, idiv
-from .onnx_ops_core import (BOOL, FLOAT, INT_TYPES, Value, bool_value, float_value, is_int_array, numpy_dtype,
-                            op, static_value, type_name)
+from .onnx_ops_core import (BOOL, FLOAT, INT_TYPES, Value, as_dim, bool_value, float_value, is_int_array,
+                            numpy_dtype, op, static_value, type_name)
+from .onnx_ops_shape import _broadcast
 
 FLT_MAX = FLOAT32_MAX
 
@@ -49,6 +51,29 @@ def _fold_result(result, like) -> Value:
 FOLD_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _int_div}
 
 
+def _exact_operand(ctx, i: int) -> Tensor:
+    """Input i as a float tensor, static integers included (exact below 2^24), for an operation whose
+    other operand is an integer tensor held exactly as float32 (positions, a mask read as float)."""
+    v = ctx.value(i)
+    if v.is_static and is_int_array(v.static):
+        if v.static.dtype == object:
+            if v.static.size != 1:
+                raise ctx.error(f"input {i} holds the symbolic dims {v.static.tolist()}")
+            return constant(0.0).reshape((1,) * v.static.ndim) + v.static.reshape(-1)[0] if v.static.ndim else \
+                constant(0.0) + v.static.reshape(-1)[0]
+        if v.static.size and np.abs(v.static).max() > 1 << 24:
+            raise ctx.error(f"input {i} holds integers beyond 2^24, which float32 does not hold exactly")
+        return ctx.importer.materialize(Value(FLOAT, static=v.static.astype(np.float32), name=v.name))
+    return ctx.tensor(i, (FLOAT, BOOL))
+
+
+def _operands(ctx, types=(FLOAT,)) -> list:
+    """The inputs as tensors; where one is an integer tensor held exactly as float32, static integers too."""
+    if any(v.exact_ints for v in ctx.values()):
+        return [_exact_operand(ctx, i) for i in range(len(ctx.node.input))]
+    return [ctx.tensor(i, types) for i in range(len(ctx.node.input))]
+
+
 # --- binary arithmetic ------------------------------------------------------------------------
 @op("Add", "Sub", "Mul", "Div")
 def binary(ctx):
@@ -57,8 +82,40 @@ def binary(ctx):
         if ctx.op_type == "Div" and np.any(folded[1] == 0):
             raise ctx.error("integer division by zero: the static divisor (input 1) holds a 0")
         return _fold_result(FOLD_BINARY[ctx.op_type](*folded), folded[0])
-    a, b = ctx.tensor(0), ctx.tensor(1)
-    return float_value({"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__, "Div": a.__truediv__}[ctx.op_type](b))
+    positions = _positions_arithmetic(ctx)
+    if positions is not None:
+        return positions
+    a, b = _operands(ctx)
+    out = {"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__, "Div": a.__truediv__}[ctx.op_type](b)
+    x, y = ctx.value(0), ctx.value(1)
+    if x.exact_ints and (y.exact_ints or y.etype in INT_TYPES) and ctx.op_type != "Div":
+        return Value(x.etype, tensor=out)  # integers held exactly as float32 stay integers
+    if x.etype in INT_TYPES and y.etype in INT_TYPES:
+        raise ctx.error("integer division of tensors computed at run time is not supported")
+    return float_value(out)
+
+
+def _positions_arithmetic(ctx):
+    """Positions +/- positions or a static scalar, and positions * a static scalar, stay positions."""
+    x, y = ctx.value(0), ctx.value(1)
+    if x.positions is None and y.positions is None or ctx.op_type == "Div":
+        return None
+    def scalar(v):
+        return as_dim(v.static.reshape(-1)[0]) if v.is_static and v.static.size == 1 and is_int_array(v.static) else None
+    sign = -1 if ctx.op_type == "Sub" else 1
+    if ctx.op_type in ("Add", "Sub"):
+        if x.positions is not None and y.positions is not None:
+            shape = _broadcast(ctx, x.shape, y.shape)
+            return Value(x.etype, positions=x.positions.plus(y.positions, shape, sign))
+        p, k = (x.positions, scalar(y)) if x.positions is not None else (y.positions, scalar(x))
+        if k is None or len(y.shape if x.positions is not None else x.shape) > len(p.shape):
+            return None
+        moved_positions = p.shifted(sign * k) if x.positions is not None else p.scaled(sign).shifted(k)  # p -/+ k, k -/+ p
+        return Value(x.etype, positions=moved_positions)
+    p, k = (x.positions, scalar(y)) if x.positions is not None else (y.positions, scalar(x))
+    if k is None:
+        return None
+    return Value(x.etype, positions=p.scaled(k))
 
 
 @op("Mod", attrs=("fmod",))
@@ -268,7 +325,7 @@ def compare(ctx):
     if folded is not None:
         return static_value(np.asarray(COMPARE_NUMPY[ctx.op_type](*folded), dtype=bool), BOOL)
     types = (FLOAT, BOOL) if ctx.op_type == "Equal" else (FLOAT,)
-    return bool_value(COMPARE[ctx.op_type](ctx.tensor(0, types), ctx.tensor(1, types)))
+    return bool_value(COMPARE[ctx.op_type](*_operands(ctx, types)))
 
 
 LOGIC = {"And": lambda a, b: a * b, "Or": lambda a, b: a.maximum(b), "Xor": lambda a, b: a + b - 2.0 * a * b}
@@ -320,8 +377,10 @@ def cast(ctx):
         if to not in INT_TYPES | {FLOAT, BOOL}:
             raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32)")
         return static_value(v.static.astype(numpy_dtype(to)), to)
-    if v.etype in INT_TYPES and v.tensor is not None and v.tensor.dtype == "float32":
-        v = Value(FLOAT, tensor=v.tensor)  # an integer input read as float32 (frontends.onnx.cast_only_inputs)
+    if v.positions is not None and to in INT_TYPES:
+        return Value(to, positions=v.positions)
+    if v.exact_ints:  # integers held exactly as float32 (positions, or an input only cast to float)
+        v = Value(FLOAT, tensor=ctx.importer.materialize(v))
     if to == FLOAT:
         return float_value(ctx.as_tensor(v, "input 0", (FLOAT, BOOL)))
     if to == BOOL:

@@ -17,8 +17,9 @@ from ..ops.movement import concat as rc_concat
 from ..ops.reductions import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, prod
-from .onnx_ops_core import (BOOL, FLOAT, INT64, Value, as_dim, float_value, is_int_array, op, read_tensor,
+from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,
                             static_value, type_name)
+from .onnx_positions import Positions, positions_of
 
 BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
 
@@ -77,8 +78,8 @@ def constant_of_shape(ctx):
         raise ctx.error(f"shape (input 0) = {shape} has a negative dimension")
     if concrete(shape):
         return static_value(np.full(ctx.check_fold(shape, fill.dtype, "the constant"), fill[0], dtype=fill.dtype), etype)
-    if etype not in (FLOAT, BOOL):
-        raise ctx.error(f"an {type_name(etype)} fill with the symbolic shape {shape} cannot be folded")
+    if etype not in (FLOAT, BOOL):  # a constant integer tensor is affine in its indices, with every step 0
+        return Value(etype, positions=Positions(tuple(shape), (0,) * len(shape), int(fill[0])))
     return Value(etype, tensor=constant(float(fill[0])).reshape((1,) * len(shape)).broadcast_to(shape))
 
 
@@ -86,8 +87,13 @@ def constant_of_shape(ctx):
 def range_op(ctx):
     names = ("start", "limit", "delta")
     arrays = [ctx.static(i, f"{names[i]} (input {i})") for i in range(3)]
-    if any(a.dtype == object or a.size != 1 for a in arrays):
-        raise ctx.error(f"start, limit and delta must be concrete scalars, got {[a.tolist() for a in arrays]}")
+    if any(a.size != 1 for a in arrays):
+        raise ctx.error(f"start, limit and delta must be scalars, got {[a.tolist() for a in arrays]}")
+    if any(a.dtype == object for a in arrays):  # a symbolic bound: positions, kept symbolic
+        start, limit, delta = (as_dim(a.reshape(-1)[0]) for a in arrays)
+        if delta not in (1, -1):
+            raise ctx.error(f"a range with the symbolic bounds {start}..{limit} needs a step of 1 or -1, got {delta}")
+        return Value(ctx.value(0).etype, positions=Positions.arange(dim((limit - start) * delta), start, delta))
     start, limit, delta = (a.reshape(-1)[0] for a in arrays)
     if delta == 0:
         raise ctx.error("delta must be non-zero")
@@ -143,6 +149,12 @@ def dropout(ctx):
 
 # --- reshaping --------------------------------------------------------------------------------------
 def _reshape(ctx, v: Value, shape) -> Value:
+    if v.positions is not None:
+        moved_positions = v.positions.reshaped(shape)
+        if moved_positions is None:
+            raise ctx.error(f"positions (an integer tensor computed from Range) of shape {v.shape} reshaped to "
+                            f"{tuple(shape)}: only size-1 axes may be added or removed")
+        return Value(v.etype, positions=moved_positions)
     if v.is_static:
         if not concrete(shape):
             raise ctx.error(f"cannot reshape a static array to the symbolic shape {shape}")
@@ -220,6 +232,8 @@ def transpose(ctx):
     perm = [p % v.ndim for p in perm]
     if v.is_static:
         return Value(v.etype, static=np.transpose(v.static, perm))
+    if v.positions is not None:
+        return Value(v.etype, positions=v.positions.permuted(perm))
     return moved(v, data_tensor(ctx, v).permute(perm))
 
 
@@ -325,6 +339,10 @@ def expand(ctx):
     shape = _broadcast(ctx, v.shape, ctx.static_ints(1, "shape (input 1)", symbolic=True))
     if v.is_static and concrete(shape):
         return Value(v.etype, static=np.broadcast_to(v.static, ctx.check_fold(shape, v.static.dtype)).copy())
+    if v.is_static and v.etype in INT_TYPES and positions_of(v.static) is not None:  # to a symbolic shape
+        v = Value(v.etype, positions=positions_of(v.static))
+    if v.positions is not None:
+        return Value(v.etype, positions=v.positions.expanded(shape))
     return moved(v, data_tensor(ctx, v).broadcast_to(shape))
 
 
