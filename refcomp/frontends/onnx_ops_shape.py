@@ -18,7 +18,7 @@ from ..ops.reductions import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, prod
 from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,
-                            static_value, type_name)
+                            static_value)
 from .onnx_positions import Positions, positions_of
 
 BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
