@@ -237,7 +237,7 @@ CASES = [
            lambda x: {"last": log_softmax(x, -1), "first": log_softmax(x, 0)},
            lambda rng, s: normal(rng, s, scale=3.0), shape=(4, 7)),
     case("hl_argmax",
-         build=lambda: (lambda x: {"last": x.argmax(), "first": x.argmax(0), "mid_keep": x.argmax(1, keepdims=True)})(rc.input("x", (3, 4, 5))),
+         build=lambda: (lambda x: {"last": x.argmax(-1), "first": x.argmax(0), "mid_keep": x.argmax(1, keepdims=True)})(rc.input("x", (3, 4, 5))),
          make_inputs=_argmax_inputs,
          oracle=lambda f: {"last": np.argmax(f64(f, "x"), -1).astype(np.float64), "first": np.argmax(f64(f, "x"), 0).astype(np.float64),
                            "mid_keep": np.argmax(f64(f, "x"), 1)[:, None, :].astype(np.float64)},

@@ -5,6 +5,8 @@ from .ops.movement import concat, stack
 from .ops.elementwise import fmod, maximum, minimum, where
 from .ops.reductions import arange
 from .ops.linalg import einsum
+from .ops.creation import eye, full, full_like, linspace, ones, ones_like, zeros, zeros_like
+from .ops.trigonometry import atan2
 from .ops.special import ceil, erf, erfc, expm1, floor, log1p, tanh
 from .ops import nn
 from .exec.reference import evaluate
@@ -14,5 +16,6 @@ from . import onnx  # the onnx package itself is imported only when a model is f
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
            "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
-           "arange", "einsum", "nn", "evaluate", "Program", "compile", "load_program", "onnx", "RefcompError", "ShapeError",
+           "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
+           "zeros_like", "nn", "evaluate", "Program", "compile", "load_program", "onnx", "RefcompError", "ShapeError",
            "BindingError", "FeedError", "AllocationError", "CacheError"]

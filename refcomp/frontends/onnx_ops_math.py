@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops import activations
 from ..ops.core import constant
 from ..ops.elementwise import FLOAT32_MAX, fmod, where
 from ..ops.tensor import Tensor
@@ -168,20 +169,14 @@ def variadic(ctx):
     return float_value(out * (1.0 / len(tensors)) if ctx.op_type == "Mean" else out)
 
 
-# --- unary math and activations -----------------------------------------------------------------
-def softplus(x: Tensor) -> Tensor:
-    """log(1 + exp(x)) = relu(x) + log1p(exp(-|x|)): exp never overflows, log1p keeps the small tail."""
-    return x.relu() + (-x.abs()).exp().log1p()
-
-
+# --- unary math and activations (the op library's own, refcomp/ops/activations.py) ----------------
 UNARY = {
     "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Exp": Tensor.exp, "Log": Tensor.log,
     "Sqrt": Tensor.sqrt, "Sin": Tensor.sin, "Cos": Tensor.cos, "Abs": Tensor.abs, "Neg": Tensor.__neg__,
     "Reciprocal": Tensor.reciprocal, "Erf": Tensor.erf, "Floor": Tensor.floor, "Ceil": Tensor.ceil,
-    "Softplus": softplus,
-    "Softsign": lambda x: x / (1.0 + x.abs()),
-    "Sign": lambda x: (x > 0.0) - (x < 0.0),
-    "Mish": lambda x: x * softplus(x).tanh(),
+    "Softplus": activations.softplus, "Softsign": activations.softsign, "Sign": Tensor.sign, "Mish": activations.mish,
+    "Tan": Tensor.tan, "Asin": Tensor.asin, "Acos": Tensor.acos, "Atan": Tensor.atan, "Sinh": Tensor.sinh,
+    "Cosh": Tensor.cosh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh, "Round": Tensor.round,
 }
 
 
@@ -207,36 +202,27 @@ def gelu(ctx):
 
 @op("LeakyRelu", attrs=("alpha",))
 def leaky_relu(ctx):
-    x = ctx.tensor(0)
-    return float_value(x.relu() + ctx.float_attr("alpha", 0.01) * x.minimum(0.0))
-
-
-def _expm1_negative_part(x: Tensor) -> Tensor:
-    """expm1(min(x, 0)): finite for every x (exp of a large positive x is never formed)."""
-    return x.minimum(0.0).expm1()
+    return float_value(activations.leaky_relu(ctx.tensor(0), ctx.float_attr("alpha", 0.01)))
 
 
 @op("Elu", attrs=("alpha",))
 def elu(ctx):
-    x = ctx.tensor(0)
-    return float_value(x.relu() + ctx.float_attr("alpha", 1.0) * _expm1_negative_part(x))
+    return float_value(activations.elu(ctx.tensor(0), ctx.float_attr("alpha", 1.0)))
 
 
 @op("Selu", attrs=("alpha", "gamma"))
 def selu(ctx):
-    x = ctx.tensor(0)
     alpha = ctx.float_attr("alpha", 1.67326319217681884765625)
     gamma = ctx.float_attr("gamma", 1.05070102214813232421875)
-    return float_value(gamma * (x.relu() + alpha * _expm1_negative_part(x)))
+    return float_value(gamma * activations.elu(ctx.tensor(0), alpha))
 
 
 @op("Celu", attrs=("alpha",))
 def celu(ctx):
-    x = ctx.tensor(0)
     alpha = ctx.float_attr("alpha", 1.0)
     if alpha == 0.0:
         raise ctx.attr_error("alpha", alpha, "Celu divides by it")
-    return float_value(x.relu() + alpha * _expm1_negative_part(x * (1.0 / alpha)))
+    return float_value(activations.celu(ctx.tensor(0), alpha))
 
 
 @op("ThresholdedRelu", attrs=("alpha",))
@@ -266,8 +252,7 @@ def hard_sigmoid(ctx):
 
 @op("HardSwish")
 def hard_swish(ctx):
-    x = ctx.tensor(0)
-    return float_value(x * (x * (1.0 / 6.0) + 0.5).clip(0.0, 1.0))
+    return float_value(activations.hardswish(ctx.tensor(0)))
 
 
 @op("Clip")

@@ -1,8 +1,8 @@
 """ONNX reductions (the Reduce* family) and Softmax / LogSoftmax.
 
 refcomp's primitive reductions are SumReduce and MaxReduce over one axis; the ONNX forms are chains of
-them with keepdims as a reshape. ReduceProd has no primitive: it multiplies halves (a tree of Mul)
-along each axis, whose length must be concrete. Integer reductions of static arrays fold with NumPy.
+them with keepdims as a reshape. ReduceProd has no primitive: it is `Tensor.prod`, a tree of Mul
+over halves of each axis, whose length must be concrete. Integer reductions of static arrays fold with NumPy.
 """
 from __future__ import annotations
 
@@ -14,27 +14,6 @@ from .onnx_ops_math import FLT_MAX, _fold_result
 
 
 # --- reductions ----------------------------------------------------------------------------------
-def product(t: Tensor, axis: int, ctx) -> Tensor:
-    """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
-    n = t.shape[axis]
-    if not isinstance(n, int):
-        raise ctx.error(f"ReduceProd over axis {axis} of symbolic length {n} is not supported")
-    if n == 0:
-        return constant(1.0).broadcast_to(t.shape[:axis] + t.shape[axis + 1:])
-    index = [slice(None)] * t.ndim
-    while n > 1:
-        if n % 2:
-            widths = [(0, 0)] * t.ndim
-            widths[axis] = (0, 1)
-            t, n = t.pad(widths, value=1.0), n + 1
-        half = n // 2
-        index[axis] = slice(0, half)
-        left = t[tuple(index)]
-        index[axis] = slice(half, n)
-        t, n = left * t[tuple(index)], half
-    return t.squeeze(axis)
-
-
 def _reduce_axes(ctx, ndim: int):
     """(axes, keepdims) from the attribute (older opsets) or input 1; None means "no-op"."""
     keepdims = ctx.int_attr("keepdims", 1)
@@ -79,7 +58,7 @@ def reduce(ctx):
     if kind == "ReduceProd":
         out = x
         for a in sorted(axes, reverse=True):
-            out = product(out, a, ctx)
+            out = out.prod(a)
         return float_value(_keep(out, shape, axes, keepdims))
     if kind in ("ReduceMax", "ReduceMin"):
         out = x.max(axes) if kind == "ReduceMax" else x.min(axes)

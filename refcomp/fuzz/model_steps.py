@@ -121,6 +121,36 @@ class ModelSteps:
         if out is not None:
             self.tame(out)
 
+    def step_torch_math(self) -> None:
+        """The PyTorch-named functions: inverse trigonometric and hyperbolic functions, rounding,
+        activations, two-operand functions and the dim=/keepdim= reductions, each with its range."""
+        v = self.pick(lambda v: v.bound <= 20)
+        if v is None:
+            return self.step_unary()
+        n, lo, hi = v.name, v.lo, v.hi
+        options = [(f"{n}.atan()", math.atan(lo), math.atan(hi), False, "atan"),
+                   (f"{n}.asinh()", math.asinh(lo), math.asinh(hi), False, "asinh"),
+                   (f"({n} * 0.05).atanh()", math.atanh(max(lo * 0.05, -0.99)), math.atanh(min(hi * 0.05, 0.99)), False, "atanh"),
+                   (f"{n}.sign()", -1.0, 1.0, True, "sign"), (f"{n}.round()", round(lo) - 1, round(hi) + 1, v.exact, "round"),
+                   (f"{n}.trunc()", math.trunc(lo), math.trunc(hi), v.exact, "trunc"),
+                   (f"rc.nn.elu({n})", -1.0, max(hi, 0.0), False, "elu"),
+                   (f"rc.nn.softplus({n})", 0.0, max(hi, 0.0) + 1.0, False, "softplus"),
+                   (f"rc.nn.hardswish({n})", -0.5, max(hi, 0.0), False, "hardswish")]
+        if v.bound <= 8:
+            options.append((f"{n}.cosh()", 1.0, math.cosh(v.bound), False, "cosh"))
+        if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
+            extent = _max_extent(v.shape[-1])
+            options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))
+            options.append((f"{n}.std(dim=-1, keepdim=True)", 0.0, hi - lo + 1.0, False, "std"))
+        other = self.pick(lambda w: w is not v and w.shape == v.shape and w.bound <= 20)
+        if other is not None:
+            options.append((f"rc.atan2({n}, {other.name})", -math.pi, math.pi, False, "atan2"))
+            options.append((f"{n}.logaddexp({other.name})", max(lo, other.lo), max(hi, other.hi) + 1.0, False, "logaddexp"))
+        expr, out_lo, out_hi, exact, op = options[int(self.rng.integers(len(options)))]
+        out = self.emit(expr, out_lo, out_hi, exact, op)
+        if out is not None:
+            self.tame(out)
+
     def step_layers(self) -> None:
         """Two or three identical residual layers, h + tanh(rms_norm(h) @ W1) @ W2 / 8, each with its own
         weights, as a model stacks its blocks: the search finds them as copies (search/repeat.py) and

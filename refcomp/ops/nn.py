@@ -13,6 +13,8 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, idiv
 from ..symbolic.view import contiguous_strides
+from .activations import (celu, elu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu6, selu,
+                          softplus, softsign)
 from .primitives import make_node
 from .provenance import user_op
 from .elementwise import where
@@ -182,6 +184,21 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
 
 
 @user_op
+def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    """torch.nn.functional.normalize: x / max(||x||_p, eps) along `dim`."""
+    x = lift(x)
+    magnitude = x.abs()
+    norm = (magnitude * magnitude).sum(dim, keepdims=True).sqrt() if p == 2 else \
+        magnitude.sum(dim, keepdims=True) if p == 1 else (magnitude ** float(p)).sum(dim, keepdims=True) ** (1.0 / p)
+    return x / norm.maximum(eps)
+
+
+@user_op
+def softmin(x, dim: int = -1):
+    return lift(x).softmin(dim)
+
+
+@user_op
 def embedding(ids, table):
     """Rows of `table` (V, D) picked by int32 `ids` of any shape; the result is ids.shape + (D,)."""
     ids, table = lift(ids), lift(table)
@@ -212,3 +229,8 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
     if mask is not None:
         scores = scores + mask
     return scores.softmax(-1) @ v
+
+
+__all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
+           "normalize", "softmin", "embedding", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
+           "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]

@@ -10,7 +10,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from ..symbolic.dims import dim, dims_equal, prod
+from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from .provenance import user_op
 from .core import broadcast_shape, constant, iota, lift
@@ -36,62 +36,119 @@ class ReductionMixin:
             out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape)))
         return out
 
-    def sum(self, axis=None, keepdims: bool = False):
+    def sum(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         return self._reduce_axes("SumReduce", axis, keepdims)
 
-    def max(self, axis=None, keepdims: bool = False):
+    def max(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         return self._reduce_axes("MaxReduce", axis, keepdims)
 
-    def min(self, axis=None, keepdims: bool = False):
+    def min(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         return -((-self).max(axis, keepdims))
+
+    def prod(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        """The product as a tree of Mul over halves of each axis (whose length must be concrete)."""
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
+        axes = range(self.ndim) if axis is None else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        out = self
+        for a in sorted(set(axes), reverse=True):
+            out = _product(out, a)
+        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape))) if keepdims else out
+
+    def any(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        """1.0 where some value along the axes is nonzero (NaN counts), else 0.0."""
+        return self.ne(0.0).max(axis, keepdims, dim=dim, keepdim=keepdim)
+
+    def all(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        return self.ne(0.0).min(axis, keepdims, dim=dim, keepdim=keepdim)
+
+    def logsumexp(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        """log(sum(exp(x))) shifted by the maximum (an infinite maximum is not subtracted)."""
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
+        top = self.max(axis, keepdims=True)
+        shift = where(top.isinf(), 0.0, top)
+        out = (self - shift).exp().sum(axis, keepdims=True).log() + shift
+        return out if keepdims else out._drop_axes(axis)
 
     def _count(self, axis) -> object:
         axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else [axis]
         return prod(self.shape[self._axis(a)] for a in axes)
 
-    def mean(self, axis=None, keepdims: bool = False):
+    def _drop_axes(self, axis):
+        """A keepdims result without the reduced size-1 axes."""
+        axes = range(self.ndim) if axis is None else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
+
+    def mean(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         count = self._count(axis)
         return self.sum(axis, keepdims) * _inverse(count)
 
-    def var(self, axis=None, keepdims: bool = False, correction: int = 0):
-        """Population variance by default (NumPy's ddof=0); correction=1 gives PyTorch's default."""
+    def var(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
+        """Population variance when called the NumPy way (axis=, ddof 0); called the PyTorch way (dim=,
+        keepdim= or unbiased=) the default correction is PyTorch's, 1. `correction` overrides both."""
+        torch_way = dim is not None or keepdim is not None or unbiased is not None
+        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
+        if correction is None:
+            correction = (1 if unbiased is None or unbiased else 0) if torch_way else 0
         if not isinstance(correction, numbers.Integral) or isinstance(correction, bool) or correction < 0:
             raise ShapeError(f"var of {self.label}: correction must be a non-negative int, got {correction!r}")
         centred = self - self.mean(axis, keepdims=True)
         count = self._count(axis)
-        total = (centred * centred).sum(axis, keepdims) * _inverse(dim(count - correction))
+        total = (centred * centred).sum(axis, keepdims) * _inverse(make_dim(count - correction))
         if isinstance(count, int) or not correction:
             return total
         return where(constant(count) > correction, total, math.nan)
 
-    def softmax(self, axis: int = -1):
+    def std(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
+        return self.var(axis, keepdims, correction, dim=dim, keepdim=keepdim, unbiased=unbiased).sqrt()
+
+    def softmin(self, axis: int = -1, *, dim=None):
+        return (-self).softmax(axis if dim is None else dim)
+
+    def softmax(self, axis: int = -1, *, dim=None):
+        axis = axis if dim is None else dim
         shifted = self - self.max(axis, keepdims=True)
         e = shifted.exp()
         return e / e.sum(axis, keepdims=True)
 
-    def log_softmax(self, axis: int = -1):
+    def log_softmax(self, axis: int = -1, *, dim=None):
+        axis = axis if dim is None else dim
         shifted = self - self.max(axis, keepdims=True)
         return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
-    def argmax(self, axis: int = -1, keepdims: bool = False):
-        """Index of the first maximum, as a float (every computed value in refcomp is float32).
+    def argmax(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        """Index of the first maximum, as a float (every computed value in refcomp is float32); with no
+        axis (`x.argmax()`, as NumPy and PyTorch) of the flattened tensor.
 
         As in NumPy a NaN is the maximum: where the max is NaN no element equals it, and the NaNs
         are the candidates (where it is not NaN there are none).
         """
+        if dim is not None or keepdim is not None:
+            axis, keepdims = _torch_axes(None, keepdims, dim, keepdim)
+        if axis is None:
+            flat = self.reshape((prod(self.shape),))
+            out = flat.argmax(0)
+            return out.reshape((1,) * self.ndim) if keepdims else out
         axis = self._axis(axis)
         n = self.shape[axis]
         is_max = self.eq(self.max(axis, keepdims=True)) + self.isnan()
         index = iota(self.shape, axis)
         return (index + (1.0 - is_max) * n).min(axis, keepdims)
 
-    def cumsum(self, axis: int = -1):
+    def argmin(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        """Index of the first minimum (NaN counts as the minimum, as in NumPy and PyTorch)."""
+        return (-self).argmax(axis, keepdims, dim=dim, keepdim=keepdim)
+
+    def cumsum(self, axis: int = -1, *, dim=None):
         """Running sums as windows over a zero-padded copy: exact, with no masking arithmetic."""
-        axis = self._axis(axis)
+        axis = self._axis(axis if dim is None else dim)
         x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
         n, lead = x.shape[-1], x.shape[:-1]
-        padded = x.pad([(0, 0)] * (x.ndim - 1) + [(dim(n - 1), 0)])
-        padded_strides = contiguous_strides(lead + (dim(2 * n - 1),))
+        padded = x.pad([(0, 0)] * (x.ndim - 1) + [(make_dim(n - 1), 0)])
+        padded_strides = contiguous_strides(lead + (make_dim(2 * n - 1),))
         windows = padded.as_strided(lead + (n, n), padded_strides[:-1] + (1, 1))
         out = windows.sum(-1)
         return out.transpose(axis, -1) if axis != self.ndim - 1 else out
@@ -121,6 +178,36 @@ class ReductionMixin:
         return lift(other).matmul(self)
 
 
+def _torch_axes(axis, keepdims, dim, keepdim):
+    """PyTorch's dim= / keepdim= beside NumPy's axis= / keepdims=."""
+    if dim is not None:
+        if axis is not None:
+            raise ShapeError(f"give axis= or dim=, not both (axis={axis!r}, dim={dim!r})")
+        axis = dim
+    return axis, keepdims if keepdim is None else keepdim
+
+
+def _product(t, axis: int):
+    """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
+    n = t.shape[axis]
+    if not isinstance(n, int):
+        raise ShapeError(f"prod of {t.label} over axis {axis} of symbolic length {n}: the length must be known")
+    if n == 0:
+        return constant(1.0).broadcast_to(t.shape[:axis] + t.shape[axis + 1:])
+    index = [slice(None)] * t.ndim
+    while n > 1:
+        if n % 2:
+            widths = [(0, 0)] * t.ndim
+            widths[axis] = (0, 1)
+            t, n = t.pad(widths, value=1.0), n + 1
+        half = n // 2
+        index[axis] = slice(0, half)
+        left = t[tuple(index)]
+        index[axis] = slice(half, n)
+        t, n = left * t[tuple(index)], half
+    return t.squeeze(axis)
+
+
 def _inverse(count):
     """1/count for averaging; NaN for an empty reduction (or a count <= 0 after a correction), as NumPy."""
     if isinstance(count, int):
@@ -135,12 +222,16 @@ def _batch_of(t):
 
 @user_op
 def arange(*args):
-    """rc.arange(n) or rc.arange(start, stop, step) with ints: floats start, start+step, ..."""
-    if len(args) == 1:
-        n = dim(args[0])
+    """rc.arange(n) or rc.arange(start, stop, step): start, start + step, ... below stop (ints, or
+    floats as torch.arange takes them: ceil((stop - start) / step) values, each start + i * step)."""
+    if len(args) == 1 and not isinstance(args[0], float):
+        n = make_dim(args[0])
         return iota((max(n, 0) if isinstance(n, int) else n,), 0)  # NumPy: arange(-1) is empty
-    start, stop, step = (list(args) + [1])[:3]
-    if not all(isinstance(v, numbers.Integral) for v in (start, stop, step)) or step == 0:
-        raise ShapeError(f"arange({', '.join(map(str, args))}): start, stop and step must be ints, step non-zero")
-    count = max(len(range(start, stop, step)), 0)
+    start, stop, step = ([0] if len(args) == 1 else []) + (list(args) + [1])[:3 if len(args) > 1 else 2]
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (start, stop, step)) or step == 0:
+        raise ShapeError(f"arange({', '.join(map(str, args))}): start, stop and step must be numbers, step non-zero")
+    if all(isinstance(v, numbers.Integral) for v in (start, stop, step)):
+        count = max(len(range(start, stop, step)), 0)
+    else:
+        count = max(math.ceil((float(stop) - float(start)) / float(step)), 0)
     return iota((count,), 0) * float(step) + float(start)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
 from .linalg import LinalgMixin
+from .torch_methods import TorchMethodsMixin
+from .trigonometry import TrigonometryMixin
 from .movement import MovementMixin
 from .provenance import user_op
 from .reductions import ReductionMixin
@@ -16,7 +18,8 @@ from .special import SpecialMixin
 __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
-class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TensorCore):
+class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
+             TrigonometryMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -28,12 +31,13 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
              "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__neg__": "neg", "__pow__": "pow",
              "__rpow__": "pow", "__mod__": "mod", "__rmod__": "mod", "__matmul__": "matmul", "__rmatmul__": "matmul",
              "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne",
-             "__getitem__": "index"}
+             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide"}
 
 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
-    for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin):
+    for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
+                  TrigonometryMixin):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):

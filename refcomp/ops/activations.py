@@ -1,0 +1,93 @@
+"""Activation functions with torch.nn.functional's names, signatures and edge behaviour.
+
+The exponential ones take expm1 of min(x, 0) only (elu, selu, celu), so the branch not taken never
+overflows; softplus is relu(x) + log1p(exp(-|x|)), which neither overflows nor loses its small
+tail; the hard ones are clips. The ONNX importer builds its operators of the same names from these.
+"""
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .core import lift
+from .elementwise import where
+from .provenance import user_op
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _negative_part_expm1(x):
+    return x.minimum(0.0).expm1()
+
+
+@user_op
+def leaky_relu(x, negative_slope: float = 0.01):
+    x = lift(x)
+    return x.relu() + negative_slope * x.minimum(0.0)
+
+
+@user_op
+def elu(x, alpha: float = 1.0):
+    x = lift(x)
+    return x.relu() + alpha * _negative_part_expm1(x)
+
+
+@user_op
+def selu(x):
+    x = lift(x)
+    return SELU_SCALE * (x.relu() + SELU_ALPHA * _negative_part_expm1(x))
+
+
+@user_op
+def celu(x, alpha: float = 1.0):
+    if alpha == 0.0:
+        raise ShapeError("celu: alpha must be non-zero (it divides x)")
+    x = lift(x)
+    return x.relu() + alpha * _negative_part_expm1(x * (1.0 / alpha))
+
+
+@user_op
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's linear tail)."""
+    x = lift(x)
+    bx = x * beta if beta != 1.0 else x
+    smooth = bx.relu() + (-bx.abs()).exp().log1p()
+    return where(bx > threshold, x, smooth * (1.0 / beta) if beta != 1.0 else smooth)
+
+
+@user_op
+def mish(x):
+    x = lift(x)
+    return x * softplus(x).tanh()
+
+
+@user_op
+def relu6(x):
+    return lift(x).clip(0.0, 6.0)
+
+
+@user_op
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    return lift(x).clip(min_val, max_val)
+
+
+@user_op
+def hardsigmoid(x):
+    return relu6(lift(x) + 3.0) * (1.0 / 6.0)
+
+
+@user_op
+def hardswish(x):
+    x = lift(x)
+    return x * hardsigmoid(x)
+
+
+@user_op
+def logsigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x), finite for every finite x."""
+    return -softplus(-lift(x))
+
+
+@user_op
+def softsign(x):
+    x = lift(x)
+    return x / (1.0 + x.abs())

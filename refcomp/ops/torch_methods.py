@@ -1,0 +1,126 @@
+"""The Tensor methods a PyTorch user reaches for, under PyTorch's names and signatures.
+
+Each is a few primitives (or the operators of elementwise.py) with PyTorch's meaning: `div` with a
+`rounding_mode`, `//` as floor division, `sign`/`trunc`/`round` (half to even) from floor and
+comparisons, `copysign`, `logaddexp` without overflow, `lerp` in PyTorch's two-sided form, the
+logical operations and `masked_fill` on 0/1 floats (refcomp's booleans).
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import ShapeError
+from .core import lift
+from .elementwise import fmod, where
+
+LOG10_2 = math.log10(2.0)
+
+
+def _negative_sign_bit(x):
+    """1.0 where x < 0 or x is -0.0 (1/x is -inf there); NaN counts as positive."""
+    return (x < 0.0) + x.eq(0.0) * (1.0 / x < 0.0)
+
+
+def _floor_divide(a, b):
+    """PyTorch's (and Python's) float floor division: from fmod, so 1 // -inf is -1 and inf // 1 NaN;
+    a zero divisor gives a / b."""
+    mod = fmod(a, b)
+    div = (a - mod) / b
+    div = div - mod.ne(0.0) * (b < 0.0).ne(mod < 0.0)
+    low = div.floor()
+    rounded = low + (div - low > 0.5)
+    zero = where(_negative_sign_bit(a / b), -0.0, 0.0)
+    return where(b.eq(0.0), a / b, where(div.eq(0.0), zero, rounded))
+
+
+class TorchMethodsMixin:
+    __slots__ = ()
+
+    # --- arithmetic under PyTorch's names ---------------------------------------------------------
+    def add(self, other, alpha=1):
+        return self + (lift(other) * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha=1):
+        return self - (lift(other) * alpha if alpha != 1 else other)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other, rounding_mode=None):
+        """x / y; rounding_mode "trunc" rounds toward zero, "floor" toward -inf (PyTorch's)."""
+        quotient = self / other
+        if rounding_mode is None:
+            return quotient
+        if rounding_mode == "trunc":
+            return quotient.trunc()
+        if rounding_mode == "floor":
+            return _floor_divide(self, lift(other))
+        raise ShapeError(f"div of {self.label}: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+    def __floordiv__(self, other):
+        return self.div(other, rounding_mode="floor")
+
+    def __rfloordiv__(self, other):
+        return lift(other).div(self, rounding_mode="floor")
+
+    def pow(self, exponent):
+        return self ** exponent
+
+    def neg(self):
+        return -self
+
+    def log10(self):
+        return self.log2() * LOG10_2
+
+    # --- rounding -------------------------------------------------------------------------------
+    def sign(self):
+        """-1, 0 or 1; NaN gives 0, as in PyTorch (NumPy gives NaN)."""
+        return (self > 0.0) - (self < 0.0)
+
+    def trunc(self):
+        """Toward zero: ceil below 0, floor above (-0.5 gives -0.0, as in NumPy)."""
+        return where(self < 0.0, self.ceil(), self.floor())
+
+    def round(self, decimals: int = 0):
+        """Half to even, as torch.round and np.round; `decimals` scales by 10^decimals first."""
+        if decimals:
+            scale = 10.0 ** decimals
+            return (self * scale).round() / scale
+        low = self.floor()
+        fraction = self - low  # exact: x and floor(x) are within 1 of each other
+        up = (fraction > 0.5) + fraction.eq(0.5) * fmod(low, 2.0).abs()  # a tie goes up from an odd floor
+        return where(self.isfinite(), low + up, self)
+
+    # --- two operands -----------------------------------------------------------------------------
+    def copysign(self, other):
+        magnitude = self.abs()
+        return where(_negative_sign_bit(lift(other)), -magnitude, magnitude)
+
+    def logaddexp(self, other):
+        """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); equal infinities give themselves."""
+        other = lift(other)
+        top = self.maximum(other)
+        return where(self.eq(other), self + math.log(2.0), top + (-(self - other).abs()).exp().log1p())
+
+    def lerp(self, end, weight):
+        """start + weight (end - start), computed from the nearer end as PyTorch does (exact at both ends)."""
+        end, weight = lift(end), lift(weight)
+        difference = end - self
+        return where(weight.abs() < 0.5, self + weight * difference, end - difference * (1.0 - weight))
+
+    def logical_not(self):
+        return self.eq(0.0)
+
+    def logical_and(self, other):
+        return self.ne(0.0) * lift(other).ne(0.0)
+
+    def logical_or(self, other):
+        return self.ne(0.0).maximum(lift(other).ne(0.0))
+
+    def logical_xor(self, other):
+        return self.ne(0.0).ne(lift(other).ne(0.0))
+
+    def masked_fill(self, mask, value):
+        """`value` where mask is nonzero (True), else x; the result has the broadcast shape."""
+        return where(lift(mask), value, self)
+
