@@ -121,3 +121,19 @@ def test_an_int64_mask_cast_to_float_is_read_as_float():
         m.evaluate({"x": x, "mask": mask * (1 << 25)})
     with pytest.raises(RefcompError, match="mask.*INT64"):
         m.evaluate({"x": x, "mask": mask.astype(np.float32)})
+
+
+@pytest.mark.parametrize("op,keepdims,last", [("ArgMax", 1, 0), ("ArgMin", 0, 0), ("ArgMax", 0, 1), ("ArgMin", 1, 1)])
+def test_argmax_argmin_return_int64(op, keepdims, last):
+    x = np.array([[3.0, 7.0, 7.0, -1.0], [2.0, -5.0, 9.0, -5.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    out_shape = [3, 1] if keepdims else [3]
+    node = h.make_node(op, ["x"], ["y"], name="arg", axis=1, keepdims=keepdims, select_last_index=last)
+    graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [3, 4])],
+                         [h.make_tensor_value_info("y", TP.INT64, out_shape)])
+    m = ro.import_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    pick = np.argmax if op == "ArgMax" else np.argmin
+    want = 3 - pick(x[:, ::-1], axis=1) if last else pick(x, axis=1)
+    want = want.reshape(out_shape)
+    for got in (m.evaluate({"x": x})["y"], m.run({"x": x}, backend="emulator")["y"]):
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)

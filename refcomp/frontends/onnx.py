@@ -131,6 +131,8 @@ class ImportedModel:
                 out[name] = array
             elif self.output_types[name] == "BOOL":
                 out[name] = np.asarray(results[name]) != 0
+            elif self.output_types[name] in ("INT64", "INT32"):  # integers computed exactly as float32 (ArgMax)
+                out[name] = np.asarray(results[name]).astype(np.int64 if self.output_types[name] == "INT64" else np.int32)
             else:
                 out[name] = np.asarray(results[name], dtype=np.float32)
         return out
@@ -367,7 +369,7 @@ class Importer:
                 self.static_outputs[name] = v.static
                 self.output_types[name] = core.type_name(v.etype)
                 continue
-            if v.etype not in (core.FLOAT, core.BOOL):
+            if v.etype not in (core.FLOAT, core.BOOL) and not v.exact_ints:
                 raise RefcompError(f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
                                    f"refcomp computes FLOAT (and BOOL as 0/1) outputs only")
             self.outputs[name] = self.materialize(v)

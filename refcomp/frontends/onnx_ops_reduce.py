@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.tensor import Tensor, constant
-from .onnx_ops_core import BOOL, FLOAT, Value, float_value, is_int_array, op
+from .onnx_ops_core import BOOL, FLOAT, INT64, Value, float_value, is_int_array, op, static_value
 from .onnx_ops_math import FLT_MAX, _fold_result
 
 
@@ -96,3 +96,23 @@ def softmax(ctx):
     if x.ndim == 0:
         raise ctx.error("input must have at least one axis")
     return float_value(x.softmax(axis) if ctx.op_type == "Softmax" else x.log_softmax(axis))
+
+
+@op("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
+def arg_extreme(ctx):
+    """The index of the first (or, with select_last_index, the last) extreme along the axis: an INT64
+    tensor held exactly as float32 (Tensor.argmax's indices), or folded for a static input."""
+    v = ctx.value(0)
+    axis = ctx.axis(ctx.int_attr("axis", 0), max(v.ndim, 1))
+    keepdims, last = bool(ctx.int_attr("keepdims", 1)), bool(ctx.int_attr("select_last_index", 0))
+    if v.is_static and v.static.dtype != object:
+        data = np.flip(v.static, axis) if last else v.static
+        index = (np.argmax if ctx.op_type == "ArgMax" else np.argmin)(data, axis=axis)
+        index = data.shape[axis] - 1 - index if last else index
+        return static_value(np.expand_dims(index, axis) if keepdims else index, INT64)
+    x = ctx.tensor(0)
+    data = x.flip(axis) if last else x
+    index = (data.argmax if ctx.op_type == "ArgMax" else data.argmin)(axis, keepdims)
+    if last:  # the position counted back from the end of the flipped axis
+        index = index * -1.0 + (x.shape[axis] - 1)
+    return Value(INT64, tensor=index)
