@@ -183,3 +183,59 @@ def test_the_new_functions_compile_and_match_the_reference_on_the_emulator(rng):
     want = rc.evaluate(out, feeds)
     got = rc.compile(out).run(feeds, backend="emulator")
     close(got, want, rtol=2e-6, atol=2e-6)
+
+
+SHAPES = {
+    "view": (lambda x: x.view(12, 5), lambda t: t.view(12, 5)),
+    "flatten": (lambda x: x.flatten(1), lambda t: t.flatten(1)),
+    "flatten_all": (lambda x: x.flatten(), lambda t: t.flatten()),
+    "unflatten": (lambda x: x.unflatten(1, (2, -1)), lambda t: t.unflatten(1, (2, -1))),
+    "diagonal": (lambda x: x.diagonal(1, 1, 2), lambda t: t.diagonal(1, 1, 2)),
+    "diagonal_below": (lambda x: x.diagonal(-2, 2, 1), lambda t: t.diagonal(-2, 2, 1)),
+    "roll": (lambda x: x.roll((1, -3), (0, 2)), lambda t: t.roll((1, -3), (0, 2))),
+    "roll_flat": (lambda x: x.roll(7), lambda t: t.roll(7)),
+    "repeat": (lambda x: x.repeat(2, 1, 1, 3), lambda t: t.repeat(2, 1, 1, 3)),
+    "repeat_interleave": (lambda x: x.repeat_interleave(3, dim=1), lambda t: t.repeat_interleave(3, dim=1)),
+    "cummax": (lambda x: x.cummax(2), lambda t: t.cummax(2).values),
+    "cummin": (lambda x: x.cummin(dim=0), lambda t: t.cummin(0).values),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shape_functions_match_torch(rng, name):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x[1, 2, 3] = np.nan if name.startswith("cum") else x[1, 2, 3]
+    ours, theirs = SHAPES[name]
+    exact(run(ours, x), theirs(torch.from_numpy(x)).numpy())
+
+
+def test_running_product_and_log_sum_exp(rng):
+    x = rng.uniform(0.5, 1.5, (3, 6)).astype(np.float32)
+    t = torch.from_numpy(x).double()
+    close(run(lambda a: a.cumprod(1), x), t.cumprod(1).numpy(), rtol=1e-6)
+    close(run(lambda a: a.logcumsumexp(0), x), t.logcumsumexp(0).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses(rng, reduction):
+    logits = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    target = rng.integers(0, 5, (2, 3)).astype(np.int32)
+    want = torch.nn.functional.cross_entropy(torch.from_numpy(logits).double(), torch.from_numpy(target).long(),
+                                             reduction=reduction).numpy()
+    close(run(lambda a, b: rc.nn.cross_entropy(a, b, reduction=reduction), logits, target), want, rtol=1e-6, atol=1e-6)
+    probs = torch.softmax(torch.from_numpy(rng.standard_normal((2, 5, 3))), 1).float().numpy()
+    want = torch.nn.functional.cross_entropy(torch.from_numpy(logits).double(), torch.from_numpy(probs).double(),
+                                             reduction=reduction).numpy()
+    close(run(lambda a, b: rc.nn.cross_entropy(a, b, reduction=reduction), logits, probs), want, rtol=1e-6, atol=1e-6)
+    p = np.array([0.0, 0.3, 1.0, 0.9, 0.5], np.float32)
+    y = np.array([1.0, 0.0, 1.0, 0.5, 0.25], np.float32)
+    want = torch.nn.functional.binary_cross_entropy(torch.from_numpy(p).double(), torch.from_numpy(y).double(),
+                                                    reduction=reduction).numpy()
+    close(run(lambda a, b: rc.nn.binary_cross_entropy(a, b, reduction=reduction), p, y), want, rtol=1e-6, atol=1e-6)
+
+
+def test_one_hot_refuses_ids_outside_the_classes():
+    ids = np.array([0, 3, 1], np.int32)
+    exact(run(lambda a: rc.nn.one_hot(a, 4), ids), torch.nn.functional.one_hot(torch.from_numpy(ids).long(), 4).float().numpy())
+    with pytest.raises(rc.FeedError):
+        run(lambda a: rc.nn.one_hot(a, 3), ids)

@@ -138,6 +138,10 @@ class ModelSteps:
                    (f"rc.nn.hardswish({n})", -0.5, max(hi, 0.0), False, "hardswish")]
         if v.bound <= 8:
             options.append((f"{n}.cosh()", 1.0, math.cosh(v.bound), False, "cosh"))
+        if len(v.shape) >= 1 and isinstance(v.shape[-1], int):
+            options.append((f"{n}.cummax(-1)", lo, hi, v.exact, "cummax"))
+            options.append((f"{n}.roll(1, -1)", lo, hi, v.exact, "roll"))
+            options.append((f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
             extent = _max_extent(v.shape[-1])
             options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))

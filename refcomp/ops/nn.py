@@ -199,6 +199,46 @@ def softmin(x, dim: int = -1):
 
 
 @user_op
+def one_hot(ids, num_classes: int):
+    """ids (int32) -> (..., num_classes) of 0.0/1.0: rows of the identity picked by the ids, so an id
+    outside [0, num_classes) is refused at run time like any embedding id."""
+    from .creation import eye
+    return embedding(ids, eye(num_classes))
+
+
+def _reduced(loss, reduction: str, who: str):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ShapeError(f"{who}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+@user_op
+def cross_entropy(logits, target, reduction: str = "mean"):
+    """torch.nn.functional.cross_entropy over axis 1: target int32 class ids (N, ...) or class
+    probabilities of the logits' shape."""
+    logits, target = lift(logits), lift(target)
+    log_p = logits.log_softmax(1)
+    if target.dtype == "int32":
+        picked = one_hot(target, logits.shape[1])  # (N, ..., C)
+        picked = picked.permute(*([0, picked.ndim - 1] + list(range(1, picked.ndim - 1)))) if picked.ndim > 2 else picked
+    else:
+        picked = target
+    return _reduced(-(picked * log_p).sum(1), reduction, "cross_entropy")
+
+
+@user_op
+def binary_cross_entropy(probabilities, target, reduction: str = "mean"):
+    """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (p = 0 or 1 stays finite)."""
+    p, t = lift(probabilities), lift(target)
+    loss = -(t * p.log().maximum(-100.0) + (1.0 - t) * (1.0 - p).log().maximum(-100.0))
+    return _reduced(loss, reduction, "binary_cross_entropy")
+
+
+@user_op
 def embedding(ids, table):
     """Rows of `table` (V, D) picked by int32 `ids` of any shape; the result is ids.shape + (D,)."""
     ids, table = lift(ids), lift(table)
@@ -232,5 +272,5 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
 
 
 __all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
-           "normalize", "softmin", "embedding", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
+           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
            "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]

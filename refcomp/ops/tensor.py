@@ -9,6 +9,7 @@ from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, form
 from .elementwise import ElementwiseMixin
 from .linalg import LinalgMixin
 from .torch_methods import TorchMethodsMixin
+from .torch_shapes import TorchShapesMixin
 from .trigonometry import TrigonometryMixin
 from .movement import MovementMixin
 from .provenance import user_op
@@ -19,7 +20,7 @@ __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "form
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-             TrigonometryMixin, TensorCore):
+             TorchShapesMixin, TrigonometryMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -37,7 +38,7 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
     for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-                  TrigonometryMixin):
+                  TorchShapesMixin, TrigonometryMixin):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):

@@ -1,0 +1,133 @@
+"""PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, diagonal, roll,
+repeat, repeat_interleave, and the running product / maximum / minimum / log-sum-exp.
+
+Every method here is a view (or a concatenation of views) of the same node, so none copies data
+except where PyTorch's result is not a view either (roll, repeat concatenate). The scans read the
+same window view as `cumsum` (row i of the windows is the prefix up to i, padded in front with the
+operation's identity), reduced with the operation itself: exact for max and min, the product a
+tree of multiplies.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..errors import ShapeError
+from ..symbolic.dims import dim as make_dim, prod
+from ..symbolic.view import contiguous_strides
+from .movement import concat
+
+
+def _int(value, what: str, label: str) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ShapeError(f"{what} of {label} must be an int, got {value!r}")
+    return int(value)
+
+
+class TorchShapesMixin:
+    __slots__ = ()
+
+    def view(self, *shape):
+        return self.reshape(*shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        if self.ndim == 0:
+            return self.reshape((1,))
+        start, end = self._axis(start_dim), self._axis(end_dim)
+        if start > end:
+            raise ShapeError(f"flatten of {self.label}: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+
+    def unflatten(self, dim: int, sizes):
+        axis = self._axis(dim)
+        sizes = tuple(sizes)
+        if sum(1 for s in sizes if s == -1) == 1:
+            known = prod(s for s in sizes if s != -1)
+            n = self.shape[axis]
+            sizes = tuple(make_dim(n // known if isinstance(n, int) else n / known) if s == -1 else s for s in sizes)
+        return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        """The diagonal of axes dim1 and dim2 (offset above it, negative below) as the last axis: a
+        strided view of a contiguous copy."""
+        offset = _int(offset, "diagonal's offset", self.label)
+        a, b = self._axis(dim1), self._axis(dim2)
+        if a == b:
+            raise ShapeError(f"diagonal of {self.label}: dim1 and dim2 are both axis {a}")
+        rows, cols = self.shape[a], self.shape[b]
+        if not (isinstance(rows, int) and isinstance(cols, int)):
+            raise ShapeError(f"diagonal of {self.label}: axes {a} and {b} must have known lengths, not {rows} and {cols}")
+        length = max(min(rows + min(offset, 0), cols - max(offset, 0)), 0)
+        strides = contiguous_strides(self.shape)
+        rest = [i for i in range(self.ndim) if i not in (a, b)]
+        start = (-min(offset, 0)) * strides[a] + max(offset, 0) * strides[b]
+        shape = tuple(self.shape[i] for i in rest) + (length,)
+        return self.contiguous().as_strided(shape, tuple(strides[i] for i in rest) + (strides[a] + strides[b],), start)
+
+    def roll(self, shifts, dims=None):
+        """Elements shifted along each axis, wrapping around (no dims: over the flattened tensor)."""
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise ShapeError(f"roll of {self.label}: {len(shifts)} shifts for {len(dims)} dims")
+        out = self
+        for shift, axis in zip(shifts, dims):
+            axis, n = out._axis(axis), out.shape[out._axis(axis)]
+            if not isinstance(n, int):
+                raise ShapeError(f"roll of {self.label}: axis {axis} has the symbolic length {n}")
+            k = _int(shift, "roll's shift", self.label) % n if n else 0
+            if k:
+                head, tail = [slice(None)] * out.ndim, [slice(None)] * out.ndim
+                head[axis], tail[axis] = slice(n - k, n), slice(0, n - k)
+                out = concat([out[tuple(head)], out[tuple(tail)]], axis)
+        return out
+
+    def repeat(self, *sizes):
+        """Tile the tensor `sizes` times per axis (PyTorch's repeat, NumPy's tile): a broadcast view."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if len(sizes) < self.ndim:
+            raise ShapeError(f"repeat of {self.label}: {len(sizes)} sizes for {self.ndim} axes")
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        interleaved = tuple(v for n in x.shape for v in (1, n))
+        expanded = tuple(v for r, n in zip(sizes, x.shape) for v in (r, n))
+        return x.reshape(interleaved).broadcast_to(expanded).reshape(tuple(make_dim(r * n) for r, n in zip(sizes, x.shape)))
+
+    def repeat_interleave(self, repeats: int, dim=None):
+        """Each element `repeats` times in a row along the axis (none: of the flattened tensor)."""
+        repeats = _int(repeats, "repeat_interleave's repeats", self.label)
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
+        axis = self._axis(dim)
+        x = self.unsqueeze(axis + 1)
+        x = x.broadcast_to(x.shape[:axis + 1] + (repeats,) + x.shape[axis + 2:])
+        return x.reshape(self.shape[:axis] + (make_dim(self.shape[axis] * repeats),) + self.shape[axis + 1:])
+
+    # --- scans ----------------------------------------------------------------------------------
+    def _prefixes(self, axis: int, identity: float):
+        """(windows, axis moved last) where windows[..., i, :] is the prefix up to i padded with identity."""
+        x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+        n, lead = x.shape[-1], x.shape[:-1]
+        padded = x.pad([(0, 0)] * (x.ndim - 1) + [(make_dim(n - 1), 0)], value=identity)
+        strides = contiguous_strides(lead + (make_dim(2 * n - 1),))
+        return padded.contiguous().as_strided(lead + (n, n), strides[:-1] + (1, 1))
+
+    def _scan(self, dim, identity: float, reduce):
+        axis = self._axis(dim)
+        out = reduce(self._prefixes(axis, identity))
+        return out.transpose(axis, -1) if axis != self.ndim - 1 else out
+
+    def cumprod(self, dim: int = -1):
+        return self._scan(dim, 1.0, lambda w: w.prod(-1))
+
+    def cummax(self, dim: int = -1):
+        """The running maximum (values only; PyTorch also returns their indices)."""
+        return self._scan(dim, -math.inf, lambda w: w.max(-1))
+
+    def cummin(self, dim: int = -1):
+        """The running minimum (values only; PyTorch also returns their indices)."""
+        return self._scan(dim, math.inf, lambda w: w.min(-1))
+
+    def logcumsumexp(self, dim: int = -1):
+        return self._scan(dim, -math.inf, lambda w: w.logsumexp(-1))
