@@ -137,3 +137,21 @@ def test_argmax_argmin_return_int64(op, keepdims, last):
     for got in (m.evaluate({"x": x})["y"], m.run({"x": x}, backend="emulator")["y"]):
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, want)
+
+
+def test_gather_nd_and_scatter_nd_with_static_indices():
+    data = RNG.standard_normal((3, 4, 2)).astype(np.float32)
+    idx = np.array([[0, 1], [2, 3], [1, 0]], np.int64)
+    model = one_node("GatherND", ["x", "i"], {"x": [3, 4, 2]}, [3, 2], [nh.from_array(idx, "i")])
+    both(model, {"x": data}, data[idx[:, 0], idx[:, 1]])
+    updates = RNG.standard_normal((3, 2)).astype(np.float32)
+    dup = np.array([[0, 1], [2, 3], [0, 1]], np.int64)
+    want = data.copy()
+    for (a, b), u in zip(dup, updates):
+        want[a, b] += u
+    model = one_node("ScatterND", ["x", "i", "u"], {"x": [3, 4, 2], "u": [3, 2]}, [3, 4, 2], [nh.from_array(dup, "i")],
+                     reduction="add")
+    both(model, {"x": data, "u": updates}, want)
+    with pytest.raises(RefcompError, match="ScatterND.*twice"):
+        ro.import_model(one_node("ScatterND", ["x", "i", "u"], {"x": [3, 4, 2], "u": [3, 2]}, [3, 4, 2],
+                                 [nh.from_array(dup, "i")]))

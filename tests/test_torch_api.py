@@ -239,3 +239,45 @@ def test_one_hot_refuses_ids_outside_the_classes():
     exact(run(lambda a: rc.nn.one_hot(a, 4), ids), torch.nn.functional.one_hot(torch.from_numpy(ids).long(), 4).float().numpy())
     with pytest.raises(rc.FeedError):
         run(lambda a: rc.nn.one_hot(a, 3), ids)
+
+
+@pytest.mark.parametrize("kwargs", [dict(size=(8, 3), mode="nearest"), dict(scale_factor=2, mode="nearest"),
+                                    dict(scale_factor=0.5, mode="nearest"), dict(size=(9, 4), mode="bilinear"),
+                                    dict(size=(9, 4), mode="bilinear", align_corners=True),
+                                    dict(scale_factor=1.7, mode="bilinear"),
+                                    dict(scale_factor=(0.6, 2.5), mode="bilinear", align_corners=True)])
+def test_interpolate(rng, kwargs):
+    x = rng.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    want = torch.nn.functional.interpolate(torch.from_numpy(x).double(), **kwargs).numpy()
+    close(run(lambda a: rc.nn.interpolate(a, **kwargs), x), want, rtol=1e-5, atol=2e-6)
+
+
+def test_interpolate_1d_linear_and_errors(rng):
+    x = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    want = torch.nn.functional.interpolate(torch.from_numpy(x).double(), size=10, mode="linear").numpy()
+    close(run(lambda a: rc.nn.interpolate(a, size=10, mode="linear"), x), want, rtol=1e-5, atol=2e-6)
+    with pytest.raises(ShapeError, match="exactly one of size and scale_factor"):
+        rc.nn.interpolate(rc.input("x", (1, 1, 4)), size=3, scale_factor=2)
+    with pytest.raises(ShapeError, match="spatial sizes must be known"):
+        rc.nn.interpolate(rc.input("x", (1, 1, "T")), size=3)
+
+
+def test_layer_norm_over_several_axes_and_grouped_query_attention(rng):
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    w, b = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+    want = torch.nn.functional.layer_norm(*(torch.from_numpy(t).double() for t in (x,)), (4, 5),
+                                          torch.from_numpy(w).double(), torch.from_numpy(b).double()).numpy()
+    close(run(lambda a, c, d: rc.nn.layer_norm(a, c, d, normalized_shape=(4, 5)), x, w, b), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ShapeError, match="normalized_shape"):
+        rc.nn.layer_norm(rc.input("x", (2, 3)), normalized_shape=(4,))
+    q = rng.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    k, v = rng.standard_normal((2, 2, 5, 8)).astype(np.float32), rng.standard_normal((2, 2, 5, 8)).astype(np.float32)
+    for causal in (False, True):
+        want = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(t).double() for t in (q, k, v)),
+                                                                is_causal=causal, enable_gqa=True, scale=0.3).numpy()
+        got = run(lambda a, c, d: rc.nn.scaled_dot_product_attention(a, c, d, is_causal=causal, enable_gqa=True, scale=0.3),
+                  q, k, v)
+        close(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ShapeError, match="4 query heads cannot share 3"):
+        rc.nn.scaled_dot_product_attention(rc.input("q", (1, 4, 2, 8)), rc.input("k", (1, 3, 2, 8)),
+                                           rc.input("v", (1, 3, 2, 8)), enable_gqa=True)

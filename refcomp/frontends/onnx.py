@@ -318,8 +318,8 @@ class Importer:
             shape = self._input_shape(vi)
             self.input_types[vi.name] = core.type_name(etype)
             if etype in (core.FLOAT, core.BOOL):
-                t = rc_input(vi.name, shape)
-                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name)
+                t = rc_input(vi.name, shape)  # graph_input: a use that needs it static names it (constants=)
+                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
             elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
                 t = rc_input(vi.name, shape)
                 self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)

@@ -152,8 +152,8 @@ def _load_external_data(model, base: str, where: str) -> None:
 
 def register_operators() -> None:
     """Import every operator module: each registers its operators in onnx_ops_core.OPS as it loads."""
-    from . import (onnx_ops_index, onnx_ops_linalg, onnx_ops_math, onnx_ops_nn, onnx_ops_reduce,  # noqa: F401
-                   onnx_ops_rnn, onnx_ops_shape)
+    from . import (onnx_ops_index, onnx_ops_linalg, onnx_ops_math, onnx_ops_nd, onnx_ops_nn,  # noqa: F401
+                   onnx_ops_reduce, onnx_ops_resize, onnx_ops_rnn, onnx_ops_shape)
 
 
 def check_supported(model) -> None:

@@ -93,7 +93,7 @@ class Value:
     static: Optional[np.ndarray] = None
     tensor: Optional[Tensor] = None
     name: str = ""
-    graph_input: Optional[str] = None  # ids tensors: the graph input they were read from
+    graph_input: Optional[str] = None  # the graph input the values were read from (moves keep it)
     positions: Optional[Positions] = None  # an integer tensor affine in its indices (onnx_positions)
 
     def __post_init__(self):

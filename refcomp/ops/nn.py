@@ -63,10 +63,18 @@ def linear(x, weight, bias=None):
 
 
 @user_op
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, normalized_shape=None):
+    """Normalise the last axis, or (normalized_shape=, by keyword) the last len(normalized_shape) axes;
+    weight and bias broadcast against those axes."""
     x = lift(x)
-    centred = x - x.mean(-1, keepdims=True)
-    out = centred * ((centred * centred).mean(-1, keepdims=True) + eps).rsqrt()
+    count = len(normalized_shape) if normalized_shape is not None else 1
+    if not 1 <= count <= x.ndim or (normalized_shape is not None and
+                                    not all(dims_equal(a, b) for a, b in zip(x.shape[-count:], normalized_shape))):
+        raise ShapeError(f"layer_norm of {x.label}: normalized_shape {normalized_shape} is not the trailing shape "
+                         f"of {x.shape}")
+    axes = tuple(range(x.ndim - count, x.ndim))
+    centred = x - x.mean(axes, keepdims=True)
+    out = centred * ((centred * centred).mean(axes, keepdims=True) + eps).rsqrt()
     if weight is not None:
         out = out * weight
     return out if bias is None else out + bias
@@ -198,6 +206,49 @@ def softmin(x, dim: int = -1):
     return lift(x).softmin(dim)
 
 
+def _interpolation_matrix(n_in: int, n_out: int, mode: str, align_corners: bool, scale):
+    """(n_out, n_in) weights from Iota: row i holds the source weights of output i (PyTorch's rules)."""
+    i, j = iota((n_out, n_in), 0), iota((n_out, n_in), 1)
+    ratio = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else (0.0 if align_corners else (1.0 / scale))
+    if mode == "nearest":
+        return j.eq((i * ratio).floor().minimum(float(n_in - 1)))
+    source = i * ratio if align_corners else ((i + 0.5) * ratio - 0.5).maximum(0.0)
+    low = source.floor().minimum(float(n_in - 1))
+    weight = source - low
+    return where(j.eq(low), 1.0 - weight, 0.0) + where(j.eq((low + 1.0).minimum(float(n_in - 1))), weight, 0.0)
+
+
+@user_op
+def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+    """torch.nn.functional.interpolate over the spatial axes (all but the first two) for modes
+    nearest, linear, bilinear and trilinear: per axis a contraction with an (out, in) weight matrix
+    built from Iota, so the search sees a matmul. Spatial sizes must be known."""
+    x = lift(x)
+    d = x.ndim - 2
+    if d < 1 or mode not in ("nearest", "linear", "bilinear", "trilinear"):
+        raise ShapeError(f"interpolate of {x.label}: needs (N, C, *spatial) and mode nearest/linear/bilinear/trilinear, "
+                         f"got {x.ndim} axes and {mode!r}")
+    if (size is None) == (scale_factor is None):
+        raise ShapeError(f"interpolate of {x.label}: give exactly one of size and scale_factor")
+    if mode == "nearest" and align_corners:
+        raise ShapeError(f"interpolate of {x.label}: align_corners applies to the linear modes only")
+    spatial = x.shape[2:]
+    if not all(isinstance(n, int) for n in spatial):
+        raise ShapeError(f"interpolate of {x.label}: spatial sizes must be known, got {spatial}")
+    scales = (scale_factor,) * d if isinstance(scale_factor, numbers.Real) else tuple(scale_factor or (None,) * d)
+    sizes = (size,) * d if isinstance(size, numbers.Integral) else tuple(size or (None,) * d)
+    out = x
+    for k, n_in in enumerate(spatial):
+        n_out = int(sizes[k]) if sizes[k] is not None else int(math.floor(n_in * scales[k]))
+        scale = float(scales[k]) if scales[k] is not None else n_out / n_in
+        weights = _interpolation_matrix(n_in, n_out, mode, bool(align_corners), scale)
+        axis = 2 + k
+        moved = out.transpose(axis, -1) if axis != out.ndim - 1 else out
+        moved = moved @ weights.T
+        out = moved.transpose(axis, -1) if axis != out.ndim - 1 else moved
+    return out
+
+
 @user_op
 def one_hot(ids, num_classes: int):
     """ids (int32) -> (..., num_classes) of 0.0/1.0: rows of the identity picked by the ids, so an id
@@ -250,17 +301,27 @@ def embedding(ids, table):
 
 
 @user_op
-def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
-    """softmax(q k^T / sqrt(d) + mask) v over the last two axes.
+def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, attn_mask=None, is_causal=None,
+                                 scale=None, enable_gqa: bool = False):
+    """softmax(q k^T * scale + mask) v over the last two axes (scale defaults to 1/sqrt(d)).
 
-    `causal` lets query i see keys j <= i (PyTorch's is_causal, top-left aligned): the other scores
-    are selected to -inf, so their weights are exactly 0. `mask` is a float tensor added to the
-    scores (0 to attend, -inf or a large negative number to block), as PyTorch's float attn_mask;
-    it broadcasts to (..., Tq, Tk).
+    `causal` (PyTorch's is_causal) lets query i see keys j <= i, top-left aligned: the other scores
+    are selected to -inf, so their weights are exactly 0. `mask` (PyTorch's attn_mask) is a float
+    tensor added to the scores (0 to attend, -inf or a large negative number to block); it
+    broadcasts to (..., Tq, Tk). `enable_gqa`: k and v may have fewer heads (axis -3) than q, each
+    shared by q's heads in groups (grouped-query attention), as in PyTorch.
     """
     q, k, v = lift(q), lift(k), lift(v)
+    causal = causal if is_causal is None else is_causal
+    mask = mask if attn_mask is None else attn_mask
+    if enable_gqa and q.ndim >= 3 and not dims_equal(q.shape[-3], k.shape[-3]):
+        heads, groups = q.shape[-3], k.shape[-3]
+        if not (isinstance(heads, int) and isinstance(groups, int) and heads % groups == 0):
+            raise ShapeError(f"scaled_dot_product_attention: {heads} query heads cannot share {groups} key/value heads")
+        k, v = k.repeat_interleave(heads // groups, -3), v.repeat_interleave(heads // groups, -3)
     d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if isinstance(d, int) else constant(d).rsqrt()
+    if scale is None:
+        scale = 1.0 / math.sqrt(d) if isinstance(d, int) else constant(d).rsqrt()
     scores = (q @ k.transpose(-2, -1)) * scale
     if causal:
         tq, tk = scores.shape[-2:]
@@ -272,5 +333,5 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None):
 
 
 __all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
-           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
+           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
            "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]
