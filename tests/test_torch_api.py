@@ -281,3 +281,19 @@ def test_layer_norm_over_several_axes_and_grouped_query_attention(rng):
     with pytest.raises(ShapeError, match="4 query heads cannot share 3"):
         rc.nn.scaled_dot_product_attention(rc.input("q", (1, 4, 2, 8)), rc.input("k", (1, 3, 2, 8)),
                                            rc.input("v", (1, 3, 2, 8)), enable_gqa=True)
+
+
+@pytest.mark.parametrize("widths,mode,value", [((1, 2), "constant", 3.5), ((2, 1, 1, 3), "reflect", 0.0),
+                                               ((2, 1, 1, 3), "replicate", 0.0), ((3, 1, 2, 2), "circular", 0.0),
+                                               ((-1, 2, 1, -2), "constant", 0.0)])
+def test_pad_modes(rng, widths, mode, value):
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    want = torch.nn.functional.pad(torch.from_numpy(x), widths, mode, value=value).numpy()
+    exact(run(lambda a: rc.nn.pad(a, widths, mode, value=value), x), want)
+
+
+def test_pad_mode_errors():
+    with pytest.raises(ShapeError, match="reflect padding by"):
+        rc.nn.pad(rc.input("x", (1, 3)), (3, 0), "reflect")
+    with pytest.raises(ShapeError, match="mode must be"):
+        rc.input("x", (3,)).pad([(1, 1)], mode="mirror")

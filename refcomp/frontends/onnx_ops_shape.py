@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from ..ops.movement import concat as rc_concat
 from ..ops.reductions import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, prod
@@ -238,40 +237,6 @@ def transpose(ctx):
 
 
 # --- padding, expanding, tiling ---------------------------------------------------------------------
-def _take(t: Tensor, axis: int, start, stop) -> Tensor:
-    index = [slice(None)] * t.ndim
-    index[axis] = slice(start, stop)
-    return t[tuple(index)]
-
-
-def _pad_axis(ctx, t: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
-    n = t.shape[axis]
-    if mode == "edge":
-        if isinstance(n, int) and n == 0:
-            raise ctx.error("edge padding of an empty axis")
-        def edge(start, stop, count):
-            piece = _take(t, axis, start, stop)
-            shape = list(piece.shape)
-            shape[axis] = count
-            return piece.broadcast_to(tuple(shape))
-        parts = ([edge(0, 1, before)] if before else []) + [t] + ([edge(dim(n - 1), n, after)] if after else [])
-    elif mode == "reflect":
-        if isinstance(n, int) and (before >= n or after >= n):
-            raise ctx.error(f"reflect padding by {(before, after)} needs an axis longer than that, got {n}")
-        left = _take(t, axis, 1, before + 1).flip(axis) if before else None
-        right = _take(t, axis, dim(n - 1 - after), dim(n - 1)).flip(axis) if after else None
-        parts = [p for p in (left, t, right) if p is not None]
-    elif mode == "wrap":
-        if isinstance(n, int) and (before > n or after > n):
-            raise ctx.error(f"wrap padding by {(before, after)} is longer than the axis ({n})")
-        left = _take(t, axis, dim(n - before), n) if before else None
-        right = _take(t, axis, 0, after) if after else None
-        parts = [p for p in (left, t, right) if p is not None]
-    else:
-        raise ctx.attr_error("mode", mode, "use constant, reflect, edge or wrap")
-    return parts[0] if len(parts) == 1 else rc_concat(parts, axis)
-
-
 @op("Pad", attrs=("mode",))
 def pad(ctx):
     v = ctx.value(0)
@@ -297,11 +262,8 @@ def pad(ctx):
         return Value(v.etype, static=np.pad(data, grow, mode=mode))
     nonzero_fill = value_v is not None and not (value_v.is_static and not value_v.static.reshape(-1)[:1].any())
     t = data_tensor(ctx, v, compute=mode != "constant" or nonzero_fill)[tuple(crop)]
-    if mode != "constant":
-        for axis, (b, e) in enumerate(grow):
-            if b or e:
-                t = _pad_axis(ctx, t, axis, b, e, mode)
-        return moved(v, t)
+    if mode != "constant":  # the op library's border modes (Tensor.pad)
+        return moved(v, t.pad(grow, mode=mode))
     out = t.pad(grow)
     if value_v is not None and any(b or e for b, e in grow):
         if value_v.is_static and value_v.static.size:

@@ -109,13 +109,18 @@ class MovementMixin:
             views = views.flip(a)
         return self.with_views(views)
 
-    def pad(self, widths, value: float = 0.0):
-        """NumPy-style: `widths` is one (before, after) pair per axis; the border holds `value`.
+    def pad(self, widths, value: float = 0.0, mode: str = "constant"):
+        """NumPy-style: `widths` is one (before, after) pair per axis; the border holds `value`, or
+        with `mode` "reflect", "replicate" (ONNX's "edge") or "circular" ("wrap") the tensor's own
+        values, mirrored without the edge, repeated from the edge, or wrapped around.
 
         A zero border is a masked view. Any other value is concatenated as constant blocks, one axis
         at a time: the border is then exactly `value`, infinities and NaN included (a blend such as
-        `padded + border * value` would turn 0 * inf into NaN inside the tensor).
+        `padded + border * value` would turn 0 * inf into NaN inside the tensor). The other modes
+        concatenate slices of the tensor itself.
         """
+        if mode != "constant":
+            return self._pad_from_self(widths, BORDER_MODES.get(mode, mode))
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise ShapeError(f"pad of {self.label}: the border value must be a number, got {type(value).__name__}")
         try:
@@ -140,6 +145,17 @@ class MovementMixin:
                     shape = out.shape[:axis] + (dim(width),) + out.shape[axis + 1:]
                     parts.insert(at * len(parts), constant(value).broadcast_to(shape))
             out = concat(parts, axis) if len(parts) > 1 else out
+        return out
+
+    def _pad_from_self(self, widths, mode: str):
+        if mode not in ("reflect", "edge", "wrap"):
+            raise ShapeError(f"pad of {self.label}: mode must be constant, reflect, replicate or circular, got {mode!r}")
+        if len(widths) != self.ndim:
+            raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
+        out = self
+        for axis, (before, after) in enumerate(widths):
+            if before or after:
+                out = _pad_axis(out, axis, int(before), int(after), mode)
         return out
 
     def __getitem__(self, index):
@@ -190,6 +206,42 @@ class MovementMixin:
     def as_strided(self, shape, strides, offset=0):
         """Read this tensor's row-major flattening with explicit strides (windows for conv and pooling)."""
         return self.with_views(self.views.as_strided(shape, strides, offset))
+
+
+BORDER_MODES = {"replicate": "edge", "circular": "wrap"}  # PyTorch's names for ONNX's
+
+
+def _take(t, axis: int, start, stop):
+    index = [slice(None)] * t.ndim
+    index[axis] = slice(start, stop)
+    return t[tuple(index)]
+
+
+def _pad_axis(t, axis: int, before: int, after: int, mode: str):
+    """One axis padded from the tensor's own values (reflect, edge or wrap)."""
+    n = t.shape[axis]
+    if mode == "edge":
+        if isinstance(n, int) and n == 0:
+            raise ShapeError(f"pad of {t.label}: edge padding of the empty axis {axis}")
+
+        def edge(start, stop, count):
+            piece = _take(t, axis, start, stop)
+            return piece.broadcast_to(piece.shape[:axis] + (count,) + piece.shape[axis + 1:])
+        parts = ([edge(0, 1, before)] if before else []) + [t] + ([edge(dim(n - 1), n, after)] if after else [])
+    elif mode == "reflect":
+        if isinstance(n, int) and (before >= n or after >= n):
+            raise ShapeError(f"pad of {t.label}: reflect padding by {(before, after)} needs axis {axis} longer than "
+                             f"that, got {n}")
+        left = _take(t, axis, 1, before + 1).flip(axis) if before else None
+        right = _take(t, axis, dim(n - 1 - after), dim(n - 1)).flip(axis) if after else None
+        parts = [p for p in (left, t, right) if p is not None]
+    else:
+        if isinstance(n, int) and (before > n or after > n):
+            raise ShapeError(f"pad of {t.label}: circular padding by {(before, after)} is longer than axis {axis} ({n})")
+        left = _take(t, axis, dim(n - before), n) if before else None
+        right = _take(t, axis, 0, after) if after else None
+        parts = [p for p in (left, t, right) if p is not None]
+    return parts[0] if len(parts) == 1 else concat(parts, axis)
 
 
 def _slice_axis(views, axis: int, n: Dim, item: slice, label: str):

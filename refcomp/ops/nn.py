@@ -250,6 +250,22 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
 
 
 @user_op
+def pad(x, pad, mode: str = "constant", value: float = 0.0):
+    """torch.nn.functional.pad: `pad` pairs from the last axis backwards, (left, right, top, bottom,
+    ...); a negative width crops; mode constant, reflect, replicate or circular (Tensor.pad)."""
+    x = lift(x)
+    pad = tuple(pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim or not all(isinstance(w, numbers.Integral) for w in pad):
+        raise ShapeError(f"pad of {x.label}: give ints in pairs, at most one pair per axis, got {pad}")
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        widths[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    if any(b < 0 or a < 0 for b, a in widths):
+        x = x[tuple(slice(max(0, -b) or None, -max(0, -a) or None) for b, a in widths)]
+    return x.pad([(max(0, b), max(0, a)) for b, a in widths], value=value, mode=mode)
+
+
+@user_op
 def one_hot(ids, num_classes: int):
     """ids (int32) -> (..., num_classes) of 0.0/1.0: rows of the identity picked by the ids, so an id
     outside [0, num_classes) is refused at run time like any embedding id."""
@@ -333,5 +349,5 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, at
 
 
 __all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
-           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
+           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
            "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]
