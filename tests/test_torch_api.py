@@ -297,3 +297,26 @@ def test_pad_mode_errors():
         rc.nn.pad(rc.input("x", (1, 3)), (3, 0), "reflect")
     with pytest.raises(ShapeError, match="mode must be"):
         rc.input("x", (3,)).pad([(1, 1)], mode="mirror")
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 7), -1), ((5, 4, 6), 1), ((2, 8), 0)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort_are_torchs_stable_sort(rng, shape, dim, descending):
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[1], x.flat[3] = np.nan, x.flat[2]  # NaN sorts last (first descending); a tie keeps its order
+    values, indices = torch.sort(torch.from_numpy(x), dim=dim, descending=descending, stable=True)
+    got = run(lambda a: a.sort(dim, descending=descending)[0], x)
+    np.testing.assert_array_equal(got, values.numpy())
+    exact(run(lambda a: a.argsort(dim, descending=descending), x), indices.numpy().astype(np.float32))
+
+
+def test_topk(rng):
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    for k, dim, largest in ((3, 1, True), (2, 0, False), (9, 1, True), (0, 1, True)):
+        values, indices = torch.topk(torch.from_numpy(x), k, dim=dim, largest=largest)
+        exact(run(lambda a: a.topk(k, dim, largest)[0], x), values.numpy())
+        exact(run(lambda a: a.topk(k, dim, largest)[1], x), indices.numpy().astype(np.float32))
+    with pytest.raises(ShapeError, match="k = 10"):
+        rc.input("x", (4, 9)).topk(10)
+    with pytest.raises(ShapeError, match="symbolic length"):
+        rc.input("x", ("B", 9)).sort(0)

@@ -14,13 +14,14 @@ from .trigonometry import TrigonometryMixin
 from .movement import MovementMixin
 from .provenance import user_op
 from .reductions import ReductionMixin
+from .sorting import SortingMixin
 from .special import SpecialMixin
 
 __all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-             TorchShapesMixin, TrigonometryMixin, TensorCore):
+             TorchShapesMixin, TrigonometryMixin, SortingMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -38,7 +39,7 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
     for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-                  TorchShapesMixin, TrigonometryMixin):
+                  TorchShapesMixin, TrigonometryMixin, SortingMixin):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):
