@@ -320,3 +320,28 @@ def test_topk(rng):
         rc.input("x", (4, 9)).topk(10)
     with pytest.raises(ShapeError, match="symbolic length"):
         rc.input("x", ("B", 9)).sort(0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1, output_padding=1), dict(stride=1),
+                                    dict(stride=3, padding=2, dilation=2), dict(stride=2, groups=2, padding=1)])
+def test_conv_transpose2d(rng, kwargs):
+    groups = kwargs.get("groups", 1)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(3 * groups).astype(np.float32)
+    want = torch.nn.functional.conv_transpose2d(*(torch.from_numpy(t).double() for t in (x, w, b)), **kwargs).numpy()
+    close(run(lambda a, c, d: rc.nn.conv_transpose2d(a, c, d, **kwargs), x, w, b), want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_transpose_1d_3d_and_errors(rng):
+    x, w = rng.standard_normal((2, 4, 7)).astype(np.float32), rng.standard_normal((4, 3, 3)).astype(np.float32)
+    want = torch.nn.functional.conv_transpose1d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), stride=2,
+                                                padding=1).numpy()
+    close(run(lambda a, c: rc.nn.conv_transpose1d(a, c, stride=2, padding=1), x, w), want, rtol=1e-5, atol=1e-5)
+    x, w = rng.standard_normal((1, 2, 3, 3, 2)).astype(np.float32), rng.standard_normal((2, 2, 2, 2, 2)).astype(np.float32)
+    want = torch.nn.functional.conv_transpose3d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), stride=2).numpy()
+    close(run(lambda a, c: rc.nn.conv_transpose3d(a, c, stride=2), x, w), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeError, match="conv_transpose2d weight"):
+        rc.nn.conv_transpose2d(rc.input("x", (1, 2, 3, 3)), rc.input("w", (2, 2, 3)))
+    with pytest.raises(ShapeError, match="spatial sizes must be known"):
+        rc.nn.conv_transpose2d(rc.input("x", (1, 2, "H", 3)), rc.input("w", (2, 2, 3, 3)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..ops import nn
+from ..ops.conv_transpose import transposed
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, prod
 from .onnx_ops_core import float_value, op
@@ -169,32 +170,6 @@ def conv(ctx):
     return float_value(out)
 
 
-def _stuff(x: Tensor, axis: int, stride: int) -> Tensor:
-    """Insert stride-1 zeros between neighbours along `axis`: length n becomes (n-1)*stride+1."""
-    if stride == 1:
-        return x
-    n = x.shape[axis]
-    t = x.unsqueeze(axis + 1)
-    widths = [(0, 0)] * t.ndim
-    widths[axis + 1] = (0, stride - 1)
-    t = t.pad(widths).reshape(x.shape[:axis] + (dim(n * stride),) + x.shape[axis + 1:])
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(0, dim(n * stride - (stride - 1)))
-    return t[tuple(index)]
-
-
-def _crop(x: Tensor, axis: int, begin: int, end: int) -> Tensor:
-    """Remove `begin` / `end` elements from the ends of `axis` (negative amounts add zeros)."""
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (max(0, -begin), max(0, -end))
-    if any(widths[axis]):
-        x = x.pad(widths)
-    n = x.shape[axis]
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(max(0, begin), dim(n - max(0, end)))
-    return x[tuple(index)]
-
-
 @op("ConvTranspose", attrs=CONV_ATTRS + ("output_padding", "output_shape"))
 def conv_transpose(ctx):
     x, w, kernel, groups = _conv_operands(ctx)
@@ -228,19 +203,8 @@ def conv_transpose(ctx):
             begin.append(small if auto_pad == "SAME_UPPER" else large)
             end.append(large if auto_pad == "SAME_UPPER" else small)
         pads = begin + end
-    # the transposed kernel: (C, M/g, *k) -> (M, C/g, *k), flipped in space
-    c_per_group = dim(c_in // groups)
-    wt = w.reshape((groups, c_per_group, m_per_group) + tuple(kernel)).permute(
-        [0, 2, 1] + list(range(3, 3 + d))).reshape((dim(groups * m_per_group), c_per_group) + tuple(kernel))
-    wt = wt.flip(tuple(range(2, 2 + d)))
-    z = x
-    for i in range(d):
-        z = _stuff(z, 2 + i, strides[i])
-    edge = [dilations[i] * (kernel[i] - 1) for i in range(d)]
-    out = convolution(ctx, z, wt, [1] * d, dilations, edge + edge, groups)
-    for i in range(d):
-        # `out` has the full length minus output_padding; crop the pads, add output_padding zeros
-        out = _crop(out, 2 + i, pads[i], pads[d + i] - output_padding[i])
+    out = transposed(x, w, strides, dilations, [(pads[i], pads[d + i]) for i in range(d)], output_padding, groups,
+                     "ConvTranspose")
     if ctx.has(2):
         out = out + ctx.tensor(2).reshape((out.shape[1],) + (1,) * d)
     return float_value(out)

@@ -184,7 +184,7 @@ class ModelSteps:
             v = self.new_input(shape)
         n = v.name
         _, c, h, w = v.shape
-        op = self.choice(["conv", "conv", "max_pool", "avg_pool"])
+        op = self.choice(["conv", "conv", "max_pool", "avg_pool", "conv_transpose"])
         k = int(self.rng.integers(1, min(3, h, w) + 1))
         stride = self.choice([1, 1, 2])
         if op == "conv":
@@ -194,6 +194,11 @@ class ModelSteps:
             bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ""
             bound = c * k * k * v.bound * 2 + 2
             out = self.emit(f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})", -bound, bound, False, "conv2d")
+        elif op == "conv_transpose":
+            cout, stride = self.choice([1, 2]), self.choice([1, 2])
+            wt = self.new_input((c, cout, k, k))
+            bound = c * k * k * v.bound * 2 + 2
+            out = self.emit(f"rc.nn.conv_transpose2d({n}, {wt.name}, stride={stride})", -bound, bound, False, "conv_transpose2d")
         elif op == "max_pool":
             pad = self.choice([0, k // 2])
             out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad})", v.lo, v.hi, v.exact, "max_pool2d")

@@ -15,6 +15,7 @@ from ..symbolic.dims import dim, dims_equal, idiv
 from ..symbolic.view import contiguous_strides
 from .activations import (celu, elu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu6, selu,
                           softplus, softsign)
+from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import make_node
 from .provenance import user_op
 from .elementwise import where
@@ -160,6 +161,28 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
 @user_op
 def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     return _conv_of_rank(3, x, weight, bias, stride, padding, dilation, groups)
+
+
+@user_op
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+    return _transposed_of_rank(1, x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+@user_op
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+    return _transposed_of_rank(2, x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+@user_op
+def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+    return _transposed_of_rank(3, x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def _transposed_of_rank(d: int, x, weight, bias, stride, padding, output_padding, groups, dilation):
+    weight = lift(weight)
+    if weight.ndim != d + 2:
+        raise ShapeError(f"conv_transpose{d}d weight must be (C_in, C_out / groups, *{d} kernel axes), got {weight.label}")
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, f"conv_transpose{d}d")
 
 
 def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) -> Tensor:
@@ -349,5 +372,5 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, at
 
 
 __all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
-           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
+           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
            "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]
