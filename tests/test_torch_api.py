@@ -345,3 +345,21 @@ def test_conv_transpose_1d_3d_and_errors(rng):
         rc.nn.conv_transpose2d(rc.input("x", (1, 2, 3, 3)), rc.input("w", (2, 2, 3)))
     with pytest.raises(ShapeError, match="spatial sizes must be known"):
         rc.nn.conv_transpose2d(rc.input("x", (1, 2, "H", 3)), rc.input("w", (2, 2, 3, 3)))
+
+
+def test_unfold_index_select_and_integer_tensor_indexing(rng):
+    x = rng.standard_normal((5, 4, 6)).astype(np.float32)
+    t = torch.from_numpy(x)
+    for args in ((2, 3, 2), (0, 2, 1), (1, 4, 3), (2, 6, 1)):
+        exact(run(lambda a: a.unfold(*args), x), t.unfold(*args).numpy())
+    ids = np.array([[4, 0], [2, 2]], np.int32)
+    exact(run(lambda a, i: a[i], x, ids), t[torch.from_numpy(ids).long()].numpy())
+    picks = np.array([3, 0, 1], np.int32)
+    for d in (1, 2):
+        exact(run(lambda a, i: a.index_select(d, i), x, picks), torch.index_select(t, d, torch.from_numpy(picks).long()).numpy())
+    with pytest.raises(rc.FeedError):  # an id beyond the axis is refused, never read
+        run(lambda a, i: a.index_select(1, i), x, np.array([4], np.int32))
+    with pytest.raises(ShapeError, match="unfold"):
+        rc.input("x", (5,)).unfold(0, 6, 1)
+    with pytest.raises(ShapeError, match="int32 ids"):
+        rc.input("x", (5,)).index_select(0, rc.input("f", (2,)))

@@ -142,6 +142,8 @@ class ModelSteps:
             options.append((f"{n}.cummax(-1)", lo, hi, v.exact, "cummax"))
             options.append((f"{n}.roll(1, -1)", lo, hi, v.exact, "roll"))
             options.append((f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp"))
+            if v.shape[-1] >= 2:
+                options.append((f"{n}.unfold(-1, 2, 1)", lo, hi, v.exact, "unfold"))
             if v.shape[-1] <= 4:  # a sorting network: log2(n)(log2(n) + 1) / 2 stages of selects
                 options.append((f"{n}.sort(-1, descending=True)[0]", lo, hi, v.exact, "sort"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):

@@ -13,7 +13,7 @@ import sympy
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
 from .provenance import user_op
-from .core import constant, lift
+from .core import TensorCore, constant, lift
 from .primitives import make_node
 
 
@@ -159,6 +159,8 @@ class MovementMixin:
         return out
 
     def __getitem__(self, index):
+        if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
+            return self.index_select(0, index)
         index = index if isinstance(index, tuple) else (index,)
         ellipses = [k for k, i in enumerate(index) if i is Ellipsis]  # by identity: a Tensor's == builds a node
         if len(ellipses) > 1:
@@ -190,7 +192,8 @@ class MovementMixin:
                 views = views.slice(axis, start, dim(start + 1))
                 views = views.reshape(views.shape[:axis] + views.shape[axis + 1:])
             else:
-                raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported")
+                raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported "
+                                 f"(or one int32 tensor of ids, alone)")
         return self.with_views(views).reshape(tuple(shape_out))
 
     def __iter__(self):

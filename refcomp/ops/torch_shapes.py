@@ -15,7 +15,9 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, prod
 from ..symbolic.view import contiguous_strides
+from .core import lift
 from .movement import concat
+from .primitives import make_node
 
 
 def _int(value, what: str, label: str) -> int:
@@ -103,6 +105,33 @@ class TorchShapesMixin:
         x = self.unsqueeze(axis + 1)
         x = x.broadcast_to(x.shape[:axis + 1] + (repeats,) + x.shape[axis + 2:])
         return x.reshape(self.shape[:axis] + (make_dim(self.shape[axis] * repeats),) + self.shape[axis + 1:])
+
+    def unfold(self, dimension: int, size: int, step: int):
+        """Windows of `size` every `step` along an axis of known length, as a new last axis: a view."""
+        axis = self._axis(dimension)
+        n = self.shape[axis]
+        size, step = _int(size, "unfold's size", self.label), _int(step, "unfold's step", self.label)
+        if not isinstance(n, int) or size < 0 or step < 1 or size > n:
+            raise ShapeError(f"unfold of {self.label}: windows of {size} every {step} along axis {axis} of length {n}")
+        strides = contiguous_strides(self.shape)
+        shape = self.shape[:axis] + ((n - size) // step + 1,) + self.shape[axis + 1:] + (size,)
+        view = strides[:axis] + (strides[axis] * step,) + strides[axis + 1:] + (strides[axis],)
+        return self.contiguous().as_strided(shape, view)
+
+    def index_select(self, dim: int, index):
+        """Entries at the int32 ids `index` along `dim` (any shape of ids: its axes replace `dim`),
+        the rows of a table picked by a Gather; an id out of range is refused at run time."""
+        axis = self._axis(dim)
+        ids = lift(index)
+        if ids.dtype != "int32":
+            raise ShapeError(f"index_select of {self.label}: the index must be int32 ids, got {ids.label} ({ids.dtype})")
+        rest = tuple(n for i, n in enumerate(self.shape) if i != axis)
+        front = self.permute([axis] + [i for i in range(self.ndim) if i != axis]) if axis else self
+        table = front.reshape((self.shape[axis], prod(rest)))
+        picked = type(self).from_node(make_node("Gather", (table.edge, ids.edge))).reshape(tuple(ids.shape) + rest)
+        k = ids.ndim
+        order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
+        return picked.permute(order) if order != list(range(len(order))) else picked
 
     # --- scans ----------------------------------------------------------------------------------
     def _prefixes(self, axis: int, identity: float):
