@@ -363,3 +363,19 @@ def test_unfold_index_select_and_integer_tensor_indexing(rng):
         rc.input("x", (5,)).unfold(0, 6, 1)
     with pytest.raises(ShapeError, match="int32 ids"):
         rc.input("x", (5,)).index_select(0, rc.input("f", (2,)))
+
+
+def test_misused_functions_say_what_they_expected(rng):
+    x4 = rc.input("x", (1, 1, 4, 4))
+    for call, says in ((lambda: rc.nn.interpolate(x4, scale_factor=(2,)), "one size or scale per spatial axis"),
+                       (lambda: rc.nn.normalize(x4, p=0), "p must be a positive number"),
+                       (lambda: rc.nn.pad(x4, 1), "ints in pairs"),
+                       (lambda: rc.nn.layer_norm(x4, normalized_shape=(3,)), "normalized_shape"),
+                       (lambda: rc.einsum(3, x4), "equation must be a string"),
+                       (lambda: rc.linspace(0.0, 1.0, 2.5), "steps must be a non-negative int"),
+                       (lambda: x4.div(2.0, rounding_mode="round"), "rounding_mode")):
+        with pytest.raises(ShapeError, match=says):
+            call()
+    x = rng.standard_normal((2, 3)).astype(np.float32)  # an int normalized_shape, as PyTorch takes it
+    close(run(lambda a: rc.nn.layer_norm(a, normalized_shape=3), x),
+          torch.nn.functional.layer_norm(torch.from_numpy(x).double(), (3,)).numpy(), rtol=1e-5, atol=1e-6)

@@ -68,6 +68,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, normalized_shape
     """Normalise the last axis, or (normalized_shape=, by keyword) the last len(normalized_shape) axes;
     weight and bias broadcast against those axes."""
     x = lift(x)
+    if isinstance(normalized_shape, numbers.Integral):  # PyTorch takes an int for one axis
+        normalized_shape = (normalized_shape,)
     count = len(normalized_shape) if normalized_shape is not None else 1
     if not 1 <= count <= x.ndim or (normalized_shape is not None and
                                     not all(dims_equal(a, b) for a, b in zip(x.shape[-count:], normalized_shape))):
@@ -218,6 +220,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
 def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     """torch.nn.functional.normalize: x / max(||x||_p, eps) along `dim`."""
     x = lift(x)
+    if not isinstance(p, numbers.Real) or p <= 0:
+        raise ShapeError(f"normalize of {x.label}: p must be a positive number, got {p!r}")
     magnitude = x.abs()
     norm = (magnitude * magnitude).sum(dim, keepdims=True).sqrt() if p == 2 else \
         magnitude.sum(dim, keepdims=True) if p == 1 else (magnitude ** float(p)).sum(dim, keepdims=True) ** (1.0 / p)
@@ -260,6 +264,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
         raise ShapeError(f"interpolate of {x.label}: spatial sizes must be known, got {spatial}")
     scales = (scale_factor,) * d if isinstance(scale_factor, numbers.Real) else tuple(scale_factor or (None,) * d)
     sizes = (size,) * d if isinstance(size, numbers.Integral) else tuple(size or (None,) * d)
+    if len(scales) != d or len(sizes) != d:
+        raise ShapeError(f"interpolate of {x.label}: give one size or scale per spatial axis ({d}), got "
+                         f"size={size!r}, scale_factor={scale_factor!r}")
     out = x
     for k, n_in in enumerate(spatial):
         n_out = int(sizes[k]) if sizes[k] is not None else int(math.floor(n_in * scales[k]))
@@ -277,7 +284,7 @@ def pad(x, pad, mode: str = "constant", value: float = 0.0):
     """torch.nn.functional.pad: `pad` pairs from the last axis backwards, (left, right, top, bottom,
     ...); a negative width crops; mode constant, reflect, replicate or circular (Tensor.pad)."""
     x = lift(x)
-    pad = tuple(pad)
+    pad = tuple(pad) if isinstance(pad, (tuple, list)) else (pad,)
     if len(pad) % 2 or len(pad) // 2 > x.ndim or not all(isinstance(w, numbers.Integral) for w in pad):
         raise ShapeError(f"pad of {x.label}: give ints in pairs, at most one pair per axis, got {pad}")
     widths = [(0, 0)] * x.ndim

@@ -16,7 +16,7 @@ from .elementwise import fmod, where
 LOG10_2 = math.log10(2.0)
 
 
-def _negative_sign_bit(x):
+def negative_sign_bit(x):
     """1.0 where x < 0 or x is -0.0 (1/x is -inf there); NaN counts as positive."""
     return (x < 0.0) + x.eq(0.0) * (1.0 / x < 0.0)
 
@@ -29,7 +29,7 @@ def _floor_divide(a, b):
     div = div - mod.ne(0.0) * (b < 0.0).ne(mod < 0.0)
     low = div.floor()
     rounded = low + (div - low > 0.5)
-    zero = where(_negative_sign_bit(a / b), -0.0, 0.0)
+    zero = where(negative_sign_bit(a / b), -0.0, 0.0)
     return where(b.eq(0.0), a / b, where(div.eq(0.0), zero, rounded))
 
 
@@ -94,7 +94,7 @@ class TorchMethodsMixin:
     # --- two operands -----------------------------------------------------------------------------
     def copysign(self, other):
         magnitude = self.abs()
-        return where(_negative_sign_bit(lift(other)), -magnitude, magnitude)
+        return where(negative_sign_bit(lift(other)), -magnitude, magnitude)
 
     def logaddexp(self, other):
         """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); equal infinities give themselves."""

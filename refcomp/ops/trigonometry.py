@@ -14,6 +14,7 @@ import math
 
 from .core import lift
 from .elementwise import where
+from .torch_methods import negative_sign_bit
 
 ATAN_POLY = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)  # Cephes atanf
 TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
@@ -33,19 +34,13 @@ def _atan_of_magnitude(a):
     return offset + (poly * z * x + x)
 
 
-def _signed(magnitude, x):
-    """magnitude with x's sign (x = -0.0 gives -magnitude; NaN x leaves magnitude, itself NaN)."""
-    return where(x < 0.0, -magnitude, where(x > 0.0, magnitude, where(1.0 / x < 0.0, -magnitude, magnitude)))
-
-
 def atan2(y, x):
     """torch.atan2 / np.arctan2: the angle of (x, y), signs of zero and infinities included."""
     y, x = lift(y), lift(x)
     ay, ax = y.abs(), x.abs()
     both_inf, both_zero = ay.isinf() * ax.isinf(), ay.eq(0.0) * ax.eq(0.0)
     r = where(both_inf, math.pi / 4, where(both_zero, 0.0, _atan_of_magnitude(ay / ax)))
-    negative_x = (x < 0.0) + (x.eq(0.0) * (1.0 / x < 0.0))
-    return _signed(where(negative_x > 0.5, math.pi - r, r), y)
+    return where(negative_sign_bit(x), math.pi - r, r).copysign(y)
 
 
 class TrigonometryMixin:
@@ -55,7 +50,7 @@ class TrigonometryMixin:
         return self.sin() / self.cos()
 
     def atan(self):
-        return _signed(_atan_of_magnitude(self.abs()), self)
+        return _atan_of_magnitude(self.abs()).copysign(self)
 
     def asin(self):
         """atan(x / sqrt((1 - x)(1 + x))): +-pi/2 at +-1, NaN beyond."""
@@ -72,7 +67,7 @@ class TrigonometryMixin:
         """(e + e / (e + 1)) / 2 with e = expm1(|x|), signed; exp(|x| - log 2) where that would overflow."""
         a = self.abs()
         e = a.expm1()
-        return _signed(where(a > 20.0, (a - LN_2).exp(), 0.5 * (e + e / (e + 1.0))), self)
+        return where(a > 20.0, (a - LN_2).exp(), 0.5 * (e + e / (e + 1.0))).copysign(self)
 
     def cosh(self):
         a = self.abs()
@@ -82,7 +77,7 @@ class TrigonometryMixin:
         """log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), signed; log(|x|) + log 2 past 1e8."""
         a = self.abs()
         small = (a + a * a / (1.0 + (1.0 + a * a).sqrt())).log1p()
-        return _signed(where(a > HUGE, a.log() + LN_2, small), self)
+        return where(a > HUGE, a.log() + LN_2, small).copysign(self)
 
     def acosh(self):
         """log1p((x - 1) + sqrt((x - 1)(x + 1))); log(x) + log 2 past 1e8; NaN below 1."""
@@ -93,4 +88,4 @@ class TrigonometryMixin:
     def atanh(self):
         """log1p(2|x| / (1 - |x|)) / 2, signed (log1p's argument is never near -1): +-inf at +-1, NaN beyond."""
         a = self.abs()
-        return _signed(0.5 * (2.0 * a / (1.0 - a)).log1p(), self)
+        return (0.5 * (2.0 * a / (1.0 - a)).log1p()).copysign(self)
