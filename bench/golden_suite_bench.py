@@ -41,7 +41,7 @@ def run(search: bool) -> dict:
         for i in range(len(case.bindings)):
             feeds, dims = golden.case_feeds(case, i)
             got = prog.run(feeds, backend="emulator", dims=dims)
-            mismatches += bool(golden.compare(got, golden.expected(case, i), golden.FLOAT32_TOLERANCE))
+            mismatches += bool(golden.compare(got, golden.expected(case, i), golden.case_tolerance(case)))
         run_s += time.perf_counter() - start
         if nvcc_available() is None:
             for name, r in nvcc_check(prog.source).kernels.items():

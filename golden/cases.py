@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from refcomp.golden import GoldenCase
 
-from . import cases_highlevel, cases_models, cases_nn, cases_primitives, cases_symbolic, cases_views
+from . import cases_dtypes, cases_highlevel, cases_models, cases_nn, cases_primitives, cases_symbolic, cases_views
 
 __all__ = ["CASES", "GoldenCase"]
 
@@ -18,4 +18,5 @@ CASES: list[GoldenCase] = [
     *cases_nn.CASES,
     *cases_symbolic.CASES,
     *cases_models.CASES,
+    *cases_dtypes.CASES,
 ]

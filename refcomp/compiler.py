@@ -18,14 +18,40 @@ from .errors import RefcompError
 from .exec.program import Program, program_for_schedule
 from .exec.program_cache import load_cached, program_path, store
 from .measure import compile_measured
+from .ops.core import dtype_name
+from .ops.dtypes import FLOAT_DTYPES
 from .ops.graph import flatten_outputs, symbols_of, toposort
+from .ops.primitives import make_node
+from .ops.tensor import Tensor
 from .search.cost import H200
+from .search.rewrite import identity_edge, rebuild
 from .search.search import search as run_search
 from .symbolic.dims import check_dim_values
 
 
+def stored_as(outputs, dtype):
+    """`outputs` with every float32 input and output stored as `dtype` (compile(dtype=)): each such
+    input becomes a `dtype` input widened as it is read, each output is rounded to `dtype`, and the
+    computation between them stays float32."""
+    name = dtype_name(dtype, "compile(dtype=)")
+    if name not in FLOAT_DTYPES:
+        raise RefcompError(f"compile(dtype={dtype!r}): the storage type must be one of {', '.join(FLOAT_DTYPES)}")
+    tensors, restructure = flatten_outputs(outputs)
+    if name == "float32":
+        return outputs
+
+    def narrow_input(node):
+        if node.op.name != "Input" or node.dtype != "float32":
+            return None
+        stored = make_node("Input", dtype=name, name=node.attrs["name"], shape=node.attrs["shape"])
+        return identity_edge(make_node("Cast", (identity_edge(stored),), to="float32"))
+
+    edges, _ = rebuild([t.edge for t in tensors], narrow_input)
+    return restructure([t if t.dtype == "int32" else t.to(name) for t in (Tensor(e) for e in edges)])
+
+
 def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False,
-            cache: bool = True) -> Program:
+            cache: bool = True, dtype=None) -> Program:
     """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
 
     With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
@@ -35,8 +61,11 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
     against the NumPy reference and timed on the GPU at `dims_hint`, and the fastest is returned
     (`program.measured` lists every candidate's time; see refcomp.measure). With `cache` (the
     default) a searched program is loaded from the program cache when this graph was compiled
-    before; a loaded program has no `.search` (its `explain()` is the text saved with it).
+    before; a loaded program has no `.search` (its `explain()` is the text saved with it). With
+    `dtype` ("float16", "bfloat16") float32 inputs and outputs are stored in that type (stored_as).
     """
+    if dtype is not None:
+        outputs = stored_as(outputs, dtype)
     tensors, _ = flatten_outputs(outputs)
     symbols = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
     dims_hint = check_dim_values(dims_hint, {s.name for s in symbols}, "dims_hint")

@@ -56,7 +56,7 @@ def test_plain_lowering_is_clean_under_address_sanitizer(case, monkeypatch):
     prog = rc.compile(case.build(), search=False)  # a fresh program: modules are cached per backend name
     feeds, dims = golden.case_feeds(case, 0)
     got = prog.run(feeds, backend="emulator", dims=dims)
-    assert golden.compare(got, golden.expected(case, 0), golden.FLOAT32_TOLERANCE) == []
+    assert golden.compare(got, golden.expected(case, 0), golden.case_tolerance(case)) == []
 
 
 def test_one_module_serves_every_binding():

@@ -147,8 +147,8 @@ def test_bad_inputs_and_operands():
         rc.input("bad", (3.5,))
     with raises(rc.ShapeError, "'1x'", "identifier"):
         rc.input("bad", ("1x",))
-    with raises(rc.ShapeError, "input 'bad'", "float16"):
-        rc.input("bad", (3,), "float16")
+    with raises(rc.ShapeError, "input 'bad'", "float64", "float16"):  # the message lists what works
+        rc.input("bad", (3,), "float64")
     with raises(rc.ShapeError, "non-empty"):
         rc.input("", (3,))
     with raises(rc.ShapeError, "True", "bool"):
@@ -169,7 +169,7 @@ def test_int32_tensors_only_index():
     ids = rc.input("ids", (4,), "int32")
     for op in (lambda t: t + 1.0, lambda t: 2.0 * t, lambda t: t.exp(), lambda t: t.sum(), lambda t: t.max(),
                lambda t: t < 1.0, lambda t: t @ rc.input("w", (4, 2)), lambda t: t.sqrt(), lambda t: -t):
-        with raises(rc.ShapeError, "input 'ids'", "int32", "float32"):
+        with raises(rc.ShapeError, "input 'ids'", "int32", "float operands"):
             op(ids)
     table = rc.input("table", (5, 3))
     with raises(rc.ShapeError, "embedding ids", "input 'table'", "float32"):

@@ -272,7 +272,7 @@ def test_every_golden_case_profiles(case):
     prog = compiled(case.name, True, cache=False)
     feeds, dims = golden.case_feeds(case, 0)
     p = prog.profile(feeds, dims=dims)
-    problems = golden.compare(p.outputs, golden.expected(case, 0), golden.FLOAT32_TOLERANCE)
+    problems = golden.compare(p.outputs, golden.expected(case, 0), golden.case_tolerance(case))
     assert not problems
     assert model_disagreements(prog, p) == []
     t = p.total

@@ -24,6 +24,7 @@ import numpy as np
 import sympy
 
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 from ..symbolic.dims import evaluate_dim, idiv, imod
 from .kernels import Kernel
 
@@ -33,7 +34,7 @@ class AccessModelError(RefcompError):
 
 WARP = 32
 SECTOR = 32  # bytes
-WORD = 4  # bytes per element: float32 and int32 alike
+WORD = 4  # bytes per shared-memory element (the templates' tiles are float32) and per bank
 
 
 @dataclass(frozen=True)
@@ -216,12 +217,14 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
     lanes_of: dict[str, tuple[Lanes, dict]] = {}
     dims = _dims_of([e for d in plan.definitions.items() for e in d] + [e for a in plan.accesses for e in (a.index, a.when)],
                     bindings)
+    itemsize = {f"in{k}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.reads)}
+    itemsize["out0"] = DTYPES[kernel.output.dtype].itemsize
     for access in plan.accesses:
         if access.scope not in lanes_of:
             lanes_of[access.scope] = (_lanes(kernel, access.scope, bindings, sample), {})
         lanes, values = lanes_of[access.scope]
         active = lanes.active & _evaluate(sympy.sympify(access.when), dims, lanes, plan.definitions, values).astype(bool)
-        sectors = _evaluate(access.index, dims, lanes, plan.definitions, values).astype(np.int64) * WORD // SECTOR
+        sectors = _evaluate(access.index, dims, lanes, plan.definitions, values).astype(np.int64) * itemsize[access.buffer] // SECTOR
         per_row = _distinct_per_row(sectors, active)
         kind = "store" if access.store else "load"
         totals[f"global_{kind}_requests"] += lanes.weight * float((per_row > 0).sum())

@@ -16,6 +16,7 @@ import sympy
 
 from .abi import KernelSignature, Param
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
 from ..symbolic.dims import Dim, idiv, imod, prod
@@ -134,7 +135,7 @@ class KernelBody:
     def buffer(self, node: Node) -> str:
         if node.id not in self.buffer_names:
             self.buffer_names[node.id] = f"in{len(self.buffer_names)}"
-            self.buffer_ctypes[node.id] = "const int*" if node.dtype == "int32" else "const float*"
+            self.buffer_ctypes[node.id] = f"const {DTYPES[node.dtype].c_storage}*"
             self.reads.append(node)
         return self.buffer_names[node.id]
 
@@ -193,7 +194,7 @@ class KernelBody:
         elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind == REDUCE):
             return self._inlined(node, flat, valid)
         else:
-            value = f"{self.buffer(node)}[{self.printer.int(flat)}]"
+            value = DTYPES[node.dtype].c_load.format(f"{self.buffer(node)}[{self.printer.int(flat)}]")
             self.access(self.buffer(node), flat, valid)
             self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
         if value == "0.0f":
@@ -226,6 +227,7 @@ class KernelBody:
                 value = node.op.c.format(value, self.value_at(node.srcs[0], src_idx))
         else:
             value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
+        value = DTYPES[node.dtype].c_round.format(value)  # a 16-bit node's value is rounded wherever it is computed
         if valid is sympy.true:
             return value
         self._guards.pop()
@@ -247,7 +249,7 @@ class KernelBody:
         if valid is not sympy.true or sympy.expand(flat - expected) != 0:
             raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
         self.scalars_read.add(node.id)
-        return name
+        return DTYPES[node.dtype].c_round.format(name)
 
     def unravel(self, flat, shape) -> list[sympy.Expr]:
         """Per-axis indices of a flat position. A component that stays a div/mod tower is bound to a
@@ -300,14 +302,14 @@ class KernelBody:
         return name
 
     # --- the signature -------------------------------------------------------------------------
-    def params(self, outputs: Sequence[str]) -> tuple[Param, ...]:
+    def params(self, outputs: Sequence[str], output_dtype: str) -> tuple[Param, ...]:
         buffers = [Param(name, self.buffer_ctypes[node_id]) for node_id, name in self.buffer_names.items()]
-        outs = [Param(name, "float*") for name in outputs]
+        outs = [Param(name, f"{DTYPES[output_dtype].c_storage}*") for name in outputs]
         dims = [Param(self.dim_names[s], "long long") for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])]
         return tuple(buffers + outs + dims)
 
-    def signature(self, name: str, outputs: Sequence[str], uses_barrier: bool) -> KernelSignature:
-        return KernelSignature(name, self.params(outputs), uses_barrier)
+    def signature(self, name: str, outputs: Sequence[str], uses_barrier: bool, output_dtype: str = "float32") -> KernelSignature:
+        return KernelSignature(name, self.params(outputs, output_dtype), uses_barrier)
 
 
 def c_params(signature: KernelSignature) -> str:

@@ -16,6 +16,7 @@ import jinja2
 import sympy
 
 from .abi import KernelSignature
+from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
 from .emit import Access, KernelBody, Unfusable, c_params
@@ -152,13 +153,14 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
     if not render:
         plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
                           prologue_phases, *streamed)
-        return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier), "",
+        return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier, node.dtype), "",
                       launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
-    signature = body.signature(name, ["out0"], uses_barrier)
+    signature = body.signature(name, ["out0"], uses_barrier, node.dtype)
     source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
+                                   stored=DTYPES[node.dtype].c_store.format,  # a float as out0 holds it
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
@@ -261,5 +263,7 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
                    size=lambda b: b.printer.int(size))
 
 
-def prelude(kernel_count: int) -> str:
-    return template("prelude.cu.j2").render(kernel_count=kernel_count)
+def prelude(kernels: Sequence[Kernel]) -> str:
+    """The program's helpers, with the 16-bit conversions only where a kernel stores, loads or rounds such a type."""
+    dtypes = {n.dtype for k in kernels for n in k.nodes + k.reads + (k.output,)}
+    return template("prelude.cu.j2").render(kernel_count=len(kernels), dtypes=dtypes)

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 import sympy
 
+from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, Edge, Node
 from ..symbolic.index import index_of
 from ..symbolic.view import ViewStack
@@ -169,6 +170,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     parts = online_softmax(reduce)
     if parts is None or not {parts.maximum.id, parts.total.id} <= set(online_ids):
         raise Unfusable(f"{reduce.op.name}#{reduce.id} does not read an online softmax")
+    narrow = [n for n in parts.nodes + (reduce, reduce.srcs[0].node) if DTYPES[n.dtype].is_narrow]
+    if narrow:  # its running maximum and sum are rescaled as they go: a 16-bit node's rounding has no place to happen
+        raise Unfusable(f"{narrow[0].op.name}#{narrow[0].id} is {narrow[0].dtype}: online softmax keeps float32 statistics")
     scores, chain = streamed_scores(parts)
     if scores is None or scores.id not in set(streamed_ids):
         scores, chain = None, ()

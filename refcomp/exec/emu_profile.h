@@ -269,6 +269,10 @@ template <class T> struct rcp_value { typedef T type; };
 template <> struct rcp_value<float> { typedef rcp_f32 type; };
 template <> struct rcp_value<const float> { typedef rcp_f32 type; };
 template <> struct rcp_value<const int> { typedef int type; };
+template <> struct rcp_value<const unsigned short> { typedef unsigned short type; };  // float16, bfloat16 bits
+
+// The 16-bit conversions of the prelude take a float's bits: a reinterpretation, not a flop.
+static inline unsigned __float_as_uint(rcp_f32 a) { return __float_as_uint(a.v); }
 
 // A reference to one element: reading it records a load, assigning to it records a store.
 template <class T, int SHARED> struct rcp_ref {

@@ -23,7 +23,7 @@ import numpy as np
 
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
-from ..codegen.abi import Dim3, KernelSignature
+from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
 from refcomp.exec.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
 from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, gxx_invocations, gxx_path,
@@ -199,7 +199,7 @@ class EmulatorBackend:
 
     def fill_nan(self, buffer: np.ndarray, nbytes: int) -> None:
         n = min(int(nbytes), buffer.nbytes) // 4
-        buffer.reshape(-1).view(np.uint8)[: n * 4].view(np.uint32)[:] = 0x7FC00000
+        buffer.reshape(-1).view(np.uint8)[: n * 4].view(np.uint32)[:] = POISON_WORD
 
     def download(self, buffer: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)

@@ -22,7 +22,7 @@ class ProfileError(RefcompError):
 
 # --- the rewrite ----------------------------------------------------------------------------------
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
-_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
+_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
 _SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
 # float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
 # `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)
@@ -71,7 +71,7 @@ def _params(kernel: str, params: str) -> tuple[str, list[str]]:
         found = _POINTER.match(param)
         if found:
             const, elem, ident = found.groups()
-            elem = "float" if elem == "rcp_f32" else "int"
+            elem = "float" if elem == "rcp_f32" else elem
             out.append(f"rcp_gptr<{'const ' if const else ''}{elem}> {ident}")
             buffers.append(ident)
         elif "*" in param:

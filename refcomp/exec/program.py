@@ -16,6 +16,7 @@ from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, prelude
 from ..codegen.lower import kernel_for_group, kernel_name
 from ..codegen.memory import MemoryPlan, plan_memory
+from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..search.explain import cost_table, explain
@@ -62,7 +63,7 @@ class Program:
         self._all_inputs = [n for n in nodes if n.op.name == "Input"]
         self.names = ProgramNames.of(nodes)
         self.dim_symbols = {name: sym for sym, name in self.names.dims.items()}
-        self.source = prelude(len(kernels)) + "\n\n" + "\n\n".join(k.source for k in kernels) + "\n"
+        self.source = prelude(kernels) + "\n\n" + "\n\n".join(k.source for k in kernels) + "\n"
         self._modules: dict[str, object] = {}
 
     def __repr__(self) -> str:
@@ -77,7 +78,7 @@ class Program:
 
     # --- memory ------------------------------------------------------------------------------
     def _node_bytes(self, node: Node, bindings: Mapping[str, int]) -> int:
-        return 4 * evaluate_dim(prod(node.shape), bindings)
+        return DTYPES[node.dtype].itemsize * evaluate_dim(prod(node.shape), bindings)
 
     def memory_plan(self, bindings: Mapping[str, int]) -> MemoryPlan:
         steps = [(k.output.id, [n.id for n in k.reads]) for k in self.kernels]
@@ -112,9 +113,9 @@ class Program:
         outputs on their own; everything written by a kernel starts as NaN, so a missed write shows."""
         self._check_room(be, arrays, bindings)
         uploaded: dict[str, object] = {}
-        for name in dict.fromkeys(node.attrs["name"] for node in self._all_inputs):
-            a = arrays[name]
-            uploaded[name] = be.upload(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else np.float32))
+        for node in self._all_inputs:
+            if node.attrs["name"] not in uploaded:
+                uploaded[node.attrs["name"]] = be.upload(to_storage(arrays[node.attrs["name"]], node.dtype))
         buffers: dict[int, object] = {node.id: uploaded[node.attrs["name"]] for node in self._all_inputs}
         plan = self.memory_plan(bindings)
         slots = [self._poisoned(be, n) for n in plan.slot_bytes]
@@ -127,7 +128,8 @@ class Program:
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
         """Refuse a run whose buffers exceed the backend's memory, naming the largest one."""
-        sizes = {f"input {name!r}": 4 * a.size for name, a in arrays.items()}
+        itemsize = {n.attrs["name"]: DTYPES[n.dtype].itemsize for n in self._inputs}
+        sizes = {f"input {name!r}": itemsize[name] * a.size for name, a in arrays.items()}
         sizes.update({f"output {k} ({t.label})": self._node_bytes(n, bindings)
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
         total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
@@ -139,8 +141,9 @@ class Program:
 
     @staticmethod
     def _poisoned(be, nbytes: int):
-        buffer = be.alloc(max(nbytes, 4))
-        be.fill_nan(buffer, max(nbytes, 4))
+        nbytes = max(4, -(-nbytes // 4) * 4)  # whole words: the poison is written a word at a time
+        buffer = be.alloc(nbytes)
+        be.fill_nan(buffer, nbytes)
         return buffer
 
     def prepare(self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
@@ -173,7 +176,8 @@ class Program:
         results = []
         for node, tensor in zip(self.output_nodes, self.tensors):  # an identity view may reshape
             shape = tuple(evaluate_dim(n, bindings) for n in tensor.shape)
-            results.append(be.download(buffers[node.id], shape, np.dtype(np.float32)))
+            stored = be.download(buffers[node.id], shape, np.dtype(storage_numpy_type(node.dtype)))
+            results.append(from_storage(stored, node.dtype))
         return self._rebuild(results)
 
     def profile(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> Profile:

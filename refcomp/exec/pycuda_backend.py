@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from refcomp.errors import AllocationError, RefcompError
-from ..codegen.abi import Dim3, KernelSignature
+from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
 from refcomp.exec.emulator import check_launch_shape
 from refcomp.exec.limits import show_bytes
 
@@ -133,7 +133,7 @@ class PyCudaBackend:
     def fill_nan(self, buffer: DeviceBuffer, nbytes: int) -> None:
         count = min(int(nbytes), buffer.nbytes) // 4
         if count:
-            self._drv.memset_d32(buffer.allocation, 0x7FC00000, count)
+            self._drv.memset_d32(buffer.allocation, POISON_WORD, count)
 
     def download(self, buffer: DeviceBuffer, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         out = np.empty(shape, dtype=np.dtype(dtype))

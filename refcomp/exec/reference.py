@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import AllocationError, RefcompError
+from ..ops.dtypes import DTYPES, round_to
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..symbolic.dims import evaluate_dim, evaluate_size, evaluate_value
@@ -83,7 +84,7 @@ def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], dt
     if node.op.name == "Gather":
         check_ids(node, args[1], bindings)
     out = node.op.numpy(args, _bound_attrs(node, bindings), dtype)
-    return np.asarray(out, dtype=dtype)
+    return round_to(np.asarray(out, dtype=dtype), node.dtype)
 
 
 def _contraction_parts(nodes, outputs) -> set[int]:
@@ -98,6 +99,7 @@ def _contraction_parts(nodes, outputs) -> set[int]:
     def read_alone(n) -> bool:
         edges = readers.get(n.id, [])
         return (n.id not in output_ids and len(edges) == 1 and edges[0][0].op.name == "SumReduce"
+                and not DTYPES[n.dtype].is_narrow  # a 16-bit product is rounded before it is summed
                 and edges[0][1].views.is_identity and tuple(edges[0][1].shape) == tuple(n.shape))
 
     deferred: set[int] = set()
@@ -129,7 +131,7 @@ def _contract(top: Node, values, bindings, dtype) -> np.ndarray:
     for x, axes in zip(arrays, real):
         operands += [x[tuple(slice(None) if a in axes else 0 for a in range(len(shape)))], sorted(axes)]
     out = np.einsum(*operands, remaining, optimize=True)
-    return np.asarray(out, dtype=dtype).reshape(tuple(evaluate_dim(n, bindings) for n in top.shape))
+    return round_to(np.asarray(out, dtype=dtype), top.dtype).reshape(tuple(evaluate_dim(n, bindings) for n in top.shape))
 
 
 # Reading a view materialises int64 indices, a mask and the gathered values: about this many bytes
@@ -170,7 +172,7 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
         for node in nodes:
             if node.op.name == "Input":
                 array = arrays[node.attrs["name"]]
-                values[node.id] = array if node.dtype == "int32" else array.astype(dtype)
+                values[node.id] = array if node.dtype == "int32" else round_to(array.astype(dtype), node.dtype)
                 continue
             if node.id in deferred:
                 continue

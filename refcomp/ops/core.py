@@ -12,14 +12,29 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
+import numpy as np
 import sympy
 
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal
 from ..symbolic.view import ViewStack
+from .dtypes import DTYPES, FLOAT_DTYPES, promote
 from .primitives import Edge, Node, make_node
 
-DTYPES = ("float32", "int32")
+DTYPE_ALIASES = {"float": "float32", "half": "float16", "bf16": "bfloat16", "int": "int32"}
+
+
+def dtype_name(dtype, what: str) -> str:
+    """A dtype as refcomp names it, from a string ("float16", "half"), a NumPy type or a torch dtype."""
+    name = str(getattr(dtype, "__name__", dtype)).replace("torch.", "")
+    try:
+        name = np.dtype(name).name if name not in DTYPES and name not in DTYPE_ALIASES else name
+    except TypeError:
+        pass
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)})")
+    return name
 
 
 def format_shape(shape: Sequence[Dim]) -> str:
@@ -76,8 +91,28 @@ class TensorCore:
 
     # --- building primitive nodes ------------------------------------------------------------
     def _require_float(self, what: str) -> None:
-        if self.dtype != "float32":
-            raise ShapeError(f"{what} needs float32 operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
+        if self.dtype not in FLOAT_DTYPES:
+            raise ShapeError(f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
+
+    def to(self, dtype) -> "TensorCore":
+        """torch's Tensor.to(dtype): float types only; to a 16-bit type rounds, to float32 widens exactly."""
+        name = dtype_name(dtype, f"{self.label}.to")
+        self._require_float("to")
+        if name not in FLOAT_DTYPES:
+            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only")
+        return self if name == self.dtype else TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
+
+    def half(self) -> "TensorCore":
+        return self.to("float16")
+
+    def bfloat16(self) -> "TensorCore":
+        return self.to("bfloat16")
+
+    def float(self) -> "TensorCore":
+        return self.to("float32")
+
+    def type(self, dtype) -> "TensorCore":
+        return self.to(dtype)
 
     def _unary(self, name: str) -> "TensorCore":
         self._require_float(name)
@@ -98,6 +133,19 @@ class TensorCore:
         if not isinstance(axis, numbers.Integral) or not -ndim <= axis < ndim:
             raise ShapeError(f"axis {axis!r} is out of range for {self.label} ({ndim} axes)")
         return int(axis) % ndim if ndim else 0
+
+
+def widened(*operands: TensorCore) -> tuple[list, str]:
+    """The operands of a contraction (matmul, convolution, einsum), and the dtype of its result.
+
+    A GPU multiplies 16-bit operands and accumulates the products in float32, rounding only the
+    result, so 16-bit operands are widened to float32 here and the caller rounds the sum back
+    (`.to(dtype)`); float32 operands are returned as they are."""
+    strong = [t.dtype for t in operands if not t.node.weak]
+    dtype = promote(strong) if strong else "float32"
+    if all(t.dtype == "float32" for t in operands):
+        return list(operands), dtype
+    return [t.to("float32") for t in operands], dtype
 
 
 def lift(value) -> TensorCore:
@@ -140,8 +188,7 @@ def input(name: str, shape: Sequence, dtype: str = "float32") -> TensorCore:
     """A named array fed at run time; dims are ints or symbol names like "B"."""
     if not isinstance(name, str) or not name:
         raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
-    if dtype not in DTYPES:
-        raise ShapeError(f"input {name!r}: dtype {dtype!r} is not supported (use one of {DTYPES})")
+    dtype = dtype_name(dtype, f"input {name!r}")
     if isinstance(shape, (int, str)):
         shape = (shape,)
     dims = tuple(dim(n) for n in shape)

@@ -12,7 +12,7 @@ import string
 from ..errors import ShapeError
 from ..symbolic.dims import dims_equal
 from ..symbolic.view import contiguous_strides
-from .core import iota, lift
+from .core import iota, lift, widened
 from .elementwise import where
 
 
@@ -89,13 +89,14 @@ def einsum(equation: str, *operands):
         mine = [c for c in order if c in term]
         t = t.permute(*[term.index(c) for c in mine]) if mine != list(term) else t
         aligned.append(t.reshape(tuple(t.shape[mine.index(c)] if c in mine else 1 for c in order)))
+    aligned, dtype = widened(*aligned)
     product = aligned[0]
     for t in aligned[1:]:
         product = product * t
     product = product.broadcast_to(tuple(sizes[c] for c in order))
     dropped = [i for i, c in enumerate(order) if c not in output]
     kept = [c for c in order if c in output]
-    out = product.sum(tuple(dropped)) if dropped else product
+    out = (product.sum(tuple(dropped)) if dropped else product).to(dtype)
     return out.permute(*[kept.index(c) for c in output]) if kept != list(output) else out
 
 

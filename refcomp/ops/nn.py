@@ -20,6 +20,7 @@ from .primitives import make_node
 from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
+from .core import widened
 
 
 def _per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
@@ -146,7 +147,8 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
     n, outs = x.shape[0], win.shape[2:2 + d]
     win = win.reshape((n, groups, c_in_per_group) + outs + kernel).unsqueeze(2)
     kern = weight.reshape((1, groups, dim(c_out // groups), c_in_per_group) + (1,) * d + kernel)
-    out = (win * kern).sum((3,) + tuple(range(4 + d, 4 + 2 * d))).reshape((n, c_out) + outs)
+    (win, kern), dtype = widened(win, kern)
+    out = (win * kern).sum((3,) + tuple(range(4 + d, 4 + 2 * d))).to(dtype).reshape((n, c_out) + outs)
     return out if bias is None else out + lift(bias).reshape((1, c_out) + (1,) * d)
 
 

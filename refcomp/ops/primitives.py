@@ -18,6 +18,7 @@ import numpy as np
 
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
+from .dtypes import promote
 from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
@@ -78,6 +79,8 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"),
     OpDef("MaxReduce", REDUCE, _max_reduce, "rc_max({0}, {1})", "-INFINITY",
           doc="starts at -inf; NaN propagates, as in np.max"),
+    OpDef("Cast", UNARY, lambda a, attrs, dt: a[0], "{0}", safe_under_pad=True,
+          doc="the same value in the dtype `to`: rounded to a 16-bit float's values, or widened exactly"),
     OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}", safe_under_pad=True,
           doc="materialise a view into a fresh buffer"),
     OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by int32 ids"),
@@ -108,6 +111,10 @@ class Node:
     id: int = field(default_factory=lambda: next(_ids))
     origin: Optional[Origin] = None  # the user-level call that built it (ops.provenance)
 
+    def __post_init__(self):
+        # weak: built from Constants and Iotas alone, so it never widens another operand's dtype (ops.dtypes)
+        self.weak = self.op.literal or (bool(self.srcs) and self.op.name != "Cast" and all(s.node.weak for s in self.srcs))
+
     def __repr__(self) -> str:
         return f"{self.label}{list(self.shape)}"
 
@@ -137,6 +144,20 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
     raise AssertionError(op.kind)
 
 
-def make_node(op_name: str, srcs: tuple[Edge, ...] = (), dtype: str = "float32", **attrs) -> Node:
-    op = OPS[op_name]
-    return Node(op, tuple(srcs), attrs, infer_shape(op, tuple(srcs), attrs), dtype, origin=current())
+def infer_dtype(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> str:
+    """The dtype rule (ops.dtypes): a Cast's target, a Gather's table, else the promotion of the
+    operands that are not weak (a Where's condition does not count: it only selects)."""
+    if op.name == "Cast":
+        return attrs["to"]
+    if op.kind == GATHER:
+        return srcs[0].node.dtype
+    values = srcs[1:] if op.name == "Where" else srcs
+    strong = [e.node.dtype for e in values if not e.node.weak]
+    return promote(strong) if strong else "float32"
+
+
+def make_node(op_name: str, srcs: tuple[Edge, ...] = (), dtype: Optional[str] = None, **attrs) -> Node:
+    """A new node; its dtype is `dtype` (Inputs) or what infer_dtype says."""
+    op, srcs = OPS[op_name], tuple(srcs)
+    dtype = dtype or infer_dtype(op, srcs, attrs)
+    return Node(op, srcs, attrs, infer_shape(op, srcs, attrs), dtype, origin=current())

@@ -13,7 +13,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from .provenance import user_op
-from .core import broadcast_shape, constant, iota, lift
+from .core import broadcast_shape, constant, iota, lift, widened
 from .elementwise import where
 
 
@@ -165,7 +165,8 @@ class ReductionMixin:
         batch = broadcast_shape([_batch_of(a2), _batch_of(b2)], "matmul (batch axes)")
         left = a2.broadcast_to(batch + (m, k)).unsqueeze(-1)
         right = b2.broadcast_to(batch + (k, n)).unsqueeze(-3)
-        out = (left * right).sum(-2)
+        (left, right), dtype = widened(left, right)
+        out = (left * right).sum(-2).to(dtype)
         if a.ndim == 1:
             out = out.squeeze(-2)
         if b.ndim == 1:

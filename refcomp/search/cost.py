@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from ..codegen.legality import AccessModelError, Kernel, global_counts
+from ..ops.dtypes import DTYPES
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
 from ..symbolic.dims import evaluate_dim, prod
@@ -98,7 +99,7 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
         counts = global_counts(kernel, bindings, sample)
     except AccessModelError:  # an index the model cannot evaluate: the graph's estimate stands
         return coarse
-    footprint = 4 * (sum(elements(n.shape, bindings) for n in kernel.reads) + elements(kernel.output.shape, bindings))
+    footprint = sum(stored_bytes(n, bindings) for n in kernel.reads + (kernel.output,))
     return access_cost(coarse, counts.global_bytes, footprint, profile)
 
 
@@ -106,7 +107,12 @@ def minimum_bytes(output_nodes: Iterable[Node], all_nodes: Iterable[Node], bindi
     """Every input (weights included) read once and every output written once."""
     inputs = {n.attrs["name"]: n for n in all_nodes if n.op.name == "Input"}
     outputs = {n.id: n for n in output_nodes}
-    return 4 * (sum(elements(n.shape, bindings) for n in inputs.values()) + sum(elements(n.shape, bindings) for n in outputs.values()))
+    return sum(stored_bytes(n, bindings) for n in list(inputs.values()) + list(outputs.values()))
+
+
+def stored_bytes(node: Node, bindings: Mapping[str, int]) -> int:
+    """The bytes of a node's buffer at this binding."""
+    return DTYPES[node.dtype].itemsize * elements(node.shape, bindings)
 
 
 def is_compute(node: Node) -> bool:

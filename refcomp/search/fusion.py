@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
                                default_reduce_strategy, matmul_axes, online_softmax,
                                streamed_scores)
+from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from .cost import DeviceProfile, KernelCost, roofline
@@ -133,13 +134,14 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     root = group.root
     ops = len(group.members) + 1
     points = _iteration_points(group, sched, count)
-    nbytes = 4 * count(root.shape)
+    itemsize = lambda n: DTYPES[n.dtype].itemsize  # noqa: E731
+    nbytes = itemsize(root) * count(root.shape)
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
         size = count(n.shape)
-        nbytes += 4 * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
+        nbytes += itemsize(n) * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
     # Through L2 every iteration point reads each buffer once (a tiled matmul: once per tile edge)
     tile = sched.param(root.id, "tile") if group.kind == "matmul" else 1
-    l2_bytes = 4 * count(root.shape) + 4 * len(group.reads) * points // tile
+    l2_bytes = itemsize(root) * count(root.shape) + sum(itemsize(n) for n in group.reads) * points // tile
     block = sched.param(root.id, "block")
     if group.kind == "matmul":
         reduce = next(n for n in (root,) + group.members if n.id in sched.matmul)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, OPS, Edge, Node, make_node
 from .rewrite import compose, identity_edge
 
@@ -111,8 +112,10 @@ class Apply(Pattern):
         return self.bind_node(node, bound, ctx, through=edge)
 
     def bind_node(self, node: Node, bound: Bindings, ctx: Context, through: Optional[Edge] = None) -> Optional[Bindings]:
-        """Match at `node` itself; `through` is the edge it is read by when nested in another pattern."""
-        if node.op.name not in self.ops:
+        """Match at `node` itself; `through` is the edge it is read by when nested in another pattern.
+        A 16-bit node never matches: it rounds its value, and a rule's equality holds for real numbers,
+        not for another order of roundings (ops.dtypes)."""
+        if node.op.name not in self.ops or DTYPES[node.dtype].is_narrow:
             return None
         srcs = node.srcs if through is None else tuple(Edge(s.node, compose(s.views, through.views)) for s in node.srcs)
         if len(srcs) < len(self.srcs) or (len(srcs) > len(self.srcs) and not self.rest):
