@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import RefcompError
 from ..exec.profile import model_disagreements
 from ..exec.program import load_program, program_for_schedule
-from ..golden import FLOAT32_TOLERANCE
+from ..golden import FLOAT32_TOLERANCE, STORAGE_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..search.search import search
 from .graph import FuzzGraph, MAX_BINDING, SYMBOLS
@@ -46,16 +46,24 @@ def bindings_for(seed: int, program: int) -> list[dict]:
     return out
 
 
-def tolerance(want64: np.ndarray, want32: np.ndarray) -> np.ndarray:
-    """Per element: golden's float32 tolerance plus 4x the float32 reference's own error there
-    (unbounded where the float32 reference itself overflows)."""
-    rtol, atol = FLOAT32_TOLERANCE["rtol"], FLOAT32_TOLERANCE["atol"]
+def storage_of(tensor) -> Optional[str]:
+    """The 16-bit type rounded on the way to this output, if any (bfloat16, the coarser, if both)."""
+    narrow = {n.dtype for n in toposort([tensor.node])} & set(STORAGE_TOLERANCE)
+    return "bfloat16" if "bfloat16" in narrow else next(iter(narrow), None)
+
+
+def tolerance(want64: np.ndarray, want32: np.ndarray, storage: Optional[str] = None) -> np.ndarray:
+    """Per element: golden's float32 tolerance (its storage tolerance where a 16-bit type is rounded
+    on the way) plus 4x the float32 reference's own error there (unbounded where the float32
+    reference itself overflows)."""
+    tol = STORAGE_TOLERANCE[storage] if storage else FLOAT32_TOLERANCE
+    rtol, atol = tol["rtol"], tol["atol"]
     with np.errstate(invalid="ignore"):
         own = np.abs(want32.astype(np.float64) - want64)
     return atol + rtol * np.abs(want64) + 4.0 * np.where(np.isfinite(own), own, np.inf)
 
 
-def compare(got, want64, want32) -> Optional[str]:
+def compare(got, want64, want32, storage: Optional[str] = None) -> Optional[str]:
     """None when `got` matches: within tolerance where the reference is finite, and NaN or infinite
     where it is not. Which non-finite value is not compared: an infinity times a zero that rounding
     left at 1e-9 instead of 0 (a variance of equal values) is an infinity, not NaN, and either is
@@ -69,7 +77,7 @@ def compare(got, want64, want32) -> Optional[str]:
     with np.errstate(invalid="ignore"):
         err = np.abs(got - want64)
         float32_nan = np.isnan(got) & ~np.isfinite(want32)
-        bad = np.where(finite, ~(err <= tolerance(want64, want32)) & ~float32_nan, np.isfinite(got))  # NaN is bad
+        bad = np.where(finite, ~(err <= tolerance(want64, want32, storage)) & ~float32_nan, np.isfinite(got))  # NaN is bad
     if not bad.any():
         return None
     where = np.argwhere(bad)
@@ -162,7 +170,7 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             for key in outputs:
                 g, var = owner[key]
                 result.compared += 1
-                message = compare(got[key], want64[key], want32[key])
+                message = compare(got[key], want64[key], want32[key], storage_of(outputs[key]))
                 if message is not None:
                     result.mismatches.append(Mismatch(g, mode, binding, which, var, message))
         result.seconds[mode] = time.perf_counter() - t0

@@ -121,6 +121,17 @@ class ModelSteps:
         if out is not None:
             self.tame(out)
 
+    def step_storage(self) -> None:
+        """A 16-bit storage type: round a value to float16 or bfloat16 and widen it back (one rounding),
+        or keep it 16-bit so that what follows computes, rounds and stores in 16 bits."""
+        v = self.pick(lambda v: v.bound <= 30000)
+        if v is None:
+            return self.step_unary()
+        dtype = "half" if self.chance(0.5) else "bfloat16"
+        expr = f"{v.name}.{dtype}()" + (".float()" if self.chance(0.5) else "")
+        pad = 0.01 * max(abs(v.lo), abs(v.hi))  # rounding moves a value by at most 2^-8 of itself
+        self.emit(expr, v.lo - pad, v.hi + pad, False, "storage")
+
     def step_torch_math(self) -> None:
         """The PyTorch-named functions: inverse trigonometric and hyperbolic functions, rounding,
         activations, two-operand functions and the dim=/keepdim= reductions, each with its range."""
