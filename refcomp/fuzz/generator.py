@@ -145,7 +145,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
     def step(self) -> None:
         kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("storage", 0.4),
                  ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
-                 ("fragile", 0.12), ("deep", 0.04)]
+                 ("fragile", 0.2), ("deep", 0.04)]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
