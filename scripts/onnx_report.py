@@ -94,7 +94,7 @@ def section(selection, cpu: dict, cuda: dict, raised: int, missed: list[str], su
     lines += [
         "",
         f"A further {len(selection['expected_errors'])} in-scope tests use types or modes outside refcomp's scope "
-        f"(integer, float16/double, string data; training mode; ...) and must raise `RefcompError`: "
+        f"(integer, double, 8- and 4-bit float, string data; training mode; ...) and must raise `RefcompError`: "
         f"{raised} do{missing}.",
         "",
         "Known limitations (skipped):",

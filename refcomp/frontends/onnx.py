@@ -107,9 +107,10 @@ class ImportedModel:
             if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
                 raise FeedError(f"ONNX input {name!r}: indices do not fit in int32")
             return array.astype(np.int32)
-        if array.dtype.kind != "f":
-            raise FeedError(f"ONNX input {name!r} is FLOAT, but the fed array has dtype {array.dtype}")
-        array = np.asarray(array, dtype=np.float32)
+        if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
+            raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
+        if not (array.dtype.name in ("float16", "bfloat16") and kind != "FLOAT"):  # 16-bit feeds of 16-bit inputs go in as they are
+            array = np.asarray(array, dtype=np.float32)
         return array if array.flags.c_contiguous else array.copy()
 
     def _finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
@@ -133,6 +134,10 @@ class ImportedModel:
                 out[name] = np.asarray(results[name]) != 0
             elif self.output_types[name] in ("INT64", "INT32"):  # integers computed exactly as float32 (ArgMax)
                 out[name] = np.asarray(results[name]).astype(np.int64 if self.output_types[name] == "INT64" else np.int32)
+            elif self.output_types[name] in ("FLOAT16", "BFLOAT16"):  # ONNX's numpy type (ml_dtypes' bfloat16)
+                from onnx import TensorProto, helper
+                etype = TensorProto.FLOAT16 if self.output_types[name] == "FLOAT16" else TensorProto.BFLOAT16
+                out[name] = np.asarray(results[name], dtype=np.float32).astype(helper.tensor_dtype_to_np_dtype(etype))
             else:
                 out[name] = np.asarray(results[name], dtype=np.float32)
         return out
@@ -231,7 +236,7 @@ class Importer:
                 raise RefcompError(f"value {v.name!r} holds symbolic dims {array.tolist()} and cannot be used as a float tensor")
             t = constant(array.reshape(-1)[0]).reshape((1,) * array.ndim) if array.ndim else constant(array.reshape(-1)[0])
         else:
-            if v.etype not in (core.FLOAT, core.BOOL) and not np.issubdtype(array.dtype, np.floating) and array.dtype != np.bool_:
+            if v.etype not in core.FLOATS | {core.BOOL} and not np.issubdtype(array.dtype, np.floating) and array.dtype != np.bool_:
                 raise RefcompError(f"value {v.name!r} of type {core.type_name(v.etype)} cannot be used as a float tensor")
             values = array.astype(np.float32)
             flat = values.reshape(-1)
@@ -242,7 +247,7 @@ class Importer:
             else:
                 name = self.unique_name(v.name)
                 self.weights[name] = np.ascontiguousarray(values)
-                t = rc_input(name, values.shape)
+                t = rc_input(name, values.shape, core.DTYPE_OF_ETYPE.get(v.etype, "float32"))  # FLOAT16 weights stay 16-bit
         v.tensor = t
         return t
 
@@ -309,7 +314,7 @@ class Importer:
             etype = vi.type.tensor_type.elem_type
             if vi.name in self.constants:
                 array = np.asarray(self.constants[vi.name])
-                if array.dtype.kind not in "biuf":
+                if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
                     raise RefcompError(f"constants[{vi.name!r}] must be a numeric array, got dtype {array.dtype}")
                 if etype != core.FLOAT and etype in core.INT_TYPES | {core.BOOL}:
                     array = array.astype(core.numpy_dtype(etype))
@@ -317,8 +322,8 @@ class Importer:
                 continue
             shape = self._input_shape(vi)
             self.input_types[vi.name] = core.type_name(etype)
-            if etype in (core.FLOAT, core.BOOL):
-                t = rc_input(vi.name, shape)  # graph_input: a use that needs it static names it (constants=)
+            if etype in core.FLOATS | {core.BOOL}:
+                t = rc_input(vi.name, shape, core.DTYPE_OF_ETYPE.get(etype, "float32"))  # graph_input: a use that needs it static names it (constants=)
                 self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
             elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
                 t = rc_input(vi.name, shape)
@@ -369,7 +374,7 @@ class Importer:
                 self.static_outputs[name] = v.static
                 self.output_types[name] = core.type_name(v.etype)
                 continue
-            if v.etype not in (core.FLOAT, core.BOOL) and not v.exact_ints:
+            if v.etype not in core.FLOATS | {core.BOOL} and not v.exact_ints:
                 raise RefcompError(f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
                                    f"refcomp computes FLOAT (and BOOL as 0/1) outputs only")
             self.outputs[name] = self.materialize(v)

@@ -30,6 +30,10 @@ from ..ops.tensor import Tensor
 from .onnx_positions import Positions
 
 FLOAT, BOOL, INT64, INT32 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64, TensorProto.INT32
+# ONNX's float types refcomp holds: FLOAT16 and BFLOAT16 as refcomp's 16-bit storage types (ops.dtypes)
+DTYPE_OF_ETYPE = {FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+ETYPE_OF_DTYPE = {name: etype for etype, name in DTYPE_OF_ETYPE.items()}
+FLOATS = frozenset(DTYPE_OF_ETYPE)
 INT_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                        TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
 ID_TYPES = frozenset({INT64, INT32})  # integer graph inputs that may be fed at run time as Gather ids
@@ -97,6 +101,8 @@ class Value:
     positions: Optional[Positions] = None  # an integer tensor affine in its indices (onnx_positions)
 
     def __post_init__(self):
+        if self.tensor is not None and self.etype in FLOATS:  # a float tensor's ONNX type is its dtype (promotion decides)
+            self.etype = ETYPE_OF_DTYPE[self.tensor.dtype]
         # indexing a 1-D array of dims with a scalar (Gather of Shape at index 0) gives the dim itself,
         # an int or a SymPy symbol: a static value is always an array, 0-d for a scalar
         if self.static is not None and not isinstance(self.static, np.ndarray):
@@ -273,7 +279,7 @@ class NodeContext:
         return self.as_tensor(self.value(i), f"input {i} ({self.node.input[i]!r})", types)
 
     def as_tensor(self, v: Value, what: str, types=(FLOAT,)) -> Tensor:
-        if v.etype not in types and not (v.exact_ints and FLOAT in types):
+        if v.etype not in types and not ((v.exact_ints or v.etype in FLOATS) and FLOAT in types):
             allowed = "/".join(type_name(t) for t in types)
             if v.etype in INT_TYPES and v.tensor is not None:
                 raise self.error(f"{what} is an {type_name(v.etype)} tensor computed at run time; refcomp computes in "

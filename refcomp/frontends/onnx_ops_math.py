@@ -14,8 +14,8 @@ from ..ops.core import constant
 from ..ops.elementwise import FLOAT32_MAX, fmod, where
 from ..ops.tensor import Tensor
 from ..symbolic.dims import dims_equal, idiv
-from .onnx_ops_core import (BOOL, FLOAT, INT_TYPES, Value, as_dim, bool_value, float_value, is_int_array,
-                            numpy_dtype, op, static_value, type_name)
+from .onnx_ops_core import (BOOL, DTYPE_OF_ETYPE, FLOAT, FLOATS, INT_TYPES, Value, as_dim, bool_value, float_value,
+                            is_int_array, numpy_dtype, op, static_value, type_name)
 from .onnx_ops_shape import _broadcast
 
 FLT_MAX = FLOAT32_MAX
@@ -359,15 +359,15 @@ def cast(ctx):
             return static_value(v.static, to)
         if v.static.dtype == object:
             raise ctx.error(f"cannot cast the symbolic dims {v.static.tolist()} to {type_name(to)}")
-        if to not in INT_TYPES | {FLOAT, BOOL}:
-            raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32)")
+        if to not in INT_TYPES | FLOATS | {BOOL}:
+            raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32, stores float16 and bfloat16)")
         return static_value(v.static.astype(numpy_dtype(to)), to)
     if v.positions is not None and to in INT_TYPES:
         return Value(to, positions=v.positions)
     if v.exact_ints:  # integers held exactly as float32 (positions, or an input only cast to float)
         v = Value(FLOAT, tensor=ctx.importer.materialize(v))
-    if to == FLOAT:
-        return float_value(ctx.as_tensor(v, "input 0", (FLOAT, BOOL)))
+    if to in FLOATS:  # rounded to a 16-bit type, or widened
+        return float_value(ctx.as_tensor(v, "input 0", (FLOAT, BOOL)).to(DTYPE_OF_ETYPE[to]))
     if to == BOOL:
         x = ctx.as_tensor(v, "input 0", (FLOAT, BOOL))
         return bool_value(x if v.etype == BOOL else x.ne(0.0))
