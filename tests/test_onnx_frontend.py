@@ -151,9 +151,9 @@ def test_unsupported_operator_names_the_op_and_the_node():
 
 
 def test_unsupported_attribute_names_the_op_the_node_and_the_attribute():
-    node = h.make_node("MaxPool", ["x"], ["y"], name="pool1", kernel_shape=[2, 2], storage_order=1)
-    with pytest.raises(RefcompError) as info:
-        ro.import_model(model([node], [vi("x", [1, 1, 4, 4])], [vi("y", [1, 1, 3, 3])]))
+    node = h.make_node("MaxPool", ["x"], ["y", "i"], name="pool1", kernel_shape=[2, 2], storage_order=1)
+    with pytest.raises(RefcompError) as info:  # column-major Indices
+        ro.import_model(model([node], [vi("x", [1, 1, 4, 4])], [vi("y", [1, 1, 3, 3]), vi("i", [1, 1, 3, 3], TP.INT64)]))
     message = str(info.value)
     assert "MaxPool" in message and "pool1" in message and "storage_order" in message
 

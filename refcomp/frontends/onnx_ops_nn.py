@@ -1,18 +1,18 @@
 """ONNX neural-network operators: MatMul, Gemm, Conv, ConvTranspose, pooling, normalisations.
 
-Convolution and pooling are rc.nn's N-D `conv` and `windows` (the padded input read through one
-strided window view (N, C, *out, *kernel), then reduced); what is ONNX's own stays here: auto_pad,
-ceil_mode, count_include_pad, the attribute checks. ConvTranspose is a stride-1 convolution of the
+Convolution and pooling are the op library's N-D `conv`, `max_pool` and `avg_pool` (the padded input
+read through one strided window view (N, C, *out, *kernel), then reduced); what is ONNX's own stays
+here: auto_pad, asymmetric pads, MaxPool's whole-tensor Indices, the attribute checks. ConvTranspose is a stride-1 convolution of the
 zero-stuffed input with the flipped, transposed kernel, cropped by the pads.
 """
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..ops import nn
+from ..ops import nn, pooling
 from ..ops.conv_transpose import transposed
-from ..ops.tensor import Tensor, constant
-from ..symbolic.dims import dim, prod
-from .onnx_ops_core import float_value, op
+from ..ops.tensor import Tensor, iota
+from ..symbolic.dims import prod
+from .onnx_ops_core import INT64, Value, float_value, op
 
 # MaxPool pads with the most negative finite float32: a ceil_mode window may lie wholly in the padding.
 MOST_NEGATIVE = -3.4028234663852886e38
@@ -89,41 +89,10 @@ def _spatial_params(ctx, x: Tensor, kernel: list, *, has_dilations: bool = True,
     return strides, dilations, pads, auto_pad
 
 
-def ceil_mode_extra(x: Tensor, kernel, strides, dilations, pads, ceil_mode: bool) -> list[int]:
-    """ONNX's ceil_mode: per spatial axis, how many cells past the padded input the last window
-    reaches when the output count rounds up (0 without ceil_mode). A window that would start
-    beyond the input and its begin pad is dropped, as ONNX's reference does."""
-    d = len(kernel)
-    extra = []
-    for i in range(d):
-        size, stride = x.shape[2 + i], strides[i]
-        extent = dilations[i] * (kernel[i] - 1) + 1
-        if not ceil_mode or (stride == 1 and not isinstance(size, int)):  # stride 1: rounding up is rounding down
-            extra.append(0)
-            continue
-        if not isinstance(size, int):
-            raise ShapeError(f"ceil_mode with stride {stride} needs concrete spatial sizes, not {size}")
-        padded = size + pads[i] + pads[d + i]
-        if padded < extent:
-            extra.append(0)  # rc.nn.windows reports the window that does not fit
-            continue
-        n = -(-(padded - extent) // stride) + 1
-        if (n - 1) * stride >= size + pads[i]:
-            n -= 1
-        extra.append(max(0, (n - 1) * stride + extent - padded))
-    return extra
-
-
-def windows(ctx, x: Tensor, kernel, strides, dilations, pads, pad_value: float = 0.0, ceil_mode: bool = False):
-    """rc.nn.windows over x padded by ONNX's `pads` (begin..., end...), the end pads extended by
-    ceil_mode's extra cells (which read `pad_value` too; `extra` lets the caller exclude them)."""
-    d = len(kernel)
-    try:
-        extra = ceil_mode_extra(x, kernel, strides, dilations, pads, ceil_mode)
-        padding = [(pads[i], pads[d + i] + extra[i]) for i in range(d)]
-        return nn.windows(x, kernel, strides, padding, dilations, pad_value, ctx.op_type), extra
-    except ShapeError as exc:
-        raise ctx.error(str(exc)) from None
+def _pairs(pads) -> list[tuple[int, int]]:
+    """ONNX's pads (begin..., end...) as (begin, end) per axis."""
+    d = len(pads) // 2
+    return [(pads[i], pads[d + i]) for i in range(d)]
 
 
 def convolution(ctx, x: Tensor, w: Tensor, strides, dilations, pads, groups: int) -> Tensor:
@@ -224,52 +193,34 @@ def _pool_params(ctx, x):
 
 @op("MaxPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
 def max_pool(ctx):
-    if ctx.wants_output(1):
-        raise ctx.error("output 1 (Indices) is not supported")
-    if ctx.int_attr("storage_order", 0) != 0:
-        raise ctx.attr_error("storage_order", ctx.int_attr("storage_order"), "it only affects Indices, which are not supported")
     x = ctx.tensor(0)
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
-    win, _ = windows(ctx, x, kernel, strides, dilations, pads, MOST_NEGATIVE, ceil_mode)
-    d = len(kernel)
-    return float_value(win.max(tuple(range(2 + d, 2 + 2 * d))))
+    with_indices = ctx.wants_output(1)
+    if with_indices and ctx.int_attr("storage_order", 0) != 0:
+        raise ctx.attr_error("storage_order", ctx.int_attr("storage_order"), "only row-major Indices (0) are supported")
+    try:
+        out = pooling.max_pool(x, kernel, strides, _pairs(pads), dilations, ceil_mode, with_indices, MOST_NEGATIVE, ctx.op_type)
+    except ShapeError as exc:
+        raise ctx.error(str(exc)) from None
+    if not with_indices:
+        return float_value(out)
+    out, within_plane = out  # ONNX's Indices count over the whole (N, C, *spatial) tensor
+    n, c = x.shape[:2]
+    plane = prod(x.shape[2:])
+    first = (iota((n, c), 0) * c + iota((n, c), 1)) * plane
+    indices = within_plane + first.reshape((n, c) + (1,) * len(kernel))
+    return [float_value(out), Value(INT64, tensor=indices)]
 
 
 @op("AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"))
 def average_pool(ctx):
     x = ctx.tensor(0)
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
-    d = len(kernel)
-    include_pad = ctx.int_attr("count_include_pad", 0)
-    win, extra = windows(ctx, x, kernel, strides, dilations, pads, 0.0, ceil_mode)
-    axes = tuple(range(2 + d, 2 + 2 * d))
-    total = win.sum(axes)
-    if not any(extra) and (include_pad or not any(pads)):
-        cells = prod(kernel)
-        return float_value(total * (1.0 / cells))
-    # count the cells of each window that lie inside the input (or inside the padded input)
-    spatial = x.shape[2:]
-    if include_pad:
-        ones = constant(1.0).reshape((1,) * (d + 2)).broadcast_to(
-            (1, 1) + tuple(dim(spatial[i] + pads[i] + pads[d + i]) for i in range(d)))
-        count_pads = [0] * (2 * d)
-    else:
-        ones = constant(1.0).reshape((1,) * (d + 2)).broadcast_to((1, 1) + tuple(spatial))
-        count_pads = pads
-    counts, _ = windows(ctx, ones, kernel, strides, dilations, count_pads, 0.0, ceil_mode and not include_pad)
-    counts = counts.sum(axes)
-    if include_pad and any(extra):
-        counts = _extend_counts(ctx, counts, ones, kernel, strides, dilations, extra)
-    return float_value(total / counts)
-
-
-def _extend_counts(ctx, counts, ones, kernel, strides, dilations, extra):
-    """Counts for ceil_mode windows that run past the padded input: window over ones padded by extra."""
-    d = len(kernel)
-    widths = [(0, 0), (0, 0)] + [(0, extra[i]) for i in range(d)]
-    padded = ones.pad(widths)
-    win, _ = windows(ctx, padded, kernel, strides, dilations, [0] * (2 * d))
-    return win.sum(tuple(range(2 + d, 2 + 2 * d)))
+    try:
+        return float_value(pooling.avg_pool(x, kernel, strides, _pairs(pads), dilations, ceil_mode,
+                                            bool(ctx.int_attr("count_include_pad", 0)), who=ctx.op_type))
+    except ShapeError as exc:
+        raise ctx.error(str(exc)) from None
 
 
 @op("GlobalAveragePool", "GlobalMaxPool")
@@ -366,4 +317,4 @@ def lp_norm(ctx):
     return float_value(x / (norm + (norm <= 0.0)))  # a zero vector stays zero
 
 
-__all__ = ["windows", "convolution", "ceil_mode_extra"]
+__all__ = ["convolution"]

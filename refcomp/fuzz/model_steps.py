@@ -157,6 +157,7 @@ class ModelSteps:
                 options.append((f"{n}.unfold(-1, 2, 1)", lo, hi, v.exact, "unfold"))
             if v.shape[-1] <= 4:  # a sorting network: log2(n)(log2(n) + 1) / 2 stages of selects
                 options.append((f"{n}.sort(-1, descending=True)[0]", lo, hi, v.exact, "sort"))
+                options.append((f"{n}.gather(-1, {n}.argsort(-1))", lo, hi, v.exact, "gather_sorted"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
             extent = _max_extent(v.shape[-1])
             options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))
@@ -214,10 +215,16 @@ class ModelSteps:
             out = self.emit(f"rc.nn.conv_transpose2d({n}, {wt.name}, stride={stride})", -bound, bound, False, "conv_transpose2d")
         elif op == "max_pool":
             pad = self.choice([0, k // 2])
-            out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad})", v.lo, v.hi, v.exact, "max_pool2d")
+            extra = f", dilation={self.choice([1, 1, 2])}, ceil_mode={self.chance(0.4)}"
+            if self.chance(0.3):  # where each maximum lies: exact positions in the input plane
+                out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra}, return_indices=True)[1]",
+                                0.0, h * w, True, "max_pool_indices")
+            else:
+                out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})", v.lo, v.hi, v.exact, "max_pool2d")
         else:
             pad = self.choice([0, k // 2])
-            out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
+            extra = f", ceil_mode={self.chance(0.4)}, count_include_pad={self.chance(0.5)}"
+            out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
         if out is not None:
             self.tame(out)
 

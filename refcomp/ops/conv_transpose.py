@@ -12,6 +12,7 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal
 from .core import lift
+from .windows import _pads, _per_axis
 
 
 def _stuff(x, axis: int, stride: int):
@@ -43,7 +44,6 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
                    who: str = "conv_transpose"):
     """x (N, C_in, *spatial), weight (C_in, C_out / groups, *kernel). `padding` is an int, one per
     axis, or one (begin, end) pair per axis (ONNX's asymmetric pads); spatial sizes must be known."""
-    from .nn import _pads, _per_axis  # nn imports this module to re-export it: its helpers are read here
     x, weight = lift(x), lift(weight)
     d = weight.ndim - 2
     if d < 1 or x.ndim != d + 2:

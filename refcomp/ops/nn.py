@@ -11,8 +11,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from ..symbolic.dims import dim, dims_equal, idiv
-from ..symbolic.view import contiguous_strides
+from ..symbolic.dims import dim, dims_equal
 from .activations import (celu, elu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu6, selu,
                           softplus, softsign)
 from .conv_transpose import conv_transpose as _conv_transpose
@@ -21,38 +20,9 @@ from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
 from .core import widened
-
-
-def _per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
-    """An int (the same for every spatial axis) or one int per axis, each at least `least`."""
-    values = (value,) * d if isinstance(value, numbers.Integral) else tuple(value) if isinstance(value, (tuple, list)) else ()
-    if len(values) != d or not all(isinstance(v, numbers.Integral) and v >= least for v in values):
-        kind = "positive" if least else "non-negative"
-        raise ShapeError(f"{what} must be a {kind} int or {d} of them, got {value!r}")
-    return tuple(int(v) for v in values)
-
-
-def _pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
-    """Padding as (begin, end) per spatial axis: an int, one int per axis, or one pair per axis."""
-    wrong = ShapeError(f"{what} must be a non-negative int, {d} of them or {d} (begin, end) pairs, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        return tuple((p, p) for p in _per_axis(value, d, what))
-    if not isinstance(value, (tuple, list)):
-        raise wrong
-    if all(isinstance(v, numbers.Integral) for v in value):
-        return tuple((p, p) for p in _per_axis(value, d, what))
-    pairs = tuple(tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in value)
-    if len(pairs) != d or not all(len(p) == 2 and all(isinstance(v, numbers.Integral) and v >= 0 for v in p) for p in pairs):
-        raise wrong
-    return tuple((int(a), int(b)) for a, b in pairs)
-
-
-def _require_ndim(x: Tensor, ndim: int, who: str) -> None:
-    if x.ndim != ndim:
-        raise ShapeError(f"{who} expects a {ndim}-D tensor, got {x.label}")
-
-
-SPATIAL_NAMES = {1: ("length",), 2: ("height", "width"), 3: ("depth", "height", "width")}
+from .pooling import (avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d,
+                      max_unpool2d, max_unpool3d)
+from .windows import _pads, _per_axis, _require_ndim, windows
 
 
 @user_op
@@ -89,35 +59,6 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     x = lift(x)
     out = x * ((x * x).mean(-1, keepdims=True) + eps).rsqrt()
     return out if weight is None else out * weight
-
-
-@user_op
-def windows(x, kernel, stride, padding, dilation, pad_value: float = 0.0, who: str = "windows") -> Tensor:
-    """The (N, C, *out, *kernel) view of every kernel window over x (N, C, *spatial) padded by
-    `padding` ((begin, end) per spatial axis, filled with `pad_value`).
-
-    One strided view of the padded input: output position o and kernel offset k read the padded
-    input at o * stride + k * dilation on each spatial axis, so no window is ever copied; an output
-    axis has idiv(padded - extent, stride) + 1 positions, extent = dilation * (kernel - 1) + 1.
-    """
-    x = lift(x)
-    d = len(kernel)
-    _require_ndim(x, d + 2, who)
-    if any(s < 1 for s in stride) or any(k < 1 for k in dilation) or any(isinstance(k, int) and k < 1 for k in kernel):
-        raise ShapeError(f"{who}: kernel size, stride and dilation must be positive")
-    spatial = x.shape[2:]
-    padded_sizes = [dim(n + a + b) for n, (a, b) in zip(spatial, padding)]
-    extents = [dim(dl * (k - 1) + 1) for k, dl in zip(kernel, dilation)]
-    names = SPATIAL_NAMES.get(d, tuple(f"spatial axis {i}" for i in range(d)))
-    for name, size, extent in zip(names, padded_sizes, extents):
-        if isinstance(size, int) and isinstance(extent, int) and size < extent:
-            raise ShapeError(f"{who}: padded input {name} {size} of {x.label} is smaller than the kernel's extent {extent}")
-    padded = x.pad([(0, 0), (0, 0)] + list(padding), value=pad_value) if any(a or b for a, b in padding) else x
-    outs = tuple(dim(idiv(dim(size - extent), s) + 1) for size, extent, s in zip(padded_sizes, extents, stride))
-    row = contiguous_strides(padded.shape)
-    view_strides = row[:2] + tuple(dim(r * s) for r, s in zip(row[2:], stride)) + \
-        tuple(dim(r * dl) for r, dl in zip(row[2:], dilation))
-    return padded.as_strided(tuple(x.shape[:2]) + outs + tuple(kernel), view_strides)
 
 
 @user_op
@@ -194,28 +135,6 @@ def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) ->
     who = f"conv{d}d"
     _require_ndim(lift(weight), d + 2, f"{who} weight")
     return conv(x, weight, bias, stride, padding, dilation, groups, who)
-
-
-def _pool_windows(x, kernel_size, stride, padding, pad_value: float, who: str) -> Tensor:
-    kernel = _per_axis(kernel_size, 2, f"{who} kernel_size", 1)
-    stride = kernel if stride is None else _per_axis(stride, 2, f"{who} stride", 1)
-    pads = _pads(padding, 2, f"{who} padding")
-    return windows(x, kernel, stride, pads, (1, 1), pad_value, who)
-
-
-@user_op
-def max_pool2d(x, kernel_size, stride=None, padding=0):
-    kernel = _per_axis(kernel_size, 2, "max_pool2d kernel_size", 1)
-    pad = _per_axis(padding, 2, "max_pool2d padding")
-    if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
-        raise ShapeError(f"max_pool2d: padding {pad} must be at most half the kernel {kernel}")
-    return _pool_windows(x, kernel, stride, pad, -math.inf, "max_pool2d").max((-2, -1))
-
-
-@user_op
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
-    """Averages over the whole window, padding included (PyTorch's count_include_pad=True)."""
-    return _pool_windows(x, kernel_size, stride, _per_axis(padding, 2, "avg_pool2d padding"), 0.0, "avg_pool2d").mean((-2, -1))
 
 
 @user_op
@@ -380,6 +299,8 @@ def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, at
     return scores.softmax(-1) @ v
 
 
-__all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d", "max_pool2d", "avg_pool2d",
+__all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d",
+           "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_unpool1d", "max_unpool2d",
+           "max_unpool3d",
            "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
            "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]

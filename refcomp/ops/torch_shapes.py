@@ -15,7 +15,8 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, prod
 from ..symbolic.view import contiguous_strides
-from .core import lift
+from .core import iota, lift
+from .elementwise import where
 from .movement import concat
 from .primitives import make_node
 
@@ -132,6 +133,27 @@ class TorchShapesMixin:
         k = ids.ndim
         order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
         return picked.permute(order) if order != list(range(len(order))) else picked
+
+    def gather(self, dim: int, index):
+        """torch.gather: out[i][j][k] = self[i][index[i][j][k]][k] for dim=1; the output has the index's
+        shape, which may be smaller than self's on the other axes. `index` is int32 ids (refused at run
+        time outside the axis) or float positions (argmax's, sort's): each is compared with every
+        position along `dim`, so a float index that matches none gives NaN, where PyTorch raises."""
+        axis, index = self._axis(dim), lift(index)
+        if index.ndim != self.ndim or any(
+                isinstance(a, int) and isinstance(b, int) and a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != axis):
+            raise ShapeError(f"gather of {self.label} along axis {axis}: the index {index.label} must have as many axes, "
+                             f"none longer than self's except along {axis}")
+        n = self.shape[axis]
+        if index.dtype == "int32":  # each id's position, read from a ramp by a Gather (ids checked at run time)
+            shape = tuple(index.shape)
+            index = type(self).from_node(make_node("Gather", (iota((n, 1), 0).edge, index.edge))).reshape(shape)
+        rows = self[tuple(slice(0, m) if i != axis else slice(None) for i, m in enumerate(index.shape))]
+        order = [i for i in range(self.ndim) if i != axis] + [axis]  # the gathered axis last, then one for the index's
+        candidates = rows.permute(order).unsqueeze(axis)  # (..., 1 at axis, ..., n)
+        match = index.unsqueeze(-1).eq(iota((1,) * self.ndim + (n,), self.ndim))
+        picked = where(match, candidates, -math.inf).max(-1)  # one candidate matches: its value, -0.0 and NaN kept
+        return where(match.max(-1), picked, math.nan)
 
     # --- scans ----------------------------------------------------------------------------------
     def _prefixes(self, axis: int, identity: float):
