@@ -379,3 +379,20 @@ def test_misused_functions_say_what_they_expected(rng):
     x = rng.standard_normal((2, 3)).astype(np.float32)  # an int normalized_shape, as PyTorch takes it
     close(run(lambda a: rc.nn.layer_norm(a, normalized_shape=3), x),
           torch.nn.functional.layer_norm(torch.from_numpy(x).double(), (3,)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+def test_indexing_with_one_list_of_ints_matches_torch(rng):
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    t = torch.from_numpy(a)
+    for index in ([0, 2, 2], (slice(None), [3, 0]), (1, [3, 2, 0]), (Ellipsis, [1, 3]), (slice(None), [-1]),
+                  (None, [2, 0], 1), (slice(0, 2), slice(None), np.array([0, 0, 4])), (Ellipsis, [3, 1], 2), [0, 1, 2]):
+        exact(run(lambda x: x[index], a), t[index].numpy())
+    x = rc.input("x", (3, 4, 5))
+    with pytest.raises(ShapeError, match="index 4 is out of range for axis 1"):
+        x[:, [4]]
+    with pytest.raises(ShapeError, match="one list of ints at a time"):
+        x[[0, 1], [0, 1]]
+    y = rc.input("y", ("T", 5))
+    with pytest.raises(rc.BindingError, match="out of range"):  # a symbolic axis too short at run time
+        rc.evaluate(y[[5, 0]], {"y": np.ones((3, 5), np.float32)})

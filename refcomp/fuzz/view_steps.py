@@ -22,7 +22,11 @@ class ViewSteps:
         elif op == "slice":
             items = []
             for axis, d in enumerate(shape):
-                if isinstance(d, int) and self.chance(0.6):
+                if isinstance(d, int) and d > 1 and op == "slice" and self.chance(0.1):  # one list of ints picks entries
+                    picks = [int(i) for i in self.rng.integers(-d, d, int(self.rng.integers(1, 5)))]
+                    items.append(repr(picks))
+                    op = "index_list"
+                elif isinstance(d, int) and self.chance(0.6):
                     items.append(self.random_slice(d))
                 elif not isinstance(d, int) and self.chance(0.3):
                     items.append(self.choice(["::2", "::-1", "::3", "::-2"]) if self.choice([0, 1]) == 0 else "::-1")

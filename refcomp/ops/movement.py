@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
+import numpy as np
 import sympy
 
 from ..errors import ShapeError
@@ -162,6 +163,9 @@ class MovementMixin:
         if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
             return self.index_select(0, index)
         index = index if isinstance(index, tuple) else (index,)
+        lists = [k for k, i in enumerate(index) if _is_int_list(i)]
+        if lists:
+            return self._index_with_list(index, lists)
         ellipses = [k for k, i in enumerate(index) if i is Ellipsis]  # by identity: a Tensor's == builds a node
         if len(ellipses) > 1:
             raise ShapeError(f"indexing {self.label}: at most one ellipsis")
@@ -195,6 +199,36 @@ class MovementMixin:
                 raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported "
                                  f"(or one int32 tensor of ids, alone)")
         return self.with_views(views).reshape(tuple(shape_out))
+
+    def _index_with_list(self, index: tuple, lists: list):
+        """x[..., [2, 0, 2], ...]: one list of ints picks entries along its axis (NumPy's and PyTorch's
+        advanced indexing with one list): the other indices first, then a strided slice when the
+        picks step evenly, else the picked entries concatenated."""
+        if len(lists) > 1:
+            raise ShapeError(f"indexing {self.label}: one list of ints at a time (several index lists broadcast "
+                             f"together, which refcomp does not do)")
+        k = lists[0]
+        picks = [int(i) for i in index[k]]
+        rest = self[index[:k] + (slice(None),) + index[k + 1:]]
+        before = index[:k]
+        if any(i is Ellipsis for i in before):  # positions after an ellipsis count from the end
+            axis = rest.ndim - sum(1 for i in index[k + 1:] if i is None or not isinstance(i, numbers.Integral)) - 1
+        else:
+            axis = sum(1 for i in before if not (isinstance(i, numbers.Integral) and not isinstance(i, bool)))
+        n = rest.shape[axis]
+        if isinstance(n, int):
+            bad = [i for i in picks if not -n <= i < n]
+            if bad:
+                raise ShapeError(f"index {bad[0]} is out of range for axis {axis} of {self.label} (length {n})")
+        elif any(i < 0 for i in picks):
+            raise ShapeError(f"indexing {self.label}: negative list indices need a known length, axis {axis} has {n}")
+        picks = [i % n if isinstance(n, int) else i for i in picks]
+        lead = (slice(None),) * axis
+        steps = {b - a for a, b in zip(picks, picks[1:])}
+        if len(picks) == 1 or (len(steps) == 1 and steps.pop() > 0):
+            step = picks[1] - picks[0] if len(picks) > 1 else 1
+            return rest[lead + (slice(picks[0], picks[-1] + 1, step),)]
+        return concat([rest[lead + (slice(i, i + 1),)] for i in picks], axis)
 
     def __iter__(self):
         """Rows along axis 0, as NumPy, so `a, b = t` unpacks. Without this Python would iterate
@@ -287,6 +321,13 @@ def _sequence(tensors, what: str) -> list:
 
 
 @user_op
+def _is_int_list(item) -> bool:
+    """A list (or 1-D NumPy array) of ints used as an index."""
+    if isinstance(item, np.ndarray):
+        return item.ndim == 1 and item.dtype.kind in "iu"
+    return isinstance(item, list) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item) and bool(item)
+
+
 def concat(tensors, axis: int = 0):
     """Join along an existing axis: each part is padded to the full length and the parts are added."""
     tensors = [lift(t) for t in _sequence(tensors, "concat")]
