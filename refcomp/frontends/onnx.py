@@ -334,7 +334,7 @@ class Importer:
                 self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
             else:
                 raise RefcompError(f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
-                                   f"float32 (FLOAT and BOOL inputs, INT64/INT32 as Gather indices or static shapes)")
+                                   f"float32 (FLOAT, FLOAT16, BFLOAT16 and BOOL inputs, INT64/INT32 as Gather indices or static shapes)")
             self.user_inputs[vi.name] = t
 
     def run(self) -> "Importer":
