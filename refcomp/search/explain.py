@@ -22,7 +22,7 @@ def describe_graph(edges: list[Edge]) -> list[str]:
         if node.op.literal:  # a Constant or an Iota: part of its readers, not a node of its own
             continue
         srcs = ", ".join(label(s.node) + ("" if s.views.is_identity else "[view]") for s in node.srcs)
-        shape = "(" + ", ".join(str(d) for d in node.shape) + ")"
+        shape = "(" + ", ".join(str(d) for d in node.shape) + ")" + ("" if node.dtype == "float32" else f" {node.dtype}")
         lines.append(f"  {label(node)} {shape}" + (f" <- {srcs}" if srcs else ""))
     return lines
 
