@@ -16,6 +16,7 @@ from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, prelude
 from ..codegen.lower import kernel_for_group, kernel_name
 from ..codegen.memory import MemoryPlan, plan_memory
+from ..errors import RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
@@ -27,6 +28,7 @@ from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
 from .backends import get_backend
 from .bindings import bind_dims, check_binding, check_ids, show_binding
+from .explorer import program_html, write_explorer
 from .nvcc import nvcc_check
 from .profile import Profile, profile_program
 from .reference import evaluate, read_edge
@@ -190,6 +192,19 @@ class Program:
     def explain(self) -> str:
         """The graph before and after search, the rules applied with the cost after each, per-kernel costs."""
         return self.saved_explain if self.saved_explain is not None else explain(self)
+
+    def explorer(self, path=None, feeds: Optional[Mapping[str, object]] = None,
+                 dims: Optional[Mapping[str, int]] = None) -> str:
+        """A self-contained HTML page of both graphs, the kernels (with the profiler's counters when
+        `feeds` are given), the rewrite trace and the memory plan; written to `path` when given.
+        `dims` bind the profiled run (as in `profile`), so they need `feeds`."""
+        if dims is not None and feeds is None:
+            raise RefcompError("Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)")
+        return write_explorer(self, path, self.profile(feeds, dims) if feeds is not None else None)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of a program: its kernels and the compiled graph."""
+        return program_html(self)
 
     # --- files ---------------------------------------------------------------------------------
     def save(self, path) -> None:

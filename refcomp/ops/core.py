@@ -86,6 +86,11 @@ class TensorCore:
         what = node.label if node.op.name == "Input" else node.origin.op if node.origin else node.op.name.lower()
         return f"<Tensor {what} {format_shape(self.shape)} {self.dtype}>"
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view of a tensor: its repr and a picture of the graph that computes it."""
+        from .draw import tensor_html  # draw reads graphs through ops.graph, which imports this module
+        return tensor_html(self)
+
     def __bool__(self):
         raise ShapeError(f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph")
 

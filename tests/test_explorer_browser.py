@@ -1,0 +1,84 @@
+"""The explorer in a real browser: headless Chromium (Debian's `chromium`) driven by Playwright opens the
+HTML of a layer norm and causal attention, checks the graph and the kernel panels, clicks a kernel
+and a node and checks the highlighting, takes a screenshot, and fails on any console error.
+
+    REFCOMP_UPDATE_SCREENSHOT=1 pytest tests/test_explorer_browser.py   # also rewrites docs/images/explorer.png
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "explorer.png"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # offline: no calls home that the closed network refuses
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium: install Debian's chromium package (.ci/run does, as root)")
+
+
+@pytest.fixture(scope="module")
+def page():
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e \".[test]\"")
+    executable = _chromium()
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        browser.close()
+
+
+def _program():
+    x = rc.input("x", ("T", 16))
+    h = rc.nn.layer_norm(x, rc.input("g", (16,)), rc.input("b", (16,)))
+    return rc.compile(rc.nn.scaled_dot_product_attention(h, h, h, is_causal=True), cache=False)
+
+
+def test_the_explorer_works_in_chromium(page, tmp_path):
+    prog = _program()
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((5, 16)).astype(np.float32), "g": np.ones(16, np.float32), "b": np.zeros(16, np.float32)}
+    path = tmp_path / "explorer.html"
+    prog.explorer(path, feeds=feeds)
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+
+    panels = page.locator("section.rc-kernel")
+    assert panels.count() == len(prog.kernels)
+    assert page.locator(".rc-after g.rc-node").count() >= len(prog.kernels)
+    assert page.locator(".rc-before g.rc-node").count() > 0
+    assert page.locator("table.rc-trace tr[data-step]").count() == len(prog.search.trace)
+
+    kernel = prog.kernels[2].name  # a kernel panel: its nodes light up
+    page.locator(f'section.rc-kernel[data-kernel="{kernel}"]').click()
+    selected = page.locator(".rc-after g.rc-node.rc-selected")
+    assert selected.count() > 0
+    assert all(kernel in (selected.nth(i).get_attribute("data-kernels") or selected.nth(i).get_attribute("data-kernel"))
+               for i in range(selected.count()))
+    assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{kernel}"]').count() == 1
+
+    node = page.locator('.rc-after g.rc-node[data-kernel]').first  # a node: its kernel's panel lights up
+    owner = node.get_attribute("data-kernel")
+    node.click()
+    assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{owner}"]').count() == 1
+    assert page.locator("section.rc-kernel.rc-selected").count() >= 1
+
+    shot = tmp_path / "explorer.png"
+    page.screenshot(path=str(shot), full_page=False)
+    assert shot.stat().st_size > 20_000  # a real picture, not a blank page
+    if os.environ.get("REFCOMP_UPDATE_SCREENSHOT"):
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+    assert errors == [], errors
