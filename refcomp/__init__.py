@@ -1,4 +1,5 @@
 """refcomp: a readable reference compiler for tensor programs that emits CUDA."""
+__version__ = "0.1.0"  # the fallback for `refcomp --version` when the distribution is not installed; keep equal to pyproject.toml
 from .errors import AllocationError, BindingError, CacheError, FeedError, RefcompError, ShapeError
 from .ops.tensor import Tensor, constant, input
 from .ops.movement import concat, stack

@@ -4,12 +4,32 @@ Commands are registered in `COMMANDS`, a table of name -> (help, setup). `setup(
 command's arguments (or its own subcommands) and sets `func` on the parser with
 `parser.set_defaults(func=...)`; `func(args)` returns the exit status. To add a command, write a
 setup function and add one line to the table.
+
+Exit status: 0 success, 1 a check failed (`run`, `golden check`), 2 a usage mistake, a
+RefcompError or an OSError (a path that cannot be read or written), printed as one line `refcomp: error: ...` (REFCOMP_DEBUG=1 shows the traceback
+instead), 141 when stdout is closed early (`refcomp explain X | head -1`): the status a shell
+gives a C tool killed by SIGPIPE, so a pipeline under `set -o pipefail` sees the output was cut.
+The progress display (refcomp.progress) is on here, unless REFCOMP_PROGRESS=0.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Optional, Sequence
+
+from . import progress
+from .cli_run import UsageError, load_target, parse_dims
+from .errors import RefcompError
+
+BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line (`refcomp: error: ...`, exit 2) rather than usage + error."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 # --- refcomp golden ... ---------------------------------------------------------------------------
@@ -20,8 +40,6 @@ def _golden_options(parser: argparse.ArgumentParser) -> None:
 
 def _with_golden_dir(args, run: Callable[[], int]) -> int:
     """Run with $REFCOMP_GOLDEN_DIR set from --golden-dir (restored after); an unknown case exits 2."""
-    import os
-
     from .golden import UnknownCaseError
     old = os.environ.get("REFCOMP_GOLDEN_DIR")
     if args.golden_dir:
@@ -29,8 +47,7 @@ def _with_golden_dir(args, run: Callable[[], int]) -> int:
     try:
         return run()
     except UnknownCaseError as e:
-        print(f"refcomp golden: error: {e.args[0]}", file=sys.stderr)
-        return 2
+        raise UsageError(e.args[0]) from None
     finally:
         if args.golden_dir and old is None:
             os.environ.pop("REFCOMP_GOLDEN_DIR", None)
@@ -40,6 +57,10 @@ def _with_golden_dir(args, run: Callable[[], int]) -> int:
 
 def _golden_check(args) -> int:
     from . import golden
+    if args.dir is not None:
+        return _golden_check_dir(args)
+    if args.backend is not None or args.no_search:
+        raise UsageError("--backend and --no-search apply to a folder of your own cases: add --dir DIR")
 
     def run() -> int:
         cases = golden.select(golden.load_cases(), args.cases)
@@ -58,6 +79,25 @@ def _golden_check(args) -> int:
         return 1
 
     return _with_golden_dir(args, run)
+
+
+def _golden_check_dir(args) -> int:
+    """`golden check --dir DIR`: the user's own cases (refcomp.user_golden)."""
+    from . import user_golden
+    if args.oracle or args.golden_dir:
+        raise UsageError("--oracle and --golden-dir apply to refcomp's own golden cases, not to --dir")
+    precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
+    results = user_golden.check(args.dir, args.backend, args.cases, precisions, search=not args.no_search)
+    for result in results:
+        print(result.line())
+    print(user_golden.summary(results, args.dir))
+    return 1 if any(r.failures for r in results) else 0
+
+
+def _golden_add(args) -> int:
+    from . import user_golden
+    print(user_golden.add(args.target, args.name, args.dir, parse_dims(args.dims), args.force))
+    return 0
 
 
 def _golden_update(args) -> int:
@@ -90,7 +130,17 @@ def _setup_golden(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--precision", choices=("float64", "float32", "both"), default="both",
                        help="evaluate in this precision (default: both)")
     check.add_argument("--oracle", action="store_true", help="also compare the stored outputs with each case's NumPy oracle")
+    check.add_argument("--dir", metavar="DIR", help="check your own cases stored there by `refcomp golden add` instead")
+    check.add_argument("--backend", help="with --dir: run the compiled programs here (emulator, pycuda, numpy; default: the default backend)")
+    check.add_argument("--no-search", action="store_true", help="with --dir: compile without the search")
     check.set_defaults(func=_golden_check)
+    add = sub.add_parser("add", help="store a golden case for your own model: FILE.py:FUNCTION's outputs on seeded random inputs")
+    add.add_argument("target", metavar="FILE.py:FUNCTION", help="returns a dict of named output tensors, or one tensor (named y)")
+    add.add_argument("--name", required=True, help="the case's name (its file is DIR/NAME.npz)")
+    add.add_argument("--dir", default="golden_cases", help="where to store it (default: ./golden_cases)")
+    add.add_argument("--dims", nargs="+", metavar="NAME=INT", help="the binding of the graph's symbolic dims (B=2,T=7)")
+    add.add_argument("--force", action="store_true", help="replace a stored case of that name")
+    add.set_defaults(func=_golden_add)
     update = sub.add_parser("update", help="regenerate the golden data and print what changed")
     _golden_options(update)
     update.add_argument("--dry-run", action="store_true", help="report the changes without writing anything")
@@ -101,39 +151,11 @@ def _setup_golden(parser: argparse.ArgumentParser) -> None:
     listing.set_defaults(func=_golden_list)
 
 
-# --- compile / explain / doctor --------------------------------------------------------------------
-def _load_target(target: str):
-    """Outputs named by TARGET: a golden case name, or FILE.py:FUNCTION returning tensors."""
-    if ":" in target:
-        import importlib.util
-        path, func = target.rsplit(":", 1)
-        spec = importlib.util.spec_from_file_location("refcomp_target", path)
-        if spec is None or spec.loader is None:
-            raise SystemExit(f"refcomp: cannot load {path!r}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        built = getattr(module, func)()
-        return built[0] if isinstance(built, tuple) else built
-    from . import golden
-    cases = {c.name: c for c in golden.load_cases()}
-    if target not in cases:
-        raise SystemExit(f"refcomp: {target!r} is neither FILE.py:FUNCTION nor a golden case (see `refcomp golden list`)")
-    return cases[target].build()
-
-
-def _dims(pairs: Sequence[str]) -> dict[str, int]:
-    out = {}
-    for pair in pairs or ():
-        name, _, value = pair.partition("=")
-        if not value.isdigit():
-            raise SystemExit(f"refcomp: --dims-hint and --dims take NAME=INT, got {pair!r}")
-        out[name] = int(value)
-    return out
-
-
+# --- compile / explain / profile / run / doctor -----------------------------------------------------
 def _compile_target(args):
     from .compiler import compile as compile_program
-    return compile_program(_load_target(args.target), search=not args.no_search, dims_hint=_dims(args.dims_hint))
+    dims_hint = parse_dims(args.dims_hint, "--dims-hint")
+    return compile_program(load_target(args.target).outputs, search=not args.no_search, dims_hint=dims_hint)
 
 
 def _compile(args) -> int:
@@ -149,8 +171,22 @@ def _compile(args) -> int:
 
 
 def _explain(args) -> int:
-    print(_compile_target(args).explain())
+    """The explanation as text, or with --html the explorer page (Program.explorer, where it exists)."""
+    program = _compile_target(args)
+    if args.html is None:
+        print(program.explain())
+        return 0
+    explorer = getattr(program, "explorer", None)
+    if explorer is None:
+        raise UsageError("--html needs Program.explorer, which this version of refcomp does not have yet")
+    explorer(args.html)
+    print(f"wrote {args.html}")
     return 0
+
+
+def _run(args) -> int:
+    from .cli_run import run_command
+    return run_command(args.target, args.backend, args.feeds, args.dims, not args.no_search, args.profile)
 
 
 def _profile(args) -> int:
@@ -163,10 +199,10 @@ def _profile(args) -> int:
     if args.target in cases and not args.dims:
         case = cases[args.target]
         if not 0 <= args.binding < len(case.bindings):
-            raise SystemExit(f"refcomp: {args.target} has bindings 0 to {len(case.bindings) - 1}, not {args.binding}")
+            raise UsageError(f"{args.target} has bindings 0 to {len(case.bindings) - 1}, not {args.binding}")
         feeds, dims = golden.case_feeds(case, args.binding)
     else:
-        feeds, dims = example_feeds(prog, {**prog.cost_bindings, **_dims(args.dims)})
+        feeds, dims = example_feeds(prog, {**prog.cost_bindings, **parse_dims(args.dims)})
     print(prog)
     print(prog.profile(feeds, dims=dims).table())
     return 0
@@ -189,8 +225,21 @@ def _setup_program(func):
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
             parser.add_argument("--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel")
+        if func is _explain:
+            parser.add_argument("--html", metavar="PATH", help="write the interactive explorer page there instead")
         parser.set_defaults(func=func)
     return setup
+
+
+def _setup_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="a golden case name, or FILE.py:FUNCTION returning the outputs")
+    parser.add_argument("--feeds", metavar="FILE.npz", help="input arrays by name (or golden's in.<name>/dims.<sym> layout); "
+                        "default: random")
+    parser.add_argument("--backend", help="emulator, pycuda or numpy (default: pycuda where usable, else emulator)")
+    parser.add_argument("--dims", nargs="+", metavar="NAME=INT", help="the binding: B=2,T=7 or B=2 T=7")
+    parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
+    parser.add_argument("--profile", action="store_true", help="also print the profiler's counters per kernel")
+    parser.set_defaults(func=_run)
 
 
 # --- the command table ----------------------------------------------------------------------------
@@ -200,12 +249,24 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "explain": ("show the graph before and after search, the rules applied and each kernel's cost", _setup_program(_explain)),
     "profile": ("run once in the instrumented host build: per kernel, global requests and sectors, shared-memory "
                 "bank conflicts, barriers and flops beside the cost model", _setup_program(_profile)),
+    "run": ("compile, run once on a backend, check against the float64 reference and time each kernel", _setup_run),
     "doctor": ("which backends are usable here, and how to get the others", lambda p: p.set_defaults(func=_doctor)),
 }
 
 
+def version() -> str:
+    """The installed distribution's version, else the package's own (a checkout on sys.path)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+    try:
+        return installed("refcomp")
+    except PackageNotFoundError:
+        from refcomp import __version__  # (absolute: the layer test reads `from . import x` as a module)
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="refcomp", description="refcomp: a reference compiler for tensor programs")
+    parser = _Parser(prog="refcomp", description="refcomp: a reference compiler for tensor programs")
+    parser.add_argument("--version", action="version", version=f"refcomp {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, setup) in COMMANDS.items():
         setup(sub.add_parser(name, help=help_text, description=help_text))
@@ -213,8 +274,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    """Run one command; returns the exit status (see the module docstring), never a traceback for
+    a user's mistake."""
+    try:
+        with progress.switched(os.environ.get(progress.ENV, "1") != "0"):
+            args = build_parser().parse_args(argv)
+            status = int(args.func(args))
+        sys.stdout.flush()  # inside the try: a reader gone away shows here, not at interpreter exit
+        return status
+    except SystemExit as done:  # --help, --version
+        return done.code if isinstance(done.code, int) else 0
+    except (RefcompError, KeyboardInterrupt) as exc:
+        if os.environ.get("REFCOMP_DEBUG", "") not in ("", "0"):
+            raise
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        print(f"refcomp: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_STATUS
+    except OSError as exc:  # a path refcomp was told to write to or read from (--html, --dir): the user's to fix
+        print(f"refcomp: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _one_line(exc: Exception) -> str:
+    """The first line of the message; a long one (g++'s output) says how to see the rest."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    more = f" [{len(lines) - 1} more lines: set REFCOMP_DEBUG=1 to see them]" if len(lines) > 1 else ""
+    return lines[0] + more
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not raise again (the
+    recipe in Python's `signal` docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (captured in a test)
+        pass
 
 
 if __name__ == "__main__":

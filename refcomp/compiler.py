@@ -23,6 +23,7 @@ from .ops.dtypes import FLOAT_DTYPES
 from .ops.graph import flatten_outputs, symbols_of, toposort
 from .ops.primitives import make_node
 from .ops.tensor import Tensor
+from .progress import stage
 from .search.cost import H200
 from .search.rewrite import identity_edge, rebuild
 from .search.search import search as run_search
@@ -74,13 +75,15 @@ def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]]
             raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
         return compile_measured(outputs, dims_hint)
     if not search:
-        output_nodes = materialise_outputs(tensors)
-        return Program(outputs, lower_plain(output_nodes), output_nodes)
+        with stage("code generation"):
+            output_nodes = materialise_outputs(tensors)
+            return Program(outputs, lower_plain(output_nodes), output_nodes)
     path = program_path(outputs, dims_hint, H200) if cache else None
     program = load_cached(outputs, path) if cache else None
     if program is None:
         result = run_search([t.edge for t in tensors], dims_hint, H200)
-        program = program_for_schedule(outputs, result, result.schedule)
+        with stage("code generation"):
+            program = program_for_schedule(outputs, result, result.schedule)
         if cache:
             store(program, path)
     return program

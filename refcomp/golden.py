@@ -202,17 +202,31 @@ def _read(path: Path) -> dict[str, dict[str, np.ndarray]]:
             kind, _, name = key.partition(".")
             parts.setdefault(kind, {})[name] = z[key]
     parts["dims"] = {k: int(v) for k, v in parts["dims"].items()}
+    if "meta" in parts:
+        parts["meta"] = {k: str(v) for k, v in parts["meta"].items()}
     return parts
 
 
-def _write(path: Path, feeds: Mapping, dims: Mapping, outputs: Mapping) -> None:
+def _write(path: Path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"in.{k}": v for k, v in feeds.items()}
     arrays.update({f"dims.{k}": np.asarray(int(v), dtype=np.int64) for k, v in dims.items()})
     arrays.update({f"out.{k}": _as_stored(v) for k, v in outputs.items()})
+    arrays.update({f"meta.{k}": np.asarray(str(v)) for k, v in (meta or {}).items()})
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
+
+
+def read_data(path) -> dict[str, dict]:
+    """A data file's parts by kind: "in", "dims", "out", and "meta" (strings) where the file has
+    any (a user's case from `refcomp golden add` names its FILE.py:FUNCTION there)."""
+    return _read(Path(path))
+
+
+def write_data(path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
+    """Write one data file in the layout above (outputs stored as float64), atomically."""
+    _write(Path(path), feeds, dims, outputs, meta)
 
 
 def case_feeds(case: GoldenCase, i: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:

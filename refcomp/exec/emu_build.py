@@ -17,6 +17,7 @@ from typing import Sequence
 
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
+from refcomp.progress import stage
 
 SHIM_PATH = Path(__file__).with_name("emu_shim.h")
 SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and what it #includes
@@ -83,7 +84,7 @@ def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | 
     target = cache.cache_dir("emu", root) / f"{key}.so"
 
     def build(tmp: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work:
+        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work, stage("g++ build"):
             src = Path(work) / SOURCE_NAME
             src.write_text(full_text)
             pre = [arg for path in includes for arg in ("-include", str(path))]

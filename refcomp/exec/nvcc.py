@@ -21,6 +21,7 @@ from pathlib import Path
 
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
+from refcomp.progress import stage
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
@@ -111,8 +112,9 @@ def nvcc_check(source: str, arch: str = "sm_90", *, fail_on_spills: bool = False
         src = Path(work) / "generated.cu"
         src.write_text(source)
         try:
-            proc = subprocess.run([nvcc, *flags, str(src), "-o", str(Path(work) / "out.cubin")],
-                                  capture_output=True, text=True, timeout=timeout_s, cwd=work)
+            with stage("nvcc build"):
+                proc = subprocess.run([nvcc, *flags, str(src), "-o", str(Path(work) / "out.cubin")],
+                                      capture_output=True, text=True, timeout=timeout_s, cwd=work)
         except subprocess.TimeoutExpired as exc:
             raise RefcompError(f"nvcc took longer than {timeout_s} s") from exc
     output = (proc.stdout + proc.stderr).replace(str(src), "generated.cu")

@@ -13,7 +13,6 @@ the cost model. Everything is priced on one `DeviceProfile`, which the result ca
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
@@ -27,6 +26,7 @@ from .fusion import CLEANUP, FUSION, Graph
 from .schedule import KERNEL_PARAMS, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
+from ..progress import stage
 
 
 @dataclass
@@ -113,6 +113,12 @@ def _context(edges: Sequence[Edge]) -> Context:
 
 def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None, profile: DeviceProfile = H200,
            beam: int = 2, max_states: int = 20000, max_seconds: float = 30.0, progress: bool = True) -> SearchResult:
+    """`progress=False` keeps this search off the progress display even when refcomp.progress is on."""
+    with stage("search", progress) as shown:
+        return _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown)
+
+
+def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> SearchResult:
     start = time.perf_counter()
     deadline = start + max_seconds  # honoured inside a round too: a round over a huge graph is long
     before = list(edges)
@@ -129,7 +135,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     best = (ev.total(plain, groups), plain, groups, [])
     seen = {plain}
     finalists = [(best[0], plain)]
-    states, shown = 1, False
+    states = 1
     for rules in (FUSION, FUSION + CLEANUP):  # clean-up rules only once the main fusions are settled
         frontier = [best]
         while frontier and states < max_states and time.perf_counter() < deadline:
@@ -143,7 +149,7 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
                 descent = _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline)
                 if descent is not None:
                     successors.append(descent)
-                shown = _show_progress(progress, start, states, best[0]) or shown
+                shown.note(f"{states} states, best {best[0] * 1e6:.1f} us")
             successors.sort(key=lambda item: item[0])
             finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
             frontier = successors[:beam]
@@ -156,8 +162,6 @@ def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None,
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
     candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if s != best[1]]
-    if shown:
-        print(file=sys.stderr)
     return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, states,
                         time.perf_counter() - start, candidates[:CANDIDATES])
 
@@ -290,15 +294,6 @@ def _tune(graph: Graph, ev: Evaluator, sched: Schedule, groups: dict, trace: lis
     sched = sched.with_params(chosen)
     trace.append(Step("tune_schedules", f"{len(groups)} kernel(s)", ev.total(sched, groups), len(groups)))
     return sched, groups
-
-
-def _show_progress(enabled: bool, start: float, states: int, best: float) -> bool:
-    """A status line on stderr once the search has run for a second; True if one was shown."""
-    elapsed = time.perf_counter() - start
-    if enabled and elapsed > 1.0:
-        print(f"\rrefcomp search: {states} states, best {best * 1e6:.1f} us, {elapsed:.1f} s", end="", file=sys.stderr, flush=True)
-        return True
-    return False
 
 
 def unfused_costs(output_nodes: Sequence[Node], dims_hint: Optional[Mapping[str, int]] = None,

@@ -1,0 +1,189 @@
+"""The command line: --version, `refcomp run`, one-line errors (exit 2), a closed stdout, progress."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refcomp import cli_run, progress
+from refcomp.cli import main
+from refcomp.exec.program import Program
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = '''
+import refcomp as rc
+
+def tiny():
+    x = rc.input("x", ("B", "T"))
+    return {"y": (x * 2.0).relu(), "s": x.sum(axis=-1)}
+
+def fixed():
+    return rc.input("x", (3, 5)).exp()
+'''
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(MODEL)
+    (tmp_path / "broken.py").write_text("import refcomp\nraise ValueError('bad model')\n")
+    return path
+
+
+def _refcomp(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "refcomp", *args], capture_output=True, text=True, cwd=REPO, timeout=60, **kwargs)
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("refcomp ") and out.split()[1][0].isdigit()
+    assert _refcomp("--version").stdout == out
+
+
+@pytest.mark.parametrize("backend", ["emulator", "numpy"])
+def test_run_a_golden_case_passes(backend, capsys):
+    assert main(["run", "nn_layer_norm", "--backend", backend, "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"refcomp run nn_layer_norm on {backend}:")
+    assert "max abs err" in out and out.rstrip().endswith("PASS")
+    if backend == "emulator":
+        assert "host wall time around each launch" in out and "\nk0_" in out
+
+
+@pytest.mark.parametrize("dims", [["B=2,T=3"], ["B=2", "T=3"]])
+def test_run_a_file_target_with_dims(model, dims, capsys):
+    assert main(["run", f"{model}:tiny", "--backend", "numpy", "--dims", *dims]) == 0
+    out = capsys.readouterr().out
+    assert "B=2, T=3" in out and "\ny " in out and "\ns " in out
+
+
+def test_run_with_feeds_npz(model, tmp_path, capsys):
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    assert main(["run", f"{model}:tiny", "--feeds", str(feeds), "--backend", "emulator", "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert f"feeds from {feeds}" in out and "B=3, T=4" in out  # the dims the arrays fix
+
+
+def test_run_reports_a_mismatch_with_exit_1(model, monkeypatch, capsys):
+    real = cli_run.run_timed
+
+    def off_by_one(*args):
+        values, times, clock = real(*args)
+        return values + 1.0, times, clock
+
+    monkeypatch.setattr(cli_run, "run_timed", off_by_one)
+    assert main(["run", f"{model}:fixed", "--backend", "numpy"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out.splitlines()[-1] and "max abs err 1" in out
+
+
+def test_run_profile_prints_the_counters(capsys):
+    assert main(["run", "prim_add", "--backend", "emulator", "--no-search", "--profile"]) == 0
+    assert "sect/req" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "nn_layer_norm", "--backend", "cuda"], "unknown backend 'cuda'"),
+    (["run", "no_such_case"], "neither FILE.py:FUNCTION nor a golden case"),
+    (["run", "missing.py:f"], "no such file: 'missing.py'"),
+    (["run", "{dir}/model.py:nope"], "has no function 'nope' (it defines: fixed, tiny)"),
+    (["run", "{dir}/broken.py:f"], "raised ValueError at broken.py:2: bad model"),
+    (["run", "{dir}/model.py:tiny", "--dims", "B"], "--dims takes NAME=INT pairs"),
+    (["run", "{dir}/model.py:tiny", "--dims", "Q=2"], "--dims names Q, not a dimension of this graph"),
+    (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/model.py"], "not a readable .npz"),
+    (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/none.npz"], "no such feeds file"),
+    (["profile", "sym_softmax", "--binding", "9"], "has bindings 0 to"),
+    (["golden", "check", "-k", "no_such_case"], "no golden case named 'no_such_case'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_mistakes_are_one_line_and_exit_2(model, argv, says, capsys):
+    assert main([a.format(dir=model.parent) for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("refcomp: error: "), captured.err
+    assert says in captured.err and "Traceback" not in captured.err
+
+
+def test_a_mistake_in_a_subprocess(model):
+    done = _refcomp("run", f"{model}:nope")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("refcomp: error: ") and done.stderr.count("\n") == 1
+
+
+def test_explain_html_calls_the_explorer_when_there_is_one(tmp_path, monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr(Program, "explorer", lambda self, path=None, feeds=None, dims=None: written.append(path), raising=False)
+    assert main(["explain", "prim_add", "--no-search", "--html", str(tmp_path / "x.html")]) == 0
+    assert written == [str(tmp_path / "x.html")] and "wrote" in capsys.readouterr().out
+    monkeypatch.delattr(Program, "explorer", raising=False)
+    assert main(["explain", "prim_add", "--no-search", "--html", str(tmp_path / "x.html")]) == 2
+    assert "Program.explorer" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_exits_quietly():
+    """The reader is gone before refcomp writes a byte: status 141, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "refcomp", "golden", "list"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""
+
+
+def test_head_cuts_the_output_without_a_traceback():
+    done = subprocess.run(f"set -o pipefail; '{sys.executable}' -m refcomp golden list | head -1", shell=True,
+                          executable="/bin/bash", capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.stdout.count("\n") == 1 and "Traceback" not in done.stderr and done.stderr == ""
+    assert done.returncode in (0, 141)  # 0 when refcomp wrote everything before head left
+
+
+# --- progress ------------------------------------------------------------------------------------
+def test_progress_into_a_pipe_is_one_line_per_stage(tmp_path, monkeypatch, capsys):
+    """Every stage shown (DELAY_S = 0), each as one plain line; a fresh graph, so each runs."""
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.delenv(progress.ENV, raising=False)
+    monkeypatch.setenv("REFCOMP_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path / "kernels"))
+    unique = tmp_path / "unique.py"
+    unique.write_text(f"import refcomp as rc\ndef f():\n    return rc.input('x', (3, 7)).exp() * {time.time_ns() % 997 + 0.5}\n")
+    assert main(["run", f"{unique}:f", "--backend", "emulator"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert all(line.startswith("refcomp: ") and " ... done in " in line for line in lines), lines
+    stages = [line.split(" ... ")[0] for line in lines]
+    assert sorted(stages) == ["refcomp: code generation", "refcomp: g++ build", "refcomp: search"]
+
+
+def test_quick_stages_and_library_users_see_nothing(monkeypatch, capsys):
+    assert main(["run", "prim_add", "--backend", "numpy"]) == 0  # under a second: no progress
+    assert capsys.readouterr().err == ""
+    monkeypatch.delenv(progress.ENV, raising=False)
+    assert not progress.enabled()  # main switched it on for its own run only
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    with progress.stage("search") as shown:
+        shown.note("1 state")
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_on_a_terminal_redraws_then_leaves_one_line(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(progress, "DELAY_S", 0.05)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.01)
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress.switched(True), progress.stage("g++ build") as shown:
+        shown.note("3 states")
+        time.sleep(0.3)
+    text = terminal.getvalue()
+    assert "\rrefcomp: g++ build ... " in text  # redrawn in place while it runs
+    assert text.endswith("\n") and text.count("\n") == 1
+    assert text.rsplit("\r", 1)[-1].startswith("refcomp: g++ build ... done in 0.")
