@@ -189,8 +189,10 @@ def broadcast_shape(tensors: Sequence[TensorCore], what: str) -> tuple[Dim, ...]
     return tuple(shape)
 
 
-def input(name: str, shape: Sequence, dtype: str = "float32") -> TensorCore:
-    """A named array fed at run time; dims are ints or symbol names like "B"."""
+def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None) -> TensorCore:
+    """A named array fed at run time; dims are ints or symbol names like "B". `sharding` (one mesh
+    axis name or None per dim) says how rc.spmd.compile splits it over a device mesh; a
+    single-device compile ignores it."""
     if not isinstance(name, str) or not name:
         raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
     dtype = dtype_name(dtype, f"input {name!r}")
@@ -202,7 +204,13 @@ def input(name: str, shape: Sequence, dtype: str = "float32") -> TensorCore:
             raise ShapeError(f"input {name!r}: dimension {n} must be an int or a symbol name, not an expression")
         if isinstance(n, int) and n < 0:
             raise ShapeError(f"input {name!r}: dimension {n} is negative")
-    return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims))
+    if sharding is None:
+        return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims))
+    if not isinstance(sharding, (tuple, list)) or len(sharding) != len(dims) or \
+            not all(a is None or isinstance(a, str) for a in sharding):
+        raise ShapeError(f"input {name!r}: sharding must give one mesh axis name or None per dim "
+                         f"({len(dims)} of them), got {sharding!r}")
+    return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims, sharding=tuple(sharding)))
 
 
 def iota(shape: Sequence, axis: int) -> TensorCore:

@@ -1,0 +1,202 @@
+"""An SPMD program: the local graph cut into stages at its collectives, each stage an ordinary
+refcomp Program, run on every device of a simulated mesh with the collectives done on the host.
+
+A node's *stage* is the number of collectives on the longest path to it. Stage s reads the inputs,
+the results of collectives that complete at s, and values earlier stages computed (passed along as
+inputs named `__v<id>`); its outputs are what a later stage, a collective or the user needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..compiler import compile as compile_program
+from ..errors import BindingError, RefcompError
+from ..exec.bindings import bind_dims
+from ..exec.program import Program
+from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
+from ..ops.primitives import LEAF, Edge, Node, make_node
+from ..ops.tensor import Tensor
+from ..search.cost import DEFAULT_DIM
+from ..search.rewrite import identity_edge
+from ..symbolic.dims import evaluate_dim
+from .collectives import COLLECTIVES, CollectiveCost, collective_time
+from .mesh import Mesh
+from .propagate import LocalGraph, propagate
+
+
+@dataclass
+class Stage:
+    program: Optional[Program]
+    outputs: list[str]  # the names of its results, in the program's output order
+
+
+def _stages(local: LocalGraph) -> list[tuple[dict[str, Edge], int]]:
+    """Per stage, the local edges it must produce by name."""
+    producers = {c.name: c for c in local.collectives}
+    roots = [e.node for e in local.outputs] + [c.src for c in local.collectives]
+    nodes = sorted({n.id: n for n in toposort(roots)}.values(), key=lambda n: n.id)  # ids grow with creation
+    stage: dict[int, int] = {}
+    for n in nodes:
+        if n.op.name == "Input" and n.attrs["name"] in producers:
+            stage[n.id] = stage[producers[n.attrs["name"]].src.id] + 1
+        else:
+            stage[n.id] = max((stage[s.node.id] for s in n.srcs), default=0)
+    count = max(stage.values(), default=0) + 1
+    wanted: list[dict[str, Edge]] = [{} for _ in range(count)]
+    for n in nodes:  # values read across a stage boundary
+        for s in n.srcs:
+            if stage[s.node.id] < stage[n.id] and s.node.op.kind != LEAF:
+                wanted[stage[s.node.id]][f"__v{s.node.id}"] = identity_edge(s.node)
+    for c in local.collectives:
+        wanted[stage[c.src.id]][f"__v{c.src.id}"] = identity_edge(c.src)
+    for k, e in enumerate(local.outputs):
+        wanted[stage[e.node.id]][f"__out{k}"] = e
+    return [(w, s) for s, w in enumerate(wanted)], stage
+
+
+def _cut(edges: dict[str, Edge], s: int, stage: dict[int, int]) -> list[Tensor]:
+    """Stage s's outputs with every value of an earlier stage read as an input `__v<id>`."""
+    mapping: dict[int, Node] = {}
+    for node in toposort([e.node for e in edges.values()]):
+        if node.op.kind != LEAF and stage.get(node.id, s) < s:
+            mapping[node.id] = make_node("Input", dtype=node.dtype, name=f"__v{node.id}", shape=node.shape)
+        elif any(e.node.id in mapping for e in node.srcs):
+            srcs = tuple(Edge(mapping.get(e.node.id, e.node), e.views) for e in node.srcs)
+            mapping[node.id] = Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin)
+    return [Tensor(Edge(mapping.get(e.node.id, e.node), e.views)) for e in edges.values()]
+
+
+class SpmdProgram:
+    """`run(feeds)`: global feeds in, global outputs out, every device's local program in between."""
+
+    def __init__(self, outputs, mesh: Mesh, local: LocalGraph, shardings: dict, search: bool, dims_hint):
+        self.outputs, self.mesh, self.local, self.shardings = outputs, mesh, local, shardings
+        self.tensors, self._rebuild = flatten_outputs(outputs)
+        self._global_inputs = input_nodes(toposort([t.node for t in self.tensors]))
+        self._symbols = {s.name for s in symbols_of(toposort([t.node for t in self.tensors]), [t.edge for t in self.tensors])}
+        hint = {**{name: DEFAULT_DIM for name in self._symbols}, **dict(dims_hint or {})}
+        local_hint = {name: max(1, hint.get(g, DEFAULT_DIM) // mesh.sizes[a]) for name, (g, a) in local.local_symbols.items()}
+        self.hint = {**hint, **local_hint}
+        parts, self._stage_of = _stages(local)
+        self.stages: list[Stage] = []
+        for edges, s in parts:
+            if not edges:
+                self.stages.append(Stage(None, []))
+                continue
+            tensors = _cut(edges, s, self._stage_of)
+            syms = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
+            prog = compile_program(tensors, search=search, dims_hint={x.name: self.hint[x.name] for x in syms if x.name in self.hint})
+            self.stages.append(Stage(prog, list(edges)))
+
+    def __repr__(self) -> str:
+        return (f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), {len(self.local.collectives)} collective(s), "
+                f"{sum(len(s.program.kernels) for s in self.stages if s.program)} kernels per device>")
+
+    @property
+    def collectives(self) -> list[CollectiveCost]:
+        """Each collective with its mesh axis, bytes per device and ring time at the hint binding."""
+        out = []
+        for c in self.local.collectives:
+            nbytes = _nbytes(c.src, self.hint)
+            out.append(CollectiveCost(c.kind, c.axis, c.what, nbytes, collective_time(c.kind, nbytes, self.mesh.sizes[c.axis])))
+        return out
+
+    # --- running on the simulated mesh ------------------------------------------------------------
+    def _bindings(self, feeds, dims) -> tuple[dict, dict]:
+        arrays, bindings = bind_dims(self._global_inputs, feeds, dims, self._symbols)
+        local = {}
+        for name, (g, axis) in self.local.local_symbols.items():
+            size = self.mesh.sizes[axis]
+            if bindings[g] % size:
+                raise BindingError(f"dim {g} = {bindings[g]} is sharded over mesh axis {axis!r} of size {size}, "
+                                   f"which does not divide it")
+            local[name] = bindings[g] // size
+        return arrays, {**bindings, **local}
+
+    def _shard(self, array: np.ndarray, spec, coord: dict) -> np.ndarray:
+        index = []
+        for n, axis in zip(array.shape, spec):
+            if axis is None:
+                index.append(slice(None))
+                continue
+            part = n // self.mesh.sizes[axis]
+            index.append(slice(coord[axis] * part, (coord[axis] + 1) * part))
+        return np.ascontiguousarray(array[tuple(index)])
+
+    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
+        arrays, bindings = self._bindings(feeds, dims)
+        coords = self.mesh.coordinates()
+        held = [{name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), c) for name, a in arrays.items()}
+                for c in coords]
+        for s, stage in enumerate(self.stages):
+            if stage.program is not None:
+                wanted = {n.attrs["name"] for n in stage.program._inputs}
+                syms = stage.program._symbols
+                for device in held:
+                    results = stage.program.run({k: device[k] for k in wanted}, backend=backend,
+                                                dims={k: v for k, v in bindings.items() if k in syms})
+                    device.update(zip(stage.outputs, results))
+            for c in self.local.collectives:
+                if self._stage_of[c.src.id] == s:
+                    self._exchange(c, held)
+        return self._rebuild([self._assemble(k, held, bindings) for k in range(len(self.tensors))])
+
+    def _exchange(self, c, held) -> None:
+        """Perform one collective on the host, group by group (devices differing only in c.axis)."""
+        for group in self.mesh.groups(c.axis):
+            inputs = [np.asarray(held[d][f"__v{c.src.id}"]) for d in group]
+            for d, result in zip(group, COLLECTIVES[c.kind].numpy(inputs, c.dim, 0)):
+                held[d][c.name] = result
+
+    def _assemble(self, k: int, held, bindings) -> np.ndarray:
+        t, spec = self.tensors[k], self.local.output_specs[k]
+        shape = tuple(evaluate_dim(n, bindings) for n in t.shape)
+        first = np.asarray(held[0][f"__out{k}"])
+        out = np.empty(shape, dtype=first.dtype)
+        for device, coord in zip(held, self.mesh.coordinates()):
+            index = []
+            for n, axis in zip(shape, spec):
+                part = n // self.mesh.sizes[axis] if axis else n
+                index.append(slice(coord[axis] * part, (coord[axis] + 1) * part) if axis else slice(None))
+            out[tuple(index)] = device[f"__out{k}"]
+        return out
+
+
+def _nbytes(node: Node, hint: Mapping[str, int]) -> int:
+    from ..ops.dtypes import DTYPES
+    count = 1
+    for n in node.shape:
+        count *= evaluate_dim(n, hint)
+    return count * DTYPES[node.dtype].itemsize
+
+
+def compile(outputs, mesh: Mesh, shardings: Optional[Mapping[str, tuple]] = None, search: bool = True,
+            dims_hint: Optional[Mapping[str, int]] = None) -> SpmdProgram:
+    """The SPMD program of `outputs` on `mesh`. Inputs are sharded as `rc.input(..., sharding=)` or
+    `shardings` ({name: spec}) say; float inputs left unannotated (weights) get the shardings the
+    search finds (search=True; else they are replicated). `search` also fuses each stage's kernels."""
+    from .search import search_shardings
+    if not isinstance(mesh, Mesh):
+        raise RefcompError(f"rc.spmd.compile needs an rc.Mesh, got {type(mesh).__name__}")
+    tensors, _ = flatten_outputs(outputs)
+    edges = [t.edge for t in tensors]
+    inputs = input_nodes(toposort([e.node for e in edges]))
+    given = dict(shardings or {})
+    unknown = sorted(set(given) - {n.attrs["name"] for n in inputs})
+    if unknown:
+        raise RefcompError(f"shardings name {unknown[0]!r}, which is no input of these outputs")
+    specs = {}
+    for n in inputs:
+        name = n.attrs["name"]
+        spec = given.get(name, n.attrs.get("sharding"))
+        if spec is not None:
+            specs[name] = mesh.check_spec(spec, len(n.shape), f"input {name!r}")
+    free = [n for n in inputs if n.attrs["name"] not in specs and n.dtype != "int32"]
+    if search and free:
+        specs = search_shardings(edges, mesh, specs, free, dims_hint)
+    local = propagate(edges, mesh, specs)
+    return SpmdProgram(outputs, mesh, local, {**{n.attrs["name"]: (None,) * len(n.shape) for n in inputs}, **specs},
+                       search, dims_hint)

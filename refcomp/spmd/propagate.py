@@ -1,0 +1,383 @@
+"""Sharding propagation: the global graph, the shardings of its inputs and a mesh -> one *local* graph
+that every device runs, and the collectives between its parts.
+
+Each global node becomes one local node over local shapes (a sharded dim is divided by its mesh axis:
+an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B / dp). The rules:
+
+- An input takes its annotated (or searched) sharding; Constants and Iotas stay replicated.
+- An elementwise node takes the sharding of its most sharded operand. Every operand must then read
+  the same local block: one sharded alike, or replicated along a dim it only broadcasts. Otherwise
+  every sharded operand is gathered (AllGather) and the node is computed replicated.
+- A reduction over a sharded dim leaves a *partial* result on each device: AllReduce (sum or max)
+  completes it before anything else reads it. A matmul is Mul then SumReduce, so a contraction over
+  a sharded dim costs one AllReduce of its output, and over unsharded dims, nothing.
+- A view keeps a sharding when it is a permutation, broadcast or unsqueeze of its source (one view,
+  no offset or mask: every dim reads one source dim whole). Any other view of a sharded tensor
+  (slices, pads, reshapes) reads a gathered copy: correct, and priced by the search.
+- Outputs are completed (no partial sums) and assembled from their shards by the runner.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import sympy
+
+from ..errors import ShapeError
+from ..ops.graph import toposort
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
+from ..ops.tensor import Tensor
+from ..symbolic.dims import Dim, dim, dims_equal
+from ..symbolic.index import index_of
+from ..symbolic.view import View, ViewStack, contiguous_strides
+from .mesh import Mesh, Spec
+
+REDUCE_KIND = {"SumReduce": "AllReduceSum", "MaxReduce": "AllReduceMax"}
+
+
+@dataclass(frozen=True)
+class CollectiveStep:
+    """A collective of the local program: `kind` over mesh axis `axis` of the local node `src`, whose
+    result every device feeds to the next part as the input named `name` (`dim`: the gathered dim)."""
+
+    kind: str
+    axis: str
+    src: Node
+    name: str
+    dim: int = 0
+    what: str = ""  # the global node it completes, for reports
+
+
+@dataclass
+class LocalGraph:
+    mesh: Mesh
+    outputs: list[Edge]  # local edges, one per global output
+    output_specs: list[Spec]
+    input_specs: dict[str, Spec]  # every global input by name, as sharded
+    collectives: list[CollectiveStep] = field(default_factory=list)
+    local_symbols: dict[str, tuple[str, str]] = field(default_factory=dict)  # "B_dp" -> ("B", "dp")
+
+
+@dataclass
+class _Value:
+    node: Node  # the local node
+    spec: Spec  # per dim of the global node's shape
+    partial: Optional[str] = None  # "AllReduceSum" / "AllReduceMax" pending over `partial_axis`
+    partial_axis: Optional[str] = None
+
+
+class Propagation:
+    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], flexible: frozenset = frozenset()):
+        self.mesh, self.input_specs = mesh, input_specs
+        self.flexible = set(flexible)  # weights that take the layout their first reader needs (see _adopt)
+        self.read: set[int] = set()
+        self.values: dict[int, _Value] = {}
+        self.collectives: list[CollectiveStep] = []
+        self.local_symbols: dict[str, tuple[str, str]] = {}
+
+    # --- local dims ---------------------------------------------------------------------------
+    def local_dim(self, n: Dim, axis: Optional[str], what: str) -> Dim:
+        if axis is None:
+            return n
+        size = self.mesh.sizes[axis]
+        if isinstance(n, int):
+            if n % size:
+                raise ShapeError(f"{what}: a dim of {n} does not split evenly over mesh axis {axis!r} of size {size}")
+            return n // size
+        if isinstance(n, sympy.Symbol):
+            name = f"{n.name}_{axis}"
+            self.local_symbols[name] = (n.name, axis)
+            return sympy.Symbol(name, integer=True, positive=True)
+        raise ShapeError(f"{what}: the dim {n} is an expression; only ints and plain symbols can be sharded")
+
+    def local_shape(self, shape: Sequence[Dim], spec: Spec, what: str) -> tuple[Dim, ...]:
+        return tuple(self.local_dim(n, a, what) for n, a in zip(shape, spec))
+
+    # --- collectives ----------------------------------------------------------------------------
+    def _collective(self, kind: str, axis: str, src: Node, shape, what: str, dim: int = 0) -> Node:
+        name = f"__c{len(self.collectives)}"
+        result = make_node("Input", dtype=src.dtype, name=name, shape=tuple(shape))
+        self.collectives.append(CollectiveStep(kind, axis, src, name, dim, what))
+        return result
+
+    def completed(self, node: Node) -> _Value:
+        """The node's local value with any partial reduction finished (AllReduce)."""
+        v = self.values[node.id]
+        if v.partial is None:
+            return v
+        done = self._collective(v.partial, v.partial_axis, v.node, v.node.shape, node.label)
+        self.values[node.id] = v = _Value(done, v.spec)
+        return v
+
+    def replicated(self, node: Node) -> Node:
+        """The whole node on every device: each sharded dim gathered over its axis."""
+        v = self.completed(node)
+        local, spec = v.node, list(v.spec)
+        for d, axis in enumerate(spec):
+            if axis is None:
+                continue
+            shape = list(local.shape)
+            shape[d] = node.shape[d]  # the other dims stay as they are (local, or already gathered)
+            local = self._collective("AllGather", axis, local, shape, node.label, d)
+            spec[d] = None
+        return local
+
+    # --- edges ----------------------------------------------------------------------------------
+    @staticmethod
+    def axis_map(edge: Edge) -> Optional[list[Optional[int]]]:
+        """For each dim of the edge, the source dim it reads whole (None: a broadcast), when the edge is
+        a permutation/broadcast/unsqueeze of its source (read off the flat index the views compute:
+        no offset, no mask, one distinct source stride per dim); else None."""
+        src_shape, shape = edge.node.shape, edge.shape
+        if edge.views.is_identity and len(shape) == len(src_shape):
+            return list(range(len(src_shape)))
+        idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
+        flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, shape)})
+        if valid is not sympy.true:
+            return None
+        flat = sympy.expand(flat)
+        strides = contiguous_strides(src_shape)
+        used, mapping = set(), []
+        for i, n in zip(idx, shape):
+            c = flat.coeff(i)
+            if c.free_symbols & set(idx):
+                return None
+            if c == 0 or dims_equal(n, 1):
+                mapping.append(None)
+                continue
+            j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], c)
+                      and dims_equal(src_shape[j], n)), None)
+            if j is None:
+                return None
+            used.add(j)
+            mapping.append(j)
+        if sympy.expand(flat - sum((flat.coeff(i) * i for i in idx), sympy.Integer(0))) != 0:
+            return None  # an offset: a slice of the source
+        if any(not dims_equal(src_shape[j], 1) for j in range(len(src_shape)) if j not in used):
+            return None
+        return mapping
+
+    def natural_spec(self, edge: Edge) -> Optional[Spec]:
+        mapping = self.axis_map(edge)
+        if mapping is None:
+            remap = self._remap(edge)
+            return self._symbolic_spec(edge) if remap is None else remap[0]
+        spec = self.values[edge.node.id].spec
+        return tuple(None if j is None else spec[j] for j in mapping)
+
+    def _remap(self, edge: Edge) -> Optional[tuple[Spec, ViewStack]]:
+        """One view with no offset whose every dim reads one source dim (or broadcasts), masked and
+        stepped freely on unsharded dims: its sharding, and the same view over the local buffer
+        (each stride the local stride of its source dim; sharded dims whole, at their local size)."""
+        if len(edge.views.views) != 1 or edge.views.views[0].offset != 0:
+            return None
+        view, v = edge.views.views[0], self.values[edge.node.id]
+        src_shape = edge.node.shape
+        strides = contiguous_strides(src_shape)
+        local_src = self.local_shape(src_shape, v.spec, edge.node.label)
+        local_strides = contiguous_strides(local_src)
+        spec, shape, new_strides, mask = [], list(view.shape), [], list(view.ranges())
+        used = set()
+        for e, (n, st) in enumerate(zip(view.shape, view.strides)):
+            if st == 0:
+                spec.append(None)
+                new_strides.append(0)
+                continue
+            j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], st)), None)
+            if j is None:
+                return None
+            used.add(j)
+            axis = v.spec[j]
+            if axis is not None:
+                if not (dims_equal(n, src_shape[j]) and dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], n)):
+                    return None
+                shape[e], mask[e] = local_src[j], (0, local_src[j])
+            spec.append(axis)
+            new_strides.append(local_strides[j])
+        if not any(a is not None for a in spec):
+            return None
+        local = View(tuple(shape), tuple(new_strides), 0).with_mask(mask)
+        return tuple(spec), ViewStack((local,))
+
+    def _symbolic_spec(self, edge: Edge) -> Optional[Spec]:
+        """Any view (a slice, pad, stack of other dims) keeps a sharding of *symbolic* dims when each
+        sharded source dim is read whole by one dim of the edge and nothing else of the view depends
+        on it: the local view is then the global one with `B` read as `B_dp` (see local_edge)."""
+        spec, src_shape, shape = self.values[edge.node.id].spec, edge.node.shape, edge.shape
+        sharded = [j for j, a in enumerate(spec) if a is not None]
+        if not sharded or not all(isinstance(src_shape[j], sympy.Symbol) for j in sharded):
+            return None
+        idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
+        flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, shape)})
+        flat, strides = sympy.expand(flat), contiguous_strides(src_shape)
+        out: list = [None] * len(shape)
+        for j in sharded:
+            e = next((e for e, i in enumerate(idx) if shape[e] == src_shape[j] and sympy.expand(flat.coeff(i) - strides[j]) == 0
+                      and out[e] is None), None)
+            if e is None:
+                return None
+            rest = sympy.expand(flat - strides[j] * idx[e])
+            if idx[e] in rest.free_symbols or idx[e] in sympy.sympify(valid).free_symbols:
+                return None
+            out[e] = spec[j]
+        for e, n in enumerate(shape):  # the sharded symbols appear nowhere else in the edge's shape
+            if out[e] is None and any(src_shape[j].name in {x.name for x in sympy.sympify(n).free_symbols} for j in sharded):
+                return None
+        return tuple(out)
+
+    def local_edge(self, edge: Edge, target: Spec) -> Optional[Edge]:
+        """The edge over local shapes, its dims sharded as `target`; None where that needs a device-
+        dependent slice (the caller gathers instead)."""
+        v = self.completed(edge.node)
+        if all(a is None for a in v.spec):
+            if all(a is None for a in target):
+                return Edge(v.node, edge.views)  # a replicated source reads through the global views as they are
+            return self._broadcast_edge(edge, v.node, target)
+        mapping = self.axis_map(edge)
+        if mapping is None:
+            remap = self._remap(edge)
+            if remap is not None and remap[0] == tuple(target):
+                return Edge(v.node, remap[1])
+            if self._symbolic_spec(edge) != tuple(target):
+                return None
+            names = {sympy.Symbol(n.name, integer=True, positive=True): self.local_dim(n, a, edge.node.label)
+                     for n, a in zip(edge.node.shape, v.spec) if a is not None}
+            return Edge(v.node, _subs(edge.views, names))
+        for d, j in enumerate(mapping):
+            have = None if j is None else v.spec[j]
+            if have != target[d] and not (j is None and have is None):
+                return None
+        t = Tensor(Edge(v.node, ViewStack.of_buffer(v.node.shape)))
+        order = [j for j in mapping if j is not None]
+        dropped = [j for j in range(len(v.node.shape)) if j not in order]
+        t = t.reshape(tuple(n for j, n in enumerate(v.node.shape) if j not in dropped)) if dropped else t
+        kept = [j for j in range(len(v.node.shape)) if j not in dropped]
+        t = t.permute(*[kept.index(j) for j in order]) if order != sorted(order) else t
+        local = self.local_shape(edge.shape, target, edge.node.label)
+        t = t.reshape(tuple(local[d] if j is not None else 1 for d, j in enumerate(mapping)))
+        return t.broadcast_to(local).edge
+
+    def _broadcast_edge(self, edge: Edge, local: Node, target: Spec) -> Optional[Edge]:
+        """A replicated source read along dims the target shards: fine where the edge only broadcasts
+        along them (its index and mask ignore them): the same views, those dims at their local size."""
+        idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(edge.shape))]
+        flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, edge.shape)})
+        depends = sympy.sympify(flat).free_symbols | sympy.sympify(valid).free_symbols
+        sharded = [e for e, a in enumerate(target) if a is not None]
+        if any(idx[e] in depends for e in sharded):
+            return None
+        local_shape = self.local_shape(edge.shape, target, edge.node.label)
+        if all(isinstance(edge.shape[e], sympy.Symbol) for e in sharded):
+            return Edge(local, _subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded}))
+        if len(edge.views.views) != 1:
+            return None
+        view = edge.views.views[0]
+        shape, mask = list(view.shape), list(view.ranges())
+        for e in sharded:
+            if not (dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], shape[e])):
+                return None
+            shape[e], mask[e] = local_shape[e], (0, local_shape[e])
+        return Edge(local, ViewStack((View(tuple(shape), view.strides, view.offset).with_mask(mask),)))
+
+    # --- nodes ----------------------------------------------------------------------------------
+    def visit(self, node: Node) -> None:
+        op = node.op
+        if op.name == "Input":
+            name = node.attrs["name"]
+            spec = self.input_specs.get(name) or (None,) * len(node.shape)
+            shape = self.local_shape(node.shape, spec, f"input {name!r}")
+            self.values[node.id] = _Value(make_node("Input", dtype=node.dtype, name=name, shape=shape), spec)
+        elif op.kind == LEAF:  # Constant, Iota: the same everywhere
+            self.values[node.id] = _Value(node, (None,) * len(node.shape))
+        elif op.kind == REDUCE:
+            self._reduce(node)
+        elif op.kind in ELEMENTWISE:
+            self._elementwise(node)
+        elif op.kind == GATHER:
+            self._gather(node)
+        else:
+            raise ShapeError(f"SPMD: {node.label} ({op.kind}) has no sharding rule")
+
+    def _reduce(self, node: Node) -> None:
+        edge, axis = node.srcs[0], node.attrs["axis"]
+        spec = self.natural_spec(edge)
+        local = self.local_edge(edge, spec) if spec is not None else None
+        if local is None:
+            spec = (None,) * len(edge.shape)
+            local = Edge(self.replicated(edge.node), edge.views)
+        out = make_node(node.op.name, (local,), **node.attrs)
+        reduced = spec[axis]
+        self.values[node.id] = _Value(out, spec[:axis] + spec[axis + 1:], REDUCE_KIND[node.op.name] if reduced else None, reduced)
+
+    def _elementwise(self, node: Node) -> None:
+        target = [None] * len(node.shape)  # the operands' shardings merged where they do not clash
+        for spec in (s for s in (self.natural_spec(e) for e in node.srcs) if s is not None):
+            for d, axis in enumerate(spec):
+                if axis is not None and target[d] is None and axis not in target:
+                    target[d] = axis
+        target = tuple(target)
+        edges = [self.local_edge(e, target) or self._adopt(e, target) for e in node.srcs]
+        self.read.update(e.node.id for e in node.srcs)
+        if any(e is None for e in edges):  # operands disagree: compute it whole on every device
+            target = (None,) * len(node.shape)
+            edges = [Edge(self.replicated(e.node), e.views) for e in node.srcs]
+        self.values[node.id] = _Value(make_node(node.op.name, tuple(edges), **node.attrs), target)
+
+    def _adopt(self, edge: Edge, target: Spec) -> Optional[Edge]:
+        """A weight nobody has read yet, left to the search (flexible), is laid out as this reader needs
+        it: weights are laid out once, at load time, so any layout is free."""
+        node = edge.node
+        if node.op.name != "Input" or node.attrs["name"] not in self.flexible or node.id in self.read:
+            return None
+        mapping = self.axis_map(edge)
+        if mapping is None:
+            return None
+        spec = [None] * len(node.shape)
+        for e, j in enumerate(mapping):
+            if j is not None:
+                spec[j] = target[e]
+        try:
+            local_shape = self.local_shape(node.shape, spec, f"input {node.attrs['name']!r}")
+        except ShapeError:
+            return None
+        self.flexible.discard(node.attrs["name"])
+        self.input_specs[node.attrs["name"]] = tuple(spec)
+        self.values[node.id] = _Value(make_node("Input", dtype=node.dtype, name=node.attrs["name"], shape=local_shape), tuple(spec))
+        return self.local_edge(edge, target)
+
+    def _gather(self, node: Node) -> None:
+        table, ids = node.srcs
+        spec = self.natural_spec(ids)
+        ids_local = self.local_edge(ids, spec) if spec is not None else None
+        if ids_local is None:
+            spec, ids_local = (None,) * len(ids.shape), Edge(self.replicated(ids.node), ids.views)
+        table_local = Edge(self.replicated(table.node), table.views)
+        out = make_node("Gather", (table_local, ids_local))
+        self.values[node.id] = _Value(out, tuple(spec) + (None,) * (len(node.shape) - len(ids.shape)))
+
+    def output(self, edge: Edge) -> tuple[Edge, Spec]:
+        spec = self.natural_spec(edge)
+        local = self.local_edge(edge, spec) if spec is not None else None
+        if local is None:
+            spec, local = (None,) * len(edge.shape), Edge(self.replicated(edge.node), edge.views)
+        return local, spec
+
+
+def _subs(views: ViewStack, names: dict) -> ViewStack:
+    """The same views with symbols replaced (a global dim by its local one)."""
+    def sub(x):
+        return dim(sympy.sympify(x).xreplace(names)) if isinstance(x, sympy.Basic) else x
+    return ViewStack(tuple(View(tuple(sub(n) for n in v.shape), tuple(sub(s) for s in v.strides), sub(v.offset),
+                                None if v.mask is None else tuple((sub(a), sub(b)) for a, b in v.mask))
+                           for v in views.views))
+
+
+def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], flexible=frozenset()) -> LocalGraph:
+    """The local graph of `edges` (the global outputs) on `mesh`, inputs sharded as `input_specs`;
+    inputs named in `flexible` take the layout their first reader needs."""
+    p = Propagation(mesh, dict(input_specs), frozenset(flexible))
+    for node in toposort([e.node for e in edges]):
+        p.visit(node)
+    outputs, specs = zip(*(p.output(e) for e in edges)) if edges else ((), ())
+    inputs = {n.attrs["name"]: p.values[n.id].spec for n in toposort([e.node for e in edges]) if n.op.name == "Input"}
+    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols)

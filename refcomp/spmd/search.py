@@ -1,0 +1,89 @@
+"""The sharding search: the inputs the user left unannotated (weights) get the shardings that make
+the program cheapest on the mesh.
+
+A candidate assignment is priced by propagating it (spmd.propagate) and adding, at the hint
+binding, each collective's ring time (spmd.collectives) to each device's memory time: the bytes its
+local compute nodes write and read once over HBM bandwidth, or its flops (one per value a node
+reads) over the device's rate, whichever is longer (the search's roofline, node by node). A weight's
+options are: replicated, or one dim split over one mesh axis. Coordinate descent: each weight in
+turn takes its best option given the others, until a sweep changes nothing. On a Megatron MLP this
+finds the column-split first weight and the row-split second: one all-reduce.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import sympy
+
+from ..errors import ShapeError
+from ..ops.dtypes import DTYPES
+from ..ops.graph import toposort
+from ..ops.primitives import LEAF, Edge, Node
+from ..search.cost import DEFAULT_DIM, H200
+from ..symbolic.dims import evaluate_dim
+from .collectives import collective_time
+from .mesh import Mesh
+from .propagate import propagate
+
+MAX_SWEEPS = 4
+
+
+def _options(node: Node, mesh: Mesh) -> list[tuple]:
+    options = [(None,) * len(node.shape)]
+    for d, n in enumerate(node.shape):
+        for axis, size in mesh.axes:
+            if size > 1 and ((isinstance(n, int) and n % size == 0 and n >= size) or isinstance(n, sympy.Symbol)):
+                options.append(tuple(axis if k == d else None for k in range(len(node.shape))))
+    return options
+
+
+def price(edges: Sequence[Edge], mesh: Mesh, specs: dict, hint: Mapping[str, int], flexible=frozenset()):
+    """(seconds per step on the mesh under the model: collectives plus one device's work, and every
+    input's sharding, the flexible ones as their first readers laid them out)."""
+    try:
+        local = propagate(edges, mesh, specs, flexible)
+    except ShapeError:
+        return float("inf"), specs
+    local_hint = dict(hint)
+    for name, (g, axis) in local.local_symbols.items():
+        local_hint[name] = max(1, local_hint.get(g, DEFAULT_DIM) // mesh.sizes[axis])
+
+    def nbytes(node: Node) -> int:
+        count = 1
+        for n in node.shape:
+            count *= evaluate_dim(n, {**{s.name: DEFAULT_DIM for s in getattr(n, "free_symbols", ())}, **local_hint})
+        return count * DTYPES[node.dtype].itemsize
+
+    roots = [e.node for e in local.outputs] + [c.src for c in local.collectives]
+    busy = 0.0
+    for n in toposort(roots):  # each node a roofline of its own: bytes in and out, one flop per value made
+        if n.op.kind == LEAF:
+            continue
+        moved = nbytes(n) + sum(nbytes(s.node) for s in n.srcs)
+        flops = max(nbytes(s.node) for s in n.srcs) // 4 if n.srcs else 0
+        busy += max(moved / H200.bandwidth, flops / H200.flops)
+    comm = sum(collective_time(c.kind, nbytes(c.src), mesh.sizes[c.axis]) for c in local.collectives)
+    return comm + busy, local.input_specs
+
+
+def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Sequence[Node],
+                     dims_hint: Optional[Mapping[str, int]] = None) -> dict:
+    """`specs` completed with a sharding for every node in `free` (coordinate descent, see above)."""
+    hint = dict(dims_hint or {})
+    names = [n.attrs["name"] for n in free]
+    chosen: dict = dict(specs)  # a free weight absent from `chosen` is flexible: its first reader lays it out
+    best, layout = price(edges, mesh, chosen, hint, frozenset(names))
+    for _ in range(MAX_SWEEPS):
+        changed = False
+        for node in free:
+            name = node.attrs["name"]
+            for option in [None] + _options(node, mesh):
+                if option == chosen.get(name):
+                    continue
+                trial = {k: v for k, v in chosen.items() if k != name} | ({} if option is None else {name: option})
+                cost, trial_layout = price(edges, mesh, trial, hint, frozenset(n for n in names if n not in trial))
+                if cost < best * (1 - 1e-9):
+                    best, chosen, layout, changed = cost, trial, trial_layout, True
+        if not changed:
+            break
+    return {**layout, **chosen}

@@ -1,0 +1,118 @@
+"""SPMD on a simulated mesh (refcomp/spmd/): the collectives' meaning and cost, sharding propagation,
+the sharding search finding the Megatron layout, and every mesh agreeing with the single-device
+program (NumPy reference and emulator)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+from refcomp import golden
+from refcomp.spmd.collectives import COLLECTIVES, LINK_BYTES_PER_S, collective_time
+
+
+def test_collectives_mean_what_numpy_says():
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(4)]
+    total = xs[0] + xs[1] + xs[2] + xs[3]
+    for got in COLLECTIVES["AllReduceSum"].numpy(xs, 0, 0):
+        np.testing.assert_array_equal(got, total)
+    for got in COLLECTIVES["AllReduceMax"].numpy(xs, 0, 0):
+        np.testing.assert_array_equal(got, np.max(np.stack(xs), 0))
+    for got in COLLECTIVES["AllGather"].numpy(xs, 1, 0):
+        np.testing.assert_array_equal(got, np.concatenate(xs, 1))
+    for i, got in enumerate(COLLECTIVES["ReduceScatter"].numpy(xs, 0, 0)):
+        np.testing.assert_array_equal(got, total[i:i + 1])
+    exchanged = COLLECTIVES["AllToAll"].numpy(xs, 0, 1)  # device i gets part i of every device, side by side
+    for i, got in enumerate(exchanged):
+        np.testing.assert_array_equal(got, np.concatenate([x[i:i + 1] for x in xs], 1))
+    megabyte = 2 ** 20  # the ring all-reduce: 2 (n-1)/n of the bytes over one link direction
+    assert collective_time("AllReduceSum", megabyte, 4) - collective_time("AllReduceSum", 0, 4) == pytest.approx(
+        1.5 * megabyte / LINK_BYTES_PER_S)
+    assert collective_time("AllReduceSum", megabyte, 1) == 0.0
+
+
+def test_mesh_and_shardings_are_checked_by_name():
+    with pytest.raises(rc.ShapeError, match="positive int"):
+        rc.Mesh({"dp": 0})
+    mesh = rc.Mesh({"dp": 2, "tp": 4})
+    assert mesh.devices == 8 and mesh.groups("tp")[1] == [4, 5, 6, 7] and mesh.groups("dp")[0] == [0, 4]
+    with pytest.raises(rc.ShapeError, match="input 'x'.*'pp'"):
+        rc.spmd.compile(rc.input("x", (4, 8), sharding=("pp", None)).exp(), mesh)
+    with pytest.raises(rc.ShapeError, match="input 'x'.*does not split evenly"):
+        rc.spmd.compile(rc.input("x", (3, 8), sharding=("dp", None)).exp(), mesh)
+    with pytest.raises(rc.ShapeError, match="input 'y': sharding"):
+        rc.input("y", (4, 8), sharding=("dp",))
+
+
+def _mlp(d=64, hidden=256):
+    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
+    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
+    return (x @ w1).gelu() @ w2
+
+
+def _feeds(rng, batch=4, t=3, d=64, hidden=256):
+    return {"x": rng.standard_normal((batch, t, d)).astype(np.float32),
+            "w1": (rng.standard_normal((d, hidden)) * 0.1).astype(np.float32),
+            "w2": (rng.standard_normal((hidden, d)) * 0.1).astype(np.float32)}
+
+
+def test_the_search_finds_megatron_for_an_mlp():
+    y = _mlp(512, 2048)
+    prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
+    assert prog.shardings == {"x": ("dp", None, None), "w1": (None, "tp"), "w2": ("tp", None)}
+    (only,) = prog.collectives  # one all-reduce of the output's partial sums, over tp
+    assert only.kind == "AllReduceSum" and only.axis == "tp" and only.bytes_per_device == 4 * 128 * 512 * 4
+    rng = np.random.default_rng(1)
+    feeds = _feeds(rng, 4, 2, 512, 2048)
+    want = rc.evaluate(y, feeds, precision="float64")
+    np.testing.assert_allclose(prog.run(feeds, backend="numpy"), want, **golden.FLOAT32_TOLERANCE)
+
+
+@pytest.mark.parametrize("axes", [{"dp": 1}, {"dp": 2}, {"tp": 4}, {"dp": 2, "tp": 4}], ids=["1", "2", "4", "8"])
+def test_every_mesh_agrees_with_the_single_device_program(axes):
+    y = _mlp()
+    mesh = rc.Mesh(axes)
+    x_spec = ("dp" if "dp" in axes else None, None, None)
+    prog = rc.spmd.compile(y, mesh, shardings={"x": x_spec}, dims_hint={"B": 64, "T": 128})
+    rng = np.random.default_rng(2)
+    feeds = _feeds(rng)
+    single = rc.compile(y, cache=False).run(feeds, backend="emulator")
+    want = rc.evaluate(y, feeds, precision="float64")
+    for backend in ("numpy", "emulator"):
+        got = prog.run(feeds, backend=backend)
+        assert got.shape == single.shape
+        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+    if not prog.collectives:  # data parallel alone: each device computes its rows exactly as one device does
+        np.testing.assert_array_equal(prog.run(feeds, backend="emulator"), single)
+
+
+def test_data_parallel_attention_block_needs_no_collective():
+    x = rc.input("x", ("B", "T", 32), sharding=("dp", None, None))
+    g, b = rc.input("g", (32,)), rc.input("b", (32,))
+    wq = rc.input("wq", (32, 32))
+    h = rc.nn.layer_norm(x, g, b)
+    q = h @ wq
+    y = x + rc.nn.scaled_dot_product_attention(q, h, h, is_causal=True)
+    mesh = rc.Mesh({"dp": 4})
+    prog = rc.spmd.compile(y, mesh, shardings={"g": (None,), "b": (None,), "wq": (None, None)})
+    assert prog.collectives == []
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((8, 5, 32)).astype(np.float32), "g": np.ones(32, np.float32),
+             "b": np.zeros(32, np.float32), "wq": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)}
+    np.testing.assert_array_equal(prog.run(feeds, backend="emulator"), rc.compile(y, cache=False).run(feeds, backend="emulator"))
+    with pytest.raises(rc.BindingError, match="B = 6.*dp.*4"):
+        prog.run({**feeds, "x": feeds["x"][:6]}, backend="numpy")
+
+
+def test_a_reduction_over_a_sharded_axis_is_completed_by_an_all_reduce():
+    x = rc.input("x", (8, 16), sharding=(None, "tp"))
+    y = {"sum": x.sum(-1), "max": x.max(-1), "soft": x.softmax(-1)}
+    prog = rc.spmd.compile(y, rc.Mesh({"tp": 4}), search=False)
+    kinds = sorted(c.kind for c in prog.collectives)
+    assert kinds.count("AllReduceSum") >= 2 and "AllReduceMax" in kinds
+    feeds = {"x": np.random.default_rng(4).standard_normal((8, 16)).astype(np.float32)}
+    want = rc.evaluate(y, feeds, precision="float64")
+    got = prog.run(feeds, backend="emulator")
+    for k in y:
+        np.testing.assert_allclose(got[k], want[k], **golden.FLOAT32_TOLERANCE)
