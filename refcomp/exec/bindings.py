@@ -49,6 +49,7 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
     bindings = check_dim_values(dims, symbols)
     origin = {name: "dims=" for name in bindings}
     arrays: dict[str, np.ndarray] = {}
+    later: list = []
     for node in inputs:
         name = node.attrs["name"]
         if name not in feeds:
@@ -63,9 +64,14 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
                 if sym in bindings and bindings[sym] != got:
                     raise BindingError(f"dimension {sym} is {bindings[sym]} from {origin[sym]} but {got} from axis {axis} of input {name!r}")
                 bindings[sym], origin[sym] = got, f"input {name!r}"
+            elif isinstance(want, sympy.Expr) and not want.is_Integer:
+                later.append((name, axis, want, got, array.shape))  # an expression: checked once its symbols are bound
             elif want != got:
                 raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {array.shape}")
         arrays[name] = array
+    for name, axis, want, got, shape in later:  # (inputs a program makes itself: an SPMD stage's T + 1 values)
+        if {s.name for s in want.free_symbols} - set(bindings) or evaluate_dim(want, bindings) != got:
+            raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {shape}")
     return arrays, bindings
 
 

@@ -51,10 +51,17 @@ def _stages(local: LocalGraph) -> list[tuple[dict[str, Edge], int]]:
             if stage[s.node.id] < stage[n.id] and s.node.op.kind != LEAF:
                 wanted[stage[s.node.id]][f"__v{s.node.id}"] = identity_edge(s.node)
     for c in local.collectives:
-        wanted[stage[c.src.id]][f"__v{c.src.id}"] = identity_edge(c.src)
+        if c.src.op.name != "Input":  # an input (or an earlier collective's result) is held by its name
+            wanted[stage[c.src.id]][f"__v{c.src.id}"] = identity_edge(c.src)
     for k, e in enumerate(local.outputs):
         wanted[stage[e.node.id]][f"__out{k}"] = e
     return [(w, s) for s, w in enumerate(wanted)], stage
+
+
+def source_name(c) -> str:
+    """Where a device holds a collective's input: an input (or an earlier collective's result) by its
+    name, a computed value as the stage output `__v<id>`."""
+    return c.src.attrs["name"] if c.src.op.name == "Input" else f"__v{c.src.id}"
 
 
 def _cut(edges: dict[str, Edge], s: int, stage: dict[int, int]) -> list[Tensor]:
@@ -124,9 +131,16 @@ class SpmdProgram:
                 continue
             part = n // self.mesh.sizes[axis]
             index.append(slice(coord[axis] * part, (coord[axis] + 1) * part))
-        return np.ascontiguousarray(array[tuple(index)])
+        return np.array(array[tuple(index)], order="C")  # a copy, 0-d arrays kept 0-d
 
-    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
+    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None,
+            device_backend: str = "emulator"):
+        """backend="mpi": this process is one device of the mesh, its MPI rank (launched by `mpirun -n
+        <devices>`), running each stage on `device_backend` (refcomp/spmd/mpi.py). Any other backend:
+        every device, one after another, in this process."""
+        if backend == "mpi":
+            from .mpi import run as run_mpi
+            return run_mpi(self, feeds, dims, device_backend)
         arrays, bindings = self._bindings(feeds, dims)
         coords = self.mesh.coordinates()
         held = [{name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), c) for name, a in arrays.items()}
@@ -147,7 +161,7 @@ class SpmdProgram:
     def _exchange(self, c, held) -> None:
         """Perform one collective on the host, group by group (devices differing only in c.axis)."""
         for group in self.mesh.groups(c.axis):
-            inputs = [np.asarray(held[d][f"__v{c.src.id}"]) for d in group]
+            inputs = [np.asarray(held[d][source_name(c)]) for d in group]
             for d, result in zip(group, COLLECTIVES[c.kind].numpy(inputs, c.dim, 0)):
                 held[d][c.name] = result
 

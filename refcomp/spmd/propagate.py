@@ -18,6 +18,7 @@ an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B /
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -128,34 +129,8 @@ class Propagation:
         """For each dim of the edge, the source dim it reads whole (None: a broadcast), when the edge is
         a permutation/broadcast/unsqueeze of its source (read off the flat index the views compute:
         no offset, no mask, one distinct source stride per dim); else None."""
-        src_shape, shape = edge.node.shape, edge.shape
-        if edge.views.is_identity and len(shape) == len(src_shape):
-            return list(range(len(src_shape)))
-        idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
-        flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, shape)})
-        if valid is not sympy.true:
-            return None
-        flat = sympy.expand(flat)
-        strides = contiguous_strides(src_shape)
-        used, mapping = set(), []
-        for i, n in zip(idx, shape):
-            c = flat.coeff(i)
-            if c.free_symbols & set(idx):
-                return None
-            if c == 0 or dims_equal(n, 1):
-                mapping.append(None)
-                continue
-            j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], c)
-                      and dims_equal(src_shape[j], n)), None)
-            if j is None:
-                return None
-            used.add(j)
-            mapping.append(j)
-        if sympy.expand(flat - sum((flat.coeff(i) * i for i in idx), sympy.Integer(0))) != 0:
-            return None  # an offset: a slice of the source
-        if any(not dims_equal(src_shape[j], 1) for j in range(len(src_shape)) if j not in used):
-            return None
-        return mapping
+        found = _axis_map(edge.views, tuple(edge.node.shape))
+        return None if found is None else list(found)
 
     def natural_spec(self, edge: Edge) -> Optional[Spec]:
         mapping = self.axis_map(edge)
@@ -166,38 +141,78 @@ class Propagation:
         return tuple(None if j is None else spec[j] for j in mapping)
 
     def _remap(self, edge: Edge) -> Optional[tuple[Spec, ViewStack]]:
-        """One view with no offset whose every dim reads one source dim (or broadcasts), masked and
-        stepped freely on unsharded dims: its sharding, and the same view over the local buffer
-        (each stride the local stride of its source dim; sharded dims whole, at their local size)."""
-        if len(edge.views.views) != 1 or edge.views.views[0].offset != 0:
+        """The edge's sharding and its views over local buffers, view by view (each view reads the
+        row-major flattening of the one below): see _view_remap. None where a view needs a
+        device-dependent read."""
+        spec = self.values[edge.node.id].spec
+        shape, local = tuple(edge.node.shape), []
+        for view in edge.views.views:
+            remapped = self._view_remap(view, shape, spec)
+            if remapped is None:
+                return None
+            spec, local_view = remapped
+            local.append(local_view)
+            shape = tuple(view.shape)
+        return (spec, ViewStack(tuple(local))) if any(a is not None for a in spec) else None
+
+    def _view_remap(self, view, src_shape, src_spec) -> Optional[tuple[Spec, object]]:
+        """One view (no offset) over a contiguous buffer: each output dim steps through one source dim
+        (a split or a plain read: r units at a time) or a run of whole source dims (a merge, as a
+        reshape). A sharded source dim must be read whole by the output dim that covers its top; that
+        dim is then sharded alike, at its local size; every stride becomes the local stride of its
+        source dim, so the view reads each device's block exactly as the global view reads the whole."""
+        if view.offset != 0:
             return None
-        view, v = edge.views.views[0], self.values[edge.node.id]
-        src_shape = edge.node.shape
         strides = contiguous_strides(src_shape)
-        local_src = self.local_shape(src_shape, v.spec, edge.node.label)
+        local_src = self.local_shape(src_shape, src_spec, "a view")
         local_strides = contiguous_strides(local_src)
         spec, shape, new_strides, mask = [], list(view.shape), [], list(view.ranges())
-        used = set()
-        for e, (n, st) in enumerate(zip(view.shape, view.strides)):
-            if st == 0:
+        covered = set()
+        for e, (n, c) in enumerate(zip(view.shape, view.strides)):
+            if c == 0 or dims_equal(n, 1):
                 spec.append(None)
-                new_strides.append(0)
+                new_strides.append(0 if c == 0 else c)
+                if c != 0 and not any(a is not None for a in src_spec):
+                    new_strides[-1] = c
+                elif c != 0:
+                    return None  # a size-1 dim with a stride: ambiguous under sharding
                 continue
-            j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], st)), None)
-            if j is None:
+            found = next(((j, r) for j in reversed(range(len(src_shape))) if (r := _ratio(c, strides[j])) is not None
+                          and (j == 0 or _ratio(c, strides[j - 1]) is None)), None)
+            if found is None:
                 return None
-            used.add(j)
-            axis = v.spec[j]
-            if axis is not None:
-                if not (dims_equal(n, src_shape[j]) and dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], n)):
+            j, r = found
+            group, extent = [j], r * n  # the source dims this output dim walks, innermost last
+            while not _fits(extent, src_shape[group[0]]) and group[0] > 0 and r == 1:
+                extent = _ratio(extent, src_shape[group[0]])
+                if extent is None:
                     return None
-                shape[e], mask[e] = local_src[j], (0, local_src[j])
+                group.insert(0, group[0] - 1)
+            if not _fits(extent, src_shape[group[0]]):
+                return None
+            axes = [src_spec[g] for g in group]
+            if any(a is not None for a in axes[1:]):
+                return None  # a sharded dim inside a merge: its block is not contiguous
+            axis, top = axes[0], group[0]
+            if axis is not None and dims_equal(extent, src_shape[top]):  # the piece covering the top carries it
+                if top in covered or not (dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], n)):
+                    return None
+                try:
+                    shape[e] = self.local_dim(n, axis, "a view")
+                except ShapeError:
+                    return None
+                covered.add(top)
+                mask[e] = (0, shape[e])
+            elif axis is not None:  # an inner piece of a sharded dim: the same within every device's block
+                block = local_src[top]
+                if not (isinstance(extent, int) and isinstance(block, int) and block % extent == 0):
+                    return None
+                axis = None
             spec.append(axis)
-            new_strides.append(local_strides[j])
-        if not any(a is not None for a in spec):
-            return None
-        local = View(tuple(shape), tuple(new_strides), 0).with_mask(mask)
-        return tuple(spec), ViewStack((local,))
+            new_strides.append(dim(local_strides[j] * r))
+        if any(a is not None and j not in covered for j, a in enumerate(src_spec)):
+            return None  # a sharded dim the view drops or reads in part
+        return tuple(spec), View(tuple(shape), tuple(new_strides), 0).with_mask(mask)
 
     def _symbolic_spec(self, edge: Edge) -> Optional[Spec]:
         """Any view (a slice, pad, stack of other dims) keeps a sharding of *symbolic* dims when each
@@ -207,6 +222,8 @@ class Propagation:
         sharded = [j for j, a in enumerate(spec) if a is not None]
         if not sharded or not all(isinstance(src_shape[j], sympy.Symbol) for j in sharded):
             return None
+        if any(_mentions(src_shape[:j] + src_shape[j + 1:], src_shape[j]) for j in sharded):
+            return None  # the symbol sizes an unsplit dim too: replacing it would shrink that one as well
         idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
         flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, shape)})
         flat, strides = sympy.expand(flat), contiguous_strides(src_shape)
@@ -267,7 +284,8 @@ class Propagation:
         if any(idx[e] in depends for e in sharded):
             return None
         local_shape = self.local_shape(edge.shape, target, edge.node.label)
-        if all(isinstance(edge.shape[e], sympy.Symbol) for e in sharded):
+        if all(isinstance(edge.shape[e], sympy.Symbol) and not _mentions(
+                tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]) for e in sharded):
             return Edge(local, _subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded}))
         if len(edge.views.views) != 1:
             return None
@@ -361,6 +379,63 @@ class Propagation:
         if local is None:
             spec, local = (None,) * len(edge.shape), Edge(self.replicated(edge.node), edge.views)
         return local, spec
+
+
+@functools.lru_cache(maxsize=8192)
+def _axis_map(views: ViewStack, src_shape: tuple) -> Optional[tuple]:
+    """Propagation.axis_map, memoised: it depends on the global edge only, which the sharding search
+    propagates again for every candidate."""
+    shape = views.shape
+    if views.is_identity and len(shape) == len(src_shape):
+        return tuple(range(len(src_shape)))
+    idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
+    flat, valid = index_of(views, idx, {i: n for i, n in zip(idx, shape)})
+    if valid is not sympy.true:
+        return None
+    flat = sympy.expand(flat)
+    strides = contiguous_strides(src_shape)
+    used, mapping = set(), []
+    for i, n in zip(idx, shape):
+        c = flat.coeff(i)
+        if c.free_symbols & set(idx):
+            return None
+        if c == 0 or dims_equal(n, 1):
+            mapping.append(None)
+            continue
+        j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], c)
+                  and dims_equal(src_shape[j], n)), None)
+        if j is None:
+            return None
+        used.add(j)
+        mapping.append(j)
+    if sympy.expand(flat - sum((flat.coeff(i) * i for i in idx), sympy.Integer(0))) != 0:
+        return None  # an offset: a slice of the source
+    if any(not dims_equal(src_shape[j], 1) for j in range(len(src_shape)) if j not in used):
+        return None
+    return tuple(mapping)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ratio(a, b) -> Optional[Dim]:
+    """a / b when it is a positive whole number (or a product of dims), else None."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 and a >= b else None
+    q = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
+    if q.is_Integer:
+        return int(q) if q >= 1 else None
+    num, den = sympy.fraction(q)
+    return dim(q) if den == 1 and q.is_positive else None
+
+
+def _fits(extent, size) -> bool:
+    """`extent` units lie within a dim of `size` (equal or a divisor of it)."""
+    if dims_equal(extent, size):
+        return True
+    return isinstance(extent, int) and isinstance(size, int) and extent <= size and size % extent == 0
+
+
+def _mentions(shape, symbol) -> bool:
+    return any(symbol in sympy.sympify(n).free_symbols for n in shape)
 
 
 def _subs(views: ViewStack, names: dict) -> ViewStack:

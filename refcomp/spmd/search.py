@@ -29,6 +29,8 @@ MAX_SWEEPS = 4
 
 
 def _options(node: Node, mesh: Mesh) -> list[tuple]:
+    if len(node.shape) < 2:  # a bias or a norm's scale: tiny, so it only follows its readers (flexible)
+        return []
     options = [(None,) * len(node.shape)]
     for d, n in enumerate(node.shape):
         for axis, size in mesh.axes:
@@ -72,18 +74,48 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
     hint = dict(dims_hint or {})
     names = [n.attrs["name"] for n in free]
     chosen: dict = dict(specs)  # a free weight absent from `chosen` is flexible: its first reader lays it out
-    best, layout = price(edges, mesh, chosen, hint, frozenset(names))
+    best, layout = price_of(edges, mesh, chosen, hint, frozenset(names))
+    order = _first_use(edges, free)
+    memo: dict = {}
+
+    def price(edges, mesh, trial, hint, flexible):  # each assignment is propagated once
+        key = frozenset(trial.items())
+        if key not in memo:
+            memo[key] = price_of(edges, mesh, trial, hint, flexible)
+        return memo[key]
+
     for _ in range(MAX_SWEEPS):
         changed = False
-        for node in free:
-            name = node.attrs["name"]
+        for i, node in enumerate(order):
             for option in [None] + _options(node, mesh):
-                if option == chosen.get(name):
-                    continue
-                trial = {k: v for k, v in chosen.items() if k != name} | ({} if option is None else {name: option})
-                cost, trial_layout = price(edges, mesh, trial, hint, frozenset(n for n in names if n not in trial))
-                if cost < best * (1 - 1e-9):
-                    best, chosen, layout, changed = cost, trial, trial_layout, True
+                # a move sets one weight, or it and the weights of its shape read right after it (q, k, v
+                # projections must split together for attention to stay split)
+                run = [node]
+                while True:
+                    trial = {k: v for k, v in chosen.items() if k not in {n.attrs["name"] for n in run}}
+                    if option is not None:
+                        trial.update({n.attrs["name"]: option for n in run})
+                    if trial != chosen:
+                        cost, trial_layout = price(edges, mesh, trial, hint, frozenset(n for n in names if n not in trial))
+                        if cost < best * (1 - 1e-9):
+                            best, chosen, layout, changed = cost, trial, trial_layout, True
+                    nxt = i + len(run)
+                    if nxt >= len(order) or tuple(order[nxt].shape) != tuple(node.shape):
+                        break
+                    run.append(order[nxt])
         if not changed:
             break
     return {**layout, **chosen}
+
+
+def _first_use(edges: Sequence[Edge], free: Sequence[Node]) -> list[Node]:
+    """The free weights in the order the graph first reads them."""
+    position = {n.id: k for k, n in enumerate(toposort([e.node for e in edges]))}
+    first = {}
+    for n in toposort([e.node for e in edges]):
+        for s in n.srcs:
+            first.setdefault(s.node.id, position[n.id])
+    return sorted(free, key=lambda n: (first.get(n.id, len(position)), n.attrs["name"]))
+
+
+price_of = price

@@ -1,0 +1,104 @@
+"""Running an SPMD program on real processes: one MPI rank per device, launched by `mpirun -n N`.
+
+The script is written SPMD, as MPI programs are: every rank builds the same graph, calls
+`rc.spmd.compile` (deterministic, so every rank gets the same stages and collectives) and then
+`prog.run(feeds, backend="mpi")` with the same global feeds. Rank r is device r of the mesh: it
+takes its own shard of the feeds, runs every stage's program on `device_backend`, and meets the
+other ranks only at the collectives, each done over a sub-communicator of its mesh-axis group.
+
+Every collective is an `Allgather` of the group's arrays followed by `COLLECTIVES[kind].numpy` on
+the gathered list, the simulated mesh's own definition: MPI's own reductions sum in an order the
+implementation picks, so `Allreduce` could differ from the simulated mesh in the last bit. The
+price: each device receives the (n-1) other arrays whole and holds n of them, where a ring
+all-reduce sends 2(n-1)/n of one array; for the 2-8 device groups here that is at most 4x the bytes.
+
+mpi4py is imported inside the functions, so refcomp imports without it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import RefcompError
+from .collectives import COLLECTIVES
+from .program import source_name
+
+# Set by the launchers in every process they start: Open MPI, PMIx (Open MPI 5, Slurm), MPICH/Hydra
+# and Intel MPI, MVAPICH. Checked before MPI is initialised, since a plain process would otherwise
+# start as a one-rank "singleton" and fail later with a less useful message.
+_LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def world(devices: int):
+    """MPI's world communicator, checked to have one rank per device of the mesh."""
+    if not any(v in os.environ for v in _LAUNCHER_VARIABLES):
+        raise RefcompError(f"backend='mpi' runs one process per device: launch the script with "
+                           f"`mpirun -n {devices} python <script>` (this process was not started by mpirun)")
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise RefcompError(f"backend='mpi' needs mpi4py: pip install mpi4py ({e})") from e
+    except RuntimeError as e:  # mpi4py's wheel found no MPI library to load
+        raise RefcompError(f"backend='mpi': mpi4py found no MPI library (Debian: apt-get install openmpi-bin): {e}") from e
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != devices:
+        raise RefcompError(f"backend='mpi': the mesh has {devices} devices but mpirun started "
+                           f"{comm.Get_size()} processes; launch with `mpirun -n {devices}`")
+    return comm
+
+
+def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, device_backend: str = "emulator"):
+    """This rank's part of `prog.run(feeds, backend="mpi")`: global feeds in, global outputs out
+    (assembled on every rank)."""
+    mesh, local = prog.mesh, prog.local
+    comm = world(mesh.devices)
+    rank = comm.Get_rank()
+    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim) for c in local.collectives], len(prog.stages)))
+    plans = comm.allgather(plan)  # a rank that compiled another plan would deadlock or mix up blocks
+    if any(p != plans[0] for p in plans):
+        other = next(r for r, p in enumerate(plans) if p != plans[0])
+        raise RefcompError(f"backend='mpi': rank {other} compiled another program than rank 0 ({plans[other]} vs "
+                           f"{plans[0]}); every rank must build the same graph and call rc.spmd.compile alike")
+    arrays, bindings = prog._bindings(feeds, dims)
+    coord = mesh.coordinates()[rank]
+    held = {name: prog._shard(a, local.input_specs.get(name, (None,) * a.ndim), coord) for name, a in arrays.items()}
+    groups = {axis: _group(comm, mesh, axis, rank) for axis in sorted({c.axis for c in local.collectives})}
+    for s, stage in enumerate(prog.stages):
+        if stage.program is not None:
+            syms = stage.program._symbols
+            results = stage.program.run({n.attrs["name"]: held[n.attrs["name"]] for n in stage.program._inputs},
+                                        backend=device_backend, dims={k: v for k, v in bindings.items() if k in syms})
+            held.update(zip(stage.outputs, results))
+        for c in local.collectives:
+            if prog._stage_of[c.src.id] == s:
+                comm_axis, position = groups[c.axis]
+                inputs = _allgather(comm_axis, held[source_name(c)])
+                held[c.name] = COLLECTIVES[c.kind].numpy(inputs, c.dim, 0)[position]
+    shards = [_allgather(comm, held[f"__out{k}"]) for k in range(len(prog.tensors))]
+    everyone = [{f"__out{k}": shards[k][d] for k in range(len(shards))} for d in range(mesh.devices)]
+    return prog._rebuild([prog._assemble(k, everyone, bindings) for k in range(len(prog.tensors))])
+
+
+_GROUPS: dict = {}  # (mesh, axis) -> (sub-communicator, position): split once per process
+
+
+def _group(comm, mesh, axis: str, rank: int):
+    """The sub-communicator of this rank's group over `axis` (ranks ordered as in the group) and the
+    rank's position in it. `Split` is collective: every rank asks for the same axes in the same
+    order (sorted, in `run`), so every rank hits or misses the cache together."""
+    if (mesh, axis) not in _GROUPS:
+        (color, members), = [(i, g) for i, g in enumerate(mesh.groups(axis)) if rank in g]
+        position = members.index(rank)
+        _GROUPS[mesh, axis] = comm.Split(color=color, key=position), position
+    return _GROUPS[mesh, axis]
+
+
+def _allgather(comm, array) -> list[np.ndarray]:
+    """Every rank's array, in rank order. SPMD: every rank's local shape and dtype are the same. Sent
+    as raw bytes, so any dtype travels (bool, float16) without an MPI datatype for it."""
+    array = np.ascontiguousarray(array)
+    out = np.empty((comm.Get_size(), array.nbytes), dtype=np.uint8)
+    comm.Allgather(array.reshape(-1).view(np.uint8), out)
+    return [row.view(array.dtype).reshape(array.shape) for row in out]

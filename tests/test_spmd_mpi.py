@@ -1,0 +1,123 @@
+"""SPMD on real processes (refcomp/spmd/mpi.py): `mpirun -n 4` runs a script in which every rank
+compiles the same MLP and runs it with backend="mpi"; rank 0's outputs must equal the simulated mesh's
+bit for bit (the collectives are the same NumPy sums, in the same order) and the float64 reference
+within golden's float32 tolerance. Skipped, saying what to install, without mpirun or mpi4py."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+from refcomp import golden
+
+REPO = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent('''
+    """Run by `mpirun -n N python script.py CASE OUT.npz`; imported by the test for the same graph and feeds."""
+    import sys
+
+    import numpy as np
+
+    import refcomp as rc
+
+    MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4}}
+
+
+    def build(case):
+        x = rc.input("x", ("B", "T", 64), sharding=("dp", None, None))
+        w1, w2 = rc.input("w1", (64, 256)), rc.input("w2", (256, 64))
+        y = (x @ w1).gelu() @ w2
+        return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 128})  # the search is on
+
+
+    def feeds():
+        rng = np.random.default_rng(7)
+        return {"x": rng.standard_normal((8, 3, 64)).astype(np.float32),
+                "w1": (rng.standard_normal((64, 256)) * 0.1).astype(np.float32),
+                "w2": (rng.standard_normal((256, 64)) * 0.1).astype(np.float32)}
+
+
+    if __name__ == "__main__":
+        case, out = sys.argv[1:]
+        _, prog = build(case)
+        try:
+            got = prog.run(feeds(), backend="mpi")
+        except rc.RefcompError as e:
+            print(f"RefcompError: {e}", flush=True)
+            sys.exit(3)
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            np.savez(out, y=got)
+''')
+
+
+def _missing() -> str | None:
+    if shutil.which("mpirun") is None:
+        return "no mpirun on PATH: install Debian's openmpi-bin"
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not importable: pip install mpi4py"
+    return None
+
+
+needs_mpi = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+
+def _script(tmp_path):
+    path = tmp_path / "spmd_mlp.py"
+    path.write_text(SCRIPT)
+    spec = importlib.util.spec_from_file_location("spmd_mlp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def _mpirun(n: int, *args) -> subprocess.CompletedProcess:
+    """`mpirun -n n python *args`: as root too, more ranks than cores (2 here), killed after 110 s."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", "110",
+                           sys.executable, *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+
+
+@needs_mpi
+@pytest.mark.parametrize("case", ["megatron", "tensor_parallel", "data_parallel"])
+def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, tmp_path):
+    path, script = _script(tmp_path)
+    y, prog = script.build(case)
+    feeds = script.feeds()
+    if case != "data_parallel":  # the search's Megatron layout: one all-reduce over tp (4 ranks: the order counts)
+        assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["AllReduceSum"]
+    else:
+        assert prog.collectives == []
+    simulated = prog.run(feeds, backend="emulator")  # first: fills the kernel cache the ranks then share
+    done = _mpirun(4, path, case, tmp_path / "out.npz")
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = np.load(tmp_path / "out.npz")["y"]
+    np.testing.assert_array_equal(got, simulated)
+    np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
+
+
+@needs_mpi
+def test_a_world_of_the_wrong_size_is_named(tmp_path):
+    path, _ = _script(tmp_path)
+    done = _mpirun(2, path, "megatron", tmp_path / "out.npz")
+    assert done.returncode != 0
+    assert "RefcompError: backend='mpi': the mesh has 4 devices but mpirun started 2 processes" in done.stdout
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_outside_mpirun_the_error_says_how_to_launch(monkeypatch, tmp_path):
+    from refcomp.spmd.mpi import _LAUNCHER_VARIABLES
+    for name in _LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    _, script = _script(tmp_path)
+    _, prog = script.build("megatron")
+    with pytest.raises(rc.RefcompError, match=r"mpirun -n 4"):
+        prog.run(script.feeds(), backend="mpi")
