@@ -165,3 +165,26 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     on_emulator = check_sharded(8, 12, rc.Mesh({"tp": 2}), backend="emulator")
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
     assert on_emulator.compared >= 20
+
+
+def test_explain_shows_every_sharding_and_a_sharded_graph_saves(tmp_path):
+    y = _mlp(512, 2048)
+    prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
+    text = prog.explain()
+    assert "input 'w1'               (512, 2048/tp)" in text and "input 'x'                (B/dp, T, 512)" in text
+    assert "partial sums, completed by AllReduceSum over tp" in text and "total: 1,048,576 B per device" in text
+    single = rc.compile(y, search=False, cache=False)  # the single-device program ignores the shardings
+    single.save(tmp_path / "p.json")
+    feeds = _feeds(np.random.default_rng(6), 2, 2, 512, 2048)
+    np.testing.assert_array_equal(rc.load_program(tmp_path / "p.json").run(feeds, backend="numpy"),
+                                  single.run(feeds, backend="numpy"))
+
+
+def test_the_example_runs(capsys):
+    import runpy
+    from pathlib import Path
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "spmd_gpt2.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "wo: ('tp', None)" in printed and printed.count("AllReduceSum") == 2
+    difference = float(printed.rsplit("max abs difference", 1)[1])
+    assert difference < 1e-4

@@ -99,8 +99,8 @@ def _shape(shape, where: str) -> tuple:
 
 def _value(v) -> Any:
     """An attribute value as JSON: tagged where JSON alone would lose the type."""
-    if isinstance(v, bool) or isinstance(v, str) or (isinstance(v, int) and not isinstance(v, sympy.Basic)):
-        return v
+    if v is None or isinstance(v, bool) or isinstance(v, str) or (isinstance(v, int) and not isinstance(v, sympy.Basic)):
+        return v  # None: an unsharded dim of an input's sharding
     if isinstance(v, float):
         return {"float": repr(v)}
     if isinstance(v, sympy.Basic):
@@ -119,7 +119,7 @@ def _read_value(v, where: str) -> Any:
             return _parse_dim(inner, where)
         if tag == "tuple":
             return tuple(_read_value(x, where) for x in inner)
-    if isinstance(v, (bool, str, int)):
+    if v is None or isinstance(v, (bool, str, int)):
         return v
     raise ProgramFileError(f"{where}: cannot read the attribute value {v!r}")
 

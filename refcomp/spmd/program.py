@@ -102,6 +102,26 @@ class SpmdProgram:
         return (f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), {len(self.local.collectives)} collective(s), "
                 f"{sum(len(s.program.kernels) for s in self.stages if s.program)} kernels per device>")
 
+    def explain(self) -> str:
+        """Every tensor's sharding (nodes numbered as in `rc.compile(...).explain()`), the stages and
+        the collectives between them, priced at the hint binding."""
+        from ..codegen.emit import ProgramNames
+        names = ProgramNames.of([n for n, _, _ in self.local.node_specs])
+        lines = [f"SPMD on {self.mesh} ({self.mesh.devices} devices), priced at "
+                 + ", ".join(f"{k}={v}" for k, v in sorted(self.hint.items())), "", "shardings (per dim: a mesh axis, or - for whole):"]
+        for node, spec, partial in self.local.node_specs:
+            shape = ", ".join(f"{n}{'/' + a if a else ''}" for n, a in zip(node.shape, spec))
+            what = f"input {node.attrs['name']!r}" if node.op.name == "Input" else names.label(node)
+            pending = f"   partial sums, completed by {partial}" if partial else ""
+            lines.append(f"  {what:24s} ({shape}){pending}")
+        lines += ["", f"stages: {len(self.stages)}, kernels per device: "
+                  + ", ".join(str(len(s.program.kernels)) if s.program else "0" for s in self.stages), "",
+                  "collectives (ring model, NVLink 4 at 450 GB/s each way):"]
+        lines += [f"  {c}" for c in self.collectives] or ["  none"]
+        total = sum(c.bytes_per_device for c in self.collectives)
+        lines.append(f"  total: {total:,} B per device, {sum(c.time_s for c in self.collectives) * 1e6:.2f} us")
+        return "\n".join(lines)
+
     @property
     def collectives(self) -> list[CollectiveCost]:
         """Each collective with its mesh axis, bytes per device and ring time at the hint binding."""

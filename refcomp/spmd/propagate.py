@@ -57,6 +57,7 @@ class LocalGraph:
     input_specs: dict[str, Spec]  # every global input by name, as sharded
     collectives: list[CollectiveStep] = field(default_factory=list)
     local_symbols: dict[str, tuple[str, str]] = field(default_factory=dict)  # "B_dp" -> ("B", "dp")
+    node_specs: list = field(default_factory=list)  # (global node, its sharding, the AllReduce completing it) in order
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Propagation:
         self.mesh, self.input_specs = mesh, input_specs
         self.flexible = set(flexible)  # weights that take the layout their first reader needs (see _adopt)
         self.read: set[int] = set()
+        self.reduced: dict[int, str] = {}  # node id -> the collective that completed its partial value
         self.values: dict[int, _Value] = {}
         self.collectives: list[CollectiveStep] = []
         self.local_symbols: dict[str, tuple[str, str]] = {}
@@ -106,6 +108,7 @@ class Propagation:
         v = self.values[node.id]
         if v.partial is None:
             return v
+        self.reduced[node.id] = f"{v.partial} over {v.partial_axis}"
         done = self._collective(v.partial, v.partial_axis, v.node, v.node.shape, node.label)
         self.values[node.id] = v = _Value(done, v.spec)
         return v
@@ -455,4 +458,6 @@ def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], f
         p.visit(node)
     outputs, specs = zip(*(p.output(e) for e in edges)) if edges else ((), ())
     inputs = {n.attrs["name"]: p.values[n.id].spec for n in toposort([e.node for e in edges]) if n.op.name == "Input"}
-    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols)
+    order = toposort([e.node for e in edges])
+    described = [(n, p.values[n.id].spec, p.reduced.get(n.id)) for n in order if n.op.kind != LEAF or n.op.name == "Input"]
+    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols, described)
