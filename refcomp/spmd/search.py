@@ -28,12 +28,16 @@ from .propagate import propagate
 MAX_SWEEPS = 4
 
 
-def _options(node: Node, mesh: Mesh) -> list[tuple]:
+def _options(node: Node, mesh: Mesh, data_axes: frozenset = frozenset()) -> list[tuple]:
+    """Replicated, or one dim split over one mesh axis that no annotated input is split on: those
+    are data-parallel axes, and a weight split over one would be gathered again every step."""
     if len(node.shape) < 2:  # a bias or a norm's scale: tiny, so it only follows its readers (flexible)
         return []
     options = [(None,) * len(node.shape)]
     for d, n in enumerate(node.shape):
         for axis, size in mesh.axes:
+            if axis in data_axes:
+                continue
             if size > 1 and ((isinstance(n, int) and n % size == 0 and n >= size) or isinstance(n, sympy.Symbol)):
                 options.append(tuple(axis if k == d else None for k in range(len(node.shape))))
     return options
@@ -76,6 +80,7 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
     chosen: dict = dict(specs)  # a free weight absent from `chosen` is flexible: its first reader lays it out
     best, layout = price_of(edges, mesh, chosen, hint, frozenset(names))
     order = _first_use(edges, free)
+    data_axes = frozenset(a for spec in specs.values() for a in spec if a is not None)
     memo: dict = {}
 
     def price(edges, mesh, trial, hint, flexible):  # each assignment is propagated once
@@ -87,7 +92,7 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
     for _ in range(MAX_SWEEPS):
         changed = False
         for i, node in enumerate(order):
-            for option in [None] + _options(node, mesh):
+            for option in [None] + _options(node, mesh, data_axes):
                 # a move sets one weight, or it and the weights of its shape read right after it (q, k, v
                 # projections must split together for attention to stay split)
                 run = [node]
