@@ -188,3 +188,11 @@ def test_the_example_runs(capsys):
     assert "wo: ('tp', None)" in printed and printed.count("AllReduceSum") == 2
     difference = float(printed.rsplit("max abs difference", 1)[1])
     assert difference < 1e-4
+
+
+def test_the_explorer_shows_the_shardings_and_each_stage(tmp_path):
+    prog = rc.spmd.compile(_mlp(512, 2048), rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
+    page = prog.explorer(tmp_path / "spmd.html")
+    assert (tmp_path / "spmd.html").read_text() == page
+    assert "(512, 2048/tp)" in page and "AllReduceSum" in page and "http" not in page
+    assert page.count('<iframe class="rc-stage"') == sum(1 for s in prog.stages if s.program is not None)

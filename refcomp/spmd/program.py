@@ -122,6 +122,25 @@ class SpmdProgram:
         lines.append(f"  total: {total:,} B per device, {sum(c.time_s for c in self.collectives) * 1e6:.2f} us")
         return "\n".join(lines)
 
+    def explorer(self, path=None) -> str:
+        """One self-contained HTML page: the shardings and collectives (as `explain`), then each stage's
+        explorer page (the per-device program), each in a frame of its own."""
+        import html
+        from pathlib import Path
+        from ..exec.explorer import write_explorer
+        frames = "".join(
+            f'<h2>stage {k}: {len(st.program.kernels)} kernel(s) per device</h2><iframe class="rc-stage" '
+            f'srcdoc="{html.escape(write_explorer(st.program), quote=True)}"></iframe>'
+            for k, st in enumerate(self.stages) if st.program is not None)
+        page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>refcomp SPMD on {html.escape(str(self.mesh))}'
+                '</title><style>body{font-family:sans-serif;margin:16px}pre{background:#f6f6f6;padding:8px}'
+                'iframe{width:100%;height:900px;border:1px solid #ccc}</style></head><body>'
+                f'<h1>refcomp SPMD: one local program, {self.mesh.devices} devices</h1>'
+                f'<pre class="rc-shardings">{html.escape(self.explain())}</pre>{frames}</body></html>')
+        if path is not None:
+            Path(path).write_text(page)
+        return page
+
     @property
     def collectives(self) -> list[CollectiveCost]:
         """Each collective with its mesh axis, bytes per device and ring time at the hint binding."""
