@@ -158,6 +158,20 @@ def _compile_target(args):
     return compile_program(load_target(args.target).outputs, search=not args.no_search, dims_hint=dims_hint)
 
 
+def _spmd_target(args):
+    """rc.spmd.compile of TARGET on --mesh dp=2,tp=4 with --shard NAME=dp,-,- (- or none: whole)."""
+    from .spmd import Mesh, compile as compile_spmd
+    mesh = Mesh(parse_dims(args.mesh, "--mesh"))
+    shardings = {}
+    for token in args.shard or ():
+        name, eq, spec = token.partition("=")
+        if not (eq and name):
+            raise UsageError(f"--shard takes NAME=AXIS,AXIS,... (- for a whole dim), got {token!r}")
+        shardings[name] = tuple(None if a in ("-", "none", "") else a for a in spec.split(","))
+    return compile_spmd(load_target(args.target).outputs, mesh, shardings, search=not args.no_search,
+                        dims_hint=parse_dims(args.dims_hint, "--dims-hint"))
+
+
 def _compile(args) -> int:
     prog = _compile_target(args)
     print(prog)
@@ -171,8 +185,9 @@ def _compile(args) -> int:
 
 
 def _explain(args) -> int:
-    """The explanation as text, or with --html the explorer page (Program.explorer, where it exists)."""
-    program = _compile_target(args)
+    """The explanation as text, or with --html the explorer page (Program.explorer, where it exists);
+    with --mesh, the SPMD program's: every tensor's sharding and the collectives."""
+    program = _spmd_target(args) if args.mesh else _compile_target(args)
     if args.html is None:
         print(program.explain())
         return 0
@@ -227,6 +242,8 @@ def _setup_program(func):
             parser.add_argument("--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel")
         if func is _explain:
             parser.add_argument("--html", metavar="PATH", help="write the interactive explorer page there instead")
+            parser.add_argument("--mesh", nargs="*", metavar="AXIS=SIZE", help="compile for a device mesh (rc.spmd), e.g. dp=2,tp=4")
+            parser.add_argument("--shard", nargs="*", metavar="INPUT=AXES", help="an input's sharding, e.g. x=dp,-,- (with --mesh)")
         parser.set_defaults(func=func)
     return setup
 

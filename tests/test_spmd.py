@@ -219,3 +219,18 @@ def test_minilm_on_a_mesh_matches_one_device(axes):
     else:
         assert prog.collectives and all(c.axis == "tp" for c in prog.collectives)
         np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+
+
+def test_refcomp_explain_with_a_mesh(tmp_path, capsys):
+    from refcomp.cli import main
+    target = tmp_path / "model.py"
+    target.write_text("import refcomp as rc\n\ndef mlp():\n    x = rc.input('x', ('B', 'T', 512))\n"
+                      "    w1, w2 = rc.input('w1', (512, 2048)), rc.input('w2', (2048, 512))\n"
+                      "    return (x @ w1).gelu() @ w2\n")
+    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2,tp=4", "--shard", "x=dp,-,-", "--dims-hint", "B=8", "T=128"]) == 0
+    printed = capsys.readouterr().out
+    assert "input 'w2'               (2048/tp, 512)" in printed and "total: 1,048,576 B per device" in printed
+    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=dp,-,-", "--html", str(tmp_path / "m.html")]) == 0
+    assert "(B/dp, T, 512)" in (tmp_path / "m.html").read_text()
+    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=pp,-,-"]) == 2  # one line, exit 2
+    assert "refcomp: error:" in capsys.readouterr().err

@@ -105,8 +105,7 @@ class SpmdProgram:
     def explain(self) -> str:
         """Every tensor's sharding (nodes numbered as in `rc.compile(...).explain()`), the stages and
         the collectives between them, priced at the hint binding."""
-        from ..codegen.emit import ProgramNames
-        names = ProgramNames.of([n for n, _, _ in self.local.node_specs])
+        names = self._names()
         lines = [f"SPMD on {self.mesh} ({self.mesh.devices} devices), priced at "
                  + ", ".join(f"{k}={v}" for k, v in sorted(self.hint.items())), "", "shardings (per dim: a mesh axis, or - for whole):"]
         for node, spec, partial in self.local.node_specs:
@@ -144,11 +143,18 @@ class SpmdProgram:
     @property
     def collectives(self) -> list[CollectiveCost]:
         """Each collective with its mesh axis, bytes per device and ring time at the hint binding."""
+        names = self._names()
         out = []
         for c in self.local.collectives:
             nbytes = _nbytes(c.src, self.hint)
-            out.append(CollectiveCost(c.kind, c.axis, c.what, nbytes, collective_time(c.kind, nbytes, self.mesh.sizes[c.axis])))
+            what = f"input {c.of.attrs['name']!r}" if c.of.op.name == "Input" else names.label(c.of)
+            out.append(CollectiveCost(c.kind, c.axis, what, nbytes, collective_time(c.kind, nbytes, self.mesh.sizes[c.axis])))
         return out
+
+    def _names(self):
+        """Node numbers as `explain` and rc.compile(...).explain() give them (positions in the graph)."""
+        from ..codegen.emit import ProgramNames
+        return ProgramNames.of(toposort([t.node for t in self.tensors]))
 
     # --- running on the simulated mesh ------------------------------------------------------------
     def _bindings(self, feeds, dims) -> tuple[dict, dict]:

@@ -46,7 +46,7 @@ class CollectiveStep:
     src: Node
     name: str
     dim: int = 0
-    what: str = ""  # the global node it completes, for reports
+    of: Optional[Node] = None  # the global node it completes or gathers, for reports
 
 
 @dataclass
@@ -97,10 +97,10 @@ class Propagation:
         return tuple(self.local_dim(n, a, what) for n, a in zip(shape, spec))
 
     # --- collectives ----------------------------------------------------------------------------
-    def _collective(self, kind: str, axis: str, src: Node, shape, what: str, dim: int = 0) -> Node:
+    def _collective(self, kind: str, axis: str, src: Node, shape, of: Node, dim: int = 0) -> Node:
         name = f"__c{len(self.collectives)}"
         result = make_node("Input", dtype=src.dtype, name=name, shape=tuple(shape))
-        self.collectives.append(CollectiveStep(kind, axis, src, name, dim, what))
+        self.collectives.append(CollectiveStep(kind, axis, src, name, dim, of))
         return result
 
     def completed(self, node: Node) -> _Value:
@@ -109,7 +109,7 @@ class Propagation:
         if v.partial is None:
             return v
         self.reduced[node.id] = f"{v.partial} over {v.partial_axis}"
-        done = self._collective(v.partial, v.partial_axis, v.node, v.node.shape, node.label)
+        done = self._collective(v.partial, v.partial_axis, v.node, v.node.shape, node)
         self.values[node.id] = v = _Value(done, v.spec)
         return v
 
@@ -122,7 +122,7 @@ class Propagation:
                 continue
             shape = list(local.shape)
             shape[d] = node.shape[d]  # the other dims stay as they are (local, or already gathered)
-            local = self._collective("AllGather", axis, local, shape, node.label, d)
+            local = self._collective("AllGather", axis, local, shape, node, d)
             spec[d] = None
         return local
 
