@@ -93,6 +93,10 @@ class Propagation:
             return sympy.Symbol(name, integer=True, positive=True)
         raise ShapeError(f"{what}: the dim {n} is an expression; only ints and plain symbols can be sharded")
 
+    def divides(self, n: Dim, axis: str) -> bool:
+        """Whether a dim of size n can be split over `axis` (a symbol: checked when it is bound)."""
+        return isinstance(n, sympy.Symbol) or (isinstance(n, int) and n % self.mesh.sizes[axis] == 0)
+
     def local_shape(self, shape: Sequence[Dim], spec: Spec, what: str) -> tuple[Dim, ...]:
         return tuple(self.local_dim(n, a, what) for n, a in zip(shape, spec))
 
@@ -334,7 +338,7 @@ class Propagation:
         target = [None] * len(node.shape)  # the operands' shardings merged where they do not clash
         for spec in (s for s in (self.natural_spec(e) for e in node.srcs) if s is not None):
             for d, axis in enumerate(spec):
-                if axis is not None and target[d] is None and axis not in target:
+                if axis is not None and target[d] is None and axis not in target and self.divides(node.shape[d], axis):
                     target[d] = axis
         target = tuple(target)
         edges = [self.local_edge(e, target) or self._adopt(e, target) for e in node.srcs]
@@ -389,8 +393,8 @@ def _axis_map(views: ViewStack, src_shape: tuple) -> Optional[tuple]:
     """Propagation.axis_map, memoised: it depends on the global edge only, which the sharding search
     propagates again for every candidate."""
     shape = views.shape
-    if views.is_identity and len(shape) == len(src_shape):
-        return tuple(range(len(src_shape)))
+    if views.is_identity and len(shape) == len(src_shape) and all(dims_equal(a, b) for a, b in zip(shape, src_shape)):
+        return tuple(range(len(src_shape)))  # (an identity may also reshape (1, 4) to (4, 1): not this shortcut)
     idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
     flat, valid = index_of(views, idx, {i: n for i, n in zip(idx, shape)})
     if valid is not sympy.true:
