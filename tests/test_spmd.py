@@ -234,3 +234,10 @@ def test_refcomp_explain_with_a_mesh(tmp_path, capsys):
     assert "(B/dp, T, 512)" in (tmp_path / "m.html").read_text()
     assert main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=pp,-,-"]) == 2  # one line, exit 2
     assert "refcomp: error:" in capsys.readouterr().err
+
+
+def test_the_fuzzer_command_line_takes_a_mesh(capsys):
+    from refcomp.fuzz.cli import main
+    assert main(["--mesh", "dp=2,tp=2", "--count", "10", "--seed", "3"]) == 0
+    assert "[fuzz] sharded on Mesh(dp=2, tp=2): 10 graphs" in capsys.readouterr().out
+    assert main(["--mesh", "dp=two"]) == 2

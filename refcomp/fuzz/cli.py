@@ -160,6 +160,27 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
             coverage[op] = coverage.get(op, 0) + 1
 
 
+def _run_sharded(args) -> int:
+    """`--mesh dp=2,tp=2`: fuzz/sharded.py over --count graphs; prints a summary and every mismatch."""
+    from ..spmd import Mesh
+    from .sharded import check_sharded
+    axes = {}
+    for pair in args.mesh.split(","):
+        name, _, size = pair.partition("=")
+        if not size.isdigit():
+            print(f"python -m refcomp.fuzz: --mesh takes AXIS=SIZE pairs (dp=2,tp=2), got {pair!r}", file=sys.stderr)
+            return 2
+        axes[name] = int(size)
+    t0 = time.perf_counter()
+    result = check_sharded(args.count, args.seed, Mesh(axes), args.backend)
+    for m in result.mismatches:
+        print(m)
+    print(f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), {result.sharded_inputs} inputs split, "
+          f"{result.compared} output comparisons, {len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 1 if result.mismatches else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m refcomp.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=1000, help="how many random graphs (default 1000)")
@@ -173,7 +194,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one program may take (default 600)")
     parser.add_argument("--model", action="store_true", help="also profile every program and check the cost model's "
                         "memory counts against the profiler's")
+    parser.add_argument("--mesh", metavar="AXIS=SIZE,...", help="instead: compile each graph for this device mesh "
+                        "(rc.spmd) with every input split at random, and compare the simulated mesh with the reference")
+    parser.add_argument("--backend", default="numpy", help="with --mesh: each device's executor (numpy or emulator)")
     args = parser.parse_args(argv)
+    if args.mesh:
+        return _run_sharded(args)
     modes = tuple(m for m in args.modes.split(",") if m)
     if args.replay:
         seed, index = (int(x) for x in args.replay.split(":"))
