@@ -1,7 +1,8 @@
 """Issue 14's SPMD table: the shardings refcomp's search finds on a dp=2 x tp=4 mesh, beside GSPMD's.
 
-Two workloads, x annotated ("dp", None, None) and the weights left to the search: a Megatron MLP
-512-2048-512 and a GPT-2 block (D=512, 8 heads, separate q, k, v weights), both at B=8, T=128. Per
+Three workloads, x annotated ("dp", None, None) and the weights left to the search: a Megatron MLP
+512-2048-512, a GPT-2 block (D=512, 8 heads, separate q, k, v weights) and the same block with one
+fused (D, 3D) q|k|v weight, all at B=8, T=128. Per
 workload: the shardings found, the collectives by kind, their bytes per device, and the sharding
 search's time (median of `--repeats` calls of refcomp.spmd.search.search_shardings, timed apart from
 the stage compiles of rc.spmd.compile).
@@ -40,7 +41,7 @@ MESH, HINT = {"dp": 2, "tp": 4}, {"B": 8, "T": 128}
 # GSPMD's figures as issue 14 states them: (case, workload, collectives, bytes per device)
 ISSUE = {"mlp_by_hand": ("mlp", "1 all-reduce", None),
          "gpt2_by_hand": ("gpt2", "2 all-reduce", 2_097_152),
-         "gpt2_fused_qkv_natural": ("gpt2", "7 collective-permute + 2 all-reduce", 4_718_592)}
+         "gpt2_fused_qkv_natural": ("gpt2_fused", "7 collective-permute + 2 all-reduce", 4_718_592)}
 GSPMD_SHARDINGS = {"mlp_by_hand": "w1 (None,tp); w2 (tp,None): by hand",
                    "gpt2_by_hand": "wq,wk,wv,w1 (None,tp); wo,w2 (tp,None): by hand",
                    "gpt2_fused_qkv_natural": "wqkv (D,3D) (None,tp); wo,w2 (tp,None); w1 (None,tp)"}
@@ -67,7 +68,24 @@ def gpt2_block(d=512, heads=8, hidden=2048):
     return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
 
 
-WORKLOADS = {"mlp": ("MLP 512-2048-512", mlp), "gpt2": ("GPT-2 block D=512 H=8", gpt2_block)}
+def gpt2_fused_qkv(d=512, heads=8, hidden=2048):
+    """The same block with one fused (D, 3D) q|k|v weight, sliced after the projection (tests/test_spmd.py)."""
+    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
+    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
+    wqkv, wo = rc.input("wqkv", (d, 3 * d)), rc.input("wo", (d, d))
+    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
+    qkv = rc.nn.layer_norm(x, g1, b1) @ wqkv
+
+    def split(t):
+        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
+
+    q, k, v = (split(qkv[..., i * d:(i + 1) * d]) for i in range(3))
+    x = x + rc.nn.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(("B", "T", d)) @ wo
+    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
+
+
+WORKLOADS = {"mlp": ("MLP 512-2048-512", mlp), "gpt2": ("GPT-2 block D=512 H=8", gpt2_block),
+             "gpt2_fused": ("GPT-2 block, fused QKV", gpt2_fused_qkv)}
 
 
 def time_search(y, mesh, repeats: int) -> list[float]:

@@ -7,7 +7,18 @@ from typing import Mapping, Optional, Sequence
 
 from ..errors import ShapeError
 
-Spec = tuple  # one mesh axis name or None per tensor dim
+Spec = tuple  # one entry per tensor dim: None, a mesh axis name, or "axis:k" (see split_entry)
+
+
+def split_entry(entry) -> tuple[Optional[str], int]:
+    """A sharding entry as (mesh axis, blocks). "tp" splits a dim into one block per device; "tp:3"
+    views the dim as 3 equal blocks and splits each: device t holds part t of every block. That is
+    how a fused (D, 3D) q|k|v weight is laid out at load time so each device holds its heads of q, k
+    and v alike, and slicing q, k or v out stays local."""
+    if entry is None:
+        return None, 1
+    axis, _, blocks = entry.partition(":")
+    return axis, int(blocks) if blocks else 1
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,10 @@ class Mesh:
         spec = tuple(spec)
         if len(spec) != ndim:
             raise ShapeError(f"{what}: the sharding {spec!r} names {len(spec)} dims, the tensor has {ndim}")
-        used = [a for a in spec if a is not None]
+        for a in spec:
+            if a is not None and (not isinstance(a, str) or (":" in a and not a.partition(":")[2].isdigit())):
+                raise ShapeError(f"{what}: a sharding entry is None, a mesh axis name or 'axis:blocks', got {a!r}")
+        used = [split_entry(a)[0] for a in spec if a is not None]
         unknown = [a for a in used if a not in self.sizes]
         if unknown:
             raise ShapeError(f"{what}: mesh axis {unknown[0]!r} is not one of {[a for a, _ in self.axes]}")

@@ -23,7 +23,7 @@ from ..search.cost import DEFAULT_DIM
 from ..search.rewrite import identity_edge
 from ..symbolic.dims import evaluate_dim
 from .collectives import COLLECTIVES, CollectiveCost, collective_time
-from .mesh import Mesh
+from .mesh import Mesh, split_entry
 from .propagate import LocalGraph, propagate
 
 
@@ -169,14 +169,17 @@ class SpmdProgram:
         return arrays, {**bindings, **local}
 
     def _shard(self, array: np.ndarray, spec, coord: dict) -> np.ndarray:
-        index = []
-        for n, axis in zip(array.shape, spec):
+        """This device's block of a global array ("tp:k" entries: its part of each of the k blocks)."""
+        out = np.asarray(array)
+        for d, entry in enumerate(spec):
+            axis, blocks = split_entry(entry)
             if axis is None:
-                index.append(slice(None))
                 continue
-            part = n // self.mesh.sizes[axis]
-            index.append(slice(coord[axis] * part, (coord[axis] + 1) * part))
-        return np.array(array[tuple(index)], order="C")  # a copy, 0-d arrays kept 0-d
+            moved = np.moveaxis(out, d, -1)
+            part = moved.shape[-1] // (blocks * self.mesh.sizes[axis])
+            blocked = moved.reshape(moved.shape[:-1] + (blocks, -1))[..., coord[axis] * part:(coord[axis] + 1) * part]
+            out = np.moveaxis(blocked.reshape(moved.shape[:-1] + (blocks * part,)), -1, d)
+        return np.array(out, order="C")  # a copy, 0-d arrays kept 0-d
 
     def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None,
             device_backend: str = "emulator"):
@@ -217,7 +220,10 @@ class SpmdProgram:
         out = np.empty(shape, dtype=first.dtype)
         for device, coord in zip(held, self.mesh.coordinates()):
             index = []
-            for n, axis in zip(shape, spec):
+            for n, entry in zip(shape, spec):
+                axis, blocks = split_entry(entry)
+                if blocks > 1:
+                    raise RefcompError(f"output {k} is split in blocks ({entry}); outputs are split plainly")
                 part = n // self.mesh.sizes[axis] if axis else n
                 index.append(slice(coord[axis] * part, (coord[axis] + 1) * part) if axis else slice(None))
             out[tuple(index)] = device[f"__out{k}"]

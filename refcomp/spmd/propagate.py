@@ -31,7 +31,7 @@ from ..ops.tensor import Tensor
 from ..symbolic.dims import Dim, dim, dims_equal
 from ..symbolic.index import index_of
 from ..symbolic.view import View, ViewStack, contiguous_strides
-from .mesh import Mesh, Spec
+from .mesh import Mesh, Spec, split_entry
 
 REDUCE_KIND = {"SumReduce": "AllReduceSum", "MaxReduce": "AllReduceMax"}
 
@@ -79,23 +79,28 @@ class Propagation:
         self.local_symbols: dict[str, tuple[str, str]] = {}
 
     # --- local dims ---------------------------------------------------------------------------
-    def local_dim(self, n: Dim, axis: Optional[str], what: str) -> Dim:
-        if axis is None:
+    def local_dim(self, n: Dim, entry: Optional[str], what: str) -> Dim:
+        if entry is None:
             return n
+        axis, blocks = split_entry(entry)
         size = self.mesh.sizes[axis]
         if isinstance(n, int):
-            if n % size:
-                raise ShapeError(f"{what}: a dim of {n} does not split evenly over mesh axis {axis!r} of size {size}")
+            if n % (size * blocks):
+                raise ShapeError(f"{what}: a dim of {n} does not split evenly over mesh axis {axis!r} of size {size}"
+                                 + (f" in {blocks} blocks" if blocks > 1 else ""))
             return n // size
+        if blocks > 1:
+            raise ShapeError(f"{what}: only a dim of known size can be split in blocks, not {n}")
         if isinstance(n, sympy.Symbol):
             name = f"{n.name}_{axis}"
             self.local_symbols[name] = (n.name, axis)
             return sympy.Symbol(name, integer=True, positive=True)
         raise ShapeError(f"{what}: the dim {n} is an expression; only ints and plain symbols can be sharded")
 
-    def divides(self, n: Dim, axis: str) -> bool:
-        """Whether a dim of size n can be split over `axis` (a symbol: checked when it is bound)."""
-        return isinstance(n, sympy.Symbol) or (isinstance(n, int) and n % self.mesh.sizes[axis] == 0)
+    def divides(self, n: Dim, entry: str) -> bool:
+        """Whether a dim of size n can be split as `entry` says (a symbol: checked when it is bound)."""
+        axis, blocks = split_entry(entry)
+        return (isinstance(n, sympy.Symbol) and blocks == 1) or (isinstance(n, int) and n % (self.mesh.sizes[axis] * blocks) == 0)
 
     def local_shape(self, shape: Sequence[Dim], spec: Spec, what: str) -> tuple[Dim, ...]:
         return tuple(self.local_dim(n, a, what) for n, a in zip(shape, spec))
@@ -121,12 +126,20 @@ class Propagation:
         """The whole node on every device: each sharded dim gathered over its axis."""
         v = self.completed(node)
         local, spec = v.node, list(v.spec)
-        for d, axis in enumerate(spec):
-            if axis is None:
+        for d, entry in enumerate(spec):
+            if entry is None:
                 continue
+            axis, blocks = split_entry(entry)
             shape = list(local.shape)
             shape[d] = node.shape[d]  # the other dims stay as they are (local, or already gathered)
             local = self._collective("AllGather", axis, local, shape, node, d)
+            if blocks > 1:  # gathered as (device, block, part): put it back as (block, device, part)
+                m, n = self.mesh.sizes[axis], node.shape[d]
+                t = Tensor(Edge(local, ViewStack.of_buffer(local.shape)))
+                split = tuple(shape[:d]) + (m, blocks, n // (m * blocks)) + tuple(shape[d + 1:])
+                order = list(range(len(split)))
+                order[d], order[d + 1] = d + 1, d
+                local = t.reshape(split).permute(*order).reshape(tuple(shape)).contiguous().node
             spec[d] = None
         return local
 
@@ -168,11 +181,13 @@ class Propagation:
         reshape). A sharded source dim must be read whole by the output dim that covers its top; that
         dim is then sharded alike, at its local size; every stride becomes the local stride of its
         source dim, so the view reads each device's block exactly as the global view reads the whole."""
-        if view.offset != 0:
-            return None
+        src_shape, src_spec = _unblocked(src_shape, src_spec)
         strides = contiguous_strides(src_shape)
         local_src = self.local_shape(src_shape, src_spec, "a view")
         local_strides = contiguous_strides(local_src)
+        offset = _starts(view.offset, src_shape, strides)  # an offset is where a slice starts, per source dim
+        if offset is None or any(k and src_spec[j] is not None for j, k in enumerate(offset)):
+            return None
         spec, shape, new_strides, mask = [], list(view.shape), [], list(view.ranges())
         covered = set()
         for e, (n, c) in enumerate(zip(view.shape, view.strides)):
@@ -219,7 +234,8 @@ class Propagation:
             new_strides.append(dim(local_strides[j] * r))
         if any(a is not None and j not in covered for j, a in enumerate(src_spec)):
             return None  # a sharded dim the view drops or reads in part
-        return tuple(spec), View(tuple(shape), tuple(new_strides), 0).with_mask(mask)
+        local_offset = dim(sum((k * local_strides[j] for j, k in enumerate(offset)), 0))
+        return tuple(spec), View(tuple(shape), tuple(new_strides), local_offset).with_mask(mask)
 
     def _symbolic_spec(self, edge: Edge) -> Optional[Spec]:
         """Any view (a slice, pad, stack of other dims) keeps a sharding of *symbolic* dims when each
@@ -331,14 +347,15 @@ class Propagation:
             spec = (None,) * len(edge.shape)
             local = Edge(self.replicated(edge.node), edge.views)
         out = make_node(node.op.name, (local,), **node.attrs)
-        reduced = spec[axis]
+        reduced = split_entry(spec[axis])[0]
         self.values[node.id] = _Value(out, spec[:axis] + spec[axis + 1:], REDUCE_KIND[node.op.name] if reduced else None, reduced)
 
     def _elementwise(self, node: Node) -> None:
         target = [None] * len(node.shape)  # the operands' shardings merged where they do not clash
         for spec in (s for s in (self.natural_spec(e) for e in node.srcs) if s is not None):
             for d, axis in enumerate(spec):
-                if axis is not None and target[d] is None and axis not in target and self.divides(node.shape[d], axis):
+                used = {split_entry(a)[0] for a in target if a is not None}
+                if axis is not None and target[d] is None and split_entry(axis)[0] not in used and self.divides(node.shape[d], axis):
                     target[d] = axis
         target = tuple(target)
         edges = [self.local_edge(e, target) or self._adopt(e, target) for e in node.srcs]
@@ -382,7 +399,8 @@ class Propagation:
 
     def output(self, edge: Edge) -> tuple[Edge, Spec]:
         spec = self.natural_spec(edge)
-        local = self.local_edge(edge, spec) if spec is not None else None
+        plain = spec is not None and all(split_entry(a)[1] == 1 for a in spec)  # outputs are assembled from plain splits
+        local = self.local_edge(edge, spec) if plain else None
         if local is None:
             spec, local = (None,) * len(edge.shape), Edge(self.replicated(edge.node), edge.views)
         return local, spec
@@ -439,6 +457,39 @@ def _fits(extent, size) -> bool:
     if dims_equal(extent, size):
         return True
     return isinstance(extent, int) and isinstance(size, int) and extent <= size and size % extent == 0
+
+
+def _unblocked(shape, spec) -> tuple[tuple, tuple]:
+    """A dim split in k blocks ("tp:k") as the two dims it is: (k, n / k), the second split over tp."""
+    out_shape, out_spec = [], []
+    for n, entry in zip(shape, spec):
+        axis, blocks = split_entry(entry)
+        if blocks > 1:
+            out_shape += [blocks, n // blocks]
+            out_spec += [None, axis]
+        else:
+            out_shape.append(n)
+            out_spec.append(entry)
+    return tuple(out_shape), tuple(out_spec)
+
+
+def _starts(offset, shape, strides) -> Optional[list]:
+    """A view's offset as the start index along each source dim (outermost first), or None."""
+    if offset == 0:
+        return [0] * len(shape)
+    if not isinstance(offset, int):
+        return None
+    starts = []
+    for n, s in zip(shape, strides):
+        if not isinstance(s, int):  # a symbolic stride (T * 1536): the offset must lie below its least value
+            least = sympy.sympify(s).subs({x: 1 for x in sympy.sympify(s).free_symbols})
+            if not (least.is_Integer and offset < int(least)):
+                return None
+            starts.append(0)
+            continue
+        k, offset = divmod(offset, s) if s else (0, offset)
+        starts.append(k)
+    return starts if offset == 0 and all(0 <= k < max(n, 1) for k, n in zip(starts, shape) if isinstance(n, int)) else None
 
 
 def _mentions(shape, symbol) -> bool:

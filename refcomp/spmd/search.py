@@ -35,11 +35,16 @@ def _options(node: Node, mesh: Mesh, data_axes: frozenset = frozenset()) -> list
         return []
     options = [(None,) * len(node.shape)]
     for d, n in enumerate(node.shape):
+        # a dim that is k times another of the weight may be k fused weights side by side (q|k|v): split
+        # each block ("tp:k", see mesh.split_entry) as well as the whole
+        blocks = {1} | {n // o for o in node.shape if isinstance(n, int) and isinstance(o, int) and o and n % o == 0 and 2 <= n // o <= 4}
         for axis, size in mesh.axes:
-            if axis in data_axes:
+            if axis in data_axes or size == 1:
                 continue
-            if size > 1 and ((isinstance(n, int) and n % size == 0 and n >= size) or isinstance(n, sympy.Symbol)):
-                options.append(tuple(axis if k == d else None for k in range(len(node.shape))))
+            for k in sorted(blocks):
+                if (isinstance(n, int) and n % (size * k) == 0 and n >= size * k) or (isinstance(n, sympy.Symbol) and k == 1):
+                    entry = axis if k == 1 else f"{axis}:{k}"
+                    options.append(tuple(entry if j == d else None for j in range(len(node.shape))))
     return options
 
 
