@@ -92,8 +92,8 @@ def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, tmp_path
     path, script = _script(tmp_path)
     y, prog = script.build(case)
     feeds = script.feeds()
-    if case != "data_parallel":  # the search's Megatron layout: one all-reduce over tp (4 ranks: the order counts)
-        assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["AllReduceSum"]
+    if case != "data_parallel":  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
+        assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["ReduceScatter"]
     else:
         assert prog.collectives == []
     simulated = prog.run(feeds, backend="emulator")  # first: fills the kernel cache the ranks then share

@@ -14,7 +14,8 @@ an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B /
 - A view keeps a sharding when it is a permutation, broadcast or unsqueeze of its source (one view,
   no offset or mask: every dim reads one source dim whole). Any other view of a sharded tensor
   (slices, pads, reshapes) reads a gathered copy: correct, and priced by the search.
-- Outputs are completed (no partial sums) and assembled from their shards by the runner.
+- Outputs are assembled from their shards by the runner; an output left as partial sums is
+  completed by a ReduceScatter along an unsplit dim (half an all-reduce's traffic).
 """
 from __future__ import annotations
 
@@ -365,6 +366,25 @@ class Propagation:
             edges = [Edge(self.replicated(e.node), e.views) for e in node.srcs]
         self.values[node.id] = _Value(make_node(node.op.name, tuple(edges), **node.attrs), target)
 
+    def _scatter_partial_output(self, edge: Edge) -> None:
+        """An output left as partial sums needs no device to hold the whole sum: a ReduceScatter (half an
+        all-reduce's traffic) leaves each device its block of one dim, and the runner assembles them."""
+        v = self.values[edge.node.id]
+        mapping = self.axis_map(edge)
+        if v.partial != "AllReduceSum" or mapping is None:
+            return
+        size = self.mesh.sizes[v.partial_axis]
+        free = [j for j in mapping if j is not None and v.spec[j] is None and isinstance(edge.node.shape[j], int)
+                and edge.node.shape[j] % size == 0]
+        if not free:
+            return
+        j = free[-1]  # the innermost: each device's block stays contiguous rows of it
+        shape = list(v.node.shape)
+        shape[j] = shape[j] // size
+        self.reduced[edge.node.id] = f"ReduceScatter over {v.partial_axis}"
+        done = self._collective("ReduceScatter", v.partial_axis, v.node, shape, edge.node, j)
+        self.values[edge.node.id] = _Value(done, v.spec[:j] + (v.partial_axis,) + v.spec[j + 1:])
+
     def _adopt(self, edge: Edge, target: Spec) -> Optional[Edge]:
         """A weight nobody has read yet, left to the search (flexible), is laid out as this reader needs
         it: weights are laid out once, at load time, so any layout is free."""
@@ -398,6 +418,7 @@ class Propagation:
         self.values[node.id] = _Value(out, tuple(spec) + (None,) * (len(node.shape) - len(ids.shape)))
 
     def output(self, edge: Edge) -> tuple[Edge, Spec]:
+        self._scatter_partial_output(edge)
         spec = self.natural_spec(edge)
         plain = spec is not None and all(split_entry(a)[1] == 1 for a in spec)  # outputs are assembled from plain splits
         local = self.local_edge(edge, spec) if plain else None
