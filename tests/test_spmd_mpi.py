@@ -46,10 +46,10 @@ SCRIPT = textwrap.dedent('''
 
 
     if __name__ == "__main__":
-        case, out = sys.argv[1:]
+        case, out, device = (sys.argv[1:] + ["emulator"])[:3]
         _, prog = build(case)
         try:
-            got = prog.run(feeds(), backend="mpi")
+            got = prog.run(feeds(), backend="mpi", device_backend=device)
         except rc.RefcompError as e:
             print(f"RefcompError: {e}", flush=True)
             sys.exit(3)
@@ -121,3 +121,32 @@ def test_outside_mpirun_the_error_says_how_to_launch(monkeypatch, tmp_path):
     _, prog = script.build("megatron")
     with pytest.raises(rc.RefcompError, match=r"mpirun -n 4"):
         prog.run(script.feeds(), backend="mpi")
+
+
+def _gpus() -> str | None:
+    """Why the GPU run cannot happen here, or None."""
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed: pip install -e '.[cuda]'"
+    try:
+        import pycuda.driver as drv
+        drv.init()
+        count = drv.Device.count()
+    except Exception as exc:  # noqa: BLE001 - no driver, no device: the reason is the message
+        return f"no usable CUDA driver: {exc}"
+    return None if count >= 2 else f"{count} GPU(s) here; this test needs 2"
+
+
+@needs_mpi
+def test_two_processes_on_two_gpus_agree_with_the_simulated_mesh(tmp_path):
+    """One process per GPU (mpirun -n 2), kernels through PyCUDA, collectives through MPI."""
+    reason = _gpus()
+    if reason:
+        pytest.skip(reason)
+    path, script = _script(tmp_path)
+    y = script.build("data_parallel")[0]
+    prog = rc.spmd.compile(y, rc.Mesh({"dp": 2}), dims_hint={"B": 8, "T": 128})
+    path.write_text(SCRIPT.replace('"data_parallel": {"dp": 4}}', '"data_parallel": {"dp": 4}, "two_gpus": {"dp": 2}}'))
+    done = _mpirun(2, path, "two_gpus", tmp_path / "out.npz", "pycuda")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_allclose(z["y"], prog.run(script.feeds(), backend="numpy"), **golden.FLOAT32_TOLERANCE)

@@ -55,6 +55,8 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
     mesh, local = prog.mesh, prog.local
     comm = world(mesh.devices)
     rank = comm.Get_rank()
+    if device_backend == "pycuda":  # one GPU per process on each node: pycuda.autoinit reads CUDA_DEVICE
+        os.environ.setdefault("CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))
     plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim) for c in local.collectives], len(prog.stages)))
     plans = comm.allgather(plan)  # a rank that compiled another plan would deadlock or mix up blocks
     if any(p != plans[0] for p in plans):
