@@ -19,7 +19,6 @@ an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B /
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -33,6 +32,7 @@ from ..symbolic.dims import Dim, dim, dims_equal
 from ..symbolic.index import index_of
 from ..symbolic.view import View, ViewStack, contiguous_strides
 from .mesh import Mesh, Spec, split_entry
+from .views import axis_map, fits, mentions, ratio, starts, subs, unblocked
 
 REDUCE_KIND = {"SumReduce": "AllReduceSum", "MaxReduce": "AllReduceMax"}
 
@@ -150,7 +150,7 @@ class Propagation:
         """For each dim of the edge, the source dim it reads whole (None: a broadcast), when the edge is
         a permutation/broadcast/unsqueeze of its source (read off the flat index the views compute:
         no offset, no mask, one distinct source stride per dim); else None."""
-        found = _axis_map(edge.views, tuple(edge.node.shape))
+        found = axis_map(edge.views, tuple(edge.node.shape))
         return None if found is None else list(found)
 
     def natural_spec(self, edge: Edge) -> Optional[Spec]:
@@ -182,11 +182,11 @@ class Propagation:
         reshape). A sharded source dim must be read whole by the output dim that covers its top; that
         dim is then sharded alike, at its local size; every stride becomes the local stride of its
         source dim, so the view reads each device's block exactly as the global view reads the whole."""
-        src_shape, src_spec = _unblocked(src_shape, src_spec)
+        src_shape, src_spec = unblocked(src_shape, src_spec)
         strides = contiguous_strides(src_shape)
         local_src = self.local_shape(src_shape, src_spec, "a view")
         local_strides = contiguous_strides(local_src)
-        offset = _starts(view.offset, src_shape, strides)  # an offset is where a slice starts, per source dim
+        offset = starts(view.offset, src_shape, strides)  # an offset is where a slice starts, per source dim
         if offset is None or any(k and src_spec[j] is not None for j, k in enumerate(offset)):
             return None
         spec, shape, new_strides, mask = [], list(view.shape), [], list(view.ranges())
@@ -200,18 +200,18 @@ class Propagation:
                 elif c != 0:
                     return None  # a size-1 dim with a stride: ambiguous under sharding
                 continue
-            found = next(((j, r) for j in reversed(range(len(src_shape))) if (r := _ratio(c, strides[j])) is not None
-                          and (j == 0 or _ratio(c, strides[j - 1]) is None)), None)
+            found = next(((j, r) for j in reversed(range(len(src_shape))) if (r := ratio(c, strides[j])) is not None
+                          and (j == 0 or ratio(c, strides[j - 1]) is None)), None)
             if found is None:
                 return None
             j, r = found
             group, extent = [j], r * n  # the source dims this output dim walks, innermost last
-            while not _fits(extent, src_shape[group[0]]) and group[0] > 0 and r == 1:
-                extent = _ratio(extent, src_shape[group[0]])
+            while not fits(extent, src_shape[group[0]]) and group[0] > 0 and r == 1:
+                extent = ratio(extent, src_shape[group[0]])
                 if extent is None:
                     return None
                 group.insert(0, group[0] - 1)
-            if not _fits(extent, src_shape[group[0]]):
+            if not fits(extent, src_shape[group[0]]):
                 return None
             axes = [src_spec[g] for g in group]
             if any(a is not None for a in axes[1:]):
@@ -246,7 +246,7 @@ class Propagation:
         sharded = [j for j, a in enumerate(spec) if a is not None]
         if not sharded or not all(isinstance(src_shape[j], sympy.Symbol) for j in sharded):
             return None
-        if any(_mentions(src_shape[:j] + src_shape[j + 1:], src_shape[j]) for j in sharded):
+        if any(mentions(src_shape[:j] + src_shape[j + 1:], src_shape[j]) for j in sharded):
             return None  # the symbol sizes an unsplit dim too: replacing it would shrink that one as well
         idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
         flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, shape)})
@@ -283,7 +283,7 @@ class Propagation:
                 return None
             names = {sympy.Symbol(n.name, integer=True, positive=True): self.local_dim(n, a, edge.node.label)
                      for n, a in zip(edge.node.shape, v.spec) if a is not None}
-            return Edge(v.node, _subs(edge.views, names))
+            return Edge(v.node, subs(edge.views, names))
         for d, j in enumerate(mapping):
             have = None if j is None else v.spec[j]
             if have != target[d] and not (j is None and have is None):
@@ -308,9 +308,9 @@ class Propagation:
         if any(idx[e] in depends for e in sharded):
             return None
         local_shape = self.local_shape(edge.shape, target, edge.node.label)
-        if all(isinstance(edge.shape[e], sympy.Symbol) and not _mentions(
+        if all(isinstance(edge.shape[e], sympy.Symbol) and not mentions(
                 tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]) for e in sharded):
-            return Edge(local, _subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded}))
+            return Edge(local, subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded}))
         if len(edge.views.views) != 1:
             return None
         view = edge.views.views[0]
@@ -425,105 +425,6 @@ class Propagation:
         if local is None:
             spec, local = (None,) * len(edge.shape), Edge(self.replicated(edge.node), edge.views)
         return local, spec
-
-
-@functools.lru_cache(maxsize=8192)
-def _axis_map(views: ViewStack, src_shape: tuple) -> Optional[tuple]:
-    """Propagation.axis_map, memoised: it depends on the global edge only, which the sharding search
-    propagates again for every candidate."""
-    shape = views.shape
-    if views.is_identity and len(shape) == len(src_shape) and all(dims_equal(a, b) for a, b in zip(shape, src_shape)):
-        return tuple(range(len(src_shape)))  # (an identity may also reshape (1, 4) to (4, 1): not this shortcut)
-    idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
-    flat, valid = index_of(views, idx, {i: n for i, n in zip(idx, shape)})
-    if valid is not sympy.true:
-        return None
-    flat = sympy.expand(flat)
-    strides = contiguous_strides(src_shape)
-    used, mapping = set(), []
-    for i, n in zip(idx, shape):
-        c = flat.coeff(i)
-        if c.free_symbols & set(idx):
-            return None
-        if c == 0 or dims_equal(n, 1):
-            mapping.append(None)
-            continue
-        j = next((j for j in range(len(src_shape)) if j not in used and dims_equal(strides[j], c)
-                  and dims_equal(src_shape[j], n)), None)
-        if j is None:
-            return None
-        used.add(j)
-        mapping.append(j)
-    if sympy.expand(flat - sum((flat.coeff(i) * i for i in idx), sympy.Integer(0))) != 0:
-        return None  # an offset: a slice of the source
-    if any(not dims_equal(src_shape[j], 1) for j in range(len(src_shape)) if j not in used):
-        return None
-    return tuple(mapping)
-
-
-@functools.lru_cache(maxsize=4096)
-def _ratio(a, b) -> Optional[Dim]:
-    """a / b when it is a positive whole number (or a product of dims), else None."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b if b and a % b == 0 and a >= b else None
-    q = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
-    if q.is_Integer:
-        return int(q) if q >= 1 else None
-    num, den = sympy.fraction(q)
-    return dim(q) if den == 1 and q.is_positive else None
-
-
-def _fits(extent, size) -> bool:
-    """`extent` units lie within a dim of `size` (equal or a divisor of it)."""
-    if dims_equal(extent, size):
-        return True
-    return isinstance(extent, int) and isinstance(size, int) and extent <= size and size % extent == 0
-
-
-def _unblocked(shape, spec) -> tuple[tuple, tuple]:
-    """A dim split in k blocks ("tp:k") as the two dims it is: (k, n / k), the second split over tp."""
-    out_shape, out_spec = [], []
-    for n, entry in zip(shape, spec):
-        axis, blocks = split_entry(entry)
-        if blocks > 1:
-            out_shape += [blocks, n // blocks]
-            out_spec += [None, axis]
-        else:
-            out_shape.append(n)
-            out_spec.append(entry)
-    return tuple(out_shape), tuple(out_spec)
-
-
-def _starts(offset, shape, strides) -> Optional[list]:
-    """A view's offset as the start index along each source dim (outermost first), or None."""
-    if offset == 0:
-        return [0] * len(shape)
-    if not isinstance(offset, int):
-        return None
-    starts = []
-    for n, s in zip(shape, strides):
-        if not isinstance(s, int):  # a symbolic stride (T * 1536): the offset must lie below its least value
-            least = sympy.sympify(s).subs({x: 1 for x in sympy.sympify(s).free_symbols})
-            if not (least.is_Integer and offset < int(least)):
-                return None
-            starts.append(0)
-            continue
-        k, offset = divmod(offset, s) if s else (0, offset)
-        starts.append(k)
-    return starts if offset == 0 and all(0 <= k < max(n, 1) for k, n in zip(starts, shape) if isinstance(n, int)) else None
-
-
-def _mentions(shape, symbol) -> bool:
-    return any(symbol in sympy.sympify(n).free_symbols for n in shape)
-
-
-def _subs(views: ViewStack, names: dict) -> ViewStack:
-    """The same views with symbols replaced (a global dim by its local one)."""
-    def sub(x):
-        return dim(sympy.sympify(x).xreplace(names)) if isinstance(x, sympy.Basic) else x
-    return ViewStack(tuple(View(tuple(sub(n) for n in v.shape), tuple(sub(s) for s in v.strides), sub(v.offset),
-                                None if v.mask is None else tuple((sub(a), sub(b)) for a, b in v.mask))
-                           for v in views.views))
 
 
 def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], flexible=frozenset()) -> LocalGraph:
