@@ -15,10 +15,10 @@ from .exec.program import Program, load_program
 from .compiler import compile
 from . import onnx  # the onnx package itself is imported only when a model is first imported
 from . import spmd
-from .spmd import Mesh
+from .spmd import Mesh, shard
 
 __all__ = ["Tensor", "input", "constant", "concat", "stack", "where", "maximum", "minimum", "fmod",
            "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
            "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
-           "zeros_like", "nn", "evaluate", "Program", "compile", "load_program", "onnx", "spmd", "Mesh", "RefcompError", "ShapeError",
+           "zeros_like", "nn", "evaluate", "Program", "compile", "load_program", "onnx", "spmd", "Mesh", "shard", "RefcompError", "ShapeError",
            "BindingError", "FeedError", "AllocationError", "CacheError"]

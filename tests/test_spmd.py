@@ -279,3 +279,29 @@ def test_a_fused_qkv_weight_is_split_by_heads_at_load_time():
         np.testing.assert_allclose(prog.run(feeds, backend=backend), want, **golden.FLOAT32_TOLERANCE)
     blocks = prog._shard(np.arange(12.0).reshape(1, 12), (None, "tp:3"), {"dp": 0, "tp": 1})
     np.testing.assert_array_equal(blocks, [[1.0, 5.0, 9.0]])  # device tp=1 holds part 1 of each of q, k, v
+
+
+def test_replicated_values_are_read_in_blocks_and_rc_shard_lays_out():
+    """A replicated operand read along a split dim takes the device's block (ids the runner feeds),
+    with no collective; rc.shard splits a value further, or gathers it back."""
+    x = rc.input("x", (4, "T", 8), sharding=(None, "dp", None))
+    pos = rc.input("pos", ("T", 8))
+    y = (x + pos).exp()
+    seq = rc.shard(y * 2.0, (None, "dp", "tp"))  # split the features over tp too: each device its block
+    whole = rc.shard(seq.sum(-1), (None, None))  # and gather back
+    outs = {"y": y, "seq": seq, "whole": whole}
+    prog = rc.spmd.compile(outs, rc.Mesh({"dp": 2, "tp": 2}), shardings={"pos": (None, None)}, search=False)
+    assert "__block_dp_T" in prog.local.block_inputs and "__block_tp_8" in prog.local.block_inputs
+    kinds = [c.kind for c in prog.collectives]
+    assert "AllGather" in kinds and kinds.count("AllGather") <= 2  # only rc.shard's gather back, never y's
+    rng = np.random.default_rng(8)
+    feeds = {"x": rng.standard_normal((4, 6, 8)).astype(np.float32), "pos": rng.standard_normal((6, 8)).astype(np.float32)}
+    want = rc.evaluate(outs, feeds, precision="float64")
+    for backend in ("numpy", "emulator"):
+        got = prog.run(feeds, backend=backend)
+        for k in outs:
+            np.testing.assert_allclose(got[k], want[k], err_msg=k, **golden.FLOAT32_TOLERANCE)
+    single = rc.compile(outs, cache=False).run(feeds, backend="emulator")  # one device: the annotation is a copy
+    np.testing.assert_allclose(single["seq"], want["seq"], **golden.FLOAT32_TOLERANCE)
+    with pytest.raises(rc.ShapeError, match="rc.shard"):
+        rc.shard(y, ("dp",))

@@ -9,8 +9,21 @@
 
 See docs/spmd.md for the model, the propagation rules and the search.
 """
+from ..errors import ShapeError
+from ..ops.primitives import make_node
+from ..ops.tensor import Tensor, lift
 from .collectives import COLLECTIVES, Collective, CollectiveCost
 from .mesh import Mesh
 from .program import SpmdProgram, compile
 
-__all__ = ["Mesh", "SpmdProgram", "compile", "COLLECTIVES", "Collective", "CollectiveCost"]
+
+def shard(tensor, sharding) -> Tensor:
+    """An annotation inside a graph: on a mesh, `tensor` is laid out as `sharding` here (gathered, or
+    each device taking its block); a single-device compile copies it, and its search drops the copy."""
+    t = lift(tensor)
+    if not isinstance(sharding, (tuple, list)) or len(sharding) != t.ndim:
+        raise ShapeError(f"rc.shard of {t.label}: give one mesh axis name or None per dim ({t.ndim}), got {sharding!r}")
+    return Tensor.from_node(make_node("Contiguous", (t.edge,), sharding=tuple(sharding)))
+
+
+__all__ = ["Mesh", "SpmdProgram", "compile", "shard", "COLLECTIVES", "Collective", "CollectiveCost"]

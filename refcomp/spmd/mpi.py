@@ -65,7 +65,7 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
                            f"{plans[0]}); every rank must build the same graph and call rc.spmd.compile alike")
     arrays, bindings = prog._bindings(feeds, dims)
     coord = mesh.coordinates()[rank]
-    held = {name: prog._shard(a, local.input_specs.get(name, (None,) * a.ndim), coord) for name, a in arrays.items()}
+    held = prog._device_feeds(arrays, coord, bindings)
     groups = {axis: _group(comm, mesh, axis, rank) for axis in sorted({c.axis for c in local.collectives})}
     for s, stage in enumerate(prog.stages):
         if stage.program is not None:

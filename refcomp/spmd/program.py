@@ -191,8 +191,7 @@ class SpmdProgram:
             return run_mpi(self, feeds, dims, device_backend)
         arrays, bindings = self._bindings(feeds, dims)
         coords = self.mesh.coordinates()
-        held = [{name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), c) for name, a in arrays.items()}
-                for c in coords]
+        held = [self._device_feeds(arrays, c, bindings) for c in coords]
         for s, stage in enumerate(self.stages):
             if stage.program is not None:
                 wanted = {n.attrs["name"] for n in stage.program._inputs}
@@ -205,6 +204,15 @@ class SpmdProgram:
                 if self._stage_of[c.src.id] == s:
                     self._exchange(c, held)
         return self._rebuild([self._assemble(k, held, bindings) for k in range(len(self.tensors))])
+
+    def _device_feeds(self, arrays, coord: dict, bindings) -> dict:
+        """What one device starts with: its block of every global feed, and the positions of its block
+        along each dim a replicated value is read in blocks (`__block_<axis>_<n>` ids)."""
+        held = {name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), coord) for name, a in arrays.items()}
+        for name, (axis, n) in self.local.block_inputs.items():
+            part = evaluate_dim(n, bindings) // self.mesh.sizes[axis]
+            held[name] = np.arange(coord[axis] * part, (coord[axis] + 1) * part, dtype=np.int32)
+        return held
 
     def _exchange(self, c, held) -> None:
         """Perform one collective on the host, group by group (devices differing only in c.axis)."""

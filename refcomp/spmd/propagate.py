@@ -59,6 +59,7 @@ class LocalGraph:
     collectives: list[CollectiveStep] = field(default_factory=list)
     local_symbols: dict[str, tuple[str, str]] = field(default_factory=dict)  # "B_dp" -> ("B", "dp")
     node_specs: list = field(default_factory=list)  # (global node, its sharding, the AllReduce completing it) in order
+    block_inputs: dict = field(default_factory=dict)  # per-device block ids the runner feeds (see _sliced_edge)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Propagation:
         self.flexible = set(flexible)  # weights that take the layout their first reader needs (see _adopt)
         self.read: set[int] = set()
         self.reduced: dict[int, str] = {}  # node id -> the collective that completed its partial value
+        self.block_inputs: dict[str, tuple] = {}  # "__block_tp_512" -> ("tp", 512): per-device ids the runner feeds
         self.values: dict[int, _Value] = {}
         self.collectives: list[CollectiveStep] = []
         self.local_symbols: dict[str, tuple[str, str]] = {}
@@ -321,6 +323,31 @@ class Propagation:
             shape[e], mask[e] = local_shape[e], (0, local_shape[e])
         return Edge(local, ViewStack((View(tuple(shape), view.strides, view.offset).with_mask(mask),)))
 
+    def _sliced_edge(self, edge: Edge, target: Spec, whole: Optional[Node] = None) -> Optional[Edge]:
+        """A replicated float value read as a block of each target-split dim: rows picked by ids that
+        depend on the device (the runner feeds every device its `__block_<axis>_<n>` ids, its block's
+        positions), so the same local program reads each device's block without communicating."""
+        if whole is None:  # else: the source gathered whole already (rc.shard of a value laid out otherwise)
+            v = self.completed(edge.node)
+            if any(a is not None for a in v.spec):
+                return None
+            whole = v.node
+        if edge.node.dtype == "int32":
+            return None
+        t = Tensor(Edge(whole, edge.views))
+        for e, entry in enumerate(target):
+            axis, blocks = split_entry(entry)
+            if axis is None:
+                continue
+            n = edge.shape[e]
+            if blocks > 1 or not (isinstance(n, int) or isinstance(n, sympy.Symbol)) or not self.divides(n, entry):
+                return None
+            name = f"__block_{axis}_{n}"
+            self.block_inputs[name] = (axis, n)
+            ids = make_node("Input", dtype="int32", name=name, shape=(self.local_dim(n, entry, edge.node.label),))
+            t = t.index_select(e, Tensor(Edge(ids, ViewStack.of_buffer(ids.shape))))
+        return t.edge
+
     # --- nodes ----------------------------------------------------------------------------------
     def visit(self, node: Node) -> None:
         op = node.op
@@ -359,7 +386,12 @@ class Propagation:
                 if axis is not None and target[d] is None and split_entry(axis)[0] not in used and self.divides(node.shape[d], axis):
                     target[d] = axis
         target = tuple(target)
-        edges = [self.local_edge(e, target) or self._adopt(e, target) for e in node.srcs]
+        if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None:  # rc.shard: the user says
+            target = self.mesh.check_spec(node.attrs["sharding"], len(node.shape), f"rc.shard of {node.label}")
+        edges = [self.local_edge(e, target) or self._adopt(e, target) or self._sliced_edge(e, target) for e in node.srcs]
+        if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None and edges[0] is None:
+            whole = self.replicated(node.srcs[0].node)  # laid out otherwise: gathered whole, then each device's block
+            edges = [self._sliced_edge(node.srcs[0], target, whole)]
         self.read.update(e.node.id for e in node.srcs)
         if any(e is None for e in edges):  # operands disagree: compute it whole on every device
             target = (None,) * len(node.shape)
@@ -437,4 +469,4 @@ def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], f
     inputs = {n.attrs["name"]: p.values[n.id].spec for n in toposort([e.node for e in edges]) if n.op.name == "Input"}
     order = toposort([e.node for e in edges])
     described = [(n, p.values[n.id].spec, p.reduced.get(n.id)) for n in order if n.op.kind != LEAF or n.op.name == "Input"]
-    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols, described)
+    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols, described, p.block_inputs)
