@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import numpy as np  # noqa: E402
 
 import refcomp as rc  # noqa: E402
 from emulator_bench import resnet18 as resnet18_graph  # noqa: E402
+from results_file import write_results  # noqa: E402
 from examples.gpt2_block import D_MODEL, block, build_block, make_weights  # noqa: E402
 from refcomp.errors import RefcompError  # noqa: E402
 from refcomp.exec.nvcc import nvcc_available, nvcc_check  # noqa: E402
@@ -279,15 +279,7 @@ def main(argv=None) -> int:
     print(f"\n{len(rows) - len(missed)} of {len(rows)} rows met ({sum(r['met'] == 'n/a' for r in rows)} n/a); "
           f"bench took {elapsed:.0f} s; nvcc: {nvcc_available() or 'available'}")
     if args.out:
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        result = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join(["bench/search_targets_bench.py", *sys.argv[1:]]),
-                  "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                  "load_average_at_start": load_start, "load_average_at_end": os.getloadavg(), "revision": rev,
-                  "nvcc": nvcc_available() or "available", "elapsed_s": elapsed, "rows": rows, "details": details}
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {os.path.relpath(path)}")
+        write_results(args.out, "bench/search_targets_bench.py", load_start, elapsed, nvcc=nvcc_available() or "available", rows=rows, details=details)
     return 0
 
 

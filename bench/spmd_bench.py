@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,10 +28,13 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # run as a script: the repository, and the benches' shared helpers
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import refcomp as rc  # noqa: E402
+from examples.spmd_gpt2 import gpt2_block  # noqa: E402
+from results_file import write_results  # noqa: E402
 from refcomp.ops.graph import flatten_outputs, input_nodes, toposort  # noqa: E402
 from refcomp.spmd.search import search_shardings  # noqa: E402
 
@@ -52,40 +54,8 @@ def mlp(d=512, hidden=2048):
     return (x @ rc.input("w1", (d, hidden))).gelu() @ rc.input("w2", (hidden, d))
 
 
-def gpt2_block(d=512, heads=8, hidden=2048):
-    """Pre-norm GPT-2 block with separate q, k, v projections (tests/test_spmd.py's _gpt2_block)."""
-    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
-    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
-    wq, wk, wv, wo = (rc.input(n, (d, d)) for n in ("wq", "wk", "wv", "wo"))
-    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
-    h = rc.nn.layer_norm(x, g1, b1)
-
-    def split(t):
-        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
-
-    a = rc.nn.scaled_dot_product_attention(split(h @ wq), split(h @ wk), split(h @ wv), is_causal=True)
-    x = x + a.transpose(1, 2).reshape(("B", "T", d)) @ wo
-    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
-
-
-def gpt2_fused_qkv(d=512, heads=8, hidden=2048):
-    """The same block with one fused (D, 3D) q|k|v weight, sliced after the projection (tests/test_spmd.py)."""
-    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
-    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
-    wqkv, wo = rc.input("wqkv", (d, 3 * d)), rc.input("wo", (d, d))
-    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
-    qkv = rc.nn.layer_norm(x, g1, b1) @ wqkv
-
-    def split(t):
-        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
-
-    q, k, v = (split(qkv[..., i * d:(i + 1) * d]) for i in range(3))
-    x = x + rc.nn.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(("B", "T", d)) @ wo
-    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
-
-
 WORKLOADS = {"mlp": ("MLP 512-2048-512", mlp), "gpt2": ("GPT-2 block D=512 H=8", gpt2_block),
-             "gpt2_fused": ("GPT-2 block, fused QKV", gpt2_fused_qkv)}
+             "gpt2_fused": ("GPT-2 block, fused QKV", lambda: gpt2_block(fused_qkv=True))}
 
 
 def time_search(y, mesh, repeats: int) -> list[float]:
@@ -183,16 +153,8 @@ def main(argv=None) -> int:
     print(f"\nmesh dp=2 x tp=4, B=8 T=128; search s: median of {args.repeats} search_shardings calls; {note}; "
           f"bench took {elapsed:.0f} s")
     if args.out:
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        result = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join(["bench/spmd_bench.py", *sys.argv[1:]]),
-                  "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                  "load_average_at_start": load_start, "load_average_at_end": os.getloadavg(), "revision": rev,
-                  "mesh": MESH, "dims": HINT, "gspmd": note, "elapsed_s": elapsed, "rows": rows,
-                  "refcomp": ours, "gspmd_measured": gspmd, "gspmd_issue_figures": ISSUE}
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {os.path.relpath(path)}")
+        write_results(args.out, "bench/spmd_bench.py", load_start, elapsed, mesh=MESH, dims=HINT, gspmd=note, rows=rows,
+                  refcomp=ours, gspmd_measured=gspmd, gspmd_issue_figures=ISSUE)
     return 0
 
 

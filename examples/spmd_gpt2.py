@@ -10,19 +10,35 @@ import refcomp as rc
 D, HEADS, HIDDEN = 512, 8, 2048
 
 
-def gpt2_block():
-    x = rc.input("x", ("B", "T", D), sharding=("dp", None, None))  # data parallel over dp
-    g1, b1, g2, b2 = (rc.input(n, (D,)) for n in ("g1", "b1", "g2", "b2"))
-    wq, wk, wv, wo = (rc.input(n, (D, D)) for n in ("wq", "wk", "wv", "wo"))  # weights: not annotated
-    w1, w2 = rc.input("w1", (D, HIDDEN)), rc.input("w2", (HIDDEN, D))
+def gpt2_block(fused_qkv: bool = False, d: int = D, heads: int = HEADS, hidden: int = HIDDEN):
+    """Pre-norm GPT-2 block, x split over dp and every weight left to the search: separate q, k, v
+    projections, or (fused_qkv) one (D, 3D) weight sliced after the projection, as Hugging Face's."""
+    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
+    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
+    wo, w1, w2 = rc.input("wo", (d, d)), rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
     h = rc.nn.layer_norm(x, g1, b1)
+    if fused_qkv:
+        qkv = h @ rc.input("wqkv", (d, 3 * d))
+        q, k, v = (qkv[..., i * d:(i + 1) * d] for i in range(3))
+    else:
+        q, k, v = (h @ rc.input(n, (d, d)) for n in ("wq", "wk", "wv"))
 
-    def heads(t):
-        return t.reshape(("B", "T", HEADS, D // HEADS)).transpose(1, 2)
+    def heads_of(t):
+        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
 
-    a = rc.nn.scaled_dot_product_attention(heads(h @ wq), heads(h @ wk), heads(h @ wv), is_causal=True)
-    x = x + a.transpose(1, 2).reshape(("B", "T", D)) @ wo
+    a = rc.nn.scaled_dot_product_attention(heads_of(q), heads_of(k), heads_of(v), is_causal=True)
+    x = x + a.transpose(1, 2).reshape(("B", "T", d)) @ wo
     return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
+
+
+def block_feeds(rng, batch: int, t: int, fused_qkv: bool = False, d: int = D, hidden: int = HIDDEN) -> dict:
+    """Random feeds for gpt2_block: unit norms, weights scaled so activations stay O(1)."""
+    feeds = {"x": rng.standard_normal((batch, t, d)).astype(np.float32)}
+    feeds |= {n: np.ones(d, np.float32) for n in ("g1", "g2")} | {n: np.zeros(d, np.float32) for n in ("b1", "b2")}
+    shapes = {"wqkv": (d, 3 * d)} if fused_qkv else {n: (d, d) for n in ("wq", "wk", "wv")}
+    shapes |= {"wo": (d, d), "w1": (d, hidden), "w2": (hidden, d)}
+    feeds |= {n: (rng.standard_normal(s) * 0.02).astype(np.float32) for n, s in shapes.items()}
+    return feeds
 
 
 def main():
@@ -35,11 +51,7 @@ def main():
     print("collectives per step:")
     for c in prog.collectives:
         print(f"  {c}")
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((2, 6, D)).astype(np.float32)}
-    feeds |= {n: np.ones(D, np.float32) for n in ("g1", "g2")} | {n: np.zeros(D, np.float32) for n in ("b1", "b2")}
-    for n, shape in (("wq", (D, D)), ("wk", (D, D)), ("wv", (D, D)), ("wo", (D, D)), ("w1", (D, HIDDEN)), ("w2", (HIDDEN, D))):
-        feeds[n] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    feeds = block_feeds(np.random.default_rng(0), 2, 6)
     mesh_out = prog.run(feeds, backend="emulator")
     single = rc.compile(y).run(feeds, backend="emulator")
     print(f"8 simulated devices vs one device (emulator, B=2, T=6): max abs difference {np.abs(mesh_out - single).max():.2e}")

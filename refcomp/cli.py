@@ -101,10 +101,10 @@ def _golden_add(args) -> int:
 
 
 def _golden_update(args) -> int:
-    from . import golden
+    from .golden_update import update_result
 
     def run() -> int:
-        result = golden.update_result(names=args.cases, dry_run=args.dry_run, force=args.force)
+        result = update_result(names=args.cases, dry_run=args.dry_run, force=args.force)
         print(result.summary() + (" (dry run: nothing written)" if args.dry_run else ""))
         return 0 if result.ok else 1
 

@@ -2,7 +2,7 @@
 
 A `GoldenCase` (defined here, collected in `golden/cases.py` at the repository root) builds a graph
 with named outputs, draws its inputs from a seeded generator, and carries an *independent* NumPy
-float64 oracle. For each binding of its symbolic dims, `update()` stores one file
+float64 oracle. For each binding of its symbolic dims, `golden_update.update()` stores one file
 
     golden/data/<name>__<i>.npz   keys: in.<input>   the fed arrays (float32, or int32 ids)
                                         dims.<sym>   the binding
@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -189,14 +189,16 @@ def run_oracle(case: GoldenCase, feeds: Mapping[str, np.ndarray]) -> dict[str, n
         return {k: np.asarray(v, dtype=np.float64) for k, v in case.oracle({k: v.copy() for k, v in feeds.items()}).items()}
 
 
-def _as_stored(value: np.ndarray) -> np.ndarray:
+def as_stored(value: np.ndarray) -> np.ndarray:
     value = np.asarray(value)
     return value.astype(np.float64) if value.dtype.kind == "f" else value
 
 
 # --- stored data ----------------------------------------------------------------------------------
-def _read(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    with np.load(path, allow_pickle=False) as z:
+def read_data(path) -> dict[str, dict]:
+    """A data file's parts by kind: "in", "dims", "out", and "meta" (strings) where the file has
+    any (a user's case from `refcomp golden add` names its FILE.py:FUNCTION there)."""
+    with np.load(Path(path), allow_pickle=False) as z:
         parts: dict[str, dict] = {"in": {}, "dims": {}, "out": {}}
         for key in z.files:
             kind, _, name = key.partition(".")
@@ -207,37 +209,28 @@ def _read(path: Path) -> dict[str, dict[str, np.ndarray]]:
     return parts
 
 
-def _write(path: Path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
+def write_data(path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
+    """Write one data file in the layout above (outputs stored as float64), atomically."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"in.{k}": v for k, v in feeds.items()}
     arrays.update({f"dims.{k}": np.asarray(int(v), dtype=np.int64) for k, v in dims.items()})
-    arrays.update({f"out.{k}": _as_stored(v) for k, v in outputs.items()})
+    arrays.update({f"out.{k}": as_stored(v) for k, v in outputs.items()})
     arrays.update({f"meta.{k}": np.asarray(str(v)) for k, v in (meta or {}).items()})
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
 
 
-def read_data(path) -> dict[str, dict]:
-    """A data file's parts by kind: "in", "dims", "out", and "meta" (strings) where the file has
-    any (a user's case from `refcomp golden add` names its FILE.py:FUNCTION there)."""
-    return _read(Path(path))
-
-
-def write_data(path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
-    """Write one data file in the layout above (outputs stored as float64), atomically."""
-    _write(Path(path), feeds, dims, outputs, meta)
-
-
 def case_feeds(case: GoldenCase, i: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """The stored feeds and dim binding of binding i of `case`."""
-    parts = _read(data_path(case, i))
+    parts = read_data(data_path(case, i))
     return parts["in"], parts["dims"]
 
 
 def expected(case: GoldenCase, i: int) -> dict[str, np.ndarray]:
     """The stored expected outputs (float64) of binding i of `case`."""
-    return _read(data_path(case, i))["out"]
+    return read_data(data_path(case, i))["out"]
 
 
 def stored_files() -> list[Path]:
@@ -313,7 +306,7 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
             if not path.exists():
                 failures.append(Failure(case.name, i, "data", (f"no data file {path.name}; run `refcomp golden update`",)))
                 continue
-            parts = _read(path)
+            parts = read_data(path)
             feeds, dims, want = parts["in"], parts["dims"], parts["out"]
             stale = _staleness(case, i, feeds, dims)
             if stale:
@@ -340,7 +333,7 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
     return failures
 
 
-def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+def same_array(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal shape, dtype and values, NaN equal to NaN (inputs may plant NaN on purpose)."""
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
 
@@ -353,117 +346,10 @@ def _staleness(case: GoldenCase, i: int, feeds: Mapping, dims: Mapping) -> list[
     if set(fresh) != set(feeds):
         problems.append(f"stored inputs {sorted(feeds)} != the case's inputs {sorted(fresh)}")
     else:
-        changed = [k for k in fresh if not _same_array(fresh[k], feeds[k])]
+        changed = [k for k in fresh if not same_array(fresh[k], feeds[k])]
         if changed:
             problems.append(f"stored inputs {changed} differ from what the case's make_inputs draws now")
     return problems
-
-
-# --- update ---------------------------------------------------------------------------------------
-@dataclass
-class UpdateResult:
-    new: list[str] = field(default_factory=list)  # case names with no data before
-    removed: list[str] = field(default_factory=list)  # data files that belong to no case (deleted)
-    changed: list[tuple[str, list[str]]] = field(default_factory=list)  # "<name>[i]" and what changed
-    unchanged: int = 0  # data files left as they were
-    refused: list[tuple[str, list[str]]] = field(default_factory=list)  # disagree with the oracle: not written
-
-    @property
-    def ok(self) -> bool:
-        return not self.refused
-
-    def summary(self) -> str:
-        lines = [f"golden update: {len(self.new)} new, {len(self.removed)} removed, {len(self.changed)} changed, "
-                 f"{self.unchanged} unchanged" + (f", {len(self.refused)} REFUSED (oracle disagrees)" if self.refused else "")]
-        lines += [f"  new      {name}" for name in self.new]
-        lines += [f"  removed  {name}" for name in self.removed]
-        for name, what in self.changed:
-            lines.append(f"  changed  {name}: " + "; ".join(what))
-        for name, what in self.refused:
-            lines.append(f"  REFUSED  {name}: " + "; ".join(what))
-        return "\n".join(lines)
-
-
-def update(names: Optional[Iterable[str]] = None, dry_run: bool = False, force: bool = False,
-           cases: Optional[Sequence[GoldenCase]] = None) -> str:
-    """Regenerate the golden data and return a summary of what changed (see `update_result`)."""
-    return update_result(names, dry_run, force, cases).summary()
-
-
-def update_result(names: Optional[Iterable[str]] = None, dry_run: bool = False, force: bool = False,
-                  cases: Optional[Sequence[GoldenCase]] = None) -> UpdateResult:
-    """Regenerate every (or the named) case's data files, writing only those whose content changed.
-
-    Expected outputs come from rc.evaluate in float64; a binding whose outputs disagree with the
-    case's oracle beyond ORACLE_TOLERANCE is not written (unless `force`). Without `names`, data
-    files that belong to no case are deleted.
-    """
-    cases = select(load_cases() if cases is None else cases, names)
-    result = UpdateResult()
-    for case in cases:
-        existed = False
-        new_files = []
-        for i, binding in enumerate(case.bindings):
-            path = data_path(case, i)
-            feeds = make_feeds(case, i)
-            dims = {k: int(v) for k, v in binding.items()}
-            outputs = {k: _as_stored(v) for k, v in evaluate_case(case, feeds, dims, "float64").items()}
-            disagreement = compare(outputs, run_oracle(case, feeds), case_tolerance(case, "oracle"))
-            label = f"{case.name}[{i}]"
-            if disagreement and not force:
-                result.refused.append((label, disagreement))
-                continue
-            if path.exists():
-                existed = True
-                what = _differences(_read(path), feeds, dims, outputs)
-                if not what:
-                    result.unchanged += 1
-                    continue
-                result.changed.append((label, what))
-            else:
-                new_files.append(label)
-            if not dry_run:
-                _write(path, feeds, dims, outputs)
-        if new_files:
-            if existed:
-                result.changed.extend((label, ["new binding"]) for label in new_files)
-            else:
-                result.new.append(case.name + (f" ({len(new_files)} bindings)" if len(new_files) > 1 else ""))
-    if not names:
-        known = {data_path(c, i).name for c in cases for i in range(len(c.bindings))}
-        for path in stored_files():
-            if path.name not in known:
-                result.removed.append(path.stem)
-                if not dry_run:
-                    path.unlink()
-    return result
-
-
-def _differences(old: Mapping, feeds: Mapping, dims: Mapping, outputs: Mapping) -> list[str]:
-    what = []
-    if old["dims"] != dict(dims):
-        what.append(f"binding {old['dims']} -> {dict(dims)}")
-    if set(old["in"]) != set(feeds):
-        what.append(f"inputs {sorted(old['in'])} -> {sorted(feeds)}")
-    else:
-        changed = [k for k in feeds if not _same_array(old["in"][k], feeds[k])]
-        if changed:
-            what.append("inputs changed: " + ", ".join(changed))
-    for name in sorted(set(old["out"]) - set(outputs)):
-        what.append(f"output {name} removed")
-    for name in outputs:
-        if name not in old["out"]:
-            what.append(f"output {name} added")
-            continue
-        a, b = old["out"][name], outputs[name]
-        if a.shape != b.shape:
-            what.append(f"output {name} shape {a.shape} -> {b.shape}")
-        elif a.dtype != b.dtype or not np.array_equal(a, b, equal_nan=True):
-            with np.errstate(all="ignore"):
-                a64, b64 = a.astype(np.float64), b.astype(np.float64)
-                diff = np.where(np.isnan(a64) & np.isnan(b64), 0.0, np.abs(a64 - b64))
-            what.append(f"output {name} max abs diff {float(np.nanmax(diff)) if diff.size else 0.0:.3g}")
-    return what
 
 
 def data_size() -> int:

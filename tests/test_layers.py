@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 # Lowest first: a unit may import only units listed before it (and itself).
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
 # nothing of refcomp. cli_run and user_golden are the command line's own modules, under cli.
-LAYERS = ["progress", "errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "measure",
+LAYERS = ["progress", "errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
           "compiler", "onnx", "spmd", "__init__", "onnx_backend", "fuzz", "cli_run", "user_golden", "cli", "__main__"]
 
 

@@ -3,12 +3,18 @@ the sharding search finding the Megatron layout, and every mesh agreeing with th
 program (NumPy reference and emulator)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import refcomp as rc
 from refcomp import golden
 from refcomp.spmd.collectives import COLLECTIVES, LINK_BYTES_PER_S, collective_time
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ beside the tests (as test_minilm.py)
+from examples.spmd_gpt2 import block_feeds, gpt2_block  # noqa: E402
 
 
 def test_collectives_mean_what_numpy_says():
@@ -119,38 +125,17 @@ def test_a_reduction_over_a_sharded_axis_is_completed_by_an_all_reduce():
         np.testing.assert_allclose(got[k], want[k], **golden.FLOAT32_TOLERANCE)
 
 
-def _gpt2_block(d=512, heads=8, hidden=2048):
-    """Pre-norm GPT-2 block with separate q, k, v projections; x sharded over dp, weights open."""
-    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
-    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
-    wq, wk, wv, wo = (rc.input(n, (d, d)) for n in ("wq", "wk", "wv", "wo"))
-    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
-    h = rc.nn.layer_norm(x, g1, b1)
-
-    def split(t):
-        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
-
-    a = rc.nn.scaled_dot_product_attention(split(h @ wq), split(h @ wk), split(h @ wv), is_causal=True)
-    x = x + a.transpose(1, 2).reshape(("B", "T", d)) @ wo
-    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
-
-
 def test_the_search_finds_megatron_for_a_gpt2_block():
     """The issue's anchor: GPT-2 block, D=512, 8 heads, T=128, batch 8 on dp2 x tp4: GSPMD's hand
     annotation needs 2 all-reduces, 2,097,152 bytes per device; the search finds that layout alone."""
-    y = _gpt2_block()
+    y = gpt2_block()
     prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
     column, row = (None, "tp"), ("tp", None)
     assert {k: prog.shardings[k] for k in ("wq", "wk", "wv", "wo", "w1", "w2")} == \
         {"wq": column, "wk": column, "wv": column, "wo": row, "w1": column, "w2": row}
     assert [(c.kind, c.axis) for c in prog.collectives] == [("AllReduceSum", "tp")] * 2
     assert sum(c.bytes_per_device for c in prog.collectives) == 2_097_152
-    rng = np.random.default_rng(5)
-    feeds = {"x": rng.standard_normal((2, 5, 512)).astype(np.float32)}
-    feeds.update({n: np.ones(512, np.float32) for n in ("g1", "g2")} | {n: np.zeros(512, np.float32) for n in ("b1", "b2")})
-    for n, shape in (("wq", (512, 512)), ("wk", (512, 512)), ("wv", (512, 512)), ("wo", (512, 512)),
-                     ("w1", (512, 2048)), ("w2", (2048, 512))):
-        feeds[n] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    feeds = block_feeds(np.random.default_rng(5), 2, 5)
     np.testing.assert_allclose(prog.run(feeds, backend="numpy"), rc.evaluate(y, feeds, precision="float64"),
                                **golden.FLOAT32_TOLERANCE)
 
@@ -244,36 +229,16 @@ def test_the_fuzzer_command_line_takes_a_mesh(capsys):
     assert main(["--mesh", "dp=two"]) == 2
 
 
-def _fused_qkv_block(d=512, heads=8, hidden=2048):
-    """The GPT-2 block with one fused (D, 3D) q|k|v weight, sliced after the projection (as HF GPT-2)."""
-    x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
-    g1, b1, g2, b2 = (rc.input(n, (d,)) for n in ("g1", "b1", "g2", "b2"))
-    wqkv, wo = rc.input("wqkv", (d, 3 * d)), rc.input("wo", (d, d))
-    w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
-    qkv = rc.nn.layer_norm(x, g1, b1) @ wqkv
-
-    def split(t):
-        return t.reshape(("B", "T", heads, d // heads)).transpose(1, 2)
-
-    q, k, v = (split(qkv[..., i * d:(i + 1) * d]) for i in range(3))
-    x = x + rc.nn.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(("B", "T", d)) @ wo
-    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
-
-
 def test_a_fused_qkv_weight_is_split_by_heads_at_load_time():
     """GSPMD's natural annotation of a fused QKV weight costs 7 collective-permutes + 2 all-reduces,
     4,718,592 B per device; laying the weight out as three blocks split alike ("tp:3") keeps q, k and
     v local: the two all-reduces alone, 2,097,152 B."""
-    y = _fused_qkv_block()
+    y = gpt2_block(fused_qkv=True)
     prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
     assert prog.shardings["wqkv"] == (None, "tp:3") and prog.shardings["wo"] == ("tp", None)
     assert [(c.kind, c.axis) for c in prog.collectives] == [("AllReduceSum", "tp")] * 2
     assert sum(c.bytes_per_device for c in prog.collectives) == 2_097_152
-    rng = np.random.default_rng(7)
-    feeds = {"x": rng.standard_normal((2, 5, 512)).astype(np.float32), "wqkv": (rng.standard_normal((512, 1536)) * 0.02).astype(np.float32)}
-    feeds.update({n: np.ones(512, np.float32) for n in ("g1", "g2")} | {n: np.zeros(512, np.float32) for n in ("b1", "b2")})
-    for n, shape in (("wo", (512, 512)), ("w1", (512, 2048)), ("w2", (2048, 512))):
-        feeds[n] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    feeds = block_feeds(np.random.default_rng(7), 2, 5, fused_qkv=True)
     want = rc.evaluate(y, feeds, precision="float64")
     for backend in ("numpy", "emulator"):
         np.testing.assert_allclose(prog.run(feeds, backend=backend), want, **golden.FLOAT32_TOLERANCE)
