@@ -282,3 +282,10 @@ def test_the_script_parses(html, tmp_path):
 def test_dims_without_feeds_is_refused(program):
     with pytest.raises(rc.RefcompError, match="pass feeds too"):
         program.explorer(dims={"T": 8})
+
+
+def test_an_unwritable_path_is_a_refcomp_error(tmp_path):
+    import refcomp as rc
+    prog = rc.compile(rc.input("x", (4,)).exp(), cache=False)
+    with pytest.raises(rc.RefcompError, match="cannot write the explorer page"):
+        prog.explorer(tmp_path / "no" / "such" / "dir" / "page.html")

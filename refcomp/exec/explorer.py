@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import RefcompError
 from ..ops.draw import draw_graph, kernel_colour
 from .bindings import show_binding
 from .explorer_parts import (compiled_owners, esc, kernel_panel, memory_section, node_name, table, trace_section,
@@ -118,8 +119,16 @@ white boxes are inputs, or user nodes the search rewrote away; dashed edges read
 </body></html>
 """
     if path is not None:
-        Path(path).write_text(page, encoding="utf-8")
+        write_page(path, page)
     return page
+
+
+def write_page(path, page: str) -> None:
+    """Write an explorer page; a path that cannot be written is the user's to fix, said by name."""
+    try:
+        Path(path).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise RefcompError(f"cannot write the explorer page {str(path)!r}: {exc}") from exc
 
 
 def _computed(nodes) -> int:

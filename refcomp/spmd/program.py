@@ -125,8 +125,7 @@ class SpmdProgram:
         """One self-contained HTML page: the shardings and collectives (as `explain`), then each stage's
         explorer page (the per-device program), each in a frame of its own."""
         import html
-        from pathlib import Path
-        from ..exec.explorer import write_explorer
+        from ..exec.explorer import write_explorer, write_page
         frames = "".join(
             f'<h2>stage {k}: {len(st.program.kernels)} kernel(s) per device</h2><iframe class="rc-stage" '
             f'srcdoc="{html.escape(write_explorer(st.program), quote=True)}"></iframe>'
@@ -137,7 +136,7 @@ class SpmdProgram:
                 f'<h1>refcomp SPMD: one local program, {self.mesh.devices} devices</h1>'
                 f'<pre class="rc-shardings">{html.escape(self.explain())}</pre>{frames}</body></html>')
         if path is not None:
-            Path(path).write_text(page)
+            write_page(path, page)
         return page
 
     @property
