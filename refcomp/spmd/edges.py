@@ -25,8 +25,9 @@ from .views import axis_map, fits, mentions, ratio, starts, subs, unblocked
 
 class LocalEdges:
     """What Propagation knows of local dims and edges; it supplies `mesh`, `values` (global node id ->
-    its local value and sharding), `local_symbols`, `block_inputs`, `remaps` (a dict) and `completed` (a
-    value with its partial sums finished)."""
+    its local value and sharding), `local_symbols`, `block_inputs`, `remaps` (a dict), `shared` (a dict
+    that outlives one propagation: what depends on the global graph alone, shared by the candidates of
+    one sharding search) and `completed` (a value with its partial sums finished)."""
 
     # --- local dims ---------------------------------------------------------------------------
     def local_dim(self, n: Dim, entry: Optional[str], what: str) -> Dim:
@@ -206,38 +207,21 @@ class LocalEdges:
             have = None if j is None else v.spec[j]
             if have != target[d] and not (j is None and have is None):
                 return None
-        t = Tensor(Edge(v.node, ViewStack.of_buffer(v.node.shape)))
-        order = [j for j in mapping if j is not None]
-        dropped = [j for j in range(len(v.node.shape)) if j not in order]
-        t = t.reshape(tuple(n for j, n in enumerate(v.node.shape) if j not in dropped)) if dropped else t
-        kept = [j for j in range(len(v.node.shape)) if j not in dropped]
-        t = t.permute(*[kept.index(j) for j in order]) if order != sorted(order) else t
         local = self.local_shape(edge.shape, target, edge.node.label)
-        t = t.reshape(tuple(local[d] if j is not None else 1 for d, j in enumerate(mapping)))
-        return t.broadcast_to(local).edge
+        key = ("permuted", tuple(v.node.shape), tuple(mapping), local)
+        if key not in self.shared:  # the same local read recurs in every candidate the search prices
+            self.shared[key] = _permuted_views(tuple(v.node.shape), mapping, local)
+        return Edge(v.node, self.shared[key])
 
     def _broadcast_edge(self, edge: Edge, local: Node, target: Spec) -> Optional[Edge]:
         """A replicated source read along dims the target shards: fine where the edge only broadcasts
         along them (its index and mask ignore them): the same views, those dims at their local size."""
-        idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(edge.shape))]
-        flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, edge.shape)})
-        depends = sympy.sympify(flat).free_symbols | sympy.sympify(valid).free_symbols
-        sharded = [e for e, a in enumerate(target) if a is not None]
-        if any(idx[e] in depends for e in sharded):
-            return None
         local_shape = self.local_shape(edge.shape, target, edge.node.label)
-        if all(isinstance(edge.shape[e], sympy.Symbol) and not mentions(
-                tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]) for e in sharded):
-            return Edge(local, subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded}))
-        if len(edge.views.views) != 1:
-            return None
-        view = edge.views.views[0]
-        shape, mask = list(view.shape), list(view.ranges())
-        for e in sharded:
-            if not (dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], shape[e])):
-                return None
-            shape[e], mask[e] = local_shape[e], (0, local_shape[e])
-        return Edge(local, ViewStack((View(tuple(shape), view.strides, view.offset).with_mask(mask),)))
+        key = ("broadcast", edge, local_shape)  # the edge object itself: the memo keeps the global graph alive
+        if key not in self.shared:  # the same read recurs in every candidate the search prices
+            self.shared[key] = _broadcast_views(edge, target, local_shape)
+        views = self.shared[key]
+        return None if views is None else Edge(local, views)
 
     def _sliced_edge(self, edge: Edge, target: Spec, whole: Optional[Node] = None) -> Optional[Edge]:
         """A replicated float value read as a block of each target-split dim: rows picked by ids that
@@ -263,3 +247,39 @@ class LocalEdges:
             ids = make_node("Input", dtype="int32", name=name, shape=(self.local_dim(n, entry, edge.node.label),))
             t = t.index_select(e, Tensor(Edge(ids, ViewStack.of_buffer(ids.shape))))
         return t.edge
+
+
+def _permuted_views(shape: tuple, mapping: Sequence[Optional[int]], local: tuple) -> ViewStack:
+    """The views that read a local buffer of `shape` as `local`: dim d of the result reads source dim
+    mapping[d] whole, or broadcasts (None); source dims of size 1 that no dim reads are dropped."""
+    t = Tensor(Edge(make_node("Input", dtype="float32", name="__local", shape=shape), ViewStack.of_buffer(shape)))
+    order = [j for j in mapping if j is not None]
+    dropped = [j for j in range(len(shape)) if j not in order]
+    t = t.reshape(tuple(n for j, n in enumerate(shape) if j not in dropped)) if dropped else t
+    kept = [j for j in range(len(shape)) if j not in dropped]
+    t = t.permute(*[kept.index(j) for j in order]) if order != sorted(order) else t
+    t = t.reshape(tuple(local[d] if j is not None else 1 for d, j in enumerate(mapping)))
+    return t.broadcast_to(local).edge.views
+
+
+def _broadcast_views(edge: Edge, target: Spec, local_shape: tuple) -> Optional[ViewStack]:
+    """LocalEdges._broadcast_edge's views: the edge's own, its target-split dims at their local size;
+    None where its index or mask depends on one of those dims."""
+    sharded = [e for e, a in enumerate(target) if a is not None]
+    idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(edge.shape))]
+    flat, valid = index_of(edge.views, idx, {i: n for i, n in zip(idx, edge.shape)})
+    depends = sympy.sympify(flat).free_symbols | sympy.sympify(valid).free_symbols
+    if any(idx[e] in depends for e in sharded):
+        return None
+    if all(isinstance(edge.shape[e], sympy.Symbol) and not mentions(
+            tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]) for e in sharded):
+        return subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded})
+    if len(edge.views.views) != 1:
+        return None
+    view = edge.views.views[0]
+    shape, mask = list(view.shape), list(view.ranges())
+    for e in sharded:
+        if not (dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], shape[e])):
+            return None
+        shape[e], mask[e] = local_shape[e], (0, local_shape[e])
+    return ViewStack((View(tuple(shape), view.strides, view.offset).with_mask(mask),))

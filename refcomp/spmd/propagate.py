@@ -67,8 +67,10 @@ class _Value:
 
 
 class Propagation(LocalEdges):
-    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], flexible: frozenset = frozenset()):
+    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], flexible: frozenset = frozenset(),
+                 shared: Optional[dict] = None):
         self.mesh, self.input_specs = mesh, input_specs
+        self.shared = {} if shared is None else shared
         self.flexible = set(flexible)  # weights that take the layout their first reader needs (see _adopt)
         self.read: set[int] = set()
         self.reduced: dict[int, str] = {}  # node id -> the collective that completed its partial value
@@ -226,10 +228,12 @@ class Propagation(LocalEdges):
         return local, spec
 
 
-def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], flexible=frozenset()) -> LocalGraph:
+def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], flexible=frozenset(),
+              shared: Optional[dict] = None) -> LocalGraph:
     """The local graph of `edges` (the global outputs) on `mesh`, inputs sharded as `input_specs`;
-    inputs named in `flexible` take the layout their first reader needs."""
-    p = Propagation(mesh, dict(input_specs), frozenset(flexible))
+    inputs named in `flexible` take the layout their first reader needs. `shared` memoises, across the
+    propagations of one graph, what depends on that graph alone (the sharding search passes one)."""
+    p = Propagation(mesh, dict(input_specs), frozenset(flexible), shared)
     for node in toposort([e.node for e in edges]):
         p.visit(node)
     outputs, specs = zip(*(p.output(e) for e in edges)) if edges else ((), ())

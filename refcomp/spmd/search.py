@@ -48,22 +48,27 @@ def _options(node: Node, mesh: Mesh, data_axes: frozenset = frozenset()) -> list
     return options
 
 
-def price(edges: Sequence[Edge], mesh: Mesh, specs: dict, hint: Mapping[str, int], flexible=frozenset()):
+def price(edges: Sequence[Edge], mesh: Mesh, specs: dict, hint: Mapping[str, int], flexible=frozenset(),
+          shared: Optional[dict] = None):
     """(seconds per step on the mesh under the model: collectives plus one device's work, and every
-    input's sharding, the flexible ones as their first readers laid them out)."""
+    input's sharding, the flexible ones as their first readers laid them out). `shared`: see propagate."""
     try:
-        local = propagate(edges, mesh, specs, flexible)
+        local = propagate(edges, mesh, specs, flexible, shared)
     except ShapeError:
         return float("inf"), specs
     local_hint = dict(hint)
     for name, (g, axis) in local.local_symbols.items():
         local_hint[name] = max(1, local_hint.get(g, DEFAULT_DIM) // mesh.sizes[axis])
+    sizes: dict = {}
 
     def nbytes(node: Node) -> int:
-        count = 1
-        for n in node.shape:
-            count *= evaluate_dim(n, {**{s.name: DEFAULT_DIM for s in getattr(n, "free_symbols", ())}, **local_hint})
-        return count * DTYPES[node.dtype].itemsize
+        key = (node.shape, node.dtype)
+        if key not in sizes:
+            count = 1
+            for n in node.shape:
+                count *= evaluate_dim(n, {**{s.name: DEFAULT_DIM for s in getattr(n, "free_symbols", ())}, **local_hint})
+            sizes[key] = count * DTYPES[node.dtype].itemsize
+        return sizes[key]
 
     roots = [e.node for e in local.outputs] + [c.src for c in local.collectives]
     busy = 0.0
@@ -83,7 +88,8 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
     hint = dict(dims_hint or {})
     names = [n.attrs["name"] for n in free]
     chosen: dict = dict(specs)  # a free weight absent from `chosen` is flexible: its first reader lays it out
-    best, layout = price_of(edges, mesh, chosen, hint, frozenset(names))
+    shared: dict = {}  # what the propagations of this graph have in common (see propagate)
+    best, layout = price_of(edges, mesh, chosen, hint, frozenset(names), shared)
     order = _first_use(edges, free)
     data_axes = frozenset(a for spec in specs.values() for a in spec if a is not None)
     memo: dict = {}
@@ -91,7 +97,7 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
     def price(edges, mesh, trial, hint, flexible):  # each assignment is propagated once
         key = frozenset(trial.items())
         if key not in memo:
-            memo[key] = price_of(edges, mesh, trial, hint, flexible)
+            memo[key] = price_of(edges, mesh, trial, hint, flexible, shared)
         return memo[key]
 
     for _ in range(MAX_SWEEPS):
