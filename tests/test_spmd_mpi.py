@@ -32,14 +32,22 @@ SCRIPT = textwrap.dedent('''
 
 
     def build(case):
+        if case == "exchange":  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
+            a, r = rc.input("a", (8, 16, 32), sharding=(None, None, "tp")), rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
+            w = rc.input("w", (32, 32), sharding=("tp", None))
+            y = rc.shard(((a @ w) + r).gelu(), (None, None, "tp"))
+            return y, rc.spmd.compile(y, rc.Mesh({"tp": 4}))
         x = rc.input("x", ("B", "T", 64), sharding=("dp", None, None))
         w1, w2 = rc.input("w1", (64, 256)), rc.input("w2", (256, 64))
         y = (x @ w1).gelu() @ w2
         return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 128})  # the search is on
 
 
-    def feeds():
+    def feeds(case="megatron"):
         rng = np.random.default_rng(7)
+        if case == "exchange":
+            return {name: rng.standard_normal(shape).astype(np.float32)
+                    for name, shape in (("a", (8, 16, 32)), ("r", (8, 16, 32)), ("w", (32, 32)))}
         return {"x": rng.standard_normal((8, 3, 64)).astype(np.float32),
                 "w1": (rng.standard_normal((64, 256)) * 0.1).astype(np.float32),
                 "w2": (rng.standard_normal((256, 64)) * 0.1).astype(np.float32)}
@@ -49,7 +57,7 @@ SCRIPT = textwrap.dedent('''
         case, out, device = (sys.argv[1:] + ["emulator"])[:3]
         _, prog = build(case)
         try:
-            got = prog.run(feeds(), backend="mpi", device_backend=device)
+            got = prog.run(feeds(case), backend="mpi", device_backend=device)
         except rc.RefcompError as e:
             print(f"RefcompError: {e}", flush=True)
             sys.exit(3)
@@ -87,12 +95,14 @@ def _mpirun(n: int, *args) -> subprocess.CompletedProcess:
 
 
 @needs_mpi
-@pytest.mark.parametrize("case", ["megatron", "tensor_parallel", "data_parallel"])
+@pytest.mark.parametrize("case", ["megatron", "tensor_parallel", "data_parallel", "exchange"])
 def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, tmp_path):
     path, script = _script(tmp_path)
     y, prog = script.build(case)
-    feeds = script.feeds()
-    if case != "data_parallel":  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
+    feeds = script.feeds(case)
+    if case == "exchange":  # blocks move between ranks: each rank must get its own part, in rank order
+        assert [c.kind for c in prog.collectives] == ["ReduceScatter", "AllToAll"]
+    elif case != "data_parallel":  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
         assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["ReduceScatter"]
     else:
         assert prog.collectives == []

@@ -3,7 +3,8 @@ random, run on the simulated mesh, and compared with the single-device reference
 
 The binding gives every symbol a multiple of each mesh axis, so random shardings of symbolic dims
 divide; int dims are split only where they divide. The graphs' own propagation paths (views, reduces
-over split dims, partial sums, gathers) are what is exercised.
+over split dims, partial sums, gathers) are what is exercised, and half the outputs are laid out at
+random with rc.shard, so that values move between layouts (all-to-alls, reduce-scatters in the graph).
 """
 from __future__ import annotations
 
@@ -59,16 +60,23 @@ def check_sharded(count: int, seed: int, mesh, backend: str = "numpy") -> Sharde
             continue
         specs = {spec.name: random_spec(rng, tuple(spec.shape), binding, mesh) for spec in g.inputs}
         result.sharded_inputs += sum(any(a is not None for a in s) for s in specs.values())
+        laid = {}  # half the outputs laid out at random (rc.shard): the moves between layouts are exercised
+        for key, tensor in outputs.items():
+            if tensor.shape and rng.random() < 0.5:
+                laid[key] = random_spec(rng, tuple(tensor.shape), binding, mesh)
+                outputs[key] = rc.shard(tensor, laid[key])
         try:
             prog = rc.spmd.compile(outputs, mesh, shardings=specs, search=False)
             got = prog.run(feeds, backend=backend, dims=binding)
         except RefcompError as exc:
-            result.mismatches.append(f"graph {seed}:{index} with {specs} raised {type(exc).__name__}: {exc}\n{g.code()}")
+            result.mismatches.append(f"graph {seed}:{index} with {specs}, outputs laid out {laid}, raised "
+                                     f"{type(exc).__name__}: {exc}\n{g.code()}")
             continue
         result.collectives.update(c.kind for c in prog.collectives)
         for key, tensor in outputs.items():
             result.compared += 1
             message = compare(got[key], want64[key], want32[key], storage_of(tensor))
             if message is not None:
-                result.mismatches.append(f"graph {seed}:{index} output {key} with {specs}: {message}\n{g.code()}")
+                result.mismatches.append(f"graph {seed}:{index} output {key} with {specs}, outputs laid out {laid}: "
+                                         f"{message}\n{g.code()}")
     return result

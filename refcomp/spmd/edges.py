@@ -210,7 +210,7 @@ class LocalEdges:
         local = self.local_shape(edge.shape, target, edge.node.label)
         key = ("permuted", tuple(v.node.shape), tuple(mapping), local)
         if key not in self.shared:  # the same local read recurs in every candidate the search prices
-            self.shared[key] = _permuted_views(tuple(v.node.shape), mapping, local)
+            self.shared[key] = permuted_views(tuple(v.node.shape), mapping, local)
         return Edge(v.node, self.shared[key])
 
     def _broadcast_edge(self, edge: Edge, local: Node, target: Spec) -> Optional[Edge]:
@@ -249,7 +249,7 @@ class LocalEdges:
         return t.edge
 
 
-def _permuted_views(shape: tuple, mapping: Sequence[Optional[int]], local: tuple) -> ViewStack:
+def permuted_views(shape: tuple, mapping: Sequence[Optional[int]], local: tuple) -> ViewStack:
     """The views that read a local buffer of `shape` as `local`: dim d of the result reads source dim
     mapping[d] whole, or broadcasts (None); source dims of size 1 that no dim reads are dropped."""
     t = Tensor(Edge(make_node("Input", dtype="float32", name="__local", shape=shape), ViewStack.of_buffer(shape)))

@@ -57,7 +57,7 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
     rank = comm.Get_rank()
     if device_backend == "pycuda":  # one GPU per process on each node: pycuda.autoinit reads CUDA_DEVICE
         os.environ.setdefault("CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))
-    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim) for c in local.collectives], len(prog.stages)))
+    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim, c.dim2) for c in local.collectives], len(prog.stages)))
     plans = comm.allgather(plan)  # a rank that compiled another plan would deadlock or mix up blocks
     if any(p != plans[0] for p in plans):
         other = next(r for r, p in enumerate(plans) if p != plans[0])
@@ -77,7 +77,7 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
             if prog._stage_of[c.src.id] == s:
                 comm_axis, position = groups[c.axis]
                 inputs = _allgather(comm_axis, held[source_name(c)])
-                held[c.name] = COLLECTIVES[c.kind].numpy(inputs, c.dim, 0)[position]
+                held[c.name] = COLLECTIVES[c.kind].numpy(inputs, c.dim, c.dim2)[position]
     shards = [_allgather(comm, held[f"__out{k}"]) for k in range(len(prog.tensors))]
     everyone = [{f"__out{k}": shards[k][d] for k in range(len(shards))} for d in range(mesh.devices)]
     return prog._rebuild([prog._assemble(k, everyone, bindings) for k in range(len(prog.tensors))])

@@ -217,7 +217,7 @@ class SpmdProgram:
         """Perform one collective on the host, group by group (devices differing only in c.axis)."""
         for group in self.mesh.groups(c.axis):
             inputs = [np.asarray(held[d][source_name(c)]) for d in group]
-            for d, result in zip(group, COLLECTIVES[c.kind].numpy(inputs, c.dim, 0)):
+            for d, result in zip(group, COLLECTIVES[c.kind].numpy(inputs, c.dim, c.dim2)):
                 held[d][c.name] = result
 
     def _assemble(self, k: int, held, bindings) -> np.ndarray:

@@ -27,7 +27,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from ..ops.tensor import Tensor
 from ..symbolic.view import ViewStack
-from .edges import LocalEdges
+from .edges import LocalEdges, permuted_views
 from .mesh import Mesh, Spec, split_entry
 
 REDUCE_KIND = {"SumReduce": "AllReduceSum", "MaxReduce": "AllReduceMax"}
@@ -44,6 +44,7 @@ class CollectiveStep:
     name: str
     dim: int = 0
     of: Optional[Node] = None  # the global node it completes or gathers, for reports
+    dim2: int = 0  # AllToAll: the dim each device concatenates what it receives along (`dim`: the one split)
 
 
 @dataclass
@@ -75,15 +76,16 @@ class Propagation(LocalEdges):
         self.read: set[int] = set()
         self.reduced: dict[int, str] = {}  # node id -> the collective that completed its partial value
         self.remaps: dict = {}  # LocalEdges._remap's memo
+        self.exchanges: dict = {}  # (global node id, old dim, new dim) -> its AllToAll's result
         self.block_inputs: dict[str, tuple] = {}  # "__block_tp_512" -> ("tp", 512): per-device ids the runner feeds
         self.values: dict[int, _Value] = {}
         self.collectives: list[CollectiveStep] = []
         self.local_symbols: dict[str, tuple[str, str]] = {}
 
-    def _collective(self, kind: str, axis: str, src: Node, shape, of: Node, dim: int = 0) -> Node:
+    def _collective(self, kind: str, axis: str, src: Node, shape, of: Node, dim: int = 0, dim2: int = 0) -> Node:
         name = f"__c{len(self.collectives)}"
         result = make_node("Input", dtype=src.dtype, name=name, shape=tuple(shape))
-        self.collectives.append(CollectiveStep(kind, axis, src, name, dim, of))
+        self.collectives.append(CollectiveStep(kind, axis, src, name, dim, of, dim2))
         return result
 
     def completed(self, node: Node) -> _Value:
@@ -157,7 +159,8 @@ class Propagation(LocalEdges):
         target = tuple(target)
         if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None:  # rc.shard: the user says
             target = self.mesh.check_spec(node.attrs["sharding"], len(node.shape), f"rc.shard of {node.label}")
-        edges = [self.local_edge(e, target) or self._adopt(e, target) or self._sliced_edge(e, target) for e in node.srcs]
+        edges = [self._scattered(e, target) or self.local_edge(e, target) or self._adopt(e, target)
+                 or self._sliced_edge(e, target) or self._exchanged(e, target) for e in node.srcs]
         if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None and edges[0] is None:
             whole = self.replicated(node.srcs[0].node)  # laid out otherwise: gathered whole, then each device's block
             edges = [self._sliced_edge(node.srcs[0], target, whole)]
@@ -166,6 +169,54 @@ class Propagation(LocalEdges):
             target = (None,) * len(node.shape)
             edges = [Edge(self.replicated(e.node), e.views) for e in node.srcs]
         self.values[node.id] = _Value(make_node(node.op.name, tuple(edges), **node.attrs), target)
+
+    def _scattered(self, edge: Edge, target: Spec) -> Optional[Edge]:
+        """Partial sums over mesh axis X read by a node that splits one of their dims over X: a
+        ReduceScatter along that dim leaves each device the block it reads, for half the traffic of
+        the all-reduce that would complete the sum everywhere (a reader that needs it whole later
+        gathers the blocks: an all-reduce's traffic in all)."""
+        v, mapping = self.values[edge.node.id], self.axis_map(edge)
+        if v.partial != "AllReduceSum" or mapping is None:
+            return None
+        wanted = [j for d, j in enumerate(mapping) if j is not None and target[d] == v.partial_axis]
+        if not wanted or v.spec[wanted[0]] is not None or not self.divides(edge.node.shape[wanted[0]], v.partial_axis):
+            return None
+        k = wanted[0]
+        shape = list(v.node.shape)
+        shape[k] = self.local_dim(edge.node.shape[k], v.partial_axis, edge.node.label)
+        self.reduced[edge.node.id] = f"ReduceScatter over {v.partial_axis}"
+        done = self._collective("ReduceScatter", v.partial_axis, v.node, shape, edge.node, k)
+        self.values[edge.node.id] = _Value(done, v.spec[:k] + (v.partial_axis,) + v.spec[k + 1:])
+        return self.local_edge(edge, target)
+
+    def _exchanged(self, edge: Edge, target: Spec) -> Optional[Edge]:
+        """A value split over mesh axis X along one dim, read by a node that splits another of its dims
+        over X: an AllToAll moves the split (each device sends part i of the new dim to device i and
+        concatenates what it receives along the old one), (n-1)/n of one block per device, where
+        gathering the value would send n-1 blocks."""
+        v, mapping = self.completed(edge.node), self.axis_map(edge)
+        if mapping is None:
+            return None
+        want: list = [None] * len(v.spec)
+        for d, j in enumerate(mapping):
+            if j is not None:
+                want[j] = target[d]
+        moved = [j for j in range(len(want)) if want[j] != v.spec[j]]
+        if len(moved) != 2:
+            return None
+        old, new = sorted(moved, key=lambda j: want[j] is not None)  # old: split now, unsplit wanted
+        axis = v.spec[old]
+        if (axis is None or want[old] is not None or want[new] != axis or v.spec[new] is not None
+                or split_entry(axis)[1] != 1 or not self.divides(edge.node.shape[new], axis)):
+            return None
+        key = (edge.node.id, old, new)
+        if key not in self.exchanges:  # one AllToAll per value and move, however many read it so
+            shape = list(v.node.shape)
+            shape[old], shape[new] = edge.node.shape[old], self.local_dim(edge.node.shape[new], axis, edge.node.label)
+            self.exchanges[key] = self._collective("AllToAll", axis, v.node, shape, edge.node, new, old)
+        exchanged = self.exchanges[key]
+        local = self.local_shape(edge.shape, target, edge.node.label)
+        return Edge(exchanged, permuted_views(tuple(exchanged.shape), mapping, local))
 
     def _scatter_partial_output(self, edge: Edge) -> None:
         """An output left as partial sums needs no device to hold the whole sum: a ReduceScatter (half an
