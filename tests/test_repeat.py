@@ -96,3 +96,36 @@ def test_stacked_gpt2_blocks_get_one_blocks_schedule_and_match_numpy():
         want = numpy_block(want, w)
     got = three.run(feeds, dims={"B": 2, "T": 7}, backend="emulator")
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=5e-4)
+
+
+def test_each_layers_kernels_are_the_first_layers_relabelled_exactly(monkeypatch):
+    """program_for_schedule generates a repeated layer's kernel once and relabels it for the other
+    copies: every kernel must equal what code generation gives for its own group, byte for byte."""
+    import refcomp.exec.program as program
+    from refcomp.codegen.lower import kernel_for_group, kernel_name
+    from refcomp.search.fusion import group_params
+    generated = []
+    monkeypatch.setattr(program, "kernel_for_group", lambda *a, **k: generated.append(a[0]) or kernel_for_group(*a, **k))
+    prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
+    assert len(generated) < len(prog.kernels) / 2, generated  # the other two blocks were relabelled
+    result, sched = prog.search, prog.search.schedule
+    for k, (kernel, group) in enumerate(zip(prog.kernels, result.groups)):
+        fresh = kernel_for_group(kernel_name(k, group.members + (group.root,)), group, result.graph.names,
+                                 lambda n: n.id in sched.inline, group_params(sched, group))
+        assert kernel.source == fresh.source, kernel.name
+        assert (kernel.output, kernel.nodes, kernel.reads, kernel.signature) == (fresh.output, fresh.nodes, fresh.reads,
+                                                                                 fresh.signature), kernel.name
+
+
+def test_no_kernel_recomputes_through_two_layer_boundaries():
+    """Inlining every residual add (one tied move) would make layer k recompute the residual stream of
+    all k layers before it: group_of refuses a kernel holding two layer boundaries."""
+    from refcomp.search.fusion import group_of
+    from refcomp.search.schedule import Schedule
+    graph = graph_of(residual_stack([16, 16, 16, 16]))
+    ends = [n for n in graph.nodes if n.id in graph.copies.boundaries]
+    assert len(ends) == 4 and all(n.op.name == "Add" for n in ends)
+    one = Schedule().decide(inline={ends[0].id})
+    two = Schedule().decide(inline={ends[0].id, ends[1].id})
+    assert group_of(graph, one, ends[1]) is not None  # across one boundary: fine
+    assert group_of(graph, two, ends[2]) is None

@@ -6,6 +6,7 @@ a freshly written, densely packed buffer.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
@@ -62,6 +63,7 @@ class Group:
     members: tuple[Node, ...]  # fused nodes computed inside this kernel, producers first
     reads: tuple[Node, ...]  # nodes whose buffers it reads
     kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
+    recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
 
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
@@ -108,3 +110,22 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
     if group.kind == "gather":
         return gather_kernel(name, root, names)
     return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK))
+
+
+def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: ProgramNames) -> Optional[Kernel]:
+    """The kernel of `group` made from `kernel`, the kernel of `like`: a group of the same structure
+    under the same parameters (the same layer of a repeated model), whose code differs only in the
+    kernel's name and the node labels its comments show. None when the two groups' nodes do not come
+    in the same program order (the comments list them in it): then `group` is generated afresh."""
+    pairs = list(zip(like.members + (like.root,) + like.reads, group.members + (group.root,) + group.reads))
+    copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
+    if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
+        return None
+    node = {a.id: b for a, b in pairs}
+    labels = {names.label(a): names.label(b) for a, b in pairs if a.id != b.id}
+    labels[kernel.name] = name
+    pattern = re.compile(r"(?<![\w#])(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")(?![\w#])")
+    source = pattern.sub(lambda m: labels[m.group(1)], kernel.source)
+    return replace(kernel, name=name, output=node[kernel.output.id], nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
+                   reads=tuple(node[n.id] for n in kernel.reads), signature=replace(kernel.signature, name=name),
+                   source=source)

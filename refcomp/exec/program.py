@@ -14,13 +14,14 @@ import numpy as np
 
 from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, prelude
-from ..codegen.lower import kernel_for_group, kernel_name
+from ..codegen.lower import kernel_for_group, kernel_name, relabelled
 from ..codegen.memory import MemoryPlan, plan_memory
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..search.explain import cost_table, explain
+from ..search.evaluate import group_structure
 from ..search.fusion import group_params
 from ..search.cost import H200, KernelCost, kernel_cost
 from ..search.search import unfused_costs, with_schedule
@@ -51,8 +52,13 @@ class Program:
         if costs is None:
             costs, cost_bindings = unfused_costs(output_nodes)
         profile = search.profile if search is not None else H200
+        priced: dict = {}  # relabelled kernels (program_for_schedule) share their plan: priced once
         for kernel, cost in zip(kernels, costs):  # the graph's estimate, refined from the kernel's own accesses
-            kernel.cost = kernel_cost(kernel, cost, cost_bindings, profile)
+            key = (id(kernel.plan), kernel.plan is None or kernel.launch, cost,
+                   tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)))
+            if kernel.plan is None or key not in priced:
+                priced[key] = kernel_cost(kernel, cost, cost_bindings, profile)
+            kernel.cost = priced[key]
         self.cost_bindings = dict(cost_bindings)
         self.saved_explain: Optional[str] = None  # what explain() said when a loaded program was saved
         self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
@@ -241,10 +247,20 @@ def load_program(path, outputs=None) -> Program:
 
 
 def program_for_schedule(outputs, result, schedule) -> Program:
-    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
+    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate).
+    A kernel of the same structure, parameters and user calls as an earlier one (the same layer of a
+    repeated model) is that kernel relabelled, not generated again: N blocks cost one block's codegen."""
     result = with_schedule(result, schedule)
-    groups = result.groups
+    names = result.graph.names
     fused = lambda node: node.id in schedule.inline
-    kernels = [kernel_for_group(kernel_name(k, g.members + (g.root,)), g, result.graph.names, fused, group_params(schedule, g))
-               for k, g in enumerate(groups)]
+    kernels, first = [], {}
+    for k, g in enumerate(result.groups):
+        name = kernel_name(k, g.members + (g.root,))
+        key = (group_structure(g, schedule), tuple(schedule.kernel_params(g.root.id, g.kind).items()),
+               tuple(n.origin for n in g.members + (g.root,)))
+        kernel = relabelled(first[key][0], first[key][1], g, name, names) if key in first else None
+        if kernel is None:
+            kernel = kernel_for_group(name, g, names, fused, group_params(schedule, g))
+            first.setdefault(key, (kernel, g))
+        kernels.append(kernel)
     return Program(outputs, kernels, result.graph.output_nodes, search=result)

@@ -97,6 +97,8 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
                         return None
             else:
                 reads[s.id] = s
+    if sum(1 for n in members if n in graph.copies.boundaries) > 1:
+        return None  # recomputing through two layer boundaries (search/repeat.py)
     ordered = tuple(sorted(members.values(), key=lambda n: graph.position[n.id]))
     everything = ordered + (root,)
     mm = [n for n in everything if n.id in sched.matmul and n.id not in sched.streamed]
@@ -118,9 +120,12 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = None  # only the matmul template computes prologue reductions
     unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
     bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
-    if kind is None or bad_reduce or _recomputations(root, ordered, members, unrolled) > MAX_PATH_COPIES:
+    if kind is None or bad_reduce:
         return None
-    return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind)
+    recomputed = _recomputations(root, ordered, members, unrolled)
+    if recomputed > MAX_PATH_COPIES:
+        return None
+    return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind, recomputed)
 
 
 def group_params(sched: Schedule, group: Group) -> dict:
@@ -371,8 +376,6 @@ def check_group(sched: Schedule, group: Group, builds: Callable[[Group], bool]) 
     generation accepts them: `builds(group)` asks it (the search caches the built kernel, which it
     also prices)."""
     templated = group.kind in ("row", "matmul") or (group.kind == "reduce" and group.root.op.kind != REDUCE)
-    unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
-    members = {n.id: n for n in group.members}
-    if not templated and _recomputations(group.root, group.members, members, unrolled) <= MAX_INLINED_VALUES:
+    if not templated and group.recomputed <= MAX_INLINED_VALUES:
         return True
     return builds(group)

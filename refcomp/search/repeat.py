@@ -14,6 +14,12 @@ node of every copy where the rule applies (a tied move), priced as one move. A t
 therefore costs about one block's moves, and every block ends with the same schedule instead of
 whichever local optimum the budget left it in. Small segments (an MLP's relu, a CNN's pooling) are
 not tied: their copies sit in different contexts and may deserve different schedules.
+
+A kernel may recompute across one layer boundary (the residual add ending a repeated segment) but
+not two (`fusion.group_of`): a tied move that inlined every residual add would make layer k's kernel
+recompute the residual stream of all k layers before it, a chain that grows with depth. No such
+kernel ever pays, but each depth is a new kernel to build and price, which made a 12-block search
+cost far more than 12 times one block's.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ class Copies:
 
     twins: dict[int, tuple[Node, ...]] = field(default_factory=dict)
     copied: frozenset = frozenset()
+    boundaries: frozenset = frozenset()  # the last node of every repeated segment (a residual add)
 
     def of(self, node: Node) -> tuple[Node, ...]:
         return self.twins.get(node.id, ())
@@ -98,10 +105,12 @@ def find_copies(nodes: list[Node], position: dict[int, int], consumers: dict[int
             classes.setdefault(segment_key(seg), []).append(seg)
     twins: dict[int, tuple[Node, ...]] = {}
     copied: set[int] = set()
+    boundaries: set[int] = set()
     for first, *others in classes.values():
         if not others:
             continue
         for k, n in enumerate(first):
             twins[n.id] = tuple(seg[k] for seg in others)
         copied.update(n.id for seg in others for n in seg)
-    return Copies(twins, frozenset(copied))
+        boundaries.update(seg[-1].id for seg in [first, *others])
+    return Copies(twins, frozenset(copied), frozenset(boundaries))
