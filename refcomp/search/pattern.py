@@ -190,6 +190,10 @@ class Rule:
         to = self.replacement if isinstance(self.replacement, Pattern) else (self.replacement.__doc__ or "").strip()
         return f"{self.pattern} -> {to}"
 
+    def matches(self, node: Node, ctx: Context) -> bool:
+        """Whether the pattern matches `node` (the replacement may still decline), building nothing."""
+        return self.pattern.bind_node(node, {}, ctx) is not None
+
     def rewrite(self, node: Node, ctx: Context) -> Optional[Edge]:
         """The edge that replaces `node`, or None when the rule does not match it."""
         bound = self.pattern.bind_node(node, {}, ctx)

@@ -71,9 +71,14 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
     prices = {} if prices is None else prices
     for _ in range(20):
         changed = False
+        nodes, ctx = None, None
         for rule in ALGEBRA:
-            ctx = _context(edges)
+            if nodes is None:
+                nodes, ctx = toposort([e.node for e in edges]), _context(edges)
+            if not any(rule.matches(n, ctx) for n in nodes):
+                continue  # (exact: with no match in the graph as it is, a rebuild would change nothing)
             edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
+            nodes = None
             if count:
                 changed = True
                 trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile, prices)))
