@@ -28,15 +28,16 @@ SCRIPT = textwrap.dedent('''
 
     import refcomp as rc
 
-    MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4}}
+    MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4},
+              "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2}}
 
 
     def build(case):
-        if case == "exchange":  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
+        if case.startswith("exchange"):  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
             a, r = rc.input("a", (8, 16, 32), sharding=(None, None, "tp")), rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
             w = rc.input("w", (32, 32), sharding=("tp", None))
             y = rc.shard(((a @ w) + r).gelu(), (None, None, "tp"))
-            return y, rc.spmd.compile(y, rc.Mesh({"tp": 4}))
+            return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]))
         x = rc.input("x", ("B", "T", 64), sharding=("dp", None, None))
         w1, w2 = rc.input("w1", (64, 256)), rc.input("w2", (256, 64))
         y = (x @ w1).gelu() @ w2
@@ -45,7 +46,7 @@ SCRIPT = textwrap.dedent('''
 
     def feeds(case="megatron"):
         rng = np.random.default_rng(7)
-        if case == "exchange":
+        if case.startswith("exchange"):
             return {name: rng.standard_normal(shape).astype(np.float32)
                     for name, shape in (("a", (8, 16, 32)), ("r", (8, 16, 32)), ("w", (32, 32)))}
         return {"x": rng.standard_normal((8, 3, 64)).astype(np.float32),

@@ -12,6 +12,8 @@ implementation picks, so `Allreduce` could differ from the simulated mesh in the
 price: each device receives the (n-1) other arrays whole and holds n of them, where a ring
 all-reduce sends 2(n-1)/n of one array; for the 2-8 device groups here that is at most 4x the bytes.
 
+With `collectives="nccl"` the collectives run on the GPUs through NCCL instead (spmd/nccl.py).
+
 mpi4py is imported inside the functions, so refcomp imports without it.
 """
 from __future__ import annotations
@@ -49,9 +51,15 @@ def world(devices: int):
     return comm
 
 
-def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, device_backend: str = "emulator"):
+def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, device_backend: str = "emulator",
+        collectives: str = "mpi"):
     """This rank's part of `prog.run(feeds, backend="mpi")`: global feeds in, global outputs out
-    (assembled on every rank)."""
+    (assembled on every rank). `collectives="nccl"` (with device_backend="pycuda") performs the
+    collectives with NCCL on the GPUs (spmd/nccl.py) instead of over MPI."""
+    if collectives not in ("mpi", "nccl"):
+        raise RefcompError(f"collectives={collectives!r}: use 'mpi' or 'nccl'")
+    if collectives == "nccl" and device_backend != "pycuda":
+        raise RefcompError("collectives='nccl' moves GPU memory: it needs device_backend='pycuda'")
     mesh, local = prog.mesh, prog.local
     comm = world(mesh.devices)
     rank = comm.Get_rank()
@@ -67,6 +75,7 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
     coord = mesh.coordinates()[rank]
     held = prog._device_feeds(arrays, coord, bindings)
     groups = {axis: _group(comm, mesh, axis, rank) for axis in sorted({c.axis for c in local.collectives})}
+    nccl = _nccl_groups(mesh, groups) if collectives == "nccl" else {}
     for s, stage in enumerate(prog.stages):
         if stage.program is not None:
             syms = stage.program._symbols
@@ -74,7 +83,9 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
                                         backend=device_backend, dims={k: v for k, v in bindings.items() if k in syms})
             held.update(zip(stage.outputs, results))
         for c in local.collectives:
-            if prog._stage_of[c.src.id] == s:
+            if prog._stage_of[c.src.id] == s and c.axis in nccl:
+                held[c.name] = nccl[c.axis].perform(c.kind, held[source_name(c)], c.dim, c.dim2)
+            elif prog._stage_of[c.src.id] == s:
                 comm_axis, position = groups[c.axis]
                 inputs = _allgather(comm_axis, held[source_name(c)])
                 held[c.name] = COLLECTIVES[c.kind].numpy(inputs, c.dim, c.dim2)[position]
@@ -95,6 +106,20 @@ def _group(comm, mesh, axis: str, rank: int):
         position = members.index(rank)
         _GROUPS[mesh, axis] = comm.Split(color=color, key=position), position
     return _GROUPS[mesh, axis]
+
+
+_NCCL: dict = {}  # (mesh, axis) -> its NCCL communicator, made once per process
+
+
+def _nccl_groups(mesh, groups: dict) -> dict:
+    """An NCCL communicator for each mesh axis a collective runs over, on this rank's GPU (made in
+    the same sorted order on every rank: ncclCommInitRank is collective over the group)."""
+    import pycuda.autoinit  # noqa: F401 - the CUDA context NCCL runs in (CUDA_DEVICE: this rank's GPU)
+    from .nccl import GroupComm
+    for axis, (mpi_group, position) in sorted(groups.items()):
+        if (mesh, axis) not in _NCCL:
+            _NCCL[mesh, axis] = GroupComm(mpi_group, position)
+    return {axis: _NCCL[mesh, axis] for axis in groups}
 
 
 def _allgather(comm, array) -> list[np.ndarray]:

@@ -181,13 +181,14 @@ class SpmdProgram:
         return np.array(out, order="C")  # a copy, 0-d arrays kept 0-d
 
     def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None,
-            device_backend: str = "emulator"):
+            device_backend: str = "emulator", collectives: str = "mpi"):
         """backend="mpi": this process is one device of the mesh, its MPI rank (launched by `mpirun -n
-        <devices>`), running each stage on `device_backend` (refcomp/spmd/mpi.py). Any other backend:
-        every device, one after another, in this process."""
+        <devices>`), running each stage on `device_backend` (refcomp/spmd/mpi.py), the collectives over
+        MPI or, with collectives="nccl" on GPUs, through NCCL (spmd/nccl.py). Any other backend: every
+        device, one after another, in this process."""
         if backend == "mpi":
             from .mpi import run as run_mpi
-            return run_mpi(self, feeds, dims, device_backend)
+            return run_mpi(self, feeds, dims, device_backend, collectives)
         arrays, bindings = self._bindings(feeds, dims)
         coords = self.mesh.coordinates()
         held = [self._device_feeds(arrays, c, bindings) for c in coords]
