@@ -54,8 +54,7 @@ class Program:
         profile = search.profile if search is not None else H200
         priced: dict = {}  # relabelled kernels (program_for_schedule) share their plan: priced once
         for kernel, cost in zip(kernels, costs):  # the graph's estimate, refined from the kernel's own accesses
-            key = (id(kernel.plan), kernel.plan is None or kernel.launch, cost,
-                   tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)))
+            key = (id(kernel.plan), kernel.launch, cost, tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)))
             if kernel.plan is None or key not in priced:
                 priced[key] = kernel_cost(kernel, cost, cost_bindings, profile)
             kernel.cost = priced[key]
