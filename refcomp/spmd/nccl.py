@@ -138,7 +138,9 @@ class GroupComm:
             raise RefcompError(f"collectives='nccl': {kind} of a {dtype} array: NCCL is given float32, float16 or int32")
         packed = pack(kind, np.asarray(array), self.size, dim)
         received = np.empty(received_shape(kind, packed, self.size), dtype=dtype)
-        send, recv = drv.to_device(packed), drv.mem_alloc(max(received.nbytes, 1))
+        if packed.size == 0:  # an empty binding (B = 0): every rank has nothing to send alike
+            return unpack(kind, received, dim, dim2)
+        send, recv = drv.to_device(packed), drv.mem_alloc(received.nbytes)
         lib, nccl_type, stream = library(), NCCL_TYPES[dtype], ctypes.c_void_p(0)
         ptr = lambda buf: ctypes.c_void_p(int(buf))  # noqa: E731
         if kind in ("AllReduceSum", "AllReduceMax"):
