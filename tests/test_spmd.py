@@ -237,7 +237,9 @@ def test_the_explorer_shows_the_shardings_and_each_stage(tmp_path):
     assert page.count('<iframe class="rc-stage"') == sum(1 for s in prog.stages if s.program is not None)
 
 
-@pytest.mark.parametrize("axes", [{"dp": 2}, pytest.param({"dp": 2, "tp": 2}, marks=pytest.mark.slow)], ids=["dp2", "dp2xtp2"])
+@pytest.mark.parametrize("axes", [{"dp": 2}, pytest.param({"dp": 1}, marks=pytest.mark.slow),
+                                  pytest.param({"dp": 2, "tp": 2}, marks=pytest.mark.slow),
+                                  pytest.param({"dp": 2, "tp": 4}, marks=pytest.mark.slow)], ids=["dp2", "1", "dp2xtp2", "dp2xtp4"])
 def test_minilm_on_a_mesh_matches_one_device(axes):
     """The real sentence-embedding model (examples/minilm.py): batch split over dp (and weights laid
     out by the search over tp) on the simulated mesh, against the single-device reference."""
