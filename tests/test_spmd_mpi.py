@@ -175,17 +175,15 @@ def test_outside_mpirun_the_error_says_how_to_launch(monkeypatch, tmp_path):
         prog.run(script.feeds(), backend="mpi")
 
 
-def _gpus() -> str | None:
-    """Why the GPU run cannot happen here, or None."""
-    if importlib.util.find_spec("pycuda") is None:
-        return "pycuda is not installed: pip install -e '.[cuda]'"
-    try:
-        import pycuda.driver as drv
-        drv.init()
-        count = drv.Device.count()
-    except Exception as exc:  # noqa: BLE001 - no driver, no device: the reason is the message
-        return f"no usable CUDA driver: {exc}"
-    return None if count >= 2 else f"{count} GPU(s) here; this test needs 2"
+def _gpus(need: int = 2) -> str | None:
+    """Why a run on `need` GPUs cannot happen here, or None."""
+    from refcomp.exec.pycuda_backend import pycuda_unavailable_reason
+    reason = pycuda_unavailable_reason()
+    if reason:
+        return reason
+    import pycuda.driver as drv
+    count = drv.Device.count()
+    return None if count >= need else f"{count} GPU(s) here; this test needs {need}"
 
 
 @needs_mpi

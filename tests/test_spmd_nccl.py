@@ -77,6 +77,8 @@ def test_the_library_loads_and_makes_communicator_ids():
     assert major == 2 and minor >= 18  # ncclGroupStart-ed send/recv and ReduceScatter as used here
     a, b = nccl.unique_id(), nccl.unique_id()
     assert len(a) == len(b) == 128 and a != b
+    with pytest.raises(rc.RefcompError, match=r"NCCL ncclCommInitRank failed: unhandled cuda error .*\(ncclResult 1\)"):
+        nccl.check(1, "ncclCommInitRank")  # a failing call's result, in NCCL's own words
 
 
 class _OneRank:
@@ -91,14 +93,13 @@ class _OneRank:
 
 def test_a_one_rank_communicator_runs_every_collective_or_names_what_is_missing():
     """On a GPU: a communicator of one rank performs each collective as its meaning on one device.
-    Without one: ncclCommInitRank's failure is a RefcompError naming it."""
+    Without one: a RefcompError saying what is missing."""
     reason = _nccl_missing()
     if reason:
         pytest.skip(reason)
-    try:
-        import pycuda.autoinit  # noqa: F401
-    except Exception:  # noqa: BLE001 - no pycuda, no driver or no device: NCCL has no GPU either
-        with pytest.raises(rc.RefcompError, match="NCCL ncclCommInitRank failed"):
+    missing = _gpus(1)
+    if missing is not None:
+        with pytest.raises(rc.RefcompError, match="collectives='nccl' runs on this rank's GPU: .*pip install"):
             nccl.GroupComm(_OneRank(), 0)
         return
     comm = nccl.GroupComm(_OneRank(), 0)

@@ -82,10 +82,10 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
             results = stage.program.run({n.attrs["name"]: held[n.attrs["name"]] for n in stage.program._inputs},
                                         backend=device_backend, dims={k: v for k, v in bindings.items() if k in syms})
             held.update(zip(stage.outputs, results))
-        for c in local.collectives:
-            if prog._stage_of[c.src.id] == s and c.axis in nccl:
+        for c in (c for c in local.collectives if prog._stage_of[c.src.id] == s):
+            if c.axis in nccl:
                 held[c.name] = nccl[c.axis].perform(c.kind, held[source_name(c)], c.dim, c.dim2)
-            elif prog._stage_of[c.src.id] == s:
+            else:
                 comm_axis, position = groups[c.axis]
                 inputs = _allgather(comm_axis, held[source_name(c)])
                 held[c.name] = COLLECTIVES[c.kind].numpy(inputs, c.dim, c.dim2)[position]
@@ -114,7 +114,6 @@ _NCCL: dict = {}  # (mesh, axis) -> its NCCL communicator, made once per process
 def _nccl_groups(mesh, groups: dict) -> dict:
     """An NCCL communicator for each mesh axis a collective runs over, on this rank's GPU (made in
     the same sorted order on every rank: ncclCommInitRank is collective over the group)."""
-    import pycuda.autoinit  # noqa: F401 - the CUDA context NCCL runs in (CUDA_DEVICE: this rank's GPU)
     from .nccl import GroupComm
     for axis, (mpi_group, position) in sorted(groups.items()):
         if (mesh, axis) not in _NCCL:

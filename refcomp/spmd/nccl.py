@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import RefcompError
+from ..exec.pycuda_backend import cuda_driver, pycuda_unavailable_reason
 
 NCCL_TYPES = {np.dtype(np.float32): 7, np.dtype(np.float16): 6, np.dtype(np.int32): 2}  # ncclDataType_t
 NCCL_OPS = {"AllReduceSum": 0, "AllReduceMax": 2, "ReduceScatter": 0}  # ncclRedOp_t: ncclSum, ncclMax
@@ -125,6 +126,10 @@ class GroupComm:
 
     def __init__(self, mpi_group, position: int):
         self.size, self.position = mpi_group.Get_size(), position
+        missing = pycuda_unavailable_reason()
+        if missing:
+            raise RefcompError(f"collectives='nccl' runs on this rank's GPU: {missing}")
+        cuda_driver()  # NCCL runs in the context the stages' kernels use (the device's primary context)
         uid = UniqueId()
         ctypes.memmove(ctypes.addressof(uid), mpi_group.bcast(unique_id() if position == 0 else None, root=0), ctypes.sizeof(uid))
         self.comm = ctypes.c_void_p()
@@ -132,7 +137,7 @@ class GroupComm:
 
     def perform(self, kind: str, array: np.ndarray, dim: int, dim2: int) -> np.ndarray:
         """This rank's result of collective `kind` (spmd/collectives.py) over the group."""
-        import pycuda.driver as drv
+        drv = cuda_driver()
         dtype = np.asarray(array).dtype
         if dtype not in NCCL_TYPES:
             raise RefcompError(f"collectives='nccl': {kind} of a {dtype} array: NCCL is given float32, float16 or int32")

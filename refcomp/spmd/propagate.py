@@ -181,13 +181,18 @@ class Propagation(LocalEdges):
         wanted = [j for d, j in enumerate(mapping) if j is not None and target[d] == v.partial_axis]
         if not wanted or v.spec[wanted[0]] is not None or not self.divides(edge.node.shape[wanted[0]], v.partial_axis):
             return None
-        k = wanted[0]
-        shape = list(v.node.shape)
-        shape[k] = self.local_dim(edge.node.shape[k], v.partial_axis, edge.node.label)
-        self.reduced[edge.node.id] = f"ReduceScatter over {v.partial_axis}"
-        done = self._collective("ReduceScatter", v.partial_axis, v.node, shape, edge.node, k)
-        self.values[edge.node.id] = _Value(done, v.spec[:k] + (v.partial_axis,) + v.spec[k + 1:])
+        self._reduce_scatter(edge.node, wanted[0])
         return self.local_edge(edge, target)
+
+    def _reduce_scatter(self, node: Node, k: int) -> None:
+        """Complete the node's partial sums by a ReduceScatter along its dim k: each device keeps its
+        block of k (half an all-reduce's traffic), the value now split there."""
+        v = self.values[node.id]
+        shape = list(v.node.shape)
+        shape[k] = self.local_dim(node.shape[k], v.partial_axis, node.label)
+        self.reduced[node.id] = f"ReduceScatter over {v.partial_axis}"
+        done = self._collective("ReduceScatter", v.partial_axis, v.node, shape, node, k)
+        self.values[node.id] = _Value(done, v.spec[:k] + (v.partial_axis,) + v.spec[k + 1:])
 
     def _exchanged(self, edge: Edge, target: Spec) -> Optional[Edge]:
         """A value split over mesh axis X along one dim, read by a node that splits another of its dims
@@ -228,14 +233,8 @@ class Propagation(LocalEdges):
         size = self.mesh.sizes[v.partial_axis]
         free = [j for j in mapping if j is not None and v.spec[j] is None and isinstance(edge.node.shape[j], int)
                 and edge.node.shape[j] % size == 0]
-        if not free:
-            return
-        j = free[-1]  # the innermost: each device's block stays contiguous rows of it
-        shape = list(v.node.shape)
-        shape[j] = shape[j] // size
-        self.reduced[edge.node.id] = f"ReduceScatter over {v.partial_axis}"
-        done = self._collective("ReduceScatter", v.partial_axis, v.node, shape, edge.node, j)
-        self.values[edge.node.id] = _Value(done, v.spec[:j] + (v.partial_axis,) + v.spec[j + 1:])
+        if free:
+            self._reduce_scatter(edge.node, free[-1])  # the innermost: each device's block stays contiguous rows of it
 
     def _adopt(self, edge: Edge, target: Spec) -> Optional[Edge]:
         """A weight nobody has read yet, left to the search (flexible), is laid out as this reader needs
