@@ -211,21 +211,56 @@ def _matches(patterns, name: str):
     return None
 
 
+def _node_cases() -> dict:
+    """ONNX's node test cases by name. This onnx generates them by running every case's reference
+    implementation (about 5 s, in every process that collects the suite), so they are pickled once
+    per onnx version in refcomp's cache; a damaged file is regenerated."""
+    import pickle
+    import warnings
+
+    from onnx.backend.test.loader import load_model_tests
+
+    from .exec.cache import cache_dir
+    path = cache_dir("onnx") / f"node_cases_{onnx.__version__}_{pickle.HIGHEST_PROTOCOL}.pickle"
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError, ValueError):
+        pass  # no file yet, or one a crash cut short: generate the cases
+    with warnings.catch_warnings():  # generating the cases divides by zero on purpose (empty-set tests)
+        warnings.simplefilter("ignore")
+        cases = {c.name: c for c in load_model_tests(kind="node")}
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(partial, "wb") as f:
+        pickle.dump(cases, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(partial, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    return cases
+
+
+def conformance_runner(module_name: str):
+    """ONNX's `BackendTest` for this backend, its node cases read through `_node_cases` (ONNX's runner
+    would generate them again: its loader has no other source for node cases in this version)."""
+    from onnx.backend.test import runner
+
+    generate = runner.load_model_tests
+    runner.load_model_tests = lambda *args, kind=None, **kw: (list(_node_cases().values()) if kind == "node"
+                                                              else generate(*args, kind=kind, **kw))
+    try:
+        return runner.Runner(RefcompBackend, module_name)
+    finally:
+        runner.load_model_tests = generate
+
+
 def node_test_selection() -> dict:
     """Classify ONNX's node tests: {"cases": {name: TestCase}, "in_scope": [...], "expected_errors":
     {name: reason}, "known_failures": {(name, device): reason}, "run": [...], "emulator_subset": [...]}."""
     import re
-    import warnings
-
-    from onnx.backend.test.loader import load_model_tests
 
     from .frontends.onnx_load import register_operators
     from .frontends.onnx_ops_core import OPS
     register_operators()
 
-    with warnings.catch_warnings():  # generating the cases divides by zero on purpose (empty-set tests)
-        warnings.simplefilter("ignore")
-        cases = {c.name: c for c in load_model_tests(kind="node")}
+    cases = _node_cases()
 
     def operators(case) -> set:
         base = cases.get(re.sub(r"_expanded(_ver\d+)?$", "", case.name), case)

@@ -9,19 +9,18 @@ skipped with their reason. See docs/onnx.md.
 """
 import re
 
+import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="the ONNX backend tests need the onnx package (pip install onnx)")
 
-import onnx.backend.test  # noqa: E402
-
 from refcomp.errors import RefcompError  # noqa: E402
-from refcomp.onnx_backend import RefcompBackend, node_test_selection  # noqa: E402
+from refcomp.onnx_backend import RefcompBackend, conformance_runner, node_test_selection  # noqa: E402
 
 SELECTION = node_test_selection()
 DEVICE = {"cpu": "CPU", "cuda": "CUDA"}
 
-backend_test = onnx.backend.test.BackendTest(RefcompBackend, __name__)
+backend_test = conformance_runner(__name__)
 backend_test.include(r"^(%s)_(cpu|cuda)$" % "|".join(re.escape(n) for n in SELECTION["run"]))
 for (name, device), reason in sorted(SELECTION["known_failures"].items()):
     backend_test.exclude(rf"^{re.escape(name)}_{device.lower()}$")
@@ -64,3 +63,32 @@ def test_selection_patterns_are_all_used():
     for pattern, *_ in EXPECTED_ERRORS + KNOWN_FAILURES:
         assert any(re.search(pattern, n) for n in names), f"pattern {pattern!r} matches no in-scope node test"
     assert len(SELECTION["run"]) > 500 and 100 < len(SELECTION["emulator_subset"]) < 250
+
+
+def test_node_cases_are_generated_once_then_read_and_a_damaged_copy_is_regenerated(tmp_path, monkeypatch):
+    """ONNX's node cases are pickled in refcomp's cache (onnx_backend._node_cases): generated on the first
+    call, read back equal on the next, generated again when the file is damaged."""
+    from onnx.backend.test import loader
+
+    from refcomp.onnx_backend import _node_cases
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))
+    some = [SELECTION["cases"][n] for n in ("test_abs", "test_add_bcast", "test_softmax_axis_0")]
+    calls = []
+    monkeypatch.setattr(loader, "load_model_tests", lambda kind=None: calls.append(kind) or list(some))
+
+    def same(cases):
+        assert sorted(cases) == sorted(c.name for c in some)
+        for case in some:
+            got = cases[case.name]
+            assert got.model.SerializeToString() == case.model.SerializeToString()
+            for (ins, outs), (want_ins, want_outs) in zip(got.data_sets, case.data_sets, strict=True):
+                for a, b in zip(list(ins) + list(outs), list(want_ins) + list(want_outs), strict=True):
+                    assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+    same(_node_cases())
+    same(_node_cases())
+    assert calls == ["node"]
+    (pickled,) = (tmp_path / "onnx").iterdir()
+    pickled.write_bytes(pickled.read_bytes()[:100])  # cut short, as a full disk would leave it
+    same(_node_cases())
+    assert calls == ["node", "node"]
