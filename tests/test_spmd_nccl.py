@@ -116,11 +116,13 @@ def test_two_processes_on_two_gpus_with_nccl_collectives_agree_with_the_simulate
     if reason:
         pytest.skip(reason)
     path, script = _script(tmp_path)
-    path.write_text(SCRIPT.replace('prog.run(feeds(case), backend="mpi", device_backend=device)',
-                                   'prog.run(feeds(case), backend="mpi", device_backend=device, collectives="nccl")'))
-    for case in ("megatron_tp2", "exchange_tp2"):
+    call = 'prog.run(feeds(case), backend="mpi", device_backend=device)'
+    assert call in SCRIPT
+    path.write_text(SCRIPT.replace(call, call[:-1] + ', collectives="nccl")'))
+    cases = ("megatron_tp2", "exchange_tp2")
+    done = _mpirun(2, path, tmp_path, *cases, device="pycuda")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in cases:
         y, prog = script.build(case)
-        done = _mpirun(2, path, case, tmp_path / "out.npz", "pycuda")
-        assert done.returncode == 0, done.stdout + done.stderr
-        with np.load(tmp_path / "out.npz") as z:
+        with np.load(tmp_path / f"{case}.npz") as z:
             np.testing.assert_allclose(z["y"], prog.run(script.feeds(case), backend="numpy"), **golden.FLOAT32_TOLERANCE)
