@@ -19,6 +19,24 @@ from .view import View, ViewStack, contiguous_strides
 
 def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
     """Per-axis indices of a row-major flat position (the first axis needs no modulo)."""
+    return list(_unravel(flat, tuple(shape)))
+
+
+def unravel_within(flat: sympy.Expr, shape: Sequence[Dim], ranges: Mapping) -> tuple[sympy.Expr, ...]:
+    """unravel's components, each simplified under `ranges` (symbol -> exclusive bound). Memoised:
+    a kernel's fused producers and the search's candidate kernels unravel the same few positions
+    over and over (a GPT-2 block: some 1,400 calls, under a hundred distinct)."""
+    return _unravel_within(flat, tuple(shape), frozenset(ranges.items()))
+
+
+@functools.lru_cache(maxsize=8192)
+def _unravel_within(flat, shape: tuple, ranges: frozenset) -> tuple[sympy.Expr, ...]:
+    bounds = dict(ranges)
+    return tuple(simplify_index(e, bounds) for e in _unravel(flat, shape))
+
+
+@functools.lru_cache(maxsize=8192)
+def _unravel(flat, shape: tuple) -> tuple[sympy.Expr, ...]:
     strides = contiguous_strides(shape)
     out = []
     for axis, (n, stride) in enumerate(zip(shape, strides)):
@@ -27,7 +45,7 @@ def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
             continue
         q = idiv(flat, stride)
         out.append(q if axis == 0 else imod(q, n))
-    return out
+    return tuple(out)
 
 
 def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
@@ -54,7 +72,7 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
         flat = simplify_index(flat, bounds)
         valid = sympy.And(valid, level_valid)
         if level:
-            current = [simplify_index(e, bounds) for e in unravel(flat, stack.views[level - 1].shape)]
+            current = list(_unravel_within(flat, stack.views[level - 1].shape, ranges))
     return flat, valid
 
 
