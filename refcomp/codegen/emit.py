@@ -20,7 +20,7 @@ from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
 from ..symbolic.dims import Dim, idiv, imod, prod
-from ..symbolic.index import index_of, unravel, unravel_within
+from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
 from ..symbolic.simplify import tighten
 from .cprint import CPrinter, float_literal
@@ -165,7 +165,7 @@ class KernelBody:
 
     def access(self, buffer: str, flat, valid=sympy.true, store: bool = False) -> None:
         """Record a global access of the statements being built (under the enclosing `if` masks)."""
-        when = sympy.And(valid, *self._guards) if self._guards else valid
+        when = conjunction(valid, *self._guards) if self._guards else valid
         self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
     def used_index_lines(self) -> list[str]:

@@ -34,8 +34,10 @@ def divide_term(term, c):
     return sympy.Integer(int(t_coeff) // int(c_coeff)) * sympy.Mul(*[b ** e for b, e in powers.items() if e != 0])
 
 
+@functools.lru_cache(maxsize=65536)
 def split_multiple(a, c):
-    """a = q*c + rest, where q*c collects the terms of `a` that c divides exactly."""
+    """a = q*c + rest, where q*c collects the terms of `a` that c divides exactly. Memoised: every
+    idiv and imod built, and every index simplified, asks it, mostly of the same few sums."""
     q, rest = [], []
     for term in sympy.Add.make_args(a):
         quotient = divide_term(term, c)

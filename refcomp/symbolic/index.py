@@ -17,6 +17,19 @@ from .simplify import simplify_index
 from .view import View, ViewStack, contiguous_strides
 
 
+@functools.lru_cache(maxsize=65536)
+def conjunction(*conditions) -> sympy.Basic:
+    """sympy.And(*conditions), memoised: SymPy caches no And, and kernels build the same masks and
+    tile bounds (`bm < M && ka < K`) over and over."""
+    return sympy.And(*conditions)
+
+
+@functools.lru_cache(maxsize=65536)
+def less(a, b) -> sympy.Basic:
+    """sympy.Lt(a, b), memoised as `conjunction` is."""
+    return sympy.Lt(a, b)
+
+
 def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
     """Per-axis indices of a row-major flat position (the first axis needs no modulo)."""
     return list(_unravel(flat, tuple(shape)))
@@ -56,8 +69,8 @@ def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy
             if view.axis_is_unmasked(axis):
                 continue
             n = view.shape[axis]  # i always lies in [0, n): only the bounds inside that range test anything
-            valid = sympy.And(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
-                              sympy.Lt(i, hi) if not dims_equal(hi, n) else sympy.true)
+            valid = conjunction(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
+                                less(i, hi) if not dims_equal(hi, n) else sympy.true)
     return sympy.expand(flat), valid
 
 
@@ -70,7 +83,7 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
     for level in range(len(stack.views) - 1, -1, -1):
         flat, level_valid = _view_flat(stack.views[level], current)
         flat = simplify_index(flat, bounds)
-        valid = sympy.And(valid, level_valid)
+        valid = conjunction(valid, level_valid)
         if level:
             current = list(_unravel_within(flat, stack.views[level - 1].shape, ranges))
     return flat, valid
