@@ -84,7 +84,8 @@ def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
     if sample is None or count <= sample:
         picked, weight = np.arange(count, dtype=np.int64), 1.0
     else:
-        picked = np.unique(np.linspace(0, count - 1, sample).astype(np.int64))
+        picked = np.sort(np.linspace(0, count - 1, sample).astype(np.int64))
+        picked = picked[np.concatenate(([True], picked[1:] != picked[:-1]))]  # np.unique's values, without its import of numpy.ma
         weight = count / len(picked)
     picked.setflags(write=False)
     return picked, weight

@@ -91,4 +91,5 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
 
 def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
     """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
-    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx), frozenset((ranges or {}).items()))
+    idx = tuple(i if isinstance(i, sympy.Basic) else sympy.sympify(i) for i in idx)
+    return _index_of_cached(stack, idx, frozenset((ranges or {}).items()))
