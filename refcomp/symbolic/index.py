@@ -61,8 +61,17 @@ def _unravel(flat, shape: tuple) -> tuple[sympy.Expr, ...]:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=65536)
+def _expanded(e) -> sympy.Expr:
+    """sympy.expand(e), memoised beyond SymPy's own small cache."""
+    return sympy.expand(e)
+
+
 def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
-    flat = sympy.sympify(view.offset) + sum((i * s for i, s in zip(idx, view.strides) if s != 0), sympy.Integer(0))
+    # expand distributes over a sum, and the sum of expanded terms is expanded: each term (an index
+    # times a stride) is expanded once, however many flat positions it appears in
+    terms = [_expanded(i * s) for i, s in zip(idx, view.strides) if s != 0]
+    flat = sympy.Add(_expanded(sympy.sympify(view.offset)), *terms)
     valid: sympy.Basic = sympy.true
     if view.mask is not None:
         for axis, (i, (lo, hi)) in enumerate(zip(idx, view.mask)):
@@ -71,7 +80,7 @@ def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy
             n = view.shape[axis]  # i always lies in [0, n): only the bounds inside that range test anything
             valid = conjunction(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
                                 less(i, hi) if not dims_equal(hi, n) else sympy.true)
-    return sympy.expand(flat), valid
+    return flat, valid
 
 
 @functools.lru_cache(maxsize=8192)
