@@ -18,6 +18,13 @@ from ..errors import BindingError, ShapeError
 Dim = Union[int, sympy.Expr]
 
 
+@functools.lru_cache(maxsize=65536)
+def expanded(e) -> sympy.Expr:
+    """sympy.expand(e), memoised beyond SymPy's own small cache: index analysis expands the same
+    terms over and over."""
+    return sympy.expand(e)
+
+
 def divide_term(term, c):
     """term / c if c divides the monomial `term` exactly (integer coefficient, symbol powers), else None."""
     if c == 0:

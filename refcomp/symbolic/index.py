@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 import sympy
 
-from .dims import Dim, dims_equal, idiv, imod
+from .dims import Dim, dims_equal, expanded, idiv, imod
 from .simplify import simplify_index
 from .view import View, ViewStack, contiguous_strides
 
@@ -28,6 +28,12 @@ def conjunction(*conditions) -> sympy.Basic:
 def less(a, b) -> sympy.Basic:
     """sympy.Lt(a, b), memoised as `conjunction` is."""
     return sympy.Lt(a, b)
+
+
+@functools.lru_cache(maxsize=65536)
+def less_equal(a, b) -> sympy.Basic:
+    """sympy.Le(a, b), memoised as `conjunction` is."""
+    return sympy.Le(a, b)
 
 
 def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
@@ -61,24 +67,18 @@ def _unravel(flat, shape: tuple) -> tuple[sympy.Expr, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=65536)
-def _expanded(e) -> sympy.Expr:
-    """sympy.expand(e), memoised beyond SymPy's own small cache."""
-    return sympy.expand(e)
-
-
 def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
     # expand distributes over a sum, and the sum of expanded terms is expanded: each term (an index
     # times a stride) is expanded once, however many flat positions it appears in
-    terms = [_expanded(i * s) for i, s in zip(idx, view.strides) if s != 0]
-    flat = sympy.Add(_expanded(sympy.sympify(view.offset)), *terms)
+    terms = [expanded(i * s) for i, s in zip(idx, view.strides) if s != 0]
+    flat = sympy.Add(expanded(sympy.sympify(view.offset)), *terms)
     valid: sympy.Basic = sympy.true
     if view.mask is not None:
         for axis, (i, (lo, hi)) in enumerate(zip(idx, view.mask)):
             if view.axis_is_unmasked(axis):
                 continue
             n = view.shape[axis]  # i always lies in [0, n): only the bounds inside that range test anything
-            valid = conjunction(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
+            valid = conjunction(valid, less_equal(lo, i) if not dims_equal(lo, 0) else sympy.true,
                                 less(i, hi) if not dims_equal(hi, n) else sympy.true)
     return flat, valid
 

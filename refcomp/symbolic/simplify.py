@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import sympy
 
-from .dims import idiv, imod, split_multiple
+from .dims import expanded, idiv, imod, split_multiple
 
 Bounds = tuple[sympy.Expr, sympy.Expr]
 
@@ -90,7 +90,7 @@ def _split(a, c):
     A divisor that is a sum (a padded extent such as T + 2) divides no single term of the expanded
     `a`, so polynomial division does the work there, dividing by c's symbols first.
     """
-    a = sympy.expand(a)
+    a = expanded(a)
     if isinstance(c, sympy.Add):
         try:
             gens = sorted(c.free_symbols, key=str)
