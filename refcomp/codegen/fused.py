@@ -13,8 +13,9 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import sympy
 
@@ -87,10 +88,21 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
 
 
+_AXES: "weakref.WeakKeyDictionary[Node, object]" = weakref.WeakKeyDictionary()
+
+
 def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
-    """(batch, m, n) axes of a SumReduce(Mul(a, b)) source, or None when it is not a matmul."""
+    """(batch, m, n) axes of a SumReduce(Mul(a, b)) source, or None when it is not a matmul. Memoised
+    per node (a node never changes): the fusion rules and every matmul candidate of the search ask."""
     if reduce.op.name != "SumReduce" or reduce.srcs[0].node.op.name != "Mul":
         return None
+    if reduce not in _AXES:
+        _AXES[reduce] = _matmul_axes(reduce)
+    axes = _AXES[reduce]
+    return None if axes is None else tuple(list(group) for group in axes)
+
+
+def _matmul_axes(reduce: Node) -> Optional[tuple[tuple[int, ...], ...]]:
     src, k = reduce.srcs[0], reduce.attrs["axis"]
     product = src.node
     syms = [sympy.Symbol(f"_mm{a}", integer=True, nonnegative=True) for a in range(len(src.shape))]
@@ -112,7 +124,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     batch = [x for x in range(len(syms)) if x != k and x not in m and x not in n]
     if not m and not n:
         return None
-    return batch, m, n
+    return tuple(batch), tuple(m), tuple(n)
 
 
 @dataclass

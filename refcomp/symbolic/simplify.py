@@ -24,6 +24,12 @@ Bounds = tuple[sympy.Expr, sympy.Expr]
 def _nonneg(e) -> bool:
     if e.is_Integer:  # the common case with concrete dims, without SymPy's assumptions
         return int(e) >= 0
+    return _nonneg_expr(e)
+
+
+@functools.lru_cache(maxsize=65536)
+def _nonneg_expr(e) -> bool:
+    """Memoised: SymPy's assumptions are asked afresh of every new expression object."""
     e = sympy.expand(e)
     return bool(e.is_nonnegative) or (e.is_Integer and int(e) >= 0)
 
