@@ -16,6 +16,7 @@ Buffers are taken 256-byte aligned, as cudaMalloc places them.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Mapping, Optional
@@ -77,17 +78,41 @@ class Lanes:
     weight: float
 
 
+@functools.lru_cache(maxsize=1024)
 def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
+    """Which of `count` requests to evaluate (read-only: memoised, the search asks again and again)."""
     if sample is None or count <= sample:
-        return np.arange(count, dtype=np.int64), 1.0
-    picked = np.unique(np.linspace(0, count - 1, sample).astype(np.int64))
-    return picked, count / len(picked)
+        picked, weight = np.arange(count, dtype=np.int64), 1.0
+    else:
+        picked = np.sort(np.linspace(0, count - 1, sample).astype(np.int64))
+        picked = picked[np.concatenate(([True], picked[1:] != picked[:-1]))]  # np.unique's values, without its import of numpy.ma
+        weight = count / len(picked)
+    picked.setflags(write=False)
+    return picked, weight
 
 
-def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> Lanes:
-    launch = kernel.launch
+def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> tuple:
+    """What the lanes of a template loop depend on: the launch and the loop extents, not the index
+    expressions (the search prices many kernels of one launch, at one binding)."""
+    plan = kernel.plan
+    along_k = plan.along_k if scope == "b" else frozenset()  # only B's tile loads follow it
+    return (kernel.launch, kernel.kind, plan.extent, plan.prologue_extent, plan.streamed_width, along_k,
+            scope, tuple(sorted(bindings.items())), sample)
+
+
+@functools.lru_cache(maxsize=1024)
+def _lanes_of(launch, kind: str, extent, prologue_extent, streamed_width: int, along_k: frozenset, scope: str,
+              binding: tuple, sample: Optional[int]) -> Lanes:
+    lanes = _new_lanes(launch, kind, extent, prologue_extent, streamed_width, along_k, scope, dict(binding), sample)
+    for array in (lanes.active, *lanes.values.values()):  # shared by every caller: nobody may write to them
+        array.setflags(write=False)
+    return lanes
+
+
+def _new_lanes(launch, kind: str, extent, prologue_extent, streamed_width: int, along_k: frozenset, scope: str,
+               bindings: Mapping[str, int], sample: Optional[int]) -> Lanes:
     work = evaluate_dim(launch.work, bindings)
-    extent = evaluate_dim(kernel.plan.extent, bindings) if kernel.plan.extent is not None else 1
+    extent = evaluate_dim(extent, bindings) if extent is not None else 1
     lane = np.arange(WARP, dtype=np.int64)
     if launch.mode == "grid_stride":  # i = consecutive 32 per warp; a thread-per-output reduction loops r inside
         warps = -(-work // WARP)
@@ -96,7 +121,7 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
         i = (q // loops)[:, None] * WARP + lane
         return Lanes({"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight)
     if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
-        block_sym = "row" if kernel.kind == "row" else "i"
+        block_sym = "row" if kind == "row" else "i"
         if scope == "single":  # thread 0 alone
             q, weight = _pick(work, sample)
             active = np.broadcast_to(lane == 0, (len(q), WARP))
@@ -111,9 +136,9 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
     gx, gy = -(-n // t), -(-work // t)
     warps_per_block = -(-t * t // WARP)
     if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
-        extent = evaluate_dim(kernel.plan.prologue_extent, bindings)
+        extent = evaluate_dim(prologue_extent, bindings)
     steps = -(-extent // t) if scope in ("a", "b", "kt", "prologue") else 1
-    chunks = kernel.plan.streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
+    chunks = streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
     count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
     chunk, q = q % chunks, q // chunks
@@ -126,7 +151,7 @@ def _lanes(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Opti
     k0 = (step * t)[:, None]
     values = {"bm": by[:, None] * t + ty, "bn": bx[:, None] * t + tx, "ka": k0 + tx, "kb": k0 + ty,
               "batch": np.broadcast_to(bz[:, None], tid.shape)}
-    if scope == "b" and "b" in kernel.plan.along_k:  # B's tile loaded with threadIdx.x walking K
+    if scope == "b" and "b" in along_k:  # B's tile loaded with threadIdx.x walking K
         values.update(bn=bx[:, None] * t + ty, kb=k0 + tx)
     if scope in ("q", "kt"):
         values.update(dq=chunk[:, None] * t + tx, dk=chunk[:, None] * t + tx, kt=k0 + ty)
@@ -143,13 +168,13 @@ _COMPARE = {sympy.Lt: np.less, sympy.Le: np.less_equal, sympy.Gt: np.greater, sy
             sympy.Eq: np.equal, sympy.Ne: np.not_equal}
 
 
-def _evaluate(expr, dims: Mapping, lanes: Lanes, definitions: Mapping, values: dict) -> np.ndarray:
+def _evaluate(expr, bindings: Mapping[str, int], lanes: Lanes, definitions: Mapping, values: dict) -> np.ndarray:
     """The integer (or boolean) value of an index expression on every lane: a walk over the expression
     DAG with NumPy at each node (no code generation, so pricing thousands of kernels stays cheap).
     A bound index variable (uN, o_k) is evaluated from its definition once and shared, as the kernel
     shares it (substituting definitions into one expression would grow it exponentially). `values`
-    carries what is known between calls on the same lanes. A dim comes from `dims`; any other symbol
-    is 0."""
+    carries what is known between calls on the same lanes. A dim (a positive symbol) comes from
+    `bindings`; any other symbol is 0."""
     stack = [expr]
     while stack:  # post-order, iteratively
         e = stack[-1]
@@ -168,7 +193,8 @@ def _evaluate(expr, dims: Mapping, lanes: Lanes, definitions: Mapping, values: d
         elif e is sympy.true or e is sympy.false:
             values[e] = np.bool_(e is sympy.true)
         elif e.is_Symbol:
-            values[e] = (values[definitions[e]] if e in definitions else dims[e] if e in dims
+            values[e] = (values[definitions[e]] if e in definitions
+                         else np.int64(bindings[e.name]) if e.is_positive and e.name in bindings
                          else lanes.values.get(e.name, np.int64(0)))
         else:
             args = [values[a] for a in e.args]
@@ -193,12 +219,6 @@ def _evaluate(expr, dims: Mapping, lanes: Lanes, definitions: Mapping, values: d
     return np.broadcast_to(np.asarray(values[expr]), lanes.active.shape)
 
 
-def _dims_of(exprs, bindings: Mapping[str, int]) -> dict:
-    """User dims (positive symbols) -> their bound values; index variables are merely nonnegative."""
-    syms = set().union(*(sympy.sympify(e).free_symbols for e in exprs)) if exprs else set()
-    return {s: np.int64(bindings[s.name]) for s in syms if s.is_positive and s.name in bindings}
-
-
 def _distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
     """Per request: how many distinct units (sectors) its active lanes touch."""
     u = np.where(active, units, -1)
@@ -214,22 +234,35 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
         raise AccessModelError(f"kernel {kernel.name} has no access plan (a program loaded from a file)")
     totals = dict(global_load_requests=0.0, global_load_sectors=0.0, global_store_requests=0.0,
                   global_store_sectors=0.0)
-    lanes_of: dict[str, tuple[Lanes, dict]] = {}
-    dims = _dims_of([e for d in plan.definitions.items() for e in d] + [e for a in plan.accesses for e in (a.index, a.when)],
-                    bindings)
+    lanes_of: dict[str, tuple[tuple, Lanes, dict]] = {}
     itemsize = {f"in{k}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.reads)}
     itemsize["out0"] = DTYPES[kernel.output.dtype].itemsize
+    definitions = frozenset(plan.definitions.items())
     for access in plan.accesses:
         if access.scope not in lanes_of:
-            lanes_of[access.scope] = (_lanes(kernel, access.scope, bindings, sample), {})
-        lanes, values = lanes_of[access.scope]
-        active = lanes.active & _evaluate(sympy.sympify(access.when), dims, lanes, plan.definitions, values).astype(bool)
-        sectors = _evaluate(access.index, dims, lanes, plan.definitions, values).astype(np.int64) * itemsize[access.buffer] // SECTOR
-        per_row = _distinct_per_row(sectors, active)
+            key = _lanes_key(kernel, access.scope, bindings, sample)
+            lanes_of[access.scope] = (key, _lanes_of(*key), {})
+        key, lanes, values = lanes_of[access.scope]
+        counted = (key, access, itemsize[access.buffer], definitions)
+        if counted not in _COUNTED:
+            active = lanes.active & _evaluate(sympy.sympify(access.when), bindings, lanes, plan.definitions, values).astype(bool)
+            sectors = _evaluate(access.index, bindings, lanes, plan.definitions, values).astype(np.int64) * itemsize[access.buffer] // SECTOR
+            per_row = _distinct_per_row(sectors, active)
+            if len(_COUNTED) >= MAX_COUNTED:
+                _COUNTED.clear()
+            _COUNTED[counted] = (lanes.weight * float((per_row > 0).sum()), lanes.weight * float(per_row.sum()))
+        requests, sectors = _COUNTED[counted]
         kind = "store" if access.store else "load"
-        totals[f"global_{kind}_requests"] += lanes.weight * float((per_row > 0).sum())
-        totals[f"global_{kind}_sectors"] += lanes.weight * float(per_row.sum())
+        totals[f"global_{kind}_requests"] += requests
+        totals[f"global_{kind}_sectors"] += sectors
     return MemoryCounts(**totals)
+
+
+# Each access's requests and sectors on its lanes, under the index definitions of its kernel: the
+# search prices a matmul at every tile and tile-load order, and an access whose lanes do not depend
+# on the order (all but B's tile loads) is counted once for both.
+_COUNTED: dict = {}
+MAX_COUNTED = 1 << 16
 
 
 def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:

@@ -7,6 +7,7 @@ user's input or dim names.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,6 +30,13 @@ def float_literal(value: float) -> str:
     return f"{text}f" if not text.startswith("-") else f"({text}f)"
 
 
+@functools.lru_cache(maxsize=65536)
+def _printed_order(e: sympy.Add) -> tuple:
+    """The terms of a sum in printing order (numbers last), memoised: SymPy's sort keys are dear and
+    the same sums are printed in kernel after kernel."""
+    return tuple(sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t))))
+
+
 class CPrinter:
     def __init__(self, names: dict[sympy.Symbol, str]):
         self.names = names
@@ -48,7 +56,7 @@ class CPrinter:
         if e.is_Symbol:
             return self._symbol(e)
         if isinstance(e, sympy.Add):
-            terms = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
+            terms = _printed_order(e)
             out = self.int(terms[0])
             for t in terms[1:]:
                 coeff, rest = t.as_coeff_Mul()

@@ -20,9 +20,9 @@ from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
 from ..symbolic.dims import Dim, idiv, imod, prod
-from ..symbolic.index import index_of, unravel
+from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
-from ..symbolic.simplify import simplify_index, tighten
+from ..symbolic.simplify import tighten
 from .cprint import CPrinter, float_literal
 
 
@@ -165,7 +165,7 @@ class KernelBody:
 
     def access(self, buffer: str, flat, valid=sympy.true, store: bool = False) -> None:
         """Record a global access of the statements being built (under the enclosing `if` masks)."""
-        when = sympy.And(valid, *self._guards) if self._guards else valid
+        when = conjunction(valid, *self._guards) if self._guards else valid
         self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
     def used_index_lines(self) -> list[str]:
@@ -255,8 +255,7 @@ class KernelBody:
         """Per-axis indices of a flat position. A component that stays a div/mod tower is bound to a
         `const long long uN` of known range [0, extent), so nested views cannot blow expressions up."""
         out = []
-        for e, n in zip(unravel(flat, shape), shape):
-            e = simplify_index(e, self.ranges)
+        for e, n in zip(unravel_within(flat, shape, self.ranges), shape):
             if self.bind_compound and e.has(idiv, imod):
                 key = (id(self.statements), e)
                 if key not in self._bound:  # one variable per tower and scope, so equal reads stay equal

@@ -13,14 +13,15 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import sympy
 
 from ..ops.primitives import REDUCE, Node
 from ..symbolic.dims import Dim, dims_equal, prod
-from ..symbolic.index import index_of
+from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
@@ -87,10 +88,21 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
 
 
+_AXES: "weakref.WeakKeyDictionary[Node, object]" = weakref.WeakKeyDictionary()
+
+
 def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
-    """(batch, m, n) axes of a SumReduce(Mul(a, b)) source, or None when it is not a matmul."""
+    """(batch, m, n) axes of a SumReduce(Mul(a, b)) source, or None when it is not a matmul. Memoised
+    per node (a node never changes): the fusion rules and every matmul candidate of the search ask."""
     if reduce.op.name != "SumReduce" or reduce.srcs[0].node.op.name != "Mul":
         return None
+    if reduce not in _AXES:
+        _AXES[reduce] = _matmul_axes(reduce)
+    axes = _AXES[reduce]
+    return None if axes is None else tuple(list(group) for group in axes)
+
+
+def _matmul_axes(reduce: Node) -> Optional[tuple[tuple[int, ...], ...]]:
     src, k = reduce.srcs[0], reduce.attrs["axis"]
     product = src.node
     syms = [sympy.Symbol(f"_mm{a}", integer=True, nonnegative=True) for a in range(len(src.shape))]
@@ -112,7 +124,7 @@ def matmul_axes(reduce: Node) -> tuple[list[int], list[int], list[int]] | None:
     batch = [x for x in range(len(syms)) if x != k and x not in m and x not in n]
     if not m and not n:
         return None
-    return batch, m, n
+    return tuple(batch), tuple(m), tuple(n)
 
 
 @dataclass
@@ -155,8 +167,8 @@ class TiledContraction:
             for a, expr in zip(group, components):
                 per_axis[a] = expr if expr.is_Symbol or expr.is_Integer else body.declare_index(f"o{a}", shape[a], expr)
         ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
-        tile_bound = {name: sympy.Lt(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
-        tile_bound.update(ka=sympy.Lt(ka, shape[k_axis]), kb=sympy.Lt(kb, shape[k_axis]))
+        tile_bound = {name: less(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
+        tile_bound.update(ka=less(ka, shape[k_axis]), kb=less(kb, shape[k_axis]))
         return TiledContraction(body, reduce, tuple(shape), k_axis, axes, sizes, per_axis, batch_sym, ka, kb, tile_bound)
 
     def index(self, k_sym, zero_axes=()) -> list:
@@ -180,7 +192,7 @@ class TiledContraction:
         """Statements and value of operand a (0, read at (bm, ka)) or b (1, read at (kb, bn))."""
         batch_axes, m_axes, n_axes = self.axes
         k_sym, zero, bounds = (self.ka, n_axes, ("bm", "ka")) if which == 0 else (self.kb, m_axes, ("kb", "bn"))
-        guard = sympy.And(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
+        guard = conjunction(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
         return self.read(self.reduce, which, self.index(k_sym, set(zero)), scope, guard)
 
     def prologue(self, reduces: Sequence[Node]) -> tuple[list[dict], object]:
@@ -212,7 +224,7 @@ class TiledContraction:
         """Statements and value stored at (bm, bn): the reduction (the C name `accumulated`), or
         `output`, an elementwise node of the matmul's shape applied to it."""
         body, reduce = self.body, self.reduce
-        self.begin("epilogue", sympy.And(self.tile_bound["bm"], self.tile_bound["bn"]))
+        self.begin("epilogue", conjunction(self.tile_bound["bm"], self.tile_bound["bn"]))
         out_idx = self.out_index()
         body.scalars[reduce.id] = (accumulated, _linear(out_idx, reduce.shape))
         if output is reduce:

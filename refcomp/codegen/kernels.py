@@ -185,7 +185,7 @@ def _drop_unused_indices(source: str) -> str:
 
 
 def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
-                       block: int = BLOCK) -> Kernel:
+                       block: int = BLOCK, render: bool = True) -> Kernel:
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
@@ -193,7 +193,7 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
     return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
-                   False, result=result, size=lambda b: b.printer.int(size))
+                   False, render=render, result=result, size=lambda b: b.printer.int(size))
 
 
 def default_reduce_strategy(extent: Dim) -> str:

@@ -109,7 +109,7 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
                              render=render)
     if group.kind == "gather":
         return gather_kernel(name, root, names)
-    return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK))
+    return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK), render=render)
 
 
 def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: ProgramNames) -> Optional[Kernel]:

@@ -30,7 +30,7 @@ import sympy
 
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, Edge, Node
-from ..symbolic.index import index_of
+from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
 from .emit import Unfusable
 from .fused import TiledContraction, _linear, _lines_read_by, _same, matmul_axes
@@ -154,8 +154,8 @@ def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: i
         src = [sympy.Integer(0) if a in zero else e for a, e in enumerate(src)]
         return tc.read(scores, which, src, "q" if which == 0 else "kt", guard)
 
-    q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, sympy.And(tc.tile_bound["bm"], sympy.Lt(dq, depth)))
-    k_statements, k_value = operand(1, kt, dk, s_m, sympy.And(sympy.Lt(kt, tc.shape[tc.k_axis]), sympy.Lt(dk, depth)))
+    q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, conjunction(tc.tile_bound["bm"], less(dq, depth)))
+    k_statements, k_value = operand(1, kt, dk, s_m, conjunction(less(kt, tc.shape[tc.k_axis]), less(dk, depth)))
     body.scalars[scores.id] = ("qk", _linear(at(tc.ka), scores.shape))
     width = -(-depth // tile) * tile
     return dict(depth=depth, width=width, q_statements=q_statements, q_value=q_value, k_statements=k_statements,
@@ -209,7 +209,7 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
         if not _same(scores.shape, maximum.srcs[0].shape):
             raise Unfusable(f"{scores.op.name}#{scores.id} does not have the scores' shape")
         qk = _stream(tc, scores, at, axis, tile)
-    tc.begin("a", sympy.And(tc.tile_bound["bm"], tc.tile_bound["ka"]))
+    tc.begin("a", conjunction(tc.tile_bound["bm"], tc.tile_bound["ka"]))
     score = body.value_at(maximum.srcs[0], at(tc.ka))
     score_statements = body.statements
     if scores is not None and scores.id not in body.scalars_read:
@@ -222,11 +222,11 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
         body.scalars[maximum.id] = ("m_new", row)
         return body.statements, body.value_at(total.srcs[0], at(tc.ka))
 
-    weight_statements, weight_value = weight("score", sympy.And(tc.tile_bound["bm"], tc.tile_bound["ka"]))
+    weight_statements, weight_value = weight("score", conjunction(tc.tile_bound["bm"], tc.tile_bound["ka"]))
     rescale_statements, rescale_value = weight("m_old", sympy.true)
     b_statements, b_value = tc.operand(1, "b")
     body.scalars[total.id] = ("l", row)
-    tc.begin("epilogue", sympy.And(tc.tile_bound["bm"], tc.tile_bound["bn"]))
+    tc.begin("epilogue", conjunction(tc.tile_bound["bm"], tc.tile_bound["bn"]))
     factor = body.value_at(Edge(parts.normaliser, ViewStack.of_buffer(parts.normaliser.shape)),
                            body.unravel(row, parts.normaliser.shape))
     scaled_statements = body.statements + [f"const float scaled = acc * {factor};"]

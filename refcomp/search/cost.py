@@ -16,7 +16,7 @@ from ..codegen.legality import AccessModelError, Kernel, global_counts
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
-from ..symbolic.dims import evaluate_dim, prod
+from ..symbolic.dims import evaluate_size
 
 DEFAULT_DIM = 64  # the value of a symbolic dim the user gave no hint for
 
@@ -56,7 +56,7 @@ def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None, edge
 
 
 def elements(shape, bindings: Mapping[str, int]) -> int:
-    return evaluate_dim(prod(shape), bindings)
+    return evaluate_size(shape, bindings)
 
 
 def roofline(name: str, kind: str, nbytes: int, flops: int, threads: int, profile: DeviceProfile,

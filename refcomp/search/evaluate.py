@@ -133,8 +133,9 @@ class Evaluator:
     def _key(self, sched: Schedule, group: Group) -> tuple:
         """The group's structure (see group_structure) and parameters: identical layers of a model
         share one built kernel, one legality answer and one price."""
-        ids = (group.root.id, tuple(n.id for n in group.members), group.kind,
-               tuple(tuple(n.id in getattr(sched, d.name) for d in DECISIONS) for n in group.members + (group.root,)))
+        members = tuple(n.id for n in group.members)
+        nodes = frozenset(members).union((group.root.id,))  # each decision's part of the kernel says what
+        ids = (group.root.id, members, group.kind, tuple(getattr(sched, d.name) & nodes for d in DECISIONS))
         if ids not in self.structures:  # interned: a small int hashes far faster than the structure
             self.structures[ids] = self.interned.setdefault(group_structure(group, sched), len(self.interned))
         return self.structures[ids], tuple(sched.kernel_params(group.root.id, group.kind).values())

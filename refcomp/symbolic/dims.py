@@ -18,6 +18,13 @@ from ..errors import BindingError, ShapeError
 Dim = Union[int, sympy.Expr]
 
 
+@functools.lru_cache(maxsize=65536)
+def expanded(e) -> sympy.Expr:
+    """sympy.expand(e), memoised beyond SymPy's own small cache: index analysis expands the same
+    terms over and over."""
+    return sympy.expand(e)
+
+
 def divide_term(term, c):
     """term / c if c divides the monomial `term` exactly (integer coefficient, symbol powers), else None."""
     if c == 0:
@@ -34,8 +41,10 @@ def divide_term(term, c):
     return sympy.Integer(int(t_coeff) // int(c_coeff)) * sympy.Mul(*[b ** e for b, e in powers.items() if e != 0])
 
 
+@functools.lru_cache(maxsize=65536)
 def split_multiple(a, c):
-    """a = q*c + rest, where q*c collects the terms of `a` that c divides exactly."""
+    """a = q*c + rest, where q*c collects the terms of `a` that c divides exactly. Memoised: every
+    idiv and imod built, and every index simplified, asks it, mostly of the same few sums."""
     q, rest = [], []
     for term in sympy.Add.make_args(a):
         quotient = divide_term(term, c)

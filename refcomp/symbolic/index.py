@@ -12,13 +12,50 @@ from typing import Mapping, Optional, Sequence
 
 import sympy
 
-from .dims import Dim, dims_equal, idiv, imod
+from .dims import Dim, dims_equal, expanded, idiv, imod
 from .simplify import simplify_index
 from .view import View, ViewStack, contiguous_strides
 
 
+@functools.lru_cache(maxsize=65536)
+def conjunction(*conditions) -> sympy.Basic:
+    """sympy.And(*conditions), memoised: SymPy caches no And, and kernels build the same masks and
+    tile bounds (`bm < M && ka < K`) over and over."""
+    return sympy.And(*conditions)
+
+
+@functools.lru_cache(maxsize=65536)
+def less(a, b) -> sympy.Basic:
+    """sympy.Lt(a, b), memoised as `conjunction` is."""
+    return sympy.Lt(a, b)
+
+
+@functools.lru_cache(maxsize=65536)
+def less_equal(a, b) -> sympy.Basic:
+    """sympy.Le(a, b), memoised as `conjunction` is."""
+    return sympy.Le(a, b)
+
+
 def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
     """Per-axis indices of a row-major flat position (the first axis needs no modulo)."""
+    return list(_unravel(flat, tuple(shape)))
+
+
+def unravel_within(flat: sympy.Expr, shape: Sequence[Dim], ranges: Mapping) -> tuple[sympy.Expr, ...]:
+    """unravel's components, each simplified under `ranges` (symbol -> exclusive bound). Memoised:
+    a kernel's fused producers and the search's candidate kernels unravel the same few positions
+    over and over (a GPT-2 block: some 1,400 calls, under a hundred distinct)."""
+    return _unravel_within(flat, tuple(shape), frozenset(ranges.items()))
+
+
+@functools.lru_cache(maxsize=8192)
+def _unravel_within(flat, shape: tuple, ranges: frozenset) -> tuple[sympy.Expr, ...]:
+    bounds = dict(ranges)
+    return tuple(simplify_index(e, bounds) for e in _unravel(flat, shape))
+
+
+@functools.lru_cache(maxsize=8192)
+def _unravel(flat, shape: tuple) -> tuple[sympy.Expr, ...]:
     strides = contiguous_strides(shape)
     out = []
     for axis, (n, stride) in enumerate(zip(shape, strides)):
@@ -27,20 +64,23 @@ def unravel(flat: sympy.Expr, shape: Sequence[Dim]) -> list[sympy.Expr]:
             continue
         q = idiv(flat, stride)
         out.append(q if axis == 0 else imod(q, n))
-    return out
+    return tuple(out)
 
 
 def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy.Basic]:
-    flat = sympy.sympify(view.offset) + sum((i * s for i, s in zip(idx, view.strides) if s != 0), sympy.Integer(0))
+    # expand distributes over a sum, and the sum of expanded terms is expanded: each term (an index
+    # times a stride) is expanded once, however many flat positions it appears in
+    terms = [expanded(i * s) for i, s in zip(idx, view.strides) if s != 0]
+    flat = sympy.Add(expanded(sympy.sympify(view.offset)), *terms)
     valid: sympy.Basic = sympy.true
     if view.mask is not None:
         for axis, (i, (lo, hi)) in enumerate(zip(idx, view.mask)):
             if view.axis_is_unmasked(axis):
                 continue
             n = view.shape[axis]  # i always lies in [0, n): only the bounds inside that range test anything
-            valid = sympy.And(valid, sympy.Le(lo, i) if not dims_equal(lo, 0) else sympy.true,
-                              sympy.Lt(i, hi) if not dims_equal(hi, n) else sympy.true)
-    return sympy.expand(flat), valid
+            valid = conjunction(valid, less_equal(lo, i) if not dims_equal(lo, 0) else sympy.true,
+                                less(i, hi) if not dims_equal(hi, n) else sympy.true)
+    return flat, valid
 
 
 @functools.lru_cache(maxsize=8192)
@@ -52,12 +92,13 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
     for level in range(len(stack.views) - 1, -1, -1):
         flat, level_valid = _view_flat(stack.views[level], current)
         flat = simplify_index(flat, bounds)
-        valid = sympy.And(valid, level_valid)
+        valid = conjunction(valid, level_valid)
         if level:
-            current = [simplify_index(e, bounds) for e in unravel(flat, stack.views[level - 1].shape)]
+            current = list(_unravel_within(flat, stack.views[level - 1].shape, ranges))
     return flat, valid
 
 
 def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
     """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
-    return _index_of_cached(stack, tuple(sympy.sympify(i) for i in idx), frozenset((ranges or {}).items()))
+    idx = tuple(i if isinstance(i, sympy.Basic) else sympy.sympify(i) for i in idx)
+    return _index_of_cached(stack, idx, frozenset((ranges or {}).items()))

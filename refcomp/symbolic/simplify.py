@@ -16,47 +16,74 @@ from typing import Mapping, Optional
 
 import sympy
 
-from .dims import idiv, imod, split_multiple
+from .dims import expanded, idiv, imod, split_multiple
 
 Bounds = tuple[sympy.Expr, sympy.Expr]
 
 
 def _nonneg(e) -> bool:
+    if e.is_Integer:  # the common case with concrete dims, without SymPy's assumptions
+        return int(e) >= 0
+    return _nonneg_expr(e)
+
+
+@functools.lru_cache(maxsize=65536)
+def _nonneg_expr(e) -> bool:
+    """Memoised: SymPy's assumptions are asked afresh of every new expression object."""
     e = sympy.expand(e)
     return bool(e.is_nonnegative) or (e.is_Integer and int(e) >= 0)
+
+
+def _integers(*values) -> bool:
+    return all(v.is_Integer for v in values)
 
 
 def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
     """Inclusive bounds of `e`, where each index symbol s lies in [0, ranges[s]) (or in [lo, hi) when
     ranges[s] is a pair, as inside a mask); None if unknown."""
-    e = sympy.sympify(e)
+    return _bounds(sympy.sympify(e), frozenset(ranges.items()))
+
+
+@functools.lru_cache(maxsize=65536)
+def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
+    """`bounds`, memoised: simplifying one index asks for the bounds of the same terms many times.
+    Where every part is an integer (concrete dims) the arithmetic is done on Python ints."""
     if e.is_Integer:
         return e, e
     if e.is_Symbol:
+        ranges = dict(ranges_items)
         if e in ranges:
             lo, hi = ranges[e] if isinstance(ranges[e], tuple) else (0, ranges[e])
             return sympy.sympify(lo), sympy.expand(hi - 1)
         return (e, e) if e.is_positive else None  # a dim: itself
     if isinstance(e, sympy.Add):
-        lo, hi = sympy.Integer(0), sympy.Integer(0)
+        parts = []
         for term in e.args:
-            b = bounds(term, ranges)
+            b = _bounds(term, ranges_items)
             if b is None:
                 return None
+            parts.append(b)
+        if all(_integers(*b) for b in parts):
+            return sympy.Integer(sum(int(b[0]) for b in parts)), sympy.Integer(sum(int(b[1]) for b in parts))
+        lo, hi = sympy.Integer(0), sympy.Integer(0)
+        for b in parts:
             lo, hi = lo + b[0], hi + b[1]
         return sympy.expand(lo), sympy.expand(hi)
     if isinstance(e, sympy.Mul):
-        coeff, rest = e.as_independent(*ranges.keys()) if ranges else (e, sympy.Integer(1))
-        b = bounds(rest, ranges) if rest != 1 else (sympy.Integer(1), sympy.Integer(1))
+        coeff, rest = e.as_independent(*(s for s, _ in ranges_items)) if ranges_items else (e, sympy.Integer(1))
+        b = _bounds(rest, ranges_items) if rest != 1 else (sympy.Integer(1), sympy.Integer(1))
         if b is None:
             return None
+        if _integers(coeff, *b):
+            lo, hi = int(coeff) * int(b[0]), int(coeff) * int(b[1])
+            return (sympy.Integer(lo), sympy.Integer(hi)) if int(coeff) >= 0 else (sympy.Integer(hi), sympy.Integer(lo))
         if _nonneg(coeff):
             return sympy.expand(coeff * b[0]), sympy.expand(coeff * b[1])
         if _nonneg(-coeff):
             return sympy.expand(coeff * b[1]), sympy.expand(coeff * b[0])
         return None
     if isinstance(e, idiv):
-        b = bounds(e.args[0], ranges)
+        b = _bounds(e.args[0], ranges_items)
         return None if b is None or not _nonneg(b[0]) else (idiv(b[0], e.args[1]), idiv(b[1], e.args[1]))
     if isinstance(e, imod):
         return sympy.Integer(0), sympy.expand(e.args[1] - 1)
@@ -69,7 +96,7 @@ def _split(a, c):
     A divisor that is a sum (a padded extent such as T + 2) divides no single term of the expanded
     `a`, so polynomial division does the work there, dividing by c's symbols first.
     """
-    a = sympy.expand(a)
+    a = expanded(a)
     if isinstance(c, sympy.Add):
         try:
             gens = sorted(c.free_symbols, key=str)
@@ -81,9 +108,11 @@ def _split(a, c):
     return split_multiple(a, c)
 
 
-def _in_range(b, c, ranges) -> bool:
-    bb = bounds(b, ranges)
-    return bb is not None and _nonneg(bb[0]) and _nonneg(c - 1 - bb[1])
+def _in_range(b, c, ranges_items: frozenset) -> bool:
+    bb = _bounds(b, ranges_items)
+    if bb is None or not _nonneg(bb[0]):
+        return False
+    return int(c) - 1 - int(bb[1]) >= 0 if _integers(c, bb[1]) else _nonneg(c - 1 - bb[1])
 
 
 def simplify_index(e, ranges: Mapping[sympy.Symbol, sympy.Expr]):
@@ -94,7 +123,6 @@ def simplify_index(e, ranges: Mapping[sympy.Symbol, sympy.Expr]):
 
 @functools.lru_cache(maxsize=65536)
 def _simplify(e, ranges_items):
-    ranges = dict(ranges_items)
     if e.is_Atom:
         return e
     args = [_simplify(a, ranges_items) for a in e.args]
@@ -103,12 +131,12 @@ def _simplify(e, ranges_items):
         if isinstance(a, idiv) and isinstance(e, idiv):  # idiv(idiv(x, b), c) = idiv(x, b*c)
             return _simplify(idiv(a.args[0], sympy.expand(a.args[1] * c)), ranges_items)
         q, b = _split(a, c)
-        b_bounds = bounds(b, ranges)
+        b_bounds = _bounds(b, ranges_items)
         if b_bounds is None or not _nonneg(b_bounds[0]):
             return e.func(a, c)
         if isinstance(e, idiv):
-            return sympy.expand(q + (sympy.Integer(0) if _in_range(b, c, ranges) else idiv(b, c)))
-        return b if _in_range(b, c, ranges) else imod(b, c)
+            return sympy.expand(q + (sympy.Integer(0) if _in_range(b, c, ranges_items) else idiv(b, c)))
+        return b if _in_range(b, c, ranges_items) else imod(b, c)
     return e.func(*args)
 
 
