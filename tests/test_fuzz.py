@@ -40,7 +40,7 @@ def test_random_graphs_match_the_reference_with_and_without_search():
                 "concat", "stack", "cumsum", "where", "compare", "fmod", "argmax", "log2_exp2_pad", "exp2_product_pad",
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
-                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list"}
+                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list"}
     missing = expected - set(total.coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",
@@ -50,6 +50,7 @@ def test_random_graphs_match_the_reference_with_and_without_search():
     unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
     assert total.rules.get(TIED, 0) > 0, f"no move was tied across repeated layers: {total.rules}"
+    assert total.rules.get("split_k", 0) > 0, f"no skinny contraction was split (search/split.py): {total.rules}"
     # bindings a view cannot take and stray embedding ids were tried, and refused as the reference refuses
     assert total.refusals.get("BindingError", 0) > 0 and total.refusals.get("FeedError", 0) > 0, total.refusals
     print(f"{COUNT} graphs in {time.perf_counter() - start:.1f} s; kernels {total.kernels}")

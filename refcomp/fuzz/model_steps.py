@@ -63,6 +63,10 @@ class ModelSteps:
             w = self.new_input((m, shape[-2]))
             kk = _max_extent(shape[-2])
             out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
+        elif r < 0.34:  # one row by a long concrete K and a wide W (a decoding step): the search may split K
+            kk = 768  # (search/split.py; smaller ones are launch-bound, and a split's second kernel never pays)
+            x, w = self.new_input((1, kk)), self.new_input((kk, self.choice([2304, 3072])))
+            out = self.emit(f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul")
         elif simple_dim(k):
             width = self.choice([1, 2, 3, 4, 7, "B", 16])
             kk = _max_extent(k)

@@ -1,12 +1,14 @@
 """Walking the graph: topological order, and the list/dict/single shapes of user outputs."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import sympy
 
 from ..errors import RefcompError
 from ..symbolic.dims import free_symbols
+from ..symbolic.view import ViewStack
 from .core import TensorCore
 from .primitives import Edge, Node
 
@@ -71,14 +73,25 @@ def symbols_of(nodes: list[Node], edges: Sequence[Edge] = ()) -> set[sympy.Symbo
     Constant values such as 1/T; `edges` are extra views read from outside (the outputs). These
     are what a binding must give values to."""
     symbols: set[sympy.Symbol] = set()
-    for edge in [e for node in nodes for e in node.srcs] + list(edges):
-        for view in edge.views.views:
-            for d in view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r):
-                symbols |= free_symbols(d)
+    for stack in {e.views for node in nodes for e in node.srcs} | {e.views for e in edges}:
+        symbols |= _stack_symbols(stack)
+    for shape in {node.shape for node in nodes}:
+        symbols |= _dims_symbols(shape)
     for node in nodes:
-        for n in node.shape:
-            symbols |= free_symbols(n)
         value = node.attrs.get("value")
         if isinstance(value, sympy.Basic):
             symbols |= value.free_symbols
     return symbols
+
+
+@functools.lru_cache(maxsize=16384)
+def _stack_symbols(stack: ViewStack) -> frozenset:
+    """The symbols of a view stack, memoised: a graph's edges share a few stacks, and the search asks
+    of every graph it builds."""
+    return frozenset().union(*(_dims_symbols(view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r))
+                               for view in stack.views))
+
+
+@functools.lru_cache(maxsize=16384)
+def _dims_symbols(dims: tuple) -> frozenset:
+    return frozenset().union(*(free_symbols(d) for d in dims if not isinstance(d, int)))

@@ -359,7 +359,7 @@ FUSION: list[FusionRule] = [
 CLEANUP: list[FusionRule] = [
     FusionRule("reduce_epilogue", "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
                "a scale, rsqrt(var + eps)), to the accumulated value before it is stored",
-               reduction & ~short & ~scheduled("matmul") & free & read_only_by(elementwise & ~scheduled("inline"))
+               reduction & ~short & ~scheduled("matmul") & free & read_only_by(elementwise)
                & reader_shaped,
                into("inline", "epilogue"), RECOMPUTE),
 ]

@@ -17,15 +17,16 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
-from ..codegen.legality import Group, materialise_outputs
+from ..codegen.legality import Group, ProgramNames, materialise_outputs
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
-from .cost import H200, DeviceProfile, KernelCost, binding_for
+from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
 from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import CLEANUP, FUSION, Graph
 from .schedule import KERNEL_PARAMS, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
+from .split import split_skinny
 from ..progress import stage
 
 
@@ -133,6 +134,39 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     cost0, kernels0 = _plain_cost(edges, bindings, profile, prices)
     trace.append(Step("start", "one kernel per compute node", cost0, kernels0))
     edges = simplify(list(edges), bindings, profile, trace, prices)
+    fuse = lambda edges, note: _fuse(edges, bindings, profile, prices, beam, max_states, deadline, note)  # noqa: E731
+    edges, splits = split_skinny(edges, lambda shape: elements(shape, bindings),
+                                 lambda edge: fuse([edge], lambda text: None).best[0])
+    if splits:
+        names = ProgramNames.of(toposort([e.node for e in before]))
+        where = ", ".join(f"{names.label(n)} into {chunks} chunks" for n, chunks in splits)
+        trace.append(Step("split_k", where, *_plain_cost(edges, bindings, profile, prices)))
+    found = fuse(edges, shown.note)
+    graph, ev = found.graph, found.ev
+    cost, sched, groups, path = found.best
+    trace += [Step(rule.name, _where(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
+    sched, groups = _tune(graph, ev, sched, groups, trace)
+    ordered = [groups[n.id] for n in graph.compute if n.id in groups]
+    costs = [ev.cost(sched, g) for g in ordered]
+    candidates = [sched] + [s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]]
+    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, found.states,
+                        time.perf_counter() - start, candidates[:CANDIDATES])
+
+
+@dataclass
+class _Fused:
+    """One fusion search's outcome: the best (cost, schedule, groups, path of moves), the cheapest
+    schedules seen (for measured mode), and the states explored."""
+
+    graph: Graph
+    ev: Evaluator
+    best: tuple
+    finalists: list
+    states: int
+
+
+def _fuse(edges, bindings, profile, prices, beam, max_states, deadline, note) -> _Fused:
+    """The beam search over fusion moves of the graph of `edges`."""
     graph = Graph(materialise_outputs(edges))
     ev = Evaluator(graph, bindings, profile, prices)
     plain = Schedule()
@@ -154,21 +188,14 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
                 descent = _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline)
                 if descent is not None:
                     successors.append(descent)
-                shown.note(f"{states} states, best {best[0] * 1e6:.1f} us")
+                note(f"{states} states, best {best[0] * 1e6:.1f} us")
             successors.sort(key=lambda item: item[0])
             finalists += [(c, s) for c, s, _, _ in successors[:CANDIDATES]]
             frontier = successors[:beam]
             if not frontier or frontier[0][0] >= best[0]:
                 break
             best = frontier[0]
-    cost, sched, groups, path = best
-    trace += [Step(rule.name, _where(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
-    sched, groups = _tune(graph, ev, sched, groups, trace)
-    ordered = [groups[n.id] for n in graph.compute if n.id in groups]
-    costs = [ev.cost(sched, g) for g in ordered]
-    candidates = [sched] + [s for _, s in sorted(finalists, key=lambda item: item[0]) if s != best[1]]
-    return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, states,
-                        time.perf_counter() - start, candidates[:CANDIDATES])
+    return _Fused(graph, ev, best, finalists, states)
 
 
 def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:

@@ -1,0 +1,105 @@
+"""Split-K: a skinny contraction (a row or a few, a long K) summed in chunks, then the chunks summed.
+
+A matmul whose rows fill less than one tile (B·T = 1: a decoding step, `x @ W` with one row of x)
+has too few outputs to occupy the device: a few blocks each walk all of K. Viewing K as (S, C) and
+summing twice, SumReduce_k(p) = SumReduce_s(SumReduce_c(p viewed as (..., S, C, ...))), gives S
+times the independent work for one short extra reduction, and the fusion search schedules both sums
+like any others (the chunks as a batched tiled matmul or a reduction, the S partial sums as a short
+reduce that takes the matmul's epilogue).
+
+The rule adds work, so it is no algebraic rule (those only remove work): the search prices each
+skinny contraction alone, whole and in each chunk count of CHUNKS (a search of that one output),
+and splits it where a split is at least GAIN cheaper, before the fusion search of the whole graph.
+The choice is local: a split contraction keeps its epilogue (the chunk sum takes it) but could lose
+a fusion only the whole one had, so the margin asks for a clear gain. (Searching the whole graph
+with and without the splits would settle it exactly, at twice the compile time.)
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..codegen.legality import TILE, matmul_axes
+from ..ops.primitives import Edge, Node, make_node
+from .rewrite import identity_edge, rebuild
+
+SOUNDNESS = ("the same real-number sum, reassociated into chunks (float32 rounding may differ by a few ulp, as "
+             "any matmul's summation order); float32 only, so no partial sum is rounded to a 16-bit type")
+MIN_K = 256  # a shorter contraction is no long walk for any thread
+CHUNKS = (8, 16, 32, 64)  # the chunk lengths C tried: S = K / C chunks, when C divides K
+GAIN = 0.8  # a split must price at most this fraction of the whole contraction alone
+
+
+def skinny(node: Node, count: Callable) -> bool:
+    """A float32 SumReduce of a matmul over a concrete K of at least MIN_K whose rows (batch and M
+    axes, `count`ed at the binding) fill less than one tile."""
+    if node.op.name != "SumReduce" or node.dtype != "float32" or node.srcs[0].node.dtype != "float32":
+        return False
+    axes = matmul_axes(node)
+    extent = node.srcs[0].shape[node.attrs["axis"]]
+    if axes is None or not isinstance(extent, int) or extent < MIN_K:
+        return False
+    batch, m, _ = axes
+    return count(tuple(node.srcs[0].shape[a] for a in batch + m)) < TILE
+
+
+def chunk_counts(node: Node) -> list[int]:
+    """The numbers of chunks S worth trying, one per chunk length in CHUNKS that divides K."""
+    extent = node.srcs[0].shape[node.attrs["axis"]]
+    return [extent // c for c in CHUNKS if extent % c == 0 and extent // c >= 2]
+
+
+def split_k(node: Node, chunks: int) -> Edge:
+    """SumReduce_k(p) as SumReduce_s(SumReduce_c(p viewed with k as (chunks, K / chunks)))."""
+    src, k = node.srcs[0], node.attrs["axis"]
+    shape = src.shape[:k] + (chunks, src.shape[k] // chunks) + src.shape[k + 1:]
+    partial = make_node("SumReduce", (Edge(src.node, src.views.reshape(shape)),), axis=k + 1)
+    partial.origin = node.origin  # the same user op computes both sums
+    total = make_node("SumReduce", (identity_edge(partial),), axis=k)
+    total.origin = node.origin
+    return identity_edge(total)
+
+
+def isolated(node: Node) -> Edge:
+    """The contraction alone, its product's operands read from fresh inputs of their nodes' shapes:
+    what the search prices to decide a split without the rest of the graph."""
+    product = node.srcs[0].node
+    operands = tuple(Edge(make_node("Input", dtype=e.node.dtype, name=f"operand{k}", shape=tuple(e.node.shape)), e.views)
+                     for k, e in enumerate(product.srcs))
+    alone = Node(product.op, operands, product.attrs, product.shape, product.dtype, origin=product.origin)
+    return identity_edge(Node(node.op, (Edge(alone, node.srcs[0].views),), node.attrs, node.shape, node.dtype,
+                              origin=node.origin))
+
+
+def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], float]) -> tuple[list[Edge], list]:
+    """The graph with every skinny contraction split where a split prices cheaper alone, and the
+    (node, chunks) of each split. Contractions alike (the same layer of a repeated model) are priced
+    once: the choice depends only on what `isolated` keeps."""
+    chosen: dict = {}
+    done: list = []
+
+    def replace(node: Node) -> Optional[Edge]:
+        if not skinny(node, count):
+            return None
+        product = node.srcs[0].node
+        key = (node.attrs["axis"], node.srcs[0].views, product.op.name,
+               tuple((e.node.shape, e.node.dtype, e.views) for e in product.srcs))
+        if key not in chosen:
+            chosen[key] = best_chunks(node, price)
+        if chosen[key] is None:
+            return None
+        done.append((node, chosen[key]))
+        return split_k(node, chosen[key])
+
+    out, _ = rebuild(edges, replace)
+    return out, done
+
+
+def best_chunks(node: Node, price: Callable[[Edge], float]) -> Optional[int]:
+    """The chunk count whose split prices cheapest alone, or None unless that split is at least GAIN
+    cheaper than the whole contraction (`price(edge)`: the modeled time of that output searched alone)."""
+    whole = isolated(node)
+    options = [(price(split_k(whole.node, s)), s) for s in chunk_counts(node)]
+    if not options:
+        return None
+    best, chunks = min(options)
+    return chunks if best <= GAIN * price(whole) else None

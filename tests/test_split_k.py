@@ -1,0 +1,89 @@
+"""Split-K (refcomp/search/split.py): a skinny contraction summed in chunks, then the chunk sums summed.
+
+The rewrite is checked as every rule is: the split graph against NumPy on random data, for every
+chunk count the search may try; then the search must split a decoding-step matmul where that pays
+under the cost model (and only there), and the split program must match NumPy on the emulator.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import refcomp as rc
+import refcomp.search.search as search_module
+from refcomp import golden
+from refcomp.ops.tensor import Tensor
+from refcomp.search.cost import elements
+from refcomp.search.rewrite import identity_edge
+from refcomp.search.split import MIN_K, chunk_counts, isolated, skinny, split_k
+
+
+def _product(rows, k, n, batch=()):
+    x, w = rc.input("x", batch + (rows, k)), rc.input("w", (k, n))
+    y = x @ w
+    node = y.node
+    assert node.op.name == "SumReduce", node  # x @ w is SumReduce(Mul(x, w)) read through a view
+    return x, w, y, node
+
+
+@pytest.mark.parametrize("rows, k, n, batch", [(1, 256, 24, ()), (1, 768, 40, ()), (3, 384, 7, (2,)), (1, 512, 1, ())])
+def test_a_split_contraction_is_the_same_sum_for_every_chunk_count(rows, k, n, batch):
+    rng = np.random.default_rng(k + n)
+    x, w, y, node = _product(rows, k, n, batch)
+    feeds = {"x": rng.standard_normal(batch + (rows, k)).astype(np.float32),
+             "w": rng.standard_normal((k, n)).astype(np.float32)}
+    want = feeds["x"].astype(np.float64) @ feeds["w"].astype(np.float64)
+    np.testing.assert_allclose(rc.evaluate(y, feeds, precision="float64"), want, rtol=1e-12, atol=1e-12)
+    whole = rc.evaluate(Tensor(identity_edge(node)), feeds, precision="float64")  # the node's own layout
+    counts = chunk_counts(node)
+    assert counts and all(k % s == 0 and k // s >= 8 for s in counts)
+    for chunks in counts:
+        split = Tensor(split_k(node, chunks))
+        np.testing.assert_allclose(rc.evaluate(split, feeds, precision="float64"), whole, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(rc.evaluate(split, feeds), whole, **golden.FLOAT32_TOLERANCE)
+    alone = rc.evaluate(Tensor(isolated(node)), {"operand0": feeds["x"], "operand1": feeds["w"]}, precision="float64")
+    np.testing.assert_allclose(alone, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_are_skinny():
+    count = lambda shape: elements(shape, {"B": 1, "T": 64})  # noqa: E731
+    assert skinny(_product(1, 768, 3072)[3], count)
+    assert skinny(_product(3, MIN_K, 5, (2,))[3], count)  # 6 rows in all
+    assert not skinny(_product(16, 768, 3072)[3], count)  # a whole tile of rows
+    assert not skinny(_product(1, MIN_K // 2, 3072)[3], count)  # a short K
+    assert not skinny((rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 8))).node, count)  # 64 rows at the binding
+    symbolic_k = (rc.input("x", (1, "T")) @ rc.input("w", ("T", 8))).node
+    assert not skinny(symbolic_k, count)  # K must be known to be cut into chunks
+    half = (rc.input("x", (1, 768), "float16") @ rc.input("w", (768, 64), "float16")).node
+    assert not skinny(half, count)  # partial sums would be rounded to float16
+
+
+def _decode_step():
+    x, w, b = rc.input("x", (1, 768)), rc.input("w", (768, 3072)), rc.input("b", (3072,))
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((1, 768)).astype(np.float32),
+             "w": (rng.standard_normal((768, 3072)) * 0.05).astype(np.float32),
+             "b": rng.standard_normal(3072).astype(np.float32)}
+    return (x @ w + b).gelu(), feeds
+
+
+def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
+    y, feeds = _decode_step()
+    prog = rc.compile(y, cache=False)
+    steps = [s for s in prog.search.trace if s.rule == "split_k"]
+    assert len(steps) == 1 and "chunks" in steps[0].site, prog.explain()
+    assert len(prog.kernels) == 2  # the chunks, then their sum with the bias and GELU applied
+    x, w, b = (feeds[k].astype(np.float64) for k in ("x", "w", "b"))
+    h = x @ w + b
+    want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    np.testing.assert_allclose(prog.run(feeds), want, **golden.FLOAT32_TOLERANCE)
+    monkeypatch.setattr(search_module, "split_skinny", lambda edges, count, price: (edges, []))
+    whole = rc.compile(y, cache=False)
+    assert not any(s.rule == "split_k" for s in whole.search.trace)
+    assert prog.cost.time_s < whole.cost.time_s, (prog.cost_summary(), whole.cost_summary())
+
+
+def test_a_skinny_matmul_that_is_launch_bound_is_not_split():
+    x, w = rc.input("x", (1, 512)), rc.input("w", (512, 64))
+    prog = rc.compile(x @ w, cache=False)
+    assert not any(s.rule == "split_k" for s in prog.search.trace) and len(prog.kernels) == 1
