@@ -13,7 +13,7 @@ Workloads: block (GPT-2 block, B=8 T=128), block_small (B=1 T=64), stack (12 sta
 one, B=1 T=64), mlp (784-256-10 at batch 64 and 1024), cnn (two conv2d + relu + max_pool2d, then
 linear; batch 8, 3x32x32), resnet18 (batch 1), compile (the GPT-2 block at B=8 T=128, median of
 `--repeats` fresh processes), emulator (searched against plain on the host emulator: the block at
-B=1 T=64 and the MLP at batch 64).
+B=1 T=64 and the MLP at batch 64), decode (GPT-2's MLP at one token: split-K against the same search without it).
 """
 from __future__ import annotations
 
@@ -204,6 +204,32 @@ def bench_compile(args):
                 f"{median:.3f}")], {"compile_s": times}
 
 
+def decode_mlp():
+    """GPT-2 small's MLP at one token (B·T = 1): 768 -> 3072 (GELU) -> 768, both contractions skinny."""
+    x = rc.input("x", (1, 768))
+    w1, b1, w2, b2 = (rc.input(n, s) for n, s in (("w1", (768, 3072)), ("b1", (3072,)), ("w2", (3072, 768)), ("b2", (768,))))
+    return (x @ w1 + b1).gelu() @ w2 + b2
+
+
+def bench_decode(args):
+    """Split-K (search/split.py): the modeled time of the searched decode MLP against the same search
+    without splits (the split step disabled in this process)."""
+    import refcomp.search.search as search_module
+    y = decode_mlp()
+    split = rc.compile(y, cache=False)
+    keep, search_module.split_skinny = search_module.split_skinny, lambda edges, count, price: (edges, [])
+    try:
+        whole = rc.compile(y, cache=False)
+    finally:
+        search_module.split_skinny = keep
+    steps = [s.site for s in split.search.trace if s.rule == "split_k"]
+    ratio = split.cost.time_s / whole.cost.time_s
+    return [row("decode mlp 768-3072-768, B*T=1", "modeled time, split-K / without", ratio, "< 1x (split found)",
+                ratio < 1 and bool(steps), f"{ratio:.2f}x ({split.cost.time_s * 1e6:.2f} / {whole.cost.time_s * 1e6:.2f} us)")], \
+        {"splits": steps, "kernels": [k.name for k in split.kernels], "kernels_without": [k.name for k in whole.kernels],
+         "split_us": split.cost.time_s * 1e6, "without_us": whole.cost.time_s * 1e6}
+
+
 def warm_median(prog, feeds, repeats: int) -> float:
     prog.run(feeds, backend="emulator")  # builds (or loads) the shared library: not timed
     times = []
@@ -233,7 +259,8 @@ def bench_emulator(args):
 
 
 WORKLOADS = {"block": bench_block, "block_small": bench_block_small, "stack": bench_stack, "mlp": bench_mlp,
-             "cnn": bench_cnn, "resnet18": bench_resnet18, "compile": bench_compile, "emulator": bench_emulator}
+             "cnn": bench_cnn, "resnet18": bench_resnet18, "compile": bench_compile, "emulator": bench_emulator,
+             "decode": bench_decode}
 
 
 def format_table(rows: list[dict]) -> str:

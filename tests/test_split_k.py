@@ -83,6 +83,24 @@ def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
     assert prog.cost.time_s < whole.cost.time_s, (prog.cost_summary(), whole.cost_summary())
 
 
+def test_two_chained_skinny_matmuls_are_both_split_and_named_in_the_searched_graph():
+    """The second contraction reads the first's split sum (a rebuilt node): both are split, and the
+    trace names each by its number in the searched graph, as explain's "graph after" shows it."""
+    x, w1, w2 = rc.input("x", (1, 768)), rc.input("w1", (768, 3072)), rc.input("w2", (3072, 768))
+    y = (x @ w1).gelu() @ w2
+    prog = rc.compile(y, cache=False)
+    (step,) = [s for s in prog.search.trace if s.rule == "split_k"]
+    sites = step.site.split(", ")
+    assert len(sites) == 2 and all(f"{label.split()[0]} (" in prog.explain() for label in sites), step.site
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((1, 768)).astype(np.float32),
+             "w1": (rng.standard_normal((768, 3072)) * 0.05).astype(np.float32),
+             "w2": (rng.standard_normal((3072, 768)) * 0.05).astype(np.float32)}
+    h = feeds["x"].astype(np.float64) @ feeds["w1"].astype(np.float64)
+    gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    np.testing.assert_allclose(prog.run(feeds), gelu @ feeds["w2"].astype(np.float64), **golden.FLOAT32_TOLERANCE)
+
+
 def test_a_skinny_matmul_that_is_launch_bound_is_not_split():
     x, w = rc.input("x", (1, 512)), rc.input("w", (512, 64))
     prog = rc.compile(x @ w, cache=False)

@@ -138,7 +138,7 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     edges, splits = split_skinny(edges, lambda shape: elements(shape, bindings),
                                  lambda edge: fuse([edge], lambda text: None).best[0])
     if splits:
-        names = ProgramNames.of(toposort([e.node for e in before]))
+        names = ProgramNames.of(toposort([e.node for e in edges]))  # the numbers the searched graph shows
         where = ", ".join(f"{names.label(n)} into {chunks} chunks" for n, chunks in splits)
         trace.append(Step("split_k", where, *_plain_cost(edges, bindings, profile, prices)))
     found = fuse(edges, shown.note)

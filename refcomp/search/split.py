@@ -72,7 +72,7 @@ def isolated(node: Node) -> Edge:
 
 def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], float]) -> tuple[list[Edge], list]:
     """The graph with every skinny contraction split where a split prices cheaper alone, and the
-    (node, chunks) of each split. Contractions alike (the same layer of a repeated model) are priced
+    (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated model) are priced
     once: the choice depends only on what `isolated` keeps."""
     chosen: dict = {}
     done: list = []
@@ -87,8 +87,9 @@ def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], flo
             chosen[key] = best_chunks(node, price)
         if chosen[key] is None:
             return None
-        done.append((node, chosen[key]))
-        return split_k(node, chosen[key])
+        edge = split_k(node, chosen[key])
+        done.append((edge.node, chosen[key]))
+        return edge
 
     out, _ = rebuild(edges, replace)
     return out, done
