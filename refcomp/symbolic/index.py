@@ -26,8 +26,18 @@ def conjunction(*conditions) -> sympy.Basic:
 
 @functools.lru_cache(maxsize=65536)
 def less(a, b) -> sympy.Basic:
-    """sympy.Lt(a, b), memoised as `conjunction` is."""
+    """sympy.Lt(a, b), memoised as `conjunction` is. An index variable below a positive bound (a
+    tile's `bm < M`, `ka < K`) is built unevaluated: SymPy, asked to evaluate, would only find out
+    (at a millisecond a new pair) that both answers are possible, and build the same thing."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    if _unbounded_index(a) and (b.is_Integer and b > 0 or b.is_positive):
+        return sympy.Lt(a, b, evaluate=False)  # a = 0 holds, a = b does not: it cannot be decided
     return sympy.Lt(a, b)
+
+
+def _unbounded_index(a) -> bool:
+    """A symbol whose assumptions allow every value 0, 1, 2, ... (as index variables' do)."""
+    return a.is_Symbol and a.is_integer and a.is_nonnegative and a.is_zero is None and a.is_positive is None
 
 
 @functools.lru_cache(maxsize=65536)
