@@ -19,7 +19,7 @@ from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
-from ..symbolic.dims import Dim, idiv, imod, prod
+from ..symbolic.dims import Dim, expand, idiv, imod, prod
 from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
 from ..symbolic.simplify import tighten
@@ -246,7 +246,7 @@ class KernelBody:
         if self.flat_axes is not None and flat == self.flat_axes[1]:  # the identity shortcut: `i` itself
             flat = sum((a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0))
         flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
-        if valid is not sympy.true or sympy.expand(flat - expected) != 0:
+        if valid is not sympy.true or expand(flat - expected) != 0:
             raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
         self.scalars_read.add(node.id)
         return DTYPES[node.dtype].c_round.format(name)

@@ -18,7 +18,7 @@ import sympy
 from .abi import KernelSignature
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
-from ..symbolic.dims import Dim, evaluate_dim, prod
+from ..symbolic.dims import Dim, evaluate_dim, expand, prod
 from .emit import Access, KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -241,7 +241,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
 
 def _linear_of(idx, shape):
     from ..symbolic.view import contiguous_strides
-    return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
+    return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 def gather_kernel(name: str, node: Node, names) -> Kernel:
