@@ -28,10 +28,22 @@ MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most t
 BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
 
 
+_COMPILED: list = []  # the jinja2.BytecodeCache given to keep_compiled_templates, if any
+
+
+def keep_compiled_templates(cache: jinja2.BytecodeCache) -> None:
+    """Have Jinja keep the templates it compiles in `cache`, for later processes: compiling them is
+    some 20 ms of a process's first program. refcomp.exec gives one in its cache directory (code
+    generation knows no directory)."""
+    _COMPILED[:] = [cache]
+    template.cache_clear()
+
+
 @functools.lru_cache(maxsize=None)
 def template(name: str) -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=False, autoescape=False)
+                             keep_trailing_newline=False, autoescape=False,
+                             bytecode_cache=_COMPILED[0] if _COMPILED else None)
     return env.get_template(name)
 
 
