@@ -77,8 +77,10 @@ def retarget(kernel: Kernel, params: dict) -> Kernel:
     if kernel.kind != "matmul":
         return kernel
     along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
-    return replace(kernel, launch=replace(kernel.launch, block=params.get("tile", TILE)),
-                   plan=replace(kernel.plan, along_k=along_k))
+    tile = params.get("tile", TILE)
+    width = -(-kernel.plan.streamed_depth // tile) * tile  # streamed Q and K rows: whole tiles (online._stream)
+    return replace(kernel, launch=replace(kernel.launch, block=tile),
+                   plan=replace(kernel.plan, along_k=along_k, streamed_width=width))
 
 
 def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict,
