@@ -136,4 +136,5 @@ def test_a_retargeted_kernel_is_the_kernel_built_for_its_parameters():
             built, moved = kernel_for_group("priced", group, names, fused, chosen, render=False), retarget(analysed, chosen)
             assert (moved.launch, moved.signature, moved.plan) == (built.launch, built.signature, built.plan), (group.kind, values)
             checked.add((built.kind, built.plan.template, values))
-    assert {(kind, template) for kind, template, _ in checked} >= {("matmul", "softmax_matmul.cu.j2")}, checked
+    assert {(kind, template) for kind, template, _ in checked} >= {
+        ("matmul", "softmax_matmul.cu.j2"), ("reduce", "reduce_thread.cu.j2"), ("reduce", "reduce_block.cu.j2")}, checked
