@@ -101,7 +101,7 @@ class KernelBody:
     statements: list[str] = field(default_factory=list)
     symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
     reads: list[Node] = field(default_factory=list)
-    loads: list[str] = field(default_factory=list)  # for the kernel's comment
+    loads: list = field(default_factory=list)  # (buffer, flat index, mask) of each load, for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
@@ -168,6 +168,11 @@ class KernelBody:
         when = conjunction(valid, *self._guards) if self._guards else valid
         self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
+    def load_comments(self) -> list[str]:
+        """`in0[o0 * 64 + r] where ...` per load: printed only for a rendered kernel's comment."""
+        return [f"{buffer}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
+                for buffer, flat, valid in self.loads]
+
     def used_index_lines(self) -> list[str]:
         """Declarations of the axis indices the body actually uses (call after the body is built)."""
         lines = []
@@ -196,7 +201,7 @@ class KernelBody:
         else:
             value = DTYPES[node.dtype].c_load.format(f"{self.buffer(node)}[{self.printer.int(flat)}]")
             self.access(self.buffer(node), flat, valid)
-            self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
+            self.loads.append((self.buffer(node), flat, valid))
         if value == "0.0f":
             return value
         if valid is not sympy.true:

@@ -150,7 +150,7 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
     if _origins(ordered):
         lines.append(f"//   user ops: {_origins(ordered)}")
     reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
-    lines += [f"//   reads {r}" for r in dict.fromkeys(body.loads)]
+    lines += [f"//   reads {r}" for r in dict.fromkeys(body.load_comments())]
     lines += [f"//   {k} = {v}" for k, v in reads.items()]
     return "\n".join(lines)
 
