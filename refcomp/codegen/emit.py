@@ -9,6 +9,7 @@ the search's fusion rules mark nodes as `inline` and the same code inlines them.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -84,10 +85,12 @@ class ProgramNames:
         return sorted(set(nodes), key=lambda n: self.numbers[n.id])
 
 
+@functools.lru_cache(maxsize=4096)
 def index_symbol(name: str) -> sympy.Symbol:
     """A loop/axis index variable. User dims are *positive* symbols, so an index symbol (merely
     nonnegative) is a different SymPy object even when the names agree; sharing one symbol per name
-    across kernels lets the index caches hit."""
+    across kernels lets the index caches hit (memoised: SymPy's own cache answers only after it has
+    read the assumptions, every time)."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 

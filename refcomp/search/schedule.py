@@ -45,6 +45,7 @@ KERNEL_PARAMS = (
           "in x @ W.T)", False, {"matmul": (False, True)}, moves_memory=True),
 )
 PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
+DEFAULT_PARAMS = {p.name: p.default for p in KERNEL_PARAMS}
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class Schedule:
         kind, a parameter that kind has no choices for is its default: a node that was a matmul's
         root in another schedule may have kept a tile, which its reduction kernel must not see
         (it would be built and priced once per stale value)."""
+        if not self.params:  # (the search's schedules, until the parameters are tuned)
+            return dict(DEFAULT_PARAMS)
         return {p.name: self.param(root_id, p.name) if kind is None or kind in p.choices else p.default
                 for p in KERNEL_PARAMS}
 

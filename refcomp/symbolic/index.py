@@ -20,7 +20,13 @@ from .view import View, ViewStack, contiguous_strides
 @functools.lru_cache(maxsize=65536)
 def conjunction(*conditions) -> sympy.Basic:
     """sympy.And(*conditions), memoised: SymPy caches no And, and kernels build the same masks and
-    tile bounds (`bm < M && ka < K`) over and over."""
+    tile bounds (`bm < M && ka < K`) over and over. And of one condition (the others true) is that
+    condition, without SymPy's canonical forms of relations."""
+    others = [c for c in conditions if c is not sympy.true]
+    if not others:
+        return sympy.true
+    if len(others) == 1 and isinstance(others[0], sympy.Basic):
+        return others[0]
     return sympy.And(*conditions)
 
 
