@@ -322,3 +322,39 @@ def test_nvcc_cache_dir_under_a_file(tmp_path, monkeypatch, source, fake_nvcc):
     monkeypatch.setenv("REFCOMP_CACHE_DIR", str(_file(tmp_path) / "cache"))
     with pytest.raises(CacheError, match="REFCOMP_CACHE_DIR"):
         nvcc_check(source)
+
+
+# ---- compiled templates -------------------------------------------------------------------------
+
+def _render_prelude(compiles: list) -> str:
+    """The prelude rendered by a fresh Jinja environment on the template cache, noting each compile."""
+    import jinja2
+    from refcomp.codegen.kernels import TEMPLATES
+    from refcomp.exec.cache import TemplateCache
+
+    class Counting(jinja2.Environment):
+        def compile(self, *args, **kwargs):
+            compiles.append(args)
+            return super().compile(*args, **kwargs)
+
+    env = Counting(loader=jinja2.FileSystemLoader(str(TEMPLATES)), bytecode_cache=TemplateCache())
+    return env.get_template("prelude.cu.j2").render(kernel_count=1, dtypes={"float16"})
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_templates_are_kept_compiled_and_a_damaged_one_is_compiled_again(cache_root, damage):
+    compiles: list = []
+    expected = _render_prelude(compiles)
+    (path,) = (cache_root / "templates").glob("*.bc")
+    assert len(compiles) == 1
+    assert _render_prelude(compiles) == expected and len(compiles) == 1  # loaded, not compiled
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2] if damage == "truncated" else data[:-1] + bytes([data[-1] ^ 1]))
+    assert _render_prelude(compiles) == expected and len(compiles) == 2
+    assert _render_prelude(compiles) == expected and len(compiles) == 2  # the rewritten file serves again
+
+
+def test_an_unusable_cache_costs_templates_only_their_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(_file(tmp_path) / "cache"))
+    compiles: list = []
+    assert _render_prelude(compiles) == _render_prelude(compiles) and len(compiles) == 2

@@ -107,3 +107,34 @@ def test_an_index_the_model_cannot_evaluate_falls_back_to_the_graph_estimate():
     with pytest.raises(AccessModelError):
         global_counts(kernel, {})
     assert kernel_cost(kernel, kernel.cost, {}, H200) is kernel.cost
+
+
+def test_a_retargeted_kernel_is_the_kernel_built_for_its_parameters():
+    """The search analyses a kernel once for all values of its template-only parameters
+    (codegen.lower.TEMPLATE_ONLY: a matmul's tile and tile loads, a reduction's strategy) and
+    retargets that analysis: it must be the kernel code generation builds for those values, launch
+    and access plan alike (an attention's streamed rows are padded to whole tiles of each size)."""
+    import itertools
+    from refcomp.codegen.lower import TEMPLATE_ONLY, kernel_for_group, retarget
+    from refcomp.search.fusion import group_params
+    from refcomp.search.schedule import PARAMS_BY_NAME
+
+    q, k, v = (rc.input(n, ("B", 2, "T", 40)) for n in "qkv")
+    x = rc.input("x", ("B", 300))
+    outputs = {"attention": rc.nn.scaled_dot_product_attention(q, k, v), "long": x.sum(axis=-1), "short": x.T.sum(axis=-1)}
+    result = rc.compile(outputs, dims_hint={"B": 2, "T": 96}, cache=False).search
+    sched, names = result.schedule, result.graph.names
+    fused = lambda n: n.id in sched.inline  # noqa: E731
+    checked = set()
+    for group in result.groups:
+        params = group_params(sched, group)
+        only = TEMPLATE_ONLY.get(group.kind, ())
+        analysed = kernel_for_group("priced", group, names, fused, {**params, **{p: PARAMS_BY_NAME[p].default for p in only}},
+                                    render=False)
+        for values in itertools.product(*(PARAMS_BY_NAME[p].choices[group.kind] for p in only)):
+            chosen = {**params, **dict(zip(only, values))}
+            built, moved = kernel_for_group("priced", group, names, fused, chosen, render=False), retarget(analysed, chosen)
+            assert (moved.launch, moved.signature, moved.plan) == (built.launch, built.signature, built.plan), (group.kind, values)
+            checked.add((built.kind, built.plan.template, values))
+    assert {(kind, template) for kind, template, _ in checked} >= {
+        ("matmul", "softmax_matmul.cu.j2"), ("reduce", "reduce_thread.cu.j2"), ("reduce", "reduce_block.cu.j2")}, checked

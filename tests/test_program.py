@@ -148,6 +148,21 @@ def test_a_missing_program_file_is_a_refcomp_error(tmp_path):
         rc.load_program(tmp_path / "nothing.json")
 
 
+def test_compile_leaves_the_garbage_collector_as_it_found_it():
+    """A compile freezes older objects and collects the young ones less often (compiler._older_objects_frozen),
+    then puts back the caller's thresholds and frozen objects, collection switched off included."""
+    import gc
+    x = rc.input("x", ("B", 16))
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    try:
+        for threshold in [(700, 10, 10), (0, 10, 10), (50000, 5, 5)]:
+            gc.set_threshold(*threshold)
+            rc.compile(x.softmax(-1), cache=False)
+            assert gc.get_threshold() == threshold and gc.get_freeze_count() == frozen
+    finally:
+        gc.set_threshold(*before)
+
+
 # --- the program cache ---------------------------------------------------------------------------
 _CHILD = """
 import sys, time

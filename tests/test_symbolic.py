@@ -6,7 +6,7 @@ import pytest
 import sympy
 
 import refcomp as rc
-from refcomp.symbolic.dims import dim, dims_equal, evaluate_dim, evaluate_value, free_symbols, idiv, imod, prod, symbol
+from refcomp.symbolic.dims import dim, dims_equal, evaluate_dim, evaluate_value, expand, free_symbols, idiv, imod, prod, symbol
 
 
 T, B = symbol("T"), symbol("B")
@@ -94,6 +94,14 @@ def test_idiv_imod_evaluate_as_floor_division_and_remainder(t):
 def test_idiv_imod_are_integer_and_nonnegative():
     assert idiv(T + 1, 2).is_integer and idiv(T + 1, 2).is_nonnegative
     assert imod(T, 3).is_integer and imod(T, 3).is_nonnegative
+
+
+def test_expand_is_sympys_expand():
+    """dims.expand skips SymPy for what is already expanded; the answer must be SymPy's, to the tree."""
+    i, j = sympy.Symbol("i", integer=True, nonnegative=True), sympy.Symbol("j", integer=True, nonnegative=True)
+    for e in [i, 3, 32 * T * i + j, 128 * T**2 * i + 4 * B * j + 7, i + idiv(32 * T * j + i, 4 * T), 2 * imod(i + T, 3) * j,
+              (T + 1) * i, (i + j) ** 2, idiv((T + 1) * i, 2), T * (B + 1) - T, i / 2 + T / 3, T**-1 * i, 2 * (T + 1)]:
+        assert sympy.srepr(expand(e)) == sympy.srepr(sympy.expand(e)), e
 
 
 # --- evaluation ----------------------------------------------------------------------------------

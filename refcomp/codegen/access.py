@@ -223,8 +223,7 @@ def _distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
     """Per request: how many distinct units (sectors) its active lanes touch."""
     u = np.where(active, units, -1)
     u.sort(axis=1)
-    fresh = np.concatenate([u[:, :1] >= 0, (u[:, 1:] != u[:, :-1]) & (u[:, 1:] >= 0)], axis=1)
-    return fresh.sum(axis=1)
+    return (u[:, 0] >= 0) + np.count_nonzero((u[:, 1:] != u[:, :-1]) & (u[:, 1:] >= 0), axis=1)
 
 
 def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:

@@ -9,6 +9,7 @@ the search's fusion rules mark nodes as `inline` and the same code inlines them.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -19,7 +20,7 @@ from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
-from ..symbolic.dims import Dim, idiv, imod, prod
+from ..symbolic.dims import Dim, expand, idiv, imod, prod
 from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
 from ..symbolic.simplify import tighten
@@ -84,10 +85,12 @@ class ProgramNames:
         return sorted(set(nodes), key=lambda n: self.numbers[n.id])
 
 
+@functools.lru_cache(maxsize=4096)
 def index_symbol(name: str) -> sympy.Symbol:
     """A loop/axis index variable. User dims are *positive* symbols, so an index symbol (merely
     nonnegative) is a different SymPy object even when the names agree; sharing one symbol per name
-    across kernels lets the index caches hit."""
+    across kernels lets the index caches hit (memoised: SymPy's own cache answers only after it has
+    read the assumptions, every time)."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
@@ -101,7 +104,7 @@ class KernelBody:
     statements: list[str] = field(default_factory=list)
     symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
     reads: list[Node] = field(default_factory=list)
-    loads: list[str] = field(default_factory=list)  # for the kernel's comment
+    loads: list = field(default_factory=list)  # (buffer, flat index, mask) of each load, for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
@@ -168,6 +171,11 @@ class KernelBody:
         when = conjunction(valid, *self._guards) if self._guards else valid
         self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
+    def load_comments(self) -> list[str]:
+        """`in0[o0 * 64 + r] where ...` per load: printed only for a rendered kernel's comment."""
+        return [f"{buffer}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
+                for buffer, flat, valid in self.loads]
+
     def used_index_lines(self) -> list[str]:
         """Declarations of the axis indices the body actually uses (call after the body is built)."""
         lines = []
@@ -196,7 +204,7 @@ class KernelBody:
         else:
             value = DTYPES[node.dtype].c_load.format(f"{self.buffer(node)}[{self.printer.int(flat)}]")
             self.access(self.buffer(node), flat, valid)
-            self.loads.append(f"{self.buffer(node)}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}"))
+            self.loads.append((self.buffer(node), flat, valid))
         if value == "0.0f":
             return value
         if valid is not sympy.true:
@@ -246,7 +254,7 @@ class KernelBody:
         if self.flat_axes is not None and flat == self.flat_axes[1]:  # the identity shortcut: `i` itself
             flat = sum((a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0))
         flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
-        if valid is not sympy.true or sympy.expand(flat - expected) != 0:
+        if valid is not sympy.true or expand(flat - expected) != 0:
             raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
         self.scalars_read.add(node.id)
         return DTYPES[node.dtype].c_round.format(name)

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 import sympy
 
 from ..ops.primitives import REDUCE, Node
-from ..symbolic.dims import Dim, dims_equal, prod
+from ..symbolic.dims import Dim, dims_equal, expand, prod
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
@@ -28,7 +28,7 @@ from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
 
 
 def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
-    return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
+    return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inline: Callable[[Node], bool],

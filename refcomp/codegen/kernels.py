@@ -18,7 +18,7 @@ import sympy
 from .abi import KernelSignature
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
-from ..symbolic.dims import Dim, evaluate_dim, prod
+from ..symbolic.dims import Dim, evaluate_dim, expand, prod
 from .emit import Access, KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -28,10 +28,22 @@ MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most t
 BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
 
 
+_COMPILED: list = []  # the jinja2.BytecodeCache given to keep_compiled_templates, if any
+
+
+def keep_compiled_templates(cache: jinja2.BytecodeCache) -> None:
+    """Have Jinja keep the templates it compiles in `cache`, for later processes: compiling them is
+    some 20 ms of a process's first program. refcomp.exec gives one in its cache directory (code
+    generation knows no directory)."""
+    _COMPILED[:] = [cache]
+    template.cache_clear()
+
+
 @functools.lru_cache(maxsize=None)
 def template(name: str) -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=False, autoescape=False)
+                             keep_trailing_newline=False, autoescape=False,
+                             bytecode_cache=_COMPILED[0] if _COMPILED else None)
     return env.get_template(name)
 
 
@@ -138,7 +150,7 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
     if _origins(ordered):
         lines.append(f"//   user ops: {_origins(ordered)}")
     reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
-    lines += [f"//   reads {r}" for r in dict.fromkeys(body.loads)]
+    lines += [f"//   reads {r}" for r in dict.fromkeys(body.load_comments())]
     lines += [f"//   {k} = {v}" for k, v in reads.items()]
     return "\n".join(lines)
 
@@ -241,7 +253,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
 
 def _linear_of(idx, shape):
     from ..symbolic.view import contiguous_strides
-    return sympy.expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
+    return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 def gather_kernel(name: str, node: Node, names) -> Kernel:

@@ -15,7 +15,7 @@ from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
 from .online import softmax_matmul_kernel
-from .kernels import BLOCK, TILE, Kernel, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
+from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
 
 
 def materialise_outputs(tensors) -> list[Node]:
@@ -68,17 +68,37 @@ class Group:
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
 # kind of kernel: a kernel analysed once serves every value of them (`retarget`), so the search
-# prices a matmul's tiles and tile loads without analysing it four times.
-TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k")}
+# prices a matmul's tiles and tile loads without analysing it four times, and a reduction's thread
+# and block strategies without analysing it twice.
+TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k"), "reduce": ("strategy",)}
 
 
 def retarget(kernel: Kernel, params: dict) -> Kernel:
     """An unprinted kernel (render=False) with its template-only parameters set as in `params`."""
-    if kernel.kind != "matmul":
+    if kernel.kind == "matmul":
+        along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
+        tile = params.get("tile", TILE)
+        width = -(-kernel.plan.streamed_depth // tile) * tile  # streamed Q and K rows: whole tiles (online._stream)
+        return replace(kernel, launch=replace(kernel.launch, block=tile),
+                       plan=replace(kernel.plan, along_k=along_k, streamed_width=width))
+    if kernel.kind == "reduce":
+        return _restrategised(kernel, params.get("strategy") or default_reduce_strategy(kernel.plan.extent))
+    return kernel
+
+
+def _restrategised(kernel: Kernel, strategy: str) -> Kernel:
+    """A reduction as `reduce_kernel` builds it for the other strategy: the same accesses, but what
+    follows the loop (the epilogue, the store) runs on thread 0 of each output's block ("single")
+    instead of on each output's thread ("body"), from the other template, launch and barrier use."""
+    block = strategy == "block"
+    if block == (kernel.launch.mode == "block_per_output"):
         return kernel
-    along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
-    return replace(kernel, launch=replace(kernel.launch, block=params.get("tile", TILE)),
-                   plan=replace(kernel.plan, along_k=along_k))
+    after = "single" if block else "body"
+    accesses = tuple(a if a.scope == "loop" else replace(a, scope=after) for a in kernel.plan.accesses)
+    template = "reduce_block.cu.j2" if block else "reduce_thread.cu.j2"
+    return replace(kernel, launch=replace(kernel.launch, mode="block_per_output" if block else "grid_stride"),
+                   signature=replace(kernel.signature, uses_barrier=block),
+                   plan=replace(kernel.plan, accesses=accesses, template=template))
 
 
 def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict,

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Union
 
+import jinja2
+
 from refcomp.errors import CacheError
 
 Part = Union[str, bytes]
@@ -137,3 +139,29 @@ def tool_version(tool: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable: {exc}"
     return proc.stdout + proc.stderr
+
+
+class TemplateCache(jinja2.BytecodeCache):
+    """Jinja's compiled templates, kept in the cache directory (kind "templates") for later processes.
+    Jinja keys a template by its file and checks its source's checksum and the Python version; the
+    file name adds Jinja's version, and the file holds the sha256 of the bytecode, so a damaged file
+    is compiled again, never run. A cache directory that cannot be used costs only the compile."""
+
+    def _path(self, bucket: jinja2.bccache.Bucket) -> Path:
+        return cache_dir("templates") / f"{cache_key(bucket.key, jinja2.__version__)}.bc"
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            data = self._path(bucket).read_bytes()
+        except (OSError, CacheError):
+            return
+        digest, code = data[:32], data[32:]
+        if hashlib.sha256(code).digest() == digest:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = bucket.bytecode_to_string()
+        try:
+            write_atomically(self._path(bucket), hashlib.sha256(code).digest() + code)
+        except (OSError, CacheError):
+            pass

@@ -13,7 +13,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..codegen.emit import ProgramNames
-from ..codegen.kernels import Kernel, prelude
+from ..codegen.kernels import Kernel, keep_compiled_templates, prelude
 from ..codegen.lower import kernel_for_group, kernel_name, relabelled
 from ..codegen.memory import MemoryPlan, plan_memory
 from ..errors import RefcompError
@@ -34,6 +34,9 @@ from .nvcc import nvcc_check
 from .profile import Profile, profile_program
 from .reference import evaluate, read_edge
 from .saved import read_program, rebuild_parts, write_program
+from .cache import TemplateCache
+
+keep_compiled_templates(TemplateCache())  # every program's source is rendered from the templates
 
 
 class Program:

@@ -20,14 +20,30 @@ from .view import View, ViewStack, contiguous_strides
 @functools.lru_cache(maxsize=65536)
 def conjunction(*conditions) -> sympy.Basic:
     """sympy.And(*conditions), memoised: SymPy caches no And, and kernels build the same masks and
-    tile bounds (`bm < M && ka < K`) over and over."""
+    tile bounds (`bm < M && ka < K`) over and over. And of one condition (the others true) is that
+    condition, without SymPy's canonical forms of relations."""
+    others = [c for c in conditions if c is not sympy.true]
+    if not others:
+        return sympy.true
+    if len(others) == 1 and isinstance(others[0], sympy.Basic):
+        return others[0]
     return sympy.And(*conditions)
 
 
 @functools.lru_cache(maxsize=65536)
 def less(a, b) -> sympy.Basic:
-    """sympy.Lt(a, b), memoised as `conjunction` is."""
+    """sympy.Lt(a, b), memoised as `conjunction` is. An index variable below a positive bound (a
+    tile's `bm < M`, `ka < K`) is built unevaluated: SymPy, asked to evaluate, would only find out
+    (at a millisecond a new pair) that both answers are possible, and build the same thing."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    if _unbounded_index(a) and (b.is_Integer and b > 0 or b.is_positive):
+        return sympy.Lt(a, b, evaluate=False)  # a = 0 holds, a = b does not: it cannot be decided
     return sympy.Lt(a, b)
+
+
+def _unbounded_index(a) -> bool:
+    """A symbol whose assumptions allow every value 0, 1, 2, ... (as index variables' do)."""
+    return a.is_Symbol and a.is_integer and a.is_nonnegative and a.is_zero is None and a.is_positive is None
 
 
 @functools.lru_cache(maxsize=65536)

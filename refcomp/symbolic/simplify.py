@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import sympy
 
-from .dims import expanded, idiv, imod, split_multiple
+from .dims import expand, expanded, idiv, imod, split_multiple
 
 Bounds = tuple[sympy.Expr, sympy.Expr]
 
@@ -30,7 +30,7 @@ def _nonneg(e) -> bool:
 @functools.lru_cache(maxsize=65536)
 def _nonneg_expr(e) -> bool:
     """Memoised: SymPy's assumptions are asked afresh of every new expression object."""
-    e = sympy.expand(e)
+    e = expand(e)
     return bool(e.is_nonnegative) or (e.is_Integer and int(e) >= 0)
 
 
@@ -54,7 +54,7 @@ def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
         ranges = dict(ranges_items)
         if e in ranges:
             lo, hi = ranges[e] if isinstance(ranges[e], tuple) else (0, ranges[e])
-            return sympy.sympify(lo), sympy.expand(hi - 1)
+            return sympy.sympify(lo), expand(hi - 1)
         return (e, e) if e.is_positive else None  # a dim: itself
     if isinstance(e, sympy.Add):
         parts = []
@@ -68,7 +68,7 @@ def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
         lo, hi = sympy.Integer(0), sympy.Integer(0)
         for b in parts:
             lo, hi = lo + b[0], hi + b[1]
-        return sympy.expand(lo), sympy.expand(hi)
+        return expand(lo), expand(hi)
     if isinstance(e, sympy.Mul):
         coeff, rest = e.as_independent(*(s for s, _ in ranges_items)) if ranges_items else (e, sympy.Integer(1))
         b = _bounds(rest, ranges_items) if rest != 1 else (sympy.Integer(1), sympy.Integer(1))
@@ -78,15 +78,15 @@ def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
             lo, hi = int(coeff) * int(b[0]), int(coeff) * int(b[1])
             return (sympy.Integer(lo), sympy.Integer(hi)) if int(coeff) >= 0 else (sympy.Integer(hi), sympy.Integer(lo))
         if _nonneg(coeff):
-            return sympy.expand(coeff * b[0]), sympy.expand(coeff * b[1])
+            return expand(coeff * b[0]), expand(coeff * b[1])
         if _nonneg(-coeff):
-            return sympy.expand(coeff * b[1]), sympy.expand(coeff * b[0])
+            return expand(coeff * b[1]), expand(coeff * b[0])
         return None
     if isinstance(e, idiv):
         b = _bounds(e.args[0], ranges_items)
         return None if b is None or not _nonneg(b[0]) else (idiv(b[0], e.args[1]), idiv(b[1], e.args[1]))
     if isinstance(e, imod):
-        return sympy.Integer(0), sympy.expand(e.args[1] - 1)
+        return sympy.Integer(0), expand(e.args[1] - 1)
     return None
 
 
@@ -129,13 +129,13 @@ def _simplify(e, ranges_items):
     if isinstance(e, (idiv, imod)):
         a, c = args
         if isinstance(a, idiv) and isinstance(e, idiv):  # idiv(idiv(x, b), c) = idiv(x, b*c)
-            return _simplify(idiv(a.args[0], sympy.expand(a.args[1] * c)), ranges_items)
+            return _simplify(idiv(a.args[0], expand(a.args[1] * c)), ranges_items)
         q, b = _split(a, c)
         b_bounds = _bounds(b, ranges_items)
         if b_bounds is None or not _nonneg(b_bounds[0]):
             return e.func(a, c)
         if isinstance(e, idiv):
-            return sympy.expand(q + (sympy.Integer(0) if _in_range(b, c, ranges_items) else idiv(b, c)))
+            return expand(q + (sympy.Integer(0) if _in_range(b, c, ranges_items) else idiv(b, c)))
         return b if _in_range(b, c, ranges_items) else imod(b, c)
     return e.func(*args)
 
@@ -149,8 +149,8 @@ def tighten(ranges: Mapping[sympy.Symbol, object], valid) -> dict:
             strict = isinstance(cond, (sympy.Lt, sympy.Gt))
             if big in out and big.is_Symbol:  # small <= sym (or small < sym)
                 lo, hi = out[big] if isinstance(out[big], tuple) else (0, out[big])
-                out[big] = (sympy.expand(small + 1) if strict else small, hi)
+                out[big] = (expand(small + 1) if strict else small, hi)
             elif small in out and small.is_Symbol:  # sym < big (or sym <= big)
                 lo, hi = out[small] if isinstance(out[small], tuple) else (0, out[small])
-                out[small] = (lo, big if strict else sympy.expand(big + 1))
+                out[small] = (lo, big if strict else expand(big + 1))
     return out
