@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..codegen.legality import TILE, matmul_axes
+from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node, make_node
 from .rewrite import identity_edge, rebuild
 
@@ -34,9 +35,11 @@ def skinny(node: Node, count: Callable) -> bool:
     axes, `count`ed at the binding) fill less than one tile."""
     if node.op.name != "SumReduce" or node.dtype != "float32" or node.srcs[0].node.dtype != "float32":
         return False
-    axes = matmul_axes(node)
     extent = node.srcs[0].shape[node.attrs["axis"]]
-    if axes is None or not isinstance(extent, int) or extent < MIN_K:
+    if not isinstance(extent, int) or extent < MIN_K:
+        return False
+    axes = matmul_axes(node)
+    if axes is None:
         return False
     batch, m, _ = axes
     return count(tuple(node.srcs[0].shape[a] for a in batch + m)) < TILE
@@ -74,6 +77,8 @@ def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], flo
     """The graph with every skinny contraction split where a split prices cheaper alone, and the
     (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated model) are priced
     once: the choice depends only on what `isolated` keeps."""
+    if not any(skinny(n, count) for n in toposort([e.node for e in edges])):
+        return edges, []  # (the common case: no rebuild)
     chosen: dict = {}
     done: list = []
 
