@@ -52,6 +52,9 @@ class Evaluator:
         """`memo` shares the built kernels and prices with other evaluators at the same binding and
         device: they are keyed by structure or node ids, valid across the graphs one search makes."""
         self.graph, self.bindings, self.profile = graph, bindings, profile
+        # A group is made for one schedule and kept by the next only while no move touches its nodes
+        # (see moved), so while no parameter is set (the fusion search) its price stays its own.
+        self.group_prices: dict[int, tuple] = {}
         self.memo = {} if memo is None else memo
         self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
             self.memo.setdefault(name, {})
@@ -119,6 +122,16 @@ class Evaluator:
         the parameter choices that change those accesses and that the schedule leaves open (so a
         matmul is judged at its better tile, not at the default); elementwise kernels read like their
         output, so the graph's estimate serves."""
+        if not sched.params:  # the fusion search: a kernel keeps its price while no move touches it
+            hit = self.group_prices.get(id(group))
+            if hit is not None and hit[0] is group:
+                return hit[1]
+            price = self._price(sched, group)
+            self.group_prices[id(group)] = (group, price)  # (the group kept alive: its id stays its own)
+            return price
+        return self._price(sched, group)
+
+    def _price(self, sched: Schedule, group: Group) -> KernelCost:
         if group.kind not in ACCESS_PRICED:
             return self.cost(sched, group)
         key = self._key(sched, group)
