@@ -231,9 +231,12 @@ def _node_cases() -> dict:
         warnings.simplefilter("ignore")
         cases = {c.name: c for c in load_model_tests(kind="node")}
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(partial, "wb") as f:
-        pickle.dump(cases, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(partial, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    try:
+        with open(partial, "wb") as f:
+            pickle.dump(cases, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:  # a full disk: the next process generates the cases again
+        partial.unlink(missing_ok=True)
     return cases
 
 

@@ -23,8 +23,6 @@ from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node, make_node
 from .rewrite import identity_edge, rebuild
 
-SOUNDNESS = ("the same real-number sum, reassociated into chunks (float32 rounding may differ by a few ulp, as "
-             "any matmul's summation order); float32 only, so no partial sum is rounded to a 16-bit type")
 MIN_K = 256  # a shorter contraction is no long walk for any thread
 CHUNKS = (8, 16, 32, 64)  # the chunk lengths C tried: S = K / C chunks, when C divides K
 GAIN = 0.8  # a split must price at most this fraction of the whole contraction alone
@@ -52,7 +50,9 @@ def chunk_counts(node: Node) -> list[int]:
 
 
 def split_k(node: Node, chunks: int) -> Edge:
-    """SumReduce_k(p) as SumReduce_s(SumReduce_c(p viewed with k as (chunks, K / chunks)))."""
+    """SumReduce_k(p) as SumReduce_s(SumReduce_c(p viewed with k as (chunks, K / chunks))). Sound: the
+    same real-number sum, reassociated (float32 rounding may differ by a few ulp, as with any matmul's
+    summation order); `skinny` admits float32 only, so no partial sum is rounded to a 16-bit type."""
     src, k = node.srcs[0], node.attrs["axis"]
     shape = src.shape[:k] + (chunks, src.shape[k] // chunks) + src.shape[k + 1:]
     partial = make_node("SumReduce", (Edge(src.node, src.views.reshape(shape)),), axis=k + 1)
@@ -75,8 +75,8 @@ def isolated(node: Node) -> Edge:
 
 def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], float]) -> tuple[list[Edge], list]:
     """The graph with every skinny contraction split where a split prices cheaper alone, and the
-    (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated model) are priced
-    once: the choice depends only on what `isolated` keeps."""
+    (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated
+    model) are priced once: the choice depends only on what `isolated` keeps."""
     if not any(skinny(n, count) for n in toposort([e.node for e in edges])):
         return edges, []  # (the common case: no rebuild)
     chosen: dict = {}
