@@ -88,28 +88,41 @@ def check_binding(nodes: Sequence[Node], outputs: Sequence[Edge], bindings: Mapp
     nothing per element. Every floor division inside a dim must see a non-negative dividend, where
     C's `/` (which truncates) agrees with it.
     """
+    key = tuple(sorted(bindings.items()))
     for node in nodes:
-        _check_dims(node.shape, bindings, node.label)
+        _raise_if(_dims_problem(node.shape, key), node.label)
         for edge in node.srcs:
-            _check_edge(edge, bindings, f"{node.label} reading {edge.node.label}")
+            _raise_if(_edge_problem(edge.node.shape, edge.views, key), f"{node.label} reading {edge.node.label}")
     for k, edge in enumerate(outputs):
-        _check_edge(edge, bindings, f"output {k} ({edge.node.label})")
+        _raise_if(_edge_problem(edge.node.shape, edge.views, key), f"output {k} ({edge.node.label})")
 
 
-def _check_edge(edge: Edge, bindings: Mapping[str, int], what: str) -> None:
-    below = evaluate_size(edge.node.shape, bindings)
-    for view in edge.views.views:
-        _check_dims(view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), bindings, what)
+def _raise_if(problem: Optional[str], what: str) -> None:
+    if problem is not None:
+        raise BindingError(f"{what}: {problem}")
+
+
+# The same views over the same shapes recur across a graph, its compiled twin and the reference's
+# run, so each (structure, binding) is judged once: the problem's text, or None.
+@functools.lru_cache(maxsize=65536)
+def _edge_problem(below_shape: tuple, views, key: tuple) -> Optional[str]:
+    bindings = dict(key)
+    below = evaluate_size(below_shape, bindings)
+    for view in views.views:
+        problem = _dims_problem(view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), key)
+        if problem is not None:
+            return problem
         shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
         if any(n < 0 for n in shape):
-            raise BindingError(f"{what}: shape {_show(view.shape)} is {shape} at {show_binding(bindings)}; a slice of a "
-                               f"symbolic axis is longer than the axis for these dims")
+            return (f"shape {_show(view.shape)} is {shape} at {show_binding(bindings)}; a slice of a "
+                    f"symbolic axis is longer than the axis for these dims")
         reach = _reach(view, shape, bindings)
         if reach is not None and (reach[0] < 0 or reach[1] >= below):
-            raise BindingError(f"{what}: the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
-                               f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
-                               f"out of range for these dims")
+            return (f"the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
+                    f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
+                    f"out of range for these dims")
         below = math.prod(shape)
+    return None
 
 
 def _reach(view: View, shape: tuple[int, ...], bindings) -> Optional[tuple[int, int]]:
@@ -124,12 +137,15 @@ def _reach(view: View, shape: tuple[int, ...], bindings) -> Optional[tuple[int, 
     return low, high
 
 
-def _check_dims(dims: Sequence[Dim], bindings: Mapping[str, int], what: str) -> None:
+@functools.lru_cache(maxsize=65536)
+def _dims_problem(dims: tuple, key: tuple) -> Optional[str]:
+    bindings = dict(key)
     for d in dims:
         for dividend, divisor in _divisions(d):
             if evaluate_dim(dividend, bindings) < 0:
-                raise BindingError(f"{what}: the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
-                                   f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims")
+                return (f"the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
+                        f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims")
+    return None
 
 
 @functools.lru_cache(maxsize=65536)

@@ -19,7 +19,7 @@ from typing import Mapping, Optional
 from ..ops.graph import flatten_outputs
 from .cache import cache_dir, cache_key, write_atomically
 from .program import Program, load_program
-from .saved import ProgramFileError, graph_json, program_json, refcomp_version
+from .saved import ProgramFileError, graph_json, program_text, refcomp_version
 
 ENV = "REFCOMP_PROGRAM_CACHE_DIR"
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -54,4 +54,4 @@ def load_cached(outputs, path: Path) -> Optional[Program]:
 
 
 def store(program: Program, path: Path) -> None:
-    write_atomically(path, json.dumps(program_json(program), indent=1) + "\n")
+    write_atomically(path, program_text(program))

@@ -10,6 +10,7 @@ convolution) is one np.einsum of the Mul's operands, so the broadcast product is
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Mapping, Optional
 
 import numpy as np
@@ -34,15 +35,9 @@ def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.
     numbers as gathering every index, without the index arrays. `bindings.check_binding` has
     already refused any binding at which a view reads outside `flat`.
     """
-    shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
-    if not flat.size or not all(shape):
+    shape, box, strides, start = _view_at(view, tuple(sorted(bindings.items())))
+    if not flat.size or box is None:
         return np.zeros(shape, flat.dtype)
-    box = [(max(evaluate_dim(lo, bindings), 0), min(evaluate_dim(hi, bindings), n))
-           for n, (lo, hi) in zip(shape, view.ranges())]
-    if any(lo >= hi for lo, hi in box):
-        return np.zeros(shape, flat.dtype)
-    strides = [evaluate_dim(stride, bindings) for stride in view.strides]
-    start = evaluate_dim(view.offset, bindings) + sum(lo * stride for (lo, _), stride in zip(box, strides))
     window = np.lib.stride_tricks.as_strided(flat[start:], [hi - lo for lo, hi in box],
                                              [stride * flat.itemsize for stride in strides], writeable=False)
     if all(lo == 0 and hi == n for (lo, hi), n in zip(box, shape)):
@@ -50,6 +45,22 @@ def apply_view(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.
     out = np.zeros(shape, flat.dtype)
     out[tuple(slice(lo, hi) for lo, hi in box)] = window
     return out
+
+
+@functools.lru_cache(maxsize=65536)
+def _view_at(view: View, binding: tuple) -> tuple:
+    """A view's numbers at a binding: its shape, the box of unmasked indices (None if empty), its
+    strides and the position of the box's first element. Memoised: a graph reads the same views at
+    the same binding on every run."""
+    bindings = dict(binding)
+    shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
+    box = tuple((max(evaluate_dim(lo, bindings), 0), min(evaluate_dim(hi, bindings), n))
+                for n, (lo, hi) in zip(shape, view.ranges()))
+    strides = tuple(evaluate_dim(stride, bindings) for stride in view.strides)
+    if not all(shape) or any(lo >= hi for lo, hi in box):
+        return shape, None, strides, 0
+    start = evaluate_dim(view.offset, bindings) + sum(lo * stride for (lo, _), stride in zip(box, strides))
+    return shape, box, strides, start
 
 
 def _apply_view_by_index(flat: np.ndarray, view: View, bindings: Mapping[str, int]) -> np.ndarray:

@@ -161,13 +161,17 @@ def _whole_coefficients(e: sympy.Basic) -> bool:
 
 
 def dims_equal(a: Dim, b: Dim) -> bool:
+    if a is b:
+        return True
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return _symbolic_equal(sympy.sympify(a), sympy.sympify(b))
+    return _symbolic_equal(a, b)
 
 
-@functools.lru_cache(maxsize=65536)
-def _symbolic_equal(a, b) -> bool:
+@functools.lru_cache(maxsize=65536, typed=True)
+def _symbolic_equal(a: Dim, b: Dim) -> bool:
+    """Memoised on the dims as given: sympifying an int on every call cost more than the comparison."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
     return a == b or expand(a - b) == 0
 
 
