@@ -14,7 +14,7 @@ import sympy
 
 from ..errors import BindingError, FeedError
 from ..ops.primitives import Edge, Node
-from ..symbolic.dims import Dim, check_dim_values, evaluate_dim, evaluate_size, idiv, imod
+from ..symbolic.dims import check_dim_values, evaluate_dim, evaluate_size, idiv, imod
 from ..symbolic.view import View
 
 
