@@ -5,7 +5,9 @@
 Runs `pytest -q` three times: in a worktree of the base revision (the last commit before emulator
 2.0, whose suite the emulator issue measured as "today"), in this tree as the README runs it (every
 core, through pytest-xdist), and in this tree in one process (`-n0`), so the gain from faster code
-and the gain from using both cores are reported apart. Kernel caches are whatever the machine has
+and the gain from using both cores are reported apart. A fourth run takes only the tests the base
+revision has that still exist under the same id (the suite has grown since, with the features of
+later issues): the same tests, the base's code against this one. Kernel caches are whatever the machine has
 (warm after the first run of each tree). With `--cold`, each run gets its own empty kernel and
 program cache (`REFCOMP_CACHE_DIR`), as a new user's first `pytest` after a clean clone: every
 emulator library is built by g++ inside the timed run. Prints a table and writes
@@ -44,6 +46,13 @@ def run_suite(tree: Path, extra: list[str], cold: bool = False) -> dict:
             "passed": int(passed.group(1)) if passed else None}
 
 
+def collected_ids(tree: Path) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n0"],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-rev", default="65eff5e")
@@ -54,11 +63,15 @@ def main() -> None:
     runs = {"before (base revision, one process)": run_suite(tree, [], args.cold),
             "after (README: pytest, all cores)": run_suite(ROOT, [], args.cold),
             "after, one process (-n0)": run_suite(ROOT, ["-n0"], args.cold)}
+    same = sorted(set(collected_ids(tree)) & set(collected_ids(ROOT)))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as ids:
+        ids.write("\n".join(same) + "\n")
+    runs["after, only the base's tests (README: pytest)"] = {**run_suite(ROOT, [f"@{ids.name}"], args.cold), "tests": len(same)}
     before = runs["before (base revision, one process)"]["wall_s"]
-    print(f"{'run':<40} {'wall s':>8} {'ratio':>7} {'passed':>7}  exit")
+    print(f"{'run':<46} {'wall s':>8} {'ratio':>7} {'passed':>7}  exit")
     for name, r in runs.items():
         r["ratio_to_before"] = round(r["wall_s"] / before, 3)
-        print(f"{name:<40} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}")
+        print(f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}")
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     mode = "cold" if args.cold else "warm"
     out = ROOT / "bench" / "results" / "suite.json"
