@@ -26,7 +26,9 @@ class MovementMixin:
     __slots__ = ()
 
     def broadcast_to(self, shape: Sequence[Dim]):
-        shape = tuple(dim(n) for n in shape)
+        shape = tuple(n if type(n) is int else dim(n) for n in shape)
+        if shape == self.shape:  # structurally equal dims are equal: the common case, at no SymPy cost
+            return self
         if len(shape) < self.ndim:
             raise ShapeError(f"cannot broadcast {self.label} to fewer axes {shape}")
         t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
