@@ -15,6 +15,7 @@ from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
 from .fusion import Graph, check_group, group_cost, group_of, group_params
+from .mirror import Mirror
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
 
@@ -42,8 +43,6 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
 
 
 ACCESS_PRICED = ("reduce", "row", "matmul")
-# The decisions mirrored() compares node by node (a kernel's fused nodes are all inline, its root never).
-MIRRORED = tuple(d.name for d in DECISIONS if d.name != "inline")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 
 
@@ -57,7 +56,7 @@ class Evaluator:
         # A group is made for one schedule and kept by the next only while no move touches its nodes
         # (see moved), so while no parameter is set (the fusion search) its price stays its own.
         self.group_prices: dict[int, tuple] = {}
-        self.representatives: dict[int, tuple] = {}  # see mirrored
+        self.mirror = Mirror(self)
         self.memo = {} if memo is None else memo
         self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
             self.memo.setdefault(name, {})
@@ -73,44 +72,9 @@ class Evaluator:
         return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
 
     def mirrored(self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]) -> Optional[Group]:
-        """The kernel rooted at a copy of a repeated layer's node (search/repeat.py), read off its
-        representative's kernel in `found` when the schedule treats both alike, else None (group_of
-        decides). A tied move changes every copy alike, and re-partitioning each copy was most of a
-        deep model's search. Alike: the fused nodes lie in the representative's segment (their
-        sources correspond edge by edge), their copies are fused and the copies of the buffers read
-        are not, each node's decisions match, and the buffers keep their order. Then group_of would
-        find the copy's kernel, of the same structure (group_structure): the same legality and price."""
-        entry = self.graph.copies.mirror.get(root_id)
-        rep = found.get(entry[0]) if entry is not None and not sched.params else None
-        if rep is None:
-            return None
-        _, image, local = entry
-        ours = self.representatives.get(id(rep))
-        if ours is None or ours[0] is not rep:  # what the representative's kernel says of itself, once
-            members = tuple(n.id for n in rep.members)
-            ours = self.representatives[id(rep)] = (rep, local.issuperset(members), members,
-                                                    tuple(n.id for n in rep.reads), frozenset(members) | {rep.root.id})
-        _, inside, members, reads, nodes = ours
-        if not inside:
-            return None
-        members, reads = tuple(map(image.__getitem__, members)), tuple(map(image.__getitem__, reads))
-        fused, read, inline = frozenset(members), frozenset(reads), sched.inline
-        if not (fused <= inline and fused.isdisjoint(self.graph.outputs) and (read & inline) <= self.graph.outputs):
-            return None
-        order = tuple(map(self.graph.position.__getitem__, reads))
-        if order != tuple(sorted(order)):
-            return None
-        theirs = fused | {root_id}
-        for name in MIRRORED:
-            chosen = getattr(sched, name)
-            mine, copy = chosen & nodes, chosen & theirs
-            if len(mine) != len(copy) or (mine and {image[i] for i in mine} != copy):
-                return None
-        by_id = self.graph.by_id
-        group = Group(by_id[root_id], tuple(map(by_id.__getitem__, members)), tuple(map(by_id.__getitem__, reads)),
-                      rep.kind, rep.recomputed)
-        self.group_prices[id(group)] = (group, self.price(sched, rep))  # the same structure: the same price
-        return group
+        """The kernel at a copy of a repeated layer, read off its representative's in `found` where the
+        schedule treats both alike (search/mirror.py), else None."""
+        return self.mirror(sched, root_id, found)
 
     def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
         groups = {}

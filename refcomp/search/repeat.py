@@ -14,7 +14,7 @@ node of every copy where the rule applies (a tied move), priced as one move. A t
 therefore costs about one block's moves, and every block ends with the same schedule instead of
 whichever local optimum the budget left it in. Pricing a tied move re-partitions the kernels it
 touches in every copy; a copy's kernel is read off the representative's where the schedule treats
-both alike (`Copies.mirror`, evaluate.Evaluator.mirrored), not rebuilt copy by copy. Small
+both alike (`Copies.mirror`, search/mirror.py), not rebuilt copy by copy. Small
 segments (an MLP's relu, a CNN's pooling) are not tied: their copies sit in different contexts and
 may deserve different schedules.
 
@@ -43,7 +43,7 @@ class Copies:
     boundaries: frozenset = frozenset()  # the last node of every repeated segment (a residual add)
     # twin id -> (its representative's id, {id of a node the representative's segment computes or
     # reads: that node's id in the twin's copy}, the ids the segment computes): how a kernel of the
-    # representative reads in a copy (evaluate.Evaluator.mirrored)
+    # representative reads in a copy (search/mirror.py)
     mirror: dict[int, tuple[int, dict[int, int], frozenset]] = field(default_factory=dict)
 
     def of(self, node: Node) -> tuple[Node, ...]:
