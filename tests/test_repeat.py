@@ -132,19 +132,20 @@ def test_no_kernel_recomputes_through_two_layer_boundaries():
 
 
 def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(monkeypatch):
-    """Evaluator.mirrored maps the representative's kernel onto a copy instead of re-partitioning it:
+    """search/mirror.py maps the representative's kernel onto a copy instead of re-partitioning it:
     at every state the search prices, the mapped kernel must be group_of's, and just as legal."""
     from refcomp.search.evaluate import Evaluator
-    mirrored, checked = Evaluator.mirrored, []
+    from refcomp.search.mirror import Mirror
+    mirrored, checked = Mirror.__call__, []
 
     def checking(self, sched, root_id, found):
         group = mirrored(self, sched, root_id, found)
         if group is not None:
-            assert group == self._group(sched, self.graph.by_id[root_id])
+            assert group == self.ev._group(sched, self.graph.by_id[root_id])
             checked.append(group)
         return group
 
-    monkeypatch.setattr(Evaluator, "mirrored", checking)
+    monkeypatch.setattr(Mirror, "__call__", checking)
     rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
     rc.compile(residual_stack([16, 16, 16]), dims_hint={"B": 32}, cache=False)
     assert len(checked) > 100
@@ -166,3 +167,19 @@ def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(m
         checked.clear()
         assert ev.partition(sched) == {r.id: ev._group(sched, r) for r in graph.compute if r.id not in sched.inline}
         assert checked  # the copies the schedule leaves alike were still mapped
+
+
+def test_a_rule_screened_out_at_a_layers_node_applies_at_none_of_its_copies():
+    """_sites tests a rule's leading node-only conditions once per layer (FusionRule.applies_at_no_copy)."""
+    from refcomp.search.fusion import CLEANUP, FUSION
+    from refcomp.search.schedule import Schedule
+    prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
+    graph = prog.search.graph
+    screened = 0
+    for sched in (Schedule(), prog.search.schedule):
+        for node in graph.compute:
+            for rule in FUSION + CLEANUP:
+                if graph.copies.of(node) and rule.applies_at_no_copy(graph, sched, node):
+                    screened += 1
+                    assert not any(rule.applies(graph, sched, n) for n in (node,) + graph.copies.of(node))
+    assert screened > 100

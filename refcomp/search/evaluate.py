@@ -56,7 +56,9 @@ class Evaluator:
         # A group is made for one schedule and kept by the next only while no move touches its nodes
         # (see moved), so while no parameter is set (the fusion search) its price stays its own.
         self.group_prices: dict[int, tuple] = {}
-        self.mirror = Mirror(self)
+        # (sched, root id, groups found so far) -> the kernel at a copy of a repeated layer read off its
+        # representative's where the schedule treats both alike (search/mirror.py), else None
+        self.mirrored = Mirror(self)
         self.memo = {} if memo is None else memo
         self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
             self.memo.setdefault(name, {})
@@ -70,11 +72,6 @@ class Evaluator:
     def _group(self, sched: Schedule, root: Node) -> Optional[Group]:
         g = group_of(self.graph, sched, root)
         return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
-
-    def mirrored(self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]) -> Optional[Group]:
-        """The kernel at a copy of a repeated layer, read off its representative's in `found` where the
-        schedule treats both alike (search/mirror.py), else None."""
-        return self.mirror(sched, root_id, found)
 
     def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
         groups = {}
