@@ -129,3 +129,57 @@ def test_no_kernel_recomputes_through_two_layer_boundaries():
     two = Schedule().decide(inline={ends[0].id, ends[1].id})
     assert group_of(graph, one, ends[1]) is not None  # across one boundary: fine
     assert group_of(graph, two, ends[2]) is None
+
+
+def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(monkeypatch):
+    """search/mirror.py maps the representative's kernel onto a copy instead of re-partitioning it:
+    at every state the search prices, the mapped kernel must be group_of's, and just as legal."""
+    from refcomp.search.evaluate import Evaluator
+    from refcomp.search.mirror import Mirror
+    mirrored, checked = Mirror.__call__, []
+
+    def checking(self, sched, root_id, found):
+        group = mirrored(self, sched, root_id, found)
+        if group is not None:
+            assert group == self.ev._group(sched, self.graph.by_id[root_id])
+            checked.append(group)
+        return group
+
+    monkeypatch.setattr(Mirror, "__call__", checking)
+    rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
+    rc.compile(residual_stack([16, 16, 16]), dims_hint={"B": 32}, cache=False)
+    assert len(checked) > 100
+
+    # schedules that treat the copies differently (a move tried in one copy alone): mapped only where alike
+    from refcomp.search.cost import H200
+    from refcomp.search.fusion import FUSION
+    from refcomp.search.schedule import Schedule
+    graph = graph_of(residual_stack([16, 16, 16]))
+    ev = Evaluator(graph, {"B": 32}, H200)
+    matmul = next(rule for rule in FUSION if rule.name == "matmul")
+    sums = [n for n in graph.compute if matmul.applies(graph, Schedule(), n)]
+    first, twin = sums[0], graph.copies.of(sums[0])[0]
+    for sched in (Schedule().decide(matmul={first.id}, inline={first.srcs[0].node.id}),
+                  Schedule().decide(matmul={twin.id}, inline={twin.srcs[0].node.id}),
+                  Schedule().decide(matmul={first.id, twin.id}, inline={first.srcs[0].node.id, twin.srcs[0].node.id}),
+                  Schedule().decide(inline={graph.consumers[first.id][0].id}),
+                  Schedule().decide(matmul={first.id}), Schedule().decide(matmul={twin.id})):
+        checked.clear()
+        assert ev.partition(sched) == {r.id: ev._group(sched, r) for r in graph.compute if r.id not in sched.inline}
+        assert checked  # the copies the schedule leaves alike were still mapped
+
+
+def test_a_rule_screened_out_at_a_layers_node_applies_at_none_of_its_copies():
+    """_sites tests a rule's leading node-only conditions once per layer (FusionRule.applies_at_no_copy)."""
+    from refcomp.search.fusion import CLEANUP, FUSION
+    from refcomp.search.schedule import Schedule
+    prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
+    graph = prog.search.graph
+    screened = 0
+    for sched in (Schedule(), prog.search.schedule):
+        for node in graph.compute:
+            for rule in FUSION + CLEANUP:
+                if graph.copies.of(node) and rule.applies_at_no_copy(graph, sched, node):
+                    screened += 1
+                    assert not any(rule.applies(graph, sched, n) for n in (node,) + graph.copies.of(node))
+    assert screened > 100

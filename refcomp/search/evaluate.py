@@ -15,6 +15,7 @@ from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
 from .fusion import Graph, check_group, group_cost, group_of, group_params
+from .mirror import Mirror
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
 
@@ -55,6 +56,9 @@ class Evaluator:
         # A group is made for one schedule and kept by the next only while no move touches its nodes
         # (see moved), so while no parameter is set (the fusion search) its price stays its own.
         self.group_prices: dict[int, tuple] = {}
+        # (sched, root id, groups found so far) -> the kernel at a copy of a repeated layer read off its
+        # representative's where the schedule treats both alike (search/mirror.py), else None
+        self.mirrored = Mirror(self)
         self.memo = {} if memo is None else memo
         self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
             self.memo.setdefault(name, {})
@@ -73,7 +77,7 @@ class Evaluator:
         groups = {}
         for root in self.graph.compute:
             if root.id not in sched.inline:
-                g = self._group(sched, root)
+                g = self.mirrored(sched, root.id, groups) or self._group(sched, root)
                 if g is None:
                     return None
                 groups[root.id] = g
@@ -102,7 +106,7 @@ class Evaluator:
             if root_id in sched.inline:
                 delta[root_id] = None
                 continue
-            g = self._group(sched, self.graph.by_id[root_id])
+            g = self.mirrored(sched, root_id, delta) or self._group(sched, self.graph.by_id[root_id])
             if g is None:
                 return None
             delta[root_id] = g

@@ -192,15 +192,18 @@ class When:
 
     test: Callable[[Graph, Schedule, Node], bool]
     text: str
+    own: bool = False  # reads only the node's own op, attributes and shapes: alike at every copy of a layer's node
+    lead: Optional["When"] = None  # of a conjunction, its longest leading part that reads only the node (own)
 
     def __call__(self, graph: Graph, sched: Schedule, node: Node) -> bool:
         return self.test(graph, sched, node)
 
     def __and__(self, other: "When") -> "When":
-        return When(lambda g, s, n: self.test(g, s, n) and other.test(g, s, n), f"{self.text} and {other.text}")
+        return When(lambda g, s, n: self.test(g, s, n) and other.test(g, s, n), f"{self.text} and {other.text}",
+                    self.own and other.own, self if self.own and not other.own else self.lead)
 
     def __invert__(self) -> "When":
-        return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}")
+        return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}", self.own)
 
     def __str__(self) -> str:
         return self.text
@@ -230,11 +233,11 @@ def read_only_by(reader: When) -> When:
                 f"read only by a node that is ({reader})")
 
 
-elementwise = When(lambda g, s, n: n.op.kind in ELEMENTWISE, "elementwise")
-reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction")
-short = When(lambda g, s, n: _short_reduce(n), f"over at most {SHORT_REDUCE} values")
+elementwise = When(lambda g, s, n: n.op.kind in ELEMENTWISE, "elementwise", own=True)
+reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction", own=True)
+short = When(lambda g, s, n: _short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
 free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
-a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce")
+a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce", own=True)
 product_unshared = When(lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
                         "whose product nothing else reads")
 matmul_shaped = When(lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)")
@@ -291,6 +294,12 @@ class FusionRule:
 
     def applies(self, graph: Graph, sched: Schedule, node: Node) -> bool:
         return self.when(graph, sched, node)
+
+    def applies_at_no_copy(self, graph: Graph, sched: Schedule, node: Node) -> bool:
+        """True when the rule's leading conditions on the node alone fail: then it applies at no
+        copy of the node's layer either (search/repeat.py: copies have the same ops and shapes)."""
+        lead = self.when if self.when.own else self.when.lead
+        return lead is not None and not lead(graph, sched, node)
 
     def decided(self, node: Node) -> dict[str, set]:
         """{decision name: the ids of the nodes the rule adds to it} when it fires at `node`."""

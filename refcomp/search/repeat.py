@@ -12,8 +12,11 @@ belong to no segment.
 The search tries its moves only at the first copy (the representative) and fires each at the same
 node of every copy where the rule applies (a tied move), priced as one move. A twelve-block model
 therefore costs about one block's moves, and every block ends with the same schedule instead of
-whichever local optimum the budget left it in. Small segments (an MLP's relu, a CNN's pooling) are
-not tied: their copies sit in different contexts and may deserve different schedules.
+whichever local optimum the budget left it in. Pricing a tied move re-partitions the kernels it
+touches in every copy; a copy's kernel is read off the representative's where the schedule treats
+both alike (`Copies.mirror`, search/mirror.py), not rebuilt copy by copy. Small
+segments (an MLP's relu, a CNN's pooling) are not tied: their copies sit in different contexts and
+may deserve different schedules.
 
 A kernel may recompute across one layer boundary (the residual add ending a repeated segment) but
 not two (`fusion.group_of`): a tied move that inlined every residual add would make layer k's kernel
@@ -38,6 +41,10 @@ class Copies:
     twins: dict[int, tuple[Node, ...]] = field(default_factory=dict)
     copied: frozenset = frozenset()
     boundaries: frozenset = frozenset()  # the last node of every repeated segment (a residual add)
+    # twin id -> (its representative's id, {id of a node the representative's segment computes or
+    # reads: that node's id in the twin's copy}, the ids the segment computes): how a kernel of the
+    # representative reads in a copy (search/mirror.py)
+    mirror: dict[int, tuple[int, dict[int, int], frozenset]] = field(default_factory=dict)
 
     def of(self, node: Node) -> tuple[Node, ...]:
         return self.twins.get(node.id, ())
@@ -106,6 +113,7 @@ def find_copies(nodes: list[Node], position: dict[int, int], consumers: dict[int
     twins: dict[int, tuple[Node, ...]] = {}
     copied: set[int] = set()
     boundaries: set[int] = set()
+    mirror: dict[int, tuple] = {}
     for first, *others in classes.values():
         if not others:
             continue
@@ -113,4 +121,9 @@ def find_copies(nodes: list[Node], position: dict[int, int], consumers: dict[int
             twins[n.id] = tuple(seg[k] for seg in others)
         copied.update(n.id for seg in others for n in seg)
         boundaries.update(seg[-1].id for seg in [first, *others])
-    return Copies(twins, frozenset(copied), frozenset(boundaries))
+        local = frozenset(n.id for n in first)
+        for seg in others:  # equal keys: node k reads through its j-th edge what node k of `first` does
+            image = {a.id: b.id for a, b in zip(first, seg)}
+            image.update((ea.node.id, eb.node.id) for a, b in zip(first, seg) for ea, eb in zip(a.srcs, b.srcs))
+            mirror.update((b.id, (a.id, image, local)) for a, b in zip(first, seg))
+    return Copies(twins, frozenset(copied), frozenset(boundaries), mirror)
