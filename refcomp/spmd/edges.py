@@ -16,7 +16,7 @@ import sympy
 from ..errors import ShapeError
 from ..ops.primitives import Edge, Node, make_node
 from ..ops.tensor import Tensor
-from ..symbolic.dims import Dim, dim, dims_equal
+from ..symbolic.dims import Dim, dim, dims_equal, symbol
 from ..symbolic.index import index_of
 from ..symbolic.view import View, ViewStack, contiguous_strides
 from .mesh import Spec, split_entry
@@ -45,7 +45,7 @@ class LocalEdges:
         if isinstance(n, sympy.Symbol):
             name = f"{n.name}_{axis}"
             self.local_symbols[name] = (n.name, axis)
-            return sympy.Symbol(name, integer=True, positive=True)
+            return symbol(name)
         raise ShapeError(f"{what}: the dim {n} is an expression; only ints and plain symbols can be sharded")
 
     def divides(self, n: Dim, entry: str) -> bool:
@@ -200,7 +200,7 @@ class LocalEdges:
                 return Edge(v.node, remap[1])
             if self._symbolic_spec(edge) != tuple(target):
                 return None
-            names = {sympy.Symbol(n.name, integer=True, positive=True): self.local_dim(n, a, edge.node.label)
+            names = {symbol(n.name): self.local_dim(n, a, edge.node.label)
                      for n, a in zip(edge.node.shape, v.spec) if a is not None}
             return Edge(v.node, subs(edge.views, names))
         for d, j in enumerate(mapping):

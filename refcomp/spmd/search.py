@@ -111,7 +111,7 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
                     trial = {k: v for k, v in chosen.items() if k not in {n.attrs["name"] for n in run}}
                     if option is not None:
                         trial.update({n.attrs["name"]: option for n in run})
-                    if trial != chosen:
+                    if trial != chosen and not _as_propagated(run, option, chosen, layout):
                         cost, trial_layout = price(edges, mesh, trial, hint, frozenset(n for n in names if n not in trial))
                         if cost < best * (1 - 1e-9):
                             best, chosen, layout, changed = cost, trial, trial_layout, True
@@ -122,6 +122,16 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
         if not changed:
             break
     return {**layout, **chosen}
+
+
+def _as_propagated(run: list[Node], option: Optional[tuple], chosen: dict, layout: dict) -> bool:
+    """Whether pinning `run` to `option` changes nothing: they are flexible and were left replicated,
+    and `option` replicates them. A flexible weight is laid out by its first reader only when that
+    reader cannot read it whole (`Propagation._adopt`, tried after `local_edge`), so one left
+    replicated was read whole, as a replicated pin is read: the same propagation, the same price.
+    (A pin to a split is not alike: the weight's split then shapes its reader's target.)"""
+    return (option is not None and all(a is None for a in option)
+            and all(n.attrs["name"] not in chosen and layout.get(n.attrs["name"]) == option for n in run))
 
 
 def _first_use(edges: Sequence[Edge], free: Sequence[Node]) -> list[Node]:

@@ -118,6 +118,12 @@ class imod(sympy.Function):
 def symbol(name: str) -> sympy.Symbol:
     if not isinstance(name, str) or not name.isidentifier():
         raise ShapeError(f"dimension name {name!r} is not an identifier (use names like 'B' or 'T')")
+    return _symbol(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _symbol(name: str) -> sympy.Symbol:
+    """SymPy returns the same Symbol for a name anyway, but only after sanitising its assumptions."""
     return sympy.Symbol(name, integer=True, positive=True)
 
 
