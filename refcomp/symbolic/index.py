@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Sequence
 import sympy
 
 from .dims import Dim, dims_equal, expanded, idiv, imod
-from .simplify import simplify_index
+from .simplify import ranges_of, simplify_index
 from .view import View, ViewStack, contiguous_strides
 
 
@@ -61,7 +61,7 @@ def unravel_within(flat: sympy.Expr, shape: Sequence[Dim], ranges: Mapping) -> t
     """unravel's components, each simplified under `ranges` (symbol -> exclusive bound). Memoised:
     a kernel's fused producers and the search's candidate kernels unravel the same few positions
     over and over (a GPT-2 block: some 1,400 calls, under a hundred distinct)."""
-    return _unravel_within(flat, tuple(shape), frozenset(ranges.items()))
+    return _unravel_within(flat, tuple(shape), ranges_of(ranges, (flat,)))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -117,4 +117,4 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
 def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
     """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
     idx = tuple(i if isinstance(i, sympy.Basic) else sympy.sympify(i) for i in idx)
-    return _index_of_cached(stack, idx, frozenset((ranges or {}).items()))
+    return _index_of_cached(stack, idx, ranges_of(ranges, idx))

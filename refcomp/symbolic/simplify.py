@@ -41,7 +41,19 @@ def _integers(*values) -> bool:
 def bounds(e, ranges: Mapping[sympy.Symbol, sympy.Expr]) -> Optional[Bounds]:
     """Inclusive bounds of `e`, where each index symbol s lies in [0, ranges[s]) (or in [lo, hi) when
     ranges[s] is a pair, as inside a mask); None if unknown."""
-    return _bounds(sympy.sympify(e), frozenset(ranges.items()))
+    e = sympy.sympify(e)
+    return _bounds(e, ranges_of(ranges, (e,)))
+
+
+def ranges_of(ranges: Mapping, exprs) -> frozenset:
+    """The part of `ranges` that the symbols of `exprs` look up, as a memo key. Bounds and
+    simplification consult the range of a symbol they meet in the expression and of no other, so
+    the answer is the same; a kernel's ranges grow with every bound index variable, and keyed by all
+    of them the memos never hit and each key cost time in proportion."""
+    if not ranges:
+        return frozenset()
+    symbols = set().union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Basic)))
+    return frozenset((s, ranges[s]) for s in symbols if s in ranges)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -90,11 +102,13 @@ def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def _split(a, c):
     """a = q*c + b: the terms of `a` that are multiples of c, divided by c, and the rest.
 
     A divisor that is a sum (a padded extent such as T + 2) divides no single term of the expanded
-    `a`, so polynomial division does the work there, dividing by c's symbols first.
+    `a`, so polynomial division does the work there, dividing by c's symbols first. Memoised: the
+    same towers recur in every kernel that reads through the same views, under other ranges.
     """
     a = expanded(a)
     if isinstance(c, sympy.Add):
@@ -118,7 +132,8 @@ def _in_range(b, c, ranges_items: frozenset) -> bool:
 def simplify_index(e, ranges: Mapping[sympy.Symbol, sympy.Expr]):
     if not ranges:
         return e
-    return _simplify(sympy.sympify(e), frozenset(ranges.items()))
+    e = sympy.sympify(e)
+    return _simplify(e, ranges_of(ranges, (e,)))
 
 
 @functools.lru_cache(maxsize=65536)
