@@ -71,8 +71,7 @@ def _recomputations(graph: Graph, root: Node, ordered: tuple, members: dict, unr
     recomputed once per read, and an unrolled reduce (`unrolled`: their ids) reads its source
     `extent` times, so copies multiply along a path (codegen reuses a value read twice at the same
     index: the real count is often far lower)."""
-    copies = {root.id: 1}
-    sources = graph.sources
+    copies, sources = {root.id: 1}, graph.sources
     for node in (root,) + tuple(reversed(ordered)):
         reads = copies.get(node.id, 0)
         if node.id in unrolled:
@@ -106,11 +105,9 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
 
 
 def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node], reads: dict[int, Node]) -> Optional[Group]:
-    """The kernel rooted at `root` that recomputes `members` and reads `reads` (both by id), or None
-    when the schedule asks for an impossible one. The set tests come first: most kernels have no
-    node in any decision but inline, and a kernel of a long chain has many members."""
-    if len(members) > MAX_FUSED_NODES or not graph.copies.boundaries.isdisjoint(members) and sum(
-            1 for n in members if n in graph.copies.boundaries) > 1:
+    """The kernel rooted at `root` that recomputes `members` and reads `reads` (by id), or None when the
+    schedule asks for an impossible one. Set tests first: a long chain's kernel has many members."""
+    if len(members) > MAX_FUSED_NODES or len(graph.copies.boundaries.intersection(members)) > 1:
         return None  # too big a kernel, or recomputing through two layer boundaries (search/repeat.py)
     position = graph.position
     ordered = tuple(members[i] for i in sorted(members, key=position.__getitem__))
