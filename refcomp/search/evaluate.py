@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 from typing import Mapping, Optional
 
-from ..codegen.legality import TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, retarget
+from ..codegen.legality import MAX_FUSED_NODES, TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, retarget
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
-from .fusion import Graph, check_group, group_cost, group_of, group_params
+from .fusion import Graph, check_group, group_cost, group_of, group_params, kernel_of
 from .mirror import Mirror
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
@@ -69,8 +69,9 @@ class Evaluator:
             self.counts[shape] = elements(shape, self.bindings)
         return self.counts[shape]
 
-    def _group(self, sched: Schedule, root: Node) -> Optional[Group]:
-        g = group_of(self.graph, sched, root)
+    def _group(self, sched: Schedule, root: Node, before: Optional[Mapping[int, Group]] = None) -> Optional[Group]:
+        """`before`: the kernels of a schedule that `sched` only adds decisions to (see grown)."""
+        g = group_of(self.graph, sched, root) if before is None else grown(self.graph, sched, root, before)
         return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
 
     def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
@@ -106,7 +107,7 @@ class Evaluator:
             if root_id in sched.inline:
                 delta[root_id] = None
                 continue
-            g = self.mirrored(sched, root_id, delta) or self._group(sched, self.graph.by_id[root_id])
+            g = self.mirrored(sched, root_id, delta) or self._group(sched, self.graph.by_id[root_id], groups)
             if g is None:
                 return None
             delta[root_id] = g
@@ -188,6 +189,30 @@ class Evaluator:
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
         return sum(self.price(sched, g).time_s for g in groups.values())
+
+
+def grown(graph: Graph, sched: Schedule, root: Node, before: Mapping[int, Group]) -> Optional[Group]:
+    """group_of(graph, sched, root), assembled from the kernels of a schedule `before` that `sched`
+    only adds decisions to, `root` among them: what a node's kernel recomputes stays inline, so the
+    kernel grows only by the kernels of the buffers it read that are now inline, each whole, and
+    theirs in turn. A move on a long chain thus walks a few kernels, not every fused node."""
+    inline, outputs = sched.inline, graph.outputs
+    first = before[root.id]
+    members = {n.id: n for n in first.members}
+    reads: dict[int, Node] = {}
+    stack = [first]
+    while stack:
+        for n in stack.pop().reads:
+            if n.id not in inline or n.id in outputs:
+                reads[n.id] = n
+            elif n.id not in members:
+                members[n.id] = n
+                kernel = before[n.id]  # not inline before (it was read), so a kernel's root
+                members.update((m.id, m) for m in kernel.members)
+                if len(members) > MAX_FUSED_NODES:
+                    return None
+                stack.append(kernel)
+    return kernel_of(graph, sched, root, members, reads)
 
 
 def changed_by(sites, decided: dict[str, set]) -> set[int]:

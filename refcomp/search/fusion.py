@@ -45,6 +45,8 @@ class Graph:
         self.compute = [n for n in self.nodes if n.op.kind != LEAF]
         self.names = ProgramNames.of(self.nodes)
         self.by_id = {n.id: n for n in self.nodes}
+        self.reduces = frozenset(n.id for n in self.compute if n.op.kind == REDUCE)
+        self.sources = {n.id: tuple(s.node.id for s in n.srcs) for n in self.nodes}  # read per edge: a source read twice, twice
 
     @functools.cached_property
     def copies(self) -> Copies:
@@ -64,17 +66,19 @@ def _short_reduce(node: Node) -> bool:
 MAX_PATH_COPIES = 1 << 16
 
 
-def _recomputations(root: Node, ordered: tuple, members: dict, unrolled: Callable[[Node], bool]) -> int:
+def _recomputations(graph: Graph, root: Node, ordered: tuple, members: dict, unrolled: set[int]) -> int:
     """An upper bound on the values the kernel recomputes per output element: a fused producer is
-    recomputed once per read, and an unrolled reduce reads its source `extent` times, so copies
-    multiply along a path (codegen reuses a value read twice at the same index: the real count is
-    often far lower)."""
-    copies = {root.id: 1}
+    recomputed once per read, and an unrolled reduce (`unrolled`: their ids) reads its source
+    `extent` times, so copies multiply along a path (codegen reuses a value read twice at the same
+    index: the real count is often far lower)."""
+    copies, sources = {root.id: 1}, graph.sources
     for node in (root,) + tuple(reversed(ordered)):
-        reads = copies.get(node.id, 0) * (node.srcs[0].shape[node.attrs["axis"]] if node is not root and unrolled(node) else 1)
-        for src in node.srcs:
-            if src.node.id in members:
-                copies[src.node.id] = copies.get(src.node.id, 0) + reads
+        reads = copies.get(node.id, 0)
+        if node.id in unrolled:
+            reads *= node.srcs[0].shape[node.attrs["axis"]]
+        for src in sources[node.id]:
+            if src in members:
+                copies[src] = copies.get(src, 0) + reads
     return sum(copies.values())
 
 
@@ -97,13 +101,22 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
                         return None
             else:
                 reads[s.id] = s
-    if sum(1 for n in members if n in graph.copies.boundaries) > 1:
-        return None  # recomputing through two layer boundaries (search/repeat.py)
-    ordered = tuple(sorted(members.values(), key=lambda n: graph.position[n.id]))
+    return kernel_of(graph, sched, root, members, reads)
+
+
+def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node], reads: dict[int, Node]) -> Optional[Group]:
+    """The kernel rooted at `root` that recomputes `members` and reads `reads` (by id), or None when the
+    schedule asks for an impossible one. Set tests first: a long chain's kernel has many members."""
+    if len(members) > MAX_FUSED_NODES or len(graph.copies.boundaries.intersection(members)) > 1:
+        return None  # too big a kernel, or recomputing through two layer boundaries (search/repeat.py)
+    position = graph.position
+    ordered = tuple(members[i] for i in sorted(members, key=position.__getitem__))
     everything = ordered + (root,)
-    mm = [n for n in everything if n.id in sched.matmul and n.id not in sched.streamed]
-    rows = [n for n in ordered if n.id in sched.row]
-    epilogues = [n for n in ordered if n.id in sched.epilogue]
+    templated = sched.templated
+    decided = bool(templated) and (not templated.isdisjoint(members) or root.id in templated)
+    mm = [n for n in everything if n.id in sched.matmul and n.id not in sched.streamed] if decided else []
+    rows = [n for n in ordered if n.id in sched.row] if decided else []
+    epilogues = [n for n in ordered if n.id in sched.epilogue] if decided else []
     if root.op.kind == GATHER:
         kind = "gather" if not members else None
     elif mm:
@@ -116,16 +129,15 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         kind = "reduce" if len(epilogues) == 1 and root.op.kind in ELEMENTWISE else None
     else:
         kind = "reduce" if root.op.kind == REDUCE else "elementwise"
-    if kind != "matmul" and any(n.id in sched.prologue for n in ordered):
+    if kind != "matmul" and decided and any(n.id in sched.prologue for n in ordered):
         kind = None  # only the matmul template computes prologue reductions
-    unrolled = lambda n: n.op.kind == REDUCE and n.id not in sched.templated
-    bad_reduce = any(unrolled(n) and not _short_reduce(n) for n in ordered)
-    if kind is None or bad_reduce:
+    unrolled = {i for i in graph.reduces.intersection(members) if i not in templated}
+    if kind is None or any(not _short_reduce(members[i]) for i in unrolled):
         return None
-    recomputed = _recomputations(root, ordered, members, unrolled)
+    recomputed = _recomputations(graph, root, ordered, members, unrolled)
     if recomputed > MAX_PATH_COPIES:
         return None
-    return Group(root, ordered, tuple(sorted(reads.values(), key=lambda n: graph.position[n.id])), kind, recomputed)
+    return Group(root, ordered, tuple(reads[i] for i in sorted(reads, key=position.__getitem__)), kind, recomputed)
 
 
 def group_params(sched: Schedule, group: Group) -> dict:

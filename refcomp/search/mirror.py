@@ -28,7 +28,7 @@ class Mirror:
     int) and the copy's root, the mapping itself is computed once; only the schedule is checked each time."""
 
     def __init__(self, evaluator):
-        self.ev, self.graph, self.mirror = evaluator, evaluator.graph, evaluator.graph.copies.mirror
+        self.ev, self.graph = evaluator, evaluator.graph
         self.representatives: dict[int, tuple] = {}  # id(rep group) -> (rep, its kernel's number, its node ids)
         self.kernels: dict[tuple, int] = {}  # (root id, fused ids, read ids) -> number
         self.copies: dict[tuple, tuple] = {}  # (kernel number, copy's root id) -> the copy's nodes, or ()
@@ -37,7 +37,9 @@ class Mirror:
     def __call__(self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]) -> Optional[Group]:
         """The kernel rooted at `root_id`, a copy of a repeated layer's node, read off its
         representative's kernel in `found`; None when they are not alike (group_of decides)."""
-        entry = self.mirror.get(root_id)
+        if not sched.inline and not sched.templated:  # the plain schedule: one-node kernels, group_of is
+            return None  # as quick, and pricing it (search._plain_cost) need not find the graph's copies
+        entry = self.graph.copies.mirror.get(root_id)
         rep = found.get(entry[0]) if entry is not None and not sched.params else None
         if rep is None:
             return None

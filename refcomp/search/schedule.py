@@ -74,7 +74,7 @@ class Schedule:
     @functools.cached_property
     def templated(self) -> frozenset:
         """The reductions a decision hands to a template (never unrolled inline)."""
-        return frozenset().union(*(getattr(self, d.name) for d in DECISIONS if d.metadata["codegen"]))
+        return frozenset().union(*(getattr(self, name) for name in TEMPLATED))
 
     def param(self, root_id: int, name: str):
         return self._params.get((root_id, name), PARAMS_BY_NAME[name].default)
@@ -100,3 +100,4 @@ class Schedule:
 
 
 DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
+TEMPLATED = tuple(d.name for d in DECISIONS if d.metadata["codegen"])  # the decisions that hand a node to a template
