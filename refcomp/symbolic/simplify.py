@@ -52,8 +52,13 @@ def ranges_of(ranges: Mapping, exprs) -> frozenset:
     of them the memos never hit and each key cost time in proportion."""
     if not ranges:
         return frozenset()
-    symbols = set().union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Basic)))
+    symbols = set().union(*(_symbols(e) for e in exprs if isinstance(e, sympy.Basic)))
     return frozenset((s, ranges[s]) for s in symbols if s in ranges)
+
+
+@functools.lru_cache(maxsize=65536)
+def _symbols(e) -> frozenset:
+    return frozenset(e.free_symbols)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -50,6 +50,18 @@ class View:
     offset: Dim = 0
     mask: Optional[tuple[Range, ...]] = None  # None: every index is valid
 
+    # Views key the index and binding memos, so their hash is computed once. It is kept out of a
+    # pickle: SymPy's hashes (from str hashes) differ between processes.
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.shape, self.strides, self.offset, self.mask))  # what the dataclass would compute
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @staticmethod
     def contiguous(shape: Sequence[Dim]) -> "View":
         shape = tuple(dim(n) for n in shape)
@@ -75,6 +87,16 @@ class View:
 @dataclass(frozen=True)
 class ViewStack:
     views: tuple[View, ...]
+
+    def __hash__(self) -> int:  # computed once, as View's
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.views,))  # what the dataclass would compute
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @staticmethod
     def of_buffer(shape: Sequence[Dim]) -> "ViewStack":
