@@ -105,6 +105,11 @@ def test_a_saved_program_runs_without_search_and_refuses_what_the_original_refus
     assert loaded.cost.bytes == prog.cost.bytes and "kernels:" in loaded.explain()
     data = json.loads(path.read_text())
     assert data["format"] == "refcomp-program" and isinstance(data["kernels"][0]["source"], list)
+    # a file a person can read and diff: each node on a line of its own, each line of C on its own
+    lines = path.read_text().splitlines()
+    assert sum(line.startswith('{"op": ') for line in lines) == len(data["nodes"])
+    for kernel in data["kernels"]:
+        assert all(json.dumps(c) in lines or json.dumps(c) + "," in lines for c in kernel["source"] if c)
 
 
 def test_a_saved_view_program_keeps_its_binding_rules(tmp_path):
