@@ -421,3 +421,24 @@ def test_folding_with_symbolic_dims():
     stack = x.views
     assert stack.is_identity and isinstance(stack, ViewStack)
     assert not x.T.views.is_identity
+
+
+def test_a_view_pickled_in_one_process_hashes_as_a_fresh_one_in_another(tmp_path):
+    """Views cache their hash; SymPy's hashes differ between processes, so the cache stays behind."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from refcomp.symbolic.dims import symbol
+    stack = ViewStack.of_buffer((symbol("T"), 4)).permute((1, 0))
+    assert stack in {stack}  # its hash (and its views') now cached in this process
+    path = tmp_path / "stack.pickle"
+    path.write_bytes(pickle.dumps(stack))
+    code = ("import pickle, sys\nfrom refcomp.symbolic.dims import symbol\nfrom refcomp.symbolic.view import ViewStack\n"
+            "loaded = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+            "fresh = ViewStack.of_buffer((symbol('T'), 4)).permute((1, 0))\n"
+            "print(loaded == fresh, loaded in {fresh}, loaded.views[0] in {fresh.views[0]})")
+    seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONHASHSEED=seed), timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr
