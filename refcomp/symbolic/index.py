@@ -110,7 +110,7 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
         flat = simplify_index(flat, bounds)
         valid = conjunction(valid, level_valid)
         if level:
-            current = list(_unravel_within(flat, stack.views[level - 1].shape, ranges))
+            current = list(unravel_within(flat, stack.views[level - 1].shape, bounds))
     return flat, valid
 
 

@@ -14,7 +14,7 @@ expression shorter.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
 import sympy
@@ -43,24 +43,26 @@ def _is_int(*values) -> bool:
     return all(isinstance(v, int) for v in values)
 
 
+def _hashed_once(cls):
+    """A frozen dataclass whose hash (the one the dataclass computes, of its fields) is computed once:
+    views and view stacks key the index and binding memos. The cached hash stays out of a pickle,
+    since SymPy's hashes (from str hashes) differ between processes."""
+    names = tuple(f.name for f in fields(cls))
+    cached = functools.cached_property(lambda self: hash(tuple(getattr(self, n) for n in names)))
+    cached.__set_name__(cls, "_hash")
+    cls._hash = cached
+    cls.__hash__ = lambda self: self._hash
+    cls.__getstate__ = lambda self: {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    return cls
+
+
+@_hashed_once
 @dataclass(frozen=True)
 class View:
     shape: tuple[Dim, ...]
     strides: tuple[Dim, ...]
     offset: Dim = 0
     mask: Optional[tuple[Range, ...]] = None  # None: every index is valid
-
-    # Views key the index and binding memos, so their hash is computed once. It is kept out of a
-    # pickle: SymPy's hashes (from str hashes) differ between processes.
-    def __hash__(self) -> int:
-        return self._hash
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.shape, self.strides, self.offset, self.mask))  # what the dataclass would compute
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @staticmethod
     def contiguous(shape: Sequence[Dim]) -> "View":
@@ -84,19 +86,10 @@ class View:
         return dims_equal(lo, 0) and dims_equal(hi, self.shape[axis])
 
 
+@_hashed_once
 @dataclass(frozen=True)
 class ViewStack:
     views: tuple[View, ...]
-
-    def __hash__(self) -> int:  # computed once, as View's
-        return self._hash
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.views,))  # what the dataclass would compute
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @staticmethod
     def of_buffer(shape: Sequence[Dim]) -> "ViewStack":
