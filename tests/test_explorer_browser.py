@@ -69,7 +69,8 @@ def test_the_explorer_works_in_chromium(page, tmp_path):
                for i in range(selected.count()))
     assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{kernel}"]').count() == 1
 
-    node = page.locator('.rc-after g.rc-node[data-kernel]').first  # a node: its kernel's panel lights up
+    # a node of another kernel (clicking one of the selected kernel's would toggle it off): its panel lights up
+    node = page.locator(f'.rc-after g.rc-node[data-kernel]:not([data-kernel="{kernel}"])').first
     owner = node.get_attribute("data-kernel")
     node.click()
     assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{owner}"]').count() == 1

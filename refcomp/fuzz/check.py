@@ -15,6 +15,7 @@ from ..exec.profile import model_disagreements
 from ..exec.program import load_program, program_for_schedule
 from ..golden import FLOAT32_TOLERANCE, STORAGE_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
+from ..search.alternatives import untaken_moves
 from ..search.search import search
 from .graph import FuzzGraph, MAX_BINDING, SYMBOLS
 
@@ -101,6 +102,7 @@ class BatchResult:
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
     model_checked: int = 0  # kernels whose memory-model counts were compared with the profiler's
+    minimum_checked: int = 0  # searched programs checked to stop where no single move is cheaper
 
 
 def _reference(outputs, feeds, binding):
@@ -151,6 +153,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                 result.rules[TIED] = result.rules.get(TIED, 0) + 1
         if model:
             _check_model(result, graphs, mode, built, references)
+            if built.search is not None:
+                _check_search_minimum(result, graphs, built.search)
         for which, (binding, feeds, want, refused) in enumerate(references):
             try:
                 got = prog.run(feeds, backend=backend, dims=binding)
@@ -192,6 +196,23 @@ def _check_model(result: BatchResult, graphs, mode: str, program, references) ->
     if problems:
         result.errors.append(f"the cost model ({mode}, {accepted[0]}) disagrees with the profiler on graphs "
                              f"{[g.index for g in graphs]}: " + "; ".join(problems[:8]))
+
+
+def _check_search_minimum(result: BatchResult, graphs, search_result) -> None:
+    """A finished search claims no single rule application from its schedule is cheaper: each move
+    still legal there is priced (search/alternatives.py) and none may be."""
+    if not search_result.complete:  # stopped on its budget: it claims nothing
+        return
+    try:
+        chosen, moves = untaken_moves(search_result)
+    except Exception:
+        result.errors.append(f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+        return
+    result.minimum_checked += 1
+    cheaper = [m for m in moves if m.time_s < chosen.time_s * (1 - 1e-9)]
+    if cheaper:
+        result.errors.append(f"the search of graphs {[g.index for g in graphs]} stopped at {chosen.time_s * 1e6:.3f} us, but "
+                             + "; ".join(f"{m.rule} at {m.where} costs {m.time_s * 1e6:.3f} us" for m in cheaper[:4]))
 
 
 def _check_refusal(result: BatchResult, graphs, outputs, owner, mode, binding, which, feeds, refused, got) -> None:

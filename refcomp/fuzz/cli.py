@@ -109,7 +109,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
         print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
               f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
               f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
-              + (f"{total.model_checked} kernels' memory-model counts checked against the profiler, " if model else "")
+              + (f"{total.model_checked} kernels' memory-model counts checked against the profiler, "
+                 f"{total.minimum_checked} searches checked to stop where no single move is cheaper, " if model else "")
               + f"{total.seconds['total']:.1f} s", file=out)
         print("[fuzz] search rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(total.rules.items())), file=out)
         print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
@@ -152,6 +153,7 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
         total.refusals[kind] = total.refusals.get(kind, 0) + n
     total.compared += res.compared
     total.model_checked += res.model_checked
+    total.minimum_checked += res.minimum_checked
     for counts, more in ((total.kernels, res.kernels), (total.rules, res.rules)):
         for k, v in more.items():
             counts[k] = counts.get(k, 0) + v
@@ -193,7 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="programs checked at once, in child processes (default 2)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one program may take (default 600)")
     parser.add_argument("--model", action="store_true", help="also profile every program and check the cost model's "
-                        "memory counts against the profiler's")
+                        "memory counts against the profiler's, and that each search stops where no single move is cheaper")
     parser.add_argument("--mesh", metavar="AXIS=SIZE,...", help="instead: compile each graph for this device mesh "
                         "(rc.spmd) with every input split at random, and compare the simulated mesh with the reference")
     parser.add_argument("--backend", default="numpy", help="with --mesh: each device's executor (numpy or emulator)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..codegen.legality import ProgramNames
 from ..ops.graph import toposort
 from ..ops.primitives import Edge
+from .alternatives import untaken_moves
 from .cost import minimum_bytes
 from .rewrite import identity_edge
 
@@ -47,12 +48,23 @@ def cost_table(kernels, costs, output_nodes, all_nodes, bindings) -> list[str]:
     return lines
 
 
+def untaken_table(result) -> list[str]:
+    """The moves still legal at the chosen schedule, each priced alone against it (search/alternatives.py)."""
+    chosen, moves = untaken_moves(result)
+    if not moves:
+        return ["  none: no rule applies anywhere in the chosen schedule"]
+    rows = [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"]
+            for m in moves]
+    return format_table(["rule", "site", "kernels", "bytes change", "time change us"], rows)
+
+
 def explain(program) -> str:
     result = program.search
     if result is None:
         return "this program was compiled with search=False: one kernel per compute node, nothing to explain"
     binding = ", ".join(f"{k}={v}" for k, v in result.bindings.items()) or "no symbolic dims"
-    out = [f"cost model: {result.profile.name} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s", ""]
+    out = [f"cost model: {result.profile.name} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s"
+           + (f"; the '{result.opening}' opening found the schedule" if result.opening else ""), ""]
     out.append(f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):")
     out += describe_graph(result.before)
     out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
@@ -64,6 +76,9 @@ def explain(program) -> str:
         delta = "" if previous is None else f"{(step.cost_s - previous) * 1e6:>+10.2f} us"
         out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels {delta}".rstrip())
         previous = step.cost_s
+    out.append("")
+    out.append("moves the search did not take (each alone, from the chosen schedule; none is cheaper, or it would have):")
+    out += untaken_table(result)
     out.append("")
     out.append("kernels:")
     for kernel in program.kernels:

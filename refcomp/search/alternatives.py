@@ -1,0 +1,49 @@
+"""The moves a finished search did not take, and what each would have cost.
+
+A search that stops makes a claim: no single rule application from its schedule is cheaper under
+the model. `untaken_moves` prices every move still legal there, so the claim can be checked (a test
+and the fuzzer assert it) and read (`refcomp explain` lists them): each fusion the search declined,
+with the bytes it would save and the time it would cost: the trade behind a program that moves more
+than the minimum bytes. An empty list says no rule applies anywhere any more: a program with fewer
+bytes needs a fusion no rule or template expresses.
+
+Moves are priced as the fusion search priced them: by a fresh Evaluator at the search's binding, on
+the schedule without its tuned parameters (each kernel at its best open parameters).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .evaluate import Evaluator
+from .fusion import CLEANUP, FUSION
+from .search import SearchResult, _apply, _moves, _where
+from .schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A schedule as the search prices it; `rule` and `where` name the move that led to it."""
+
+    rule: str
+    where: str
+    kernels: int
+    bytes: int
+    time_s: float
+
+
+def untaken_moves(result: SearchResult) -> tuple[Outcome, list[Outcome]]:
+    """(the chosen schedule, every single move still legal from it, cheapest first; a tied move at a
+    repeated layer counts as one)."""
+    graph = result.graph
+    ev = Evaluator(graph, result.bindings, result.profile)
+    sched = replace(result.schedule, params=())
+    groups = ev.partition(sched)
+
+    def outcome(s: Schedule, kernels: dict, rule: str, where: str, time_s: float) -> Outcome:
+        return Outcome(rule, where, len(kernels), sum(ev.price(s, g).bytes for g in kernels.values()), time_s)
+
+    chosen = outcome(sched, groups, "chosen", "", ev.total(sched, groups))
+    moves = _moves(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, math.inf)
+    return chosen, [outcome(new, _apply(dict(groups), delta), rule.name, _where(graph, sites), cost)
+                    for cost, rule, sites, new, delta in moves]

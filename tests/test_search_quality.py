@@ -1,0 +1,89 @@
+"""What the search finds: it stops where no single move is cheaper, and each opening earns its place.
+
+A finished search claims that no rule application from its schedule is cheaper under the model;
+search/alternatives.py prices every move still legal there, and on every golden case none may be.
+The search runs once per opening (search.OPENINGS) and keeps the cheapest: on the GPT-2 block the
+contractions-first order wins (the GELU computed once in the first MLP matmul's epilogue), on the
+784-256-10 MLP at batch 1024 the elementwise-first order does (the ten-column layer as a
+block-per-output reduction); each result is compared with the search run in one order alone.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import refcomp as rc
+from refcomp.search import search as search_module
+from refcomp.search.alternatives import untaken_moves
+from refcomp.search.search import OPENINGS, search
+from tests.cuda_cases import CASES, compiled
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import gpt2_block  # noqa: E402
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_search_stops_where_no_single_move_is_cheaper(case):
+    result = compiled(case.name, True, cache=False).search  # a loaded program keeps no search result
+    assert result.complete, "the search ran out of its budget on a golden case"
+    chosen, moves = untaken_moves(result)
+    assert chosen.time_s == pytest.approx(sum(c.time_s for c in _fusion_prices(result)), rel=1e-9)
+    cheaper = [(m.rule, m.where, m.time_s) for m in moves if m.time_s < chosen.time_s * (1 - 1e-9)]
+    assert cheaper == [], f"chosen {chosen.time_s:.3e} s"
+
+
+def _fusion_prices(result):
+    """The chosen kernels priced as the fusion search priced them (before tuning fixed parameters)."""
+    from dataclasses import replace
+    from refcomp.search.evaluate import Evaluator
+    ev = Evaluator(result.graph, result.bindings, result.profile)
+    sched = replace(result.schedule, params=())
+    return [ev.price(sched, g) for g in ev.partition(sched).values()]
+
+
+def test_the_untaken_moves_are_real_alternatives():
+    """On a conv + relu + pool layer (8 images of 3x32x32) the search leaves the convolution in two
+    kernels: unrolling its last short sum (over 3 values) into the pooling kernel is legal and would
+    store no partial sums (fewer bytes), but recomputes them for every pooled value (more time).
+    explain lists the move."""
+    x = rc.input("x", (8, 3, 32, 32))
+    y = rc.nn.max_pool2d(rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1).relu(), 2)
+    prog = rc.compile(y, cache=False)
+    chosen, moves = untaken_moves(prog.search)
+    assert moves, "a small CNN leaves moves the search priced and declined"
+    assert all(m.time_s > chosen.time_s for m in moves)
+    assert any(m.bytes < chosen.bytes for m in moves), "some declined fusion would have saved bytes"
+    text = prog.explain()
+    assert "moves the search did not take" in text
+    assert moves[0].rule in text.split("moves the search did not take")[1]
+
+
+def _alone(edges, hint, opening):
+    saved = search_module.OPENINGS
+    search_module.OPENINGS = (opening,)
+    try:
+        return search(edges, dims_hint=hint, progress=False)
+    finally:
+        search_module.OPENINGS = saved
+
+
+def _mlp(batch: int):
+    t = {n: rc.input(n, s) for n, s in {"x": (batch, 784), "w1": (256, 784), "b1": (256,), "w2": (10, 256), "b2": (10,)}.items()}
+    return rc.nn.linear(rc.nn.linear(t["x"], t["w1"], t["b1"]).relu(), t["w2"], t["b2"])
+
+
+@pytest.mark.parametrize("workload, winner", [("gpt2 block B=8 T=128", "contractions first"), ("mlp B=1024", "elementwise first")])
+def test_each_opening_wins_where_the_other_order_is_worse(workload, winner):
+    if workload.startswith("gpt2"):
+        out, hint = gpt2_block.build_block()[0], {"B": 8, "T": 128}
+    else:
+        out, hint = _mlp(1024), None
+    edges = [out.edge]
+    both = search(edges, dims_hint=hint, progress=False)
+    alone = {o.name: _alone(edges, hint, o).time_s for o in OPENINGS}
+    assert both.opening == winner
+    assert both.time_s == pytest.approx(min(alone.values()), rel=1e-12)
+    loser = next(name for name in alone if name != winner)
+    assert alone[winner] < alone[loser] * 0.95, alone  # a clear win, not a tie broken by order
