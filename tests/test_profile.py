@@ -114,6 +114,43 @@ def test_masked_loads_in_a_loop_stay_in_their_iteration():
     assert (c.global_load_requests, c.global_load_sectors) == (4, 16)
 
 
+def test_masked_16_bit_loads_in_a_loop_stay_in_their_iteration():
+    """The masked load of a float16 buffer sits under its conversion, `c ? rc_half_to_float(in0[i]) : 0`;
+    it is predicated like a float's. Found by the fuzzer (seed 11, graph 272): a half cumsum whose
+    profiled sectors were a third of the real ones. Oracle: the sectors counted here in NumPy, lanes
+    grouped by loop iteration as a warp executes them."""
+    import refcomp as rc
+    x0 = rc.input("x0", ("B", 5, "T", "B"))
+    prog = rc.compile(x0.reshape(x0.shape[0], 5, -1).half().cumsum(1), search=False, cache=False)
+    kernel = next(k for k in prog.kernels if k.kind == "reduce")
+    assert "? rc_half_to_float(in0[" in kernel.source
+    feeds = {"x0": np.random.default_rng(0).standard_normal((7, 5, 7, 7)).astype(np.float32)}
+    profiled = next(k for k in prog.profile(feeds, dims={"B": 7, "T": 7}).kernels if k.name == kernel.name).counters
+    i, bt = np.arange(5 * 49 * 7), 49
+    requests = sectors = 0
+    for w in range(0, len(i), 32):
+        lanes = i[w:w + 32]
+        o0, o1, o2 = lanes // (5 * bt), (lanes // 5) % bt, lanes % 5
+        for r in range(5):  # in0[(5 o0 + o2 + r - 4) B T + o1], float16, where o2 + r >= 4
+            active = o2 + r >= 4
+            requests += bool(active.any())
+            sectors += len(set((2 * ((5 * o0 + o2 + r - 4) * bt + o1))[active] // 32))
+    assert (profiled.global_load_requests, profiled.global_load_sectors) == (requests, sectors) == (270, 1130)
+
+
+def test_gather_rows_the_model_assumes_stay_in_the_table():
+    """The model takes output row q of a gather to read table row 2q mod rows: inside the table, so a
+    flipped table (addresses falling with the row) never gives it a negative position, which it would
+    count as no read. Found by the fuzzer (seed 11, graph 154): 36 load requests modeled, 54 run."""
+    import refcomp as rc
+    table = rc.input("t", (562,)).flip().reshape(2, -1)
+    prog = rc.compile(rc.nn.embedding(rc.input("ids", (3,), "int32"), table), search=False, cache=False)
+    feeds = {"t": np.arange(562, dtype=np.float32), "ids": np.array([1, 0, 1], dtype=np.int32)}
+    profile_ = prog.profile(feeds)
+    assert model_disagreements(prog, profile_) == []
+    assert profile_.kernels[-1].counters.global_load_requests == 2 * 27  # ids and table, 27 warps of 843 outputs
+
+
 GUARDED = MASKED.replace("const float v = ((threadIdx.x + r >= 3) ? in0[32 * r + threadIdx.x] : 0.0f);",
                          "float v = 0.0f;\n        if (threadIdx.x + r >= 3) { v = in0[32 * r + threadIdx.x]; }")
 

@@ -18,7 +18,7 @@ import sympy
 from .abi import KernelSignature
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
-from ..symbolic.dims import Dim, evaluate_dim, expand, prod
+from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
 from .emit import Access, KernelBody, Unfusable, c_params
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -265,8 +265,10 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
     body.flat_axes = None
     id_name = body.int_at(ids, idx[:-1])
     row = body.index_var(id_name)
-    # ids are data: the memory model takes output row q to read table row 2q (rows apart, as random ids are)
-    body.definitions[row] = 2 * _linear_of(idx[:-1], node.shape[:-1])
+    # ids are data: the memory model takes output row q to read table row 2q mod rows (rows apart, as
+    # random ids are, and inside the table, as the ids Program.run accepts are: a row past the end
+    # could put the read at a negative position, which the model would take for no read at all)
+    body.definitions[row] = imod(2 * _linear_of(idx[:-1], node.shape[:-1]), table.shape[0])
     row_value = body.load_expr(table, [row, idx[-1]])
     body.access("out0", flat, store=True)
     size = prod(node.shape)

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..codegen.abi import KernelSignature
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 
 
 class ProfileError(RefcompError):
@@ -119,9 +120,15 @@ def _condition_start(body: str, question: int) -> int:
     return 0
 
 
+# The loads of 16-bit storage convert the element to float (DTYPES[...].c_load): `rc_half_to_float(in0[i])`.
+CONVERSIONS = sorted({t.c_load.split("{0}")[0] for t in DTYPES.values()} - {""})
+
+
 def _predicate_masked_loads(body: str, names: Sequence[str]) -> str:
-    """`c ? in0(7)[i] : 0.0f` -> `rcp_pred(c, 7) ? in0(7)[i] : 0.0f` (see rcp_pred in emu_profile.h)."""
-    loads = list(re.finditer(r"\?\s*(" + "|".join(map(re.escape, names)) + r")\((\d+)\)\[", body))
+    """`c ? in0(7)[i] : 0.0f` -> `rcp_pred(c, 7) ? in0(7)[i] : 0.0f` (see rcp_pred in emu_profile.h); a
+    16-bit load is the same under its conversion: `c ? rc_half_to_float(in0(7)[i]) : 0.0f`."""
+    loads = list(re.finditer(r"\?\s*(?:" + "|".join(map(re.escape, CONVERSIONS)) + r")?\s*("
+                             + "|".join(map(re.escape, names)) + r")\((\d+)\)\[", body))
     for m in reversed(loads):  # from the end, so earlier positions stay valid
         start = _condition_start(body, m.start())
         condition = body[start:m.start()]
