@@ -147,6 +147,27 @@ def test_the_trace_lists_every_rule_in_order_with_one_bar_per_step(program, page
     assert heights.index(max(heights)) == [s.cost_s for s in steps].index(max(s.cost_s for s in steps))
 
 
+@pytest.mark.parametrize("which", ["attention", "conv"])
+def test_the_trace_names_the_opening_and_lists_the_moves_left_undone(program, page, which):
+    """The attention leaves no move; a conv + relu + pool layer leaves one (see test_search_quality)."""
+    from refcomp.search.alternatives import untaken_moves
+    if which == "conv":
+        x = rc.input("x", (8, 3, 32, 32))
+        conv = rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1)
+        program = rc.compile(rc.nn.max_pool2d(conv.relu(), 2), cache=False)
+        page = Page(write_explorer(program))
+    trace = next(e for e in page.elements if e.attrs.get("id") == "trace")
+    assert f"The '{program.search.opening}' opening found this schedule." in trace.text
+    chosen, moves = untaken_moves(program.search)
+    rows = [e for e in page.elements if e.tag == "tr" and e.inside("rc-untaken") and not e.inside("rc-trace")]
+    cells = [[c.text for c in page.elements if c.tag == "td" and row in c.parents] for row in rows[1:]]  # after the header
+    assert cells == [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"]
+                     for m in moves]
+    assert bool(moves) == (which == "conv")
+    if not moves:
+        assert "Moves left undone: none." in trace.text
+
+
 def test_the_memory_timeline_has_one_bar_per_intermediate_buffer(program, page):
     plan = program.memory_plan(program.cost_bindings)
     bars = page.find("rc-buffer", "g")

@@ -1,8 +1,8 @@
 """The explorer's panels, each a function from a program to an HTML fragment (see exec.explorer).
 
 Kernels (what each computes, its launch, the cost model's figures, the profiler's counters, the
-highlighted CUDA), the search's rewrite trace (a table and a bar chart of predicted time) and the
-memory plan (a timeline of intermediate buffers). Every string that reaches the page goes through
+highlighted CUDA), the search's rewrite trace (a table and a bar chart of predicted time, then the
+moves it left undone) and the memory plan (a timeline of intermediate buffers). Every string that reaches the page goes through
 `esc`, since input names and provenance (file names) are the user's.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..codegen.highlight import highlight_cuda
 from ..ops.draw import kernel_colour
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import Node
+from ..search.alternatives import untaken_moves
 from ..search.rewrite import structural_key
 from ..symbolic.dims import evaluate_dim, prod
 from .bindings import show_binding
@@ -127,10 +128,25 @@ def trace_section(program) -> str:
         rows.append([str(k), f"<b>{esc(step.rule)}</b>", esc(step.site), f"{step.cost_s * 1e6:.2f}", str(step.kernels), delta])
         previous = step.cost_s
     attrs = [f' data-step="{k}"' for k in range(len(steps))]
+    opening = f" The '{esc(result.opening)}' opening found this schedule." if result.opening else ""
     summary = (f"<p>{esc(result.profile.name)} cost model at {esc(show_binding(result.bindings))}; the search explored "
-               f"{result.states:,} states. Each row: a rule applied, where, and the predicted time after it.</p>")
+               f"{result.states:,} states.{opening} Each row: a rule applied, where, and the predicted time after it.</p>")
     header = ["step", "rule", "where", "predicted us", "kernels", "change us"]
-    return f'{summary}<div class="rc-scroll">{trace_chart(steps)}</div>{table(header, rows, "rc-trace", 3, attrs)}'
+    return (f'{summary}<div class="rc-scroll">{trace_chart(steps)}</div>{table(header, rows, "rc-trace", 3, attrs)}'
+            + untaken_section(result))
+
+
+def untaken_section(result) -> str:
+    """The moves still legal at the chosen schedule, each priced alone (search/alternatives.py): what a
+    fusion the search declined would save in bytes and cost in time."""
+    chosen, moves = untaken_moves(result)
+    if not moves:
+        return "<p>Moves left undone: none. No rule applies anywhere in the chosen schedule.</p>"
+    rows = [[f"<b>{esc(m.rule)}</b>", esc(m.where), str(m.kernels),
+             f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"] for m in moves]
+    return ("<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; none is "
+            "cheaper, or the search would have taken it.</p>"
+            + table(["rule", "where", "kernels", "bytes change", "time change us"], rows, "rc-untaken", 2))
 
 
 def trace_chart(steps) -> str:
