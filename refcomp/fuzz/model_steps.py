@@ -23,8 +23,11 @@ class ModelSteps:
             out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
         elif op == "layer_norm":
             # a row of equal values (a clipped or broadcast one) has variance 0, and 1/sqrt(var + eps)
-            # would magnify the rounding of its mean 300-fold: a ramp keeps every row's spread
-            ramped = f"({n} + rc.arange({n}.shape[-1]) * 0.25)"
+            # would magnify the rounding of its mean 300-fold: a ramp keeps every row's spread. Its step
+            # exceeds the values' range (up to 64), so no row's own slope can cancel it: with a step of
+            # 0.25, a row of relu(x @ w) falling by 0.25 became near-constant (seed 13, graph 148)
+            step = 0.25 + min(v.hi - v.lo, 64.0) if math.isfinite(v.hi - v.lo) else 0.25
+            ramped = f"({n} + rc.arange({n}.shape[-1]) * {step!r})"
             last = v.shape[-1]
             affine = simple_dim(last) and self.chance(0.5)
             bound = math.sqrt(_max_extent(last)) + 1
