@@ -83,6 +83,11 @@ def _fusion_graphs(name: str) -> dict:
                 "rms_batched": rc.nn.rms_norm(y) @ rc.input("u", (6, 6)),
                 "centered": (x * 2.0 - (x * 2.0).mean(-1, keepdims=True)) @ w,
                 "mean_kept": (y - y.mean(-1, keepdims=True)) @ rc.input("z", (6, 6)) + y.mean(-1, keepdims=True)}  # stored
+    if name == "one_pass_statistics":
+        return {"layer_norm_linear": rc.nn.linear(rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b),
+                "shifted": rc.nn.layer_norm(x + 100.0) @ rc.input("w2", (12, 10)),  # a mean 100 spreads: no cancelling
+                "batched": rc.nn.layer_norm(y) @ rc.input("u", (6, 6)),
+                "centered": (x - x.mean(-1, keepdims=True)) @ rc.input("w3", (12, 10))}  # no variance: not a pair
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
         return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
@@ -121,6 +126,7 @@ FORCE = {
     "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
     "stream_scores": ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"],
     "prologue_reduce": ["matmul", "fuse_elementwise", "prologue_reduce"],
+    "one_pass_statistics": ["matmul", "fuse_elementwise", "prologue_reduce", "one_pass_statistics"],
 }
 
 
@@ -168,6 +174,8 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert sum("scores streamed" in k.source for k in forced.kernels) >= 2  # causal, masked
     if name == "prologue_reduce":
         assert sum("row reduction(s) before the tiles" in k.source for k in forced.kernels) >= 3
+    if name == "one_pass_statistics":
+        assert sum("pair(s) in one pass" in k.source for k in forced.kernels) == 3  # not "centered"
     assert len(forced.kernels) < len(rc.compile(outputs, search=False).kernels)
     _check_on_emulator(forced, outputs)
 
@@ -175,7 +183,7 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
 def test_schedules_are_values_declared_once():
     """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
     equal schedules are equal values, and what code generation is told is derived from the declaration."""
-    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "prologue", "streamed"]
+    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "prologue", "streamed", "welford"]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1

@@ -296,7 +296,8 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     read for each kk, two barriers. softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), reads its
     score (Ss[ty][tx]) and its row's scores (Ss[ty][kk], for the maximum), behind a third barrier (and,
     streaming q k^T, see _streamed_shared). Each prologue phase stores a partial result (As[ty][tx]),
-    reads its row's (As[ty][kk]) and passes two barriers, once per block."""
+    reads its row's (As[ty][kk]) and passes two barriers, once per block; a pair (codegen.statistics)
+    also stores and reads a second one in Bs, between the same barriers."""
     t = kernel.launch.block
     n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
     blocks = -(-n // t) * -(-evaluate_dim(kernel.launch.work, bindings) // t) * batch
@@ -321,8 +322,11 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
                                            barriers=warps)
     prologue = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
                             shared_load_wavefronts=row, barriers=2 * warps)
+    second = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
+                          shared_load_wavefronts=row)  # a pair's second value: Bs[ty][tx] stored, Bs[ty][kk] read
     streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
-    return streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
+    return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
+            + second.scaled(blocks * kernel.plan.prologue_pairs))
 
 
 def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:

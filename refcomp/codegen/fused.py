@@ -25,6 +25,7 @@ from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
+from .statistics import reads_match, row_statistics
 
 
 def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
@@ -195,26 +196,47 @@ class TiledContraction:
         guard = conjunction(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
         return self.read(self.reduce, which, self.index(k_sym, set(zero)), scope, guard)
 
-    def prologue(self, reduces: Sequence[Node]) -> tuple[list[dict], object]:
+    def prologue(self, reduces: Sequence[Node], welford: frozenset = frozenset()) -> tuple[list[dict], object]:
         """The template's `prologue` phases: each per-row reduction, in graph order, over the rows of the
         block's M tile (threadIdx.y) with threadIdx.x striding over its axis; later phases and the tile
         loads read each result as `statsJ[RC_SLOT]`, once code generation has checked that every read
-        is of the thread's own row. Returns (phases, the reduced extent every phase shares)."""
+        is of the thread's own row. A reduction in `welford` (a sum of squared deviations) and its
+        row's sum are one phase, a pair, computed in one pass (codegen.statistics). Returns (phases,
+        the reduced extent every phase shares)."""
         body = self.body
         batch_axes, m_axes, n_axes = self.axes
         row_axes = [a for a in range(len(self.shape)) if a != self.k_axis and a not in n_axes]
         rows = [self.per_axis[a] for a in row_axes]
-        phases, extent = [], None
-        for j, red in enumerate(reduces):
+        pairs = {}
+        for red in reduces:
+            if red.id in welford:
+                stats = row_statistics(red)
+                if stats is None or stats.total not in reduces:
+                    raise Unfusable(f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums")
+                pairs[stats.total.id] = stats
+        phases, extent, count = [], None, 0
+        for red in reduces:
+            if red.id in welford:
+                continue  # computed with its row's sum
             axis, src_shape = red.attrs["axis"], red.srcs[0].shape
             if not _same(red.shape, [self.shape[a] for a in row_axes]) or (extent is not None and not dims_equal(src_shape[axis], extent)):
                 raise Unfusable(f"{red.op.name}#{red.id} does not reduce the rows of the matmul's operand a")
             extent = src_shape[axis]
             r = body.index_var("r", extent)
             self.begin("prologue", self.tile_bound["bm"])
-            value = body.value_at(red.srcs[0], rows[:axis] + [r] + rows[axis:])
-            phases.append(_phase(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]")))
-            body.scalars[red.id] = (f"stats{j}[RC_SLOT]", _linear(rows, red.shape))
+            index = rows[:axis] + [r] + rows[axis:]
+            value = body.value_at(red.srcs[0], index)
+            pair = pairs.get(red.id)
+            phase = _phase(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"))
+            phase.update(pair=False, stats=[f"stats{count}"] + ([f"stats{count + 1}"] if pair else []))
+            body.scalars[red.id] = (f"stats{count}[RC_SLOT]", _linear(rows, red.shape))
+            if pair is not None:
+                if not reads_match(pair, index, _linear(rows, red.shape), body.ranges):
+                    raise Unfusable(f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations")
+                phase.update(pair=True, value=value, what=f"{phase['what']} and {body.names.label(pair.squares)}")
+                body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", _linear(rows, pair.squares.shape))
+            count += len(phase["stats"])
+            phases.append(phase)
         return phases, extent
 
     def out_index(self) -> list:
@@ -253,25 +275,29 @@ class TiledContraction:
 
 
 def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
-                  render: bool = True, b_along_k: bool = False, prologue: Sequence[Node] = ()) -> Kernel:
+                  render: bool = True, b_along_k: bool = False, prologue: Sequence[Node] = (),
+                  welford: frozenset = frozenset()) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
-    `prologue`: per-row reductions the operands read, computed by each block before its tile loop."""
+    `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
+    `welford`: those of them computed in one pass with their row's sum (codegen.statistics)."""
     tc = TiledContraction.of(reduce, names, inline)
-    phases, prologue_extent = tc.prologue(prologue)
+    phases, prologue_extent = tc.prologue(prologue, welford)
+    squares = tuple(row_statistics(n).square for n in prologue if n.id in welford)  # computed by the update itself
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc")
     unread = [n for n in prologue if n.id not in tc.body.scalars_read]
     if unread:
         raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
-    nodes = (reduce.srcs[0].node, reduce) + tuple(prologue) + (() if output is reduce else (output,))
+    nodes = (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return _finish(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
                    comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else "")
-                   + (f", {len(phases)} row reduction(s) before the tiles" if phases else ""),
-                   prologue_extent=prologue_extent, prologue_phases=len(phases), prologue=phases,
+                   + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
+                   + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
+                   prologue_extent=prologue_extent, prologue_phases=len(phases), prologue_pairs=len(squares), prologue=phases,
                    stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
                    prologue_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), prologue_texts)),
                    a_statements=a_statements, a_value=a_value, b_statements=b_statements, b_value=b_value, **fields)

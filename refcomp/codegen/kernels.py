@@ -120,6 +120,7 @@ class AccessPlan:
     prologue_phases: int = 0  # and how many there are
     streamed_depth: int = 0  # softmax_matmul with streamed scores: the length of q . k
     streamed_width: int = 0  # and the depth padded to whole tiles (Q's and K's rows in shared memory)
+    prologue_pairs: int = 0  # matmul: prologue phases that reduce two values in one pass (codegen.statistics)
 
 
 @dataclass(frozen=True)
@@ -158,13 +159,13 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
             launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
             along_k: frozenset = frozenset(), block_reductions: int = 1, streamed: tuple = (0, 0),
-            prologue_extent: Optional[Dim] = None, prologue_phases: int = 0,
+            prologue_extent: Optional[Dim] = None, prologue_phases: int = 0, prologue_pairs: int = 0,
             **fields) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
         plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
-                          prologue_phases, *streamed)
+                          prologue_phases, *streamed, prologue_pairs=prologue_pairs)
         return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier, node.dtype), "",
                       launch, plan=plan)
     fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
@@ -177,7 +178,7 @@ def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
-                          prologue_phases, *streamed)
+                      prologue_phases, *streamed, prologue_pairs=prologue_pairs)
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 

@@ -16,10 +16,11 @@ from .access import AccessModelError, MemoryCounts, global_counts
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
 from .online import online_softmax, streamed_scores
+from .statistics import row_statistics
 from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
 from .lower import TEMPLATE_ONLY, Group, kernel_for_group, materialise_outputs, retarget
 
-__all__ = ["fusion_problem", "Unfusable", "TEMPLATE_ONLY", "retarget", "AccessModelError", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "online_softmax", "streamed_scores", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
+__all__ = ["fusion_problem", "Unfusable", "TEMPLATE_ONLY", "retarget", "AccessModelError", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "online_softmax", "streamed_scores", "row_statistics", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
            "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
 
 

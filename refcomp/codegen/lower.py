@@ -120,7 +120,8 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
             return softmax_matmul_kernel(name, root, reduce, names, fused, online, streamed, tile=params.get("tile", TILE),
                                          render=render, b_along_k=bool(params.get("b_along_k")))
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
-                             b_along_k=bool(params.get("b_along_k")), prologue=prologue)
+                             b_along_k=bool(params.get("b_along_k")), prologue=prologue,
+                             welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue})
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render)

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
                                default_reduce_strategy, matmul_axes, online_softmax,
-                               streamed_scores)
+                               row_statistics, streamed_scores)
 from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
@@ -288,6 +288,9 @@ def _streamable(g: Graph, s: Schedule, n: Node):
 streamable_scores = When(lambda g, s, n: _streamable(g, s, n) is not None,
                          "whose online softmax's scores are an elementwise function of a matmul S that nothing else reads")
 reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
+squares_of_a_prologue_mean = When(
+    lambda g, s, n: (lambda stats: stats is not None and stats.total.id in s.prologue)(row_statistics(n)),
+    "a sum of squared deviations from S / n, S the row's sum, also computed in the prologue")
 
 
 def into(*decision_names: str, of: Callable[[Node], object] = _itself) -> tuple:
@@ -369,6 +372,13 @@ FUSION: list[FusionRule] = [
                into("inline", "prologue"),
                RECOMPUTE + "; each block's rows are reduced whole, in their own order (float32 rounding may differ by "
                "a few ulp); code generation checks that each read is of the thread's own row"),
+    FusionRule("one_pass_statistics", "compute a layer norm's variance sum in the same pass over the row as "
+               "its mean's sum, by Welford's running update (the matmul prologue reads each row once, not twice)",
+               scheduled("prologue") & ~scheduled("welford") & squares_of_a_prologue_mean,
+               into("welford"),
+               "with n values, S = n mean and V = M2, the sum of squared deviations, exactly in real arithmetic "
+               "(Welford's update per thread, Chan's merge across threads); float32 rounding differs by a few ulp "
+               "of the row's values, and does not cancel as the sum of squares minus the squared sum would"),
     FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
                "activation, residual applied to the accumulator before the store)",
                scheduled("matmul") & free & read_only_by(elementwise),

@@ -65,6 +65,8 @@ class Schedule:
                                    codegen="prologue_ids")
     streamed: frozenset = decision("a matmul whose only use is the scores of an online softmax, computed a tile at "
                                    "a time inside the online kernel (also inline)", codegen="streamed_ids")
+    welford: frozenset = decision("a prologue's sum of squared deviations from its row's mean, computed in the same "
+                                  "pass as the row's sum by Welford's update (also prologue)", codegen="welford_ids")
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property

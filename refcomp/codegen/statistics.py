@@ -1,0 +1,121 @@
+"""Single-pass row statistics: a layer norm's two sums over a row, in one pass by Welford's update.
+
+The graph spells layer norm's statistics from primitives as
+
+    S = SumReduce_k(X)                      the row's sum (mean = S / n)
+    D = X + (S * c1 * c2 ...)               the deviations, the constants' product being -1 / n
+    V = SumReduce_k(D * D)                  the sum of squared deviations (variance = V / n)
+
+Read plainly that is two passes over each row, the second reading S. Welford's update (Welford,
+"Note on a method for calculating corrected sums of squares and products", 1962) keeps a running
+count, mean and sum of squared deviations M2 per thread in one pass, `delta = x - mean; mean +=
+delta / count; M2 += delta * (x - mean)`, and the threads' summaries merge exactly (in real
+arithmetic) by Chan, Golub and LeVeque's formula: with delta = mean_b - mean_a and n = n_a + n_b,
+mean = mean_a + delta n_b / n and M2 = M2_a + M2_b + delta^2 n_a n_b / n. Then S = n mean and V = M2.
+Unlike the one-pass sum of squares minus the squared sum, it does not cancel catastrophically when
+the mean is large against the spread: float32 rounding differs from the two passes by a few ulp of
+the row's values, not of their squares.
+
+Soundness, checked here and by the matmul prologue's index analysis (codegen.fused): S and V reduce
+the same extent n along their axis, V's terms are D * D read at the same position, D reads X where S
+does and the mean through Mul-by-constant steps from S at the thread's own row, and the constants
+multiply to -1 / n.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import sympy
+
+from ..ops.primitives import Edge, Node
+from ..symbolic.dims import dims_equal, expand
+from ..symbolic.index import index_of, unravel_within
+
+RELATIVE_SLACK = 1e-6  # the constants' product may differ from -1/n by float32 rounding of 1/n
+
+
+@dataclass(frozen=True)
+class RowStatistics:
+    """The nodes of a row's sum and sum of squared deviations (see the module)."""
+
+    total: Node  # S
+    squares: Node  # V
+    square: Node  # D * D
+    deviation: Node  # D
+    mean_steps: tuple  # the Mul-by-constant nodes from D's mean operand down to S, outermost first
+
+
+def _constant(edge: Edge) -> Optional[sympy.Expr]:
+    """The value of a Constant: a number, or an expression of the dims (1 / T, the mean of a row of T)."""
+    return sympy.sympify(edge.node.attrs["value"]) if edge.node.op.name == "Constant" else None
+
+
+def _is_minus_reciprocal(product: sympy.Expr, extent) -> bool:
+    """product == -1 / extent: exactly for dims, up to float32's rounding of 1 / n for a number."""
+    if product.is_number and sympy.sympify(extent).is_number:
+        return abs(float(product) * int(extent) + 1.0) <= RELATIVE_SLACK
+    return expand(product * extent + 1) == 0
+
+
+def row_statistics(squares: Node) -> Optional[RowStatistics]:
+    """The statistics `squares` (V) is the second of, with its S, or None (node by node: views are
+    checked where a kernel reads them, `reads_match`)."""
+    if squares.op.name != "SumReduce" or squares.srcs[0].node.op.name != "Mul":
+        return None
+    square = squares.srcs[0].node
+    a, b = square.srcs
+    deviation = a.node
+    if b.node is not deviation or a.views != b.views or deviation.op.name != "Add":
+        return None
+    for value, mean in (deviation.srcs, deviation.srcs[::-1]):
+        steps, product, node = [], sympy.Integer(1), mean.node
+        while node.op.name == "Mul":
+            constants = [e for e in node.srcs if _constant(e) is not None]
+            if len(constants) != 1:
+                break
+            steps.append(node)
+            product *= _constant(constants[0])
+            node = next(e.node for e in node.srcs if e is not constants[0])
+        total = node
+        if total.op.name != "SumReduce" or not steps or total.srcs[0].node is not value.node:
+            continue
+        extent, axis = total.srcs[0].shape[total.attrs["axis"]], total.attrs["axis"]
+        if (axis != squares.attrs["axis"] or not dims_equal(extent, squares.srcs[0].shape[axis])
+                or not _is_minus_reciprocal(product, extent)):
+            continue
+        return RowStatistics(total, squares, square, deviation, tuple(steps))
+    return None
+
+
+def reads_match(stats: RowStatistics, source_index: Sequence, row_position, ranges) -> bool:
+    """Whether, at `source_index` of the row's reduced source (the kernel's (row..., r)), V's term reads
+    D twice at one position, D reads X where S reads it, and D's mean reaches S at `row_position`,
+    S's flat position for the thread's own row. Pure index arithmetic: nothing is emitted."""
+    def same(a, b) -> bool:
+        return expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+    def at(edge: Edge, idx):
+        flat, valid = index_of(edge.views, tuple(idx), ranges)
+        return (flat, unravel_within(flat, edge.node.shape, ranges)) if valid is sympy.true else (None, None)
+
+    total, square, deviation = stats.total, stats.square, stats.deviation
+    x_flat, _ = at(total.srcs[0], source_index)
+    _, square_idx = at(stats.squares.srcs[0], source_index)
+    if x_flat is None or square_idx is None:
+        return False
+    (d_flat, d_idx), (other, _) = (at(e, square_idx) for e in square.srcs)
+    if d_flat is None or other is None or not same(d_flat, other):
+        return False
+    value, mean = (deviation.srcs if deviation.srcs[0].node is total.srcs[0].node else deviation.srcs[::-1])
+    if at(value, d_idx)[0] is None or not same(at(value, d_idx)[0], x_flat):
+        return False
+    edge, idx = mean, d_idx
+    for step in stats.mean_steps + (total,):
+        flat, step_idx = at(edge, idx)
+        if flat is None:
+            return False
+        if step is total:
+            return same(flat, row_position)
+        edge, idx = next(e for e in step.srcs if _constant(e) is None), step_idx
+    return False
