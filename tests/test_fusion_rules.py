@@ -291,3 +291,30 @@ def test_incremental_partition_matches_a_full_one():
         assert shape(groups) == shape(fresh)
         assert cost == pytest.approx(ev.total(sched, fresh), rel=1e-9, abs=1e-15)
     assert descended >= 5
+
+
+def test_one_pass_statistics_do_not_cancel(monkeypatch):
+    """Rows of mean 1000 and unit spread: the sum of squares minus the squared sum would lose every
+    digit of the variance in float32 (1000^2 against 1), Welford's update loses none. The one-pass
+    program's error against float64 is at most twice the two-pass program's (the same search
+    without the rule; here it is half of it), while the naive formula is off by percent on the same rows."""
+    from refcomp.search import search as search_module
+    x, w = rc.input("x", ("B", 128)), rc.input("w", (128, 64))
+    y = rc.nn.layer_norm(x + 1000.0) @ w
+    one = rc.compile(y, dims_hint={"B": 256}, cache=False)
+    assert "one_pass_statistics" in {s.rule for s in one.search.trace}
+    assert any("in one pass" in k.source for k in one.kernels)
+    without = tuple(type(o)(o.name, tuple([r for r in phase if r.name != "one_pass_statistics"] for phase in o.phases), o.beam)
+                    for o in search_module.OPENINGS)
+    monkeypatch.setattr(search_module, "OPENINGS", without)
+    two = rc.compile(y, dims_hint={"B": 256}, cache=False)
+    assert not any("in one pass" in k.source for k in two.kernels)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((64, 128)).astype(np.float32), "w": rng.standard_normal((128, 64)).astype(np.float32)}
+    want = rc.evaluate(y, feeds, precision="float64")
+    err_one = np.abs(one.run(feeds, backend="emulator") - want).max()
+    err_two = np.abs(two.run(feeds, backend="emulator") - want).max()
+    assert err_one <= 2 * err_two + 1e-6, (err_one, err_two)
+    rows = feeds["x"] + np.float32(1000.0)
+    naive = (rows * rows).mean(-1, dtype=np.float32) - rows.mean(-1, dtype=np.float32) ** 2
+    assert np.abs(naive / rows.astype(np.float64).var(-1) - 1).max() > 0.05  # the naive one-pass variance: 5% off and worse
