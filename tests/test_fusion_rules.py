@@ -23,7 +23,8 @@ from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200, DeviceProfile
 from refcomp.search.evaluate import Evaluator
 from refcomp.search.explain import explain
-from refcomp.search.fusion import CLEANUP, FUSION, group_params
+from refcomp.search.fusion import group_params
+from refcomp.search.fusion_rules import CLEANUP, FUSION
 from refcomp.search.schedule import DECISIONS, KERNEL_PARAMS, Schedule
 from refcomp.search.search import search, with_schedule
 from refcomp.symbolic.dims import evaluate_dim

@@ -19,7 +19,7 @@ import refcomp as rc
 from refcomp import golden
 from refcomp import fuzz
 from refcomp.fuzz.check import TIED
-from refcomp.search.fusion import CLEANUP, FUSION
+from refcomp.search.fusion_rules import CLEANUP, FUSION
 
 COUNT, PER_PROGRAM, SEED = 210, 35, 0
 

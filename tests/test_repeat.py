@@ -152,7 +152,7 @@ def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(m
 
     # schedules that treat the copies differently (a move tried in one copy alone): mapped only where alike
     from refcomp.search.cost import H200
-    from refcomp.search.fusion import FUSION
+    from refcomp.search.fusion_rules import FUSION
     from refcomp.search.schedule import Schedule
     graph = graph_of(residual_stack([16, 16, 16]))
     ev = Evaluator(graph, {"B": 32}, H200)
@@ -171,7 +171,7 @@ def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(m
 
 def test_a_rule_screened_out_at_a_layers_node_applies_at_none_of_its_copies():
     """_sites tests a rule's leading node-only conditions once per layer (FusionRule.applies_at_no_copy)."""
-    from refcomp.search.fusion import CLEANUP, FUSION
+    from refcomp.search.fusion_rules import CLEANUP, FUSION
     from refcomp.search.schedule import Schedule
     prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
     graph = prog.search.graph

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .evaluate import Evaluator
-from .fusion import CLEANUP, FUSION
+from .fusion_rules import CLEANUP, FUSION
 from .search import SearchResult, _apply, _moves, _where
 from .schedule import Schedule
 

@@ -6,7 +6,7 @@ the same real-number function on the stated domain; where float32 rounding can d
 condition says by how much. Rules that hold only on part of the domain are not rules here:
 exp2(log2 x) = x needs x > 0, so it is absent.
 
-Fusion and schedule rules (which change kernels, not values) are in `fusion.py`.
+Fusion and schedule rules (which change kernels, not values) are in `fusion_rules.py`.
 """
 from __future__ import annotations
 

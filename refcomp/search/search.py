@@ -22,7 +22,8 @@ from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node
 from .cost import H200, DeviceProfile, KernelCost, binding_for, elements
 from .evaluate import Evaluator, changed_by, touched_by
-from .fusion import CLEANUP, FUSION, Graph
+from .fusion import Graph
+from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
 from .rewrite import identity_edge, rebuild, structural_key
 from .rules import ALGEBRA, Context
