@@ -87,3 +87,14 @@ def test_each_opening_wins_where_the_other_order_is_worse(workload, winner):
     assert both.time_s == pytest.approx(min(alone.values()), rel=1e-12)
     loser = next(name for name in alone if name != winner)
     assert alone[winner] < alone[loser] * 0.95, alone  # a clear win, not a tie broken by order
+
+
+def test_a_search_cut_short_claims_no_minimum():
+    """A search stopped by its state budget says so (`complete`), and the checks above skip it: its
+    schedule is where the budget ran out, not where no move pays."""
+    x = rc.input("x", (8, 3, 32, 32))
+    y = rc.nn.max_pool2d(rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1).relu(), 2)
+    cut = search([y.edge], max_states=5, progress=False)
+    whole = search([y.edge], progress=False)
+    assert not cut.complete and whole.complete
+    assert cut.time_s > whole.time_s

@@ -211,7 +211,7 @@ class TiledContraction:
         for red in reduces:
             if red.id in welford:
                 stats = row_statistics(red)
-                if stats is None or stats.total not in reduces:
+                if stats is None or stats.total not in reduces or not _same(red.shape, stats.total.shape):
                     raise Unfusable(f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums")
                 pairs[stats.total.id] = stats
         phases, extent, count = [], None, 0

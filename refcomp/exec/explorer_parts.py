@@ -144,8 +144,9 @@ def untaken_section(result) -> str:
         return "<p>Moves left undone: none. No rule applies anywhere in the chosen schedule.</p>"
     rows = [[f"<b>{esc(m.rule)}</b>", esc(m.where), str(m.kernels),
              f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"] for m in moves]
-    return ("<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; none is "
-            "cheaper, or the search would have taken it.</p>"
+    verdict = ("none is cheaper, or the search would have taken it" if result.complete
+               else "the search stopped on its budget, so some may be cheaper")
+    return (f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; {verdict}.</p>"
             + table(["rule", "where", "kernels", "bytes change", "time change us"], rows, "rc-untaken", 2))
 
 

@@ -77,7 +77,8 @@ def explain(program) -> str:
         out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels {delta}".rstrip())
         previous = step.cost_s
     out.append("")
-    out.append("moves the search did not take (each alone, from the chosen schedule; none is cheaper, or it would have):")
+    out.append("moves the search did not take (each alone, from the chosen schedule; "
+               + ("none is cheaper, or it would have):" if result.complete else "it stopped on its budget: some may be cheaper):"))
     out += untaken_table(result)
     out.append("")
     out.append("kernels:")

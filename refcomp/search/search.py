@@ -6,10 +6,11 @@ exclude one another, so they are searched: a beam of schedules, each expanded by
 fusion rule at every node; the successors of a schedule are the best single moves and one greedy
 descent (all improving moves applied in order of gain, each re-checked on the running schedule).
 A memo of visited schedules keeps any state from being explored twice; the search stops when a
-round brings no improvement or the budget (states, seconds) is spent. It is deterministic: nodes
-are visited in topological order and ties break on that order. Finally each kernel's schedule
-parameters (`fusion.KERNEL_PARAMS`: block size, reduction strategy, matmul tile) are enumerated under
-the cost model. Everything is priced on one `DeviceProfile`, which the result carries (`profile`).
+round brings no improvement or the budget (states, seconds) is spent. The beam search runs once per
+opening (an order of the rules, `OPENINGS`) and the cheapest outcome wins. It is deterministic:
+nodes are visited in topological order and ties break on that order. Finally each kernel's schedule
+parameters (`schedule.KERNEL_PARAMS`: block size, reduction strategy, matmul tile) are enumerated
+under the cost model. Everything is priced on one `DeviceProfile`, which the result carries (`profile`).
 """
 from __future__ import annotations
 
