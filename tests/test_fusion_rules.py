@@ -319,3 +319,24 @@ def test_one_pass_statistics_do_not_cancel(monkeypatch):
     rows = feeds["x"] + np.float32(1000.0)
     naive = (rows * rows).mean(-1, dtype=np.float32) - rows.mean(-1, dtype=np.float32) ** 2
     assert np.abs(naive / rows.astype(np.float64).var(-1) - 1).max() > 0.05  # the naive one-pass variance: 5% off and worse
+
+
+def test_one_pass_statistics_check_the_reads():
+    """Deviations of the row read backwards from its mean: the nodes of the pattern, both sums in the
+    prologue, but V's terms read X where S does not. Code generation's index check
+    (statistics.reads_match) refuses the pair, so the program keeps two passes, and stays right."""
+    import refcomp.codegen.fused as fused
+    verdicts = []
+    check = fused.reads_match
+    x, w = rc.input("x", (6, 12)), rc.input("w", (12, 10))
+    d = x.flip(1) - x.mean(-1, keepdims=True)
+    y = (d * (((d * d).mean(-1, keepdims=True) + 1e-5).rsqrt())) @ w
+    try:
+        fused.reads_match = lambda *args: verdicts.append(check(*args)) or verdicts[-1]
+        prog = rc.compile({"y": y}, cache=False)
+    finally:
+        fused.reads_match = check
+    assert verdicts and not any(verdicts), verdicts  # the rule was tried, and refused
+    assert "one_pass_statistics" not in {s.rule for s in prog.search.trace}
+    assert not any("in one pass" in k.source for k in prog.kernels)
+    _check_on_emulator(prog, {"y": y}, bindings=[{}])

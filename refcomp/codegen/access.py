@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Mapping, Optional
 
 import numpy as np
@@ -322,8 +322,7 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
                                            barriers=warps)
     prologue = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
                             shared_load_wavefronts=row, barriers=2 * warps)
-    second = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
-                          shared_load_wavefronts=row)  # a pair's second value: Bs[ty][tx] stored, Bs[ty][kk] read
+    second = replace(prologue, barriers=0)  # a pair's second value: Bs[ty][tx] stored, Bs[ty][kk] read
     streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
     return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
             + second.scaled(blocks * kernel.plan.prologue_pairs))

@@ -226,14 +226,15 @@ class TiledContraction:
             self.begin("prologue", self.tile_bound["bm"])
             index = rows[:axis] + [r] + rows[axis:]
             value = body.value_at(red.srcs[0], index)
-            pair = pairs.get(red.id)
+            pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
             phase = _phase(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"))
-            phase.update(pair=False, stats=[f"stats{count}"] + ([f"stats{count + 1}"] if pair else []))
+            phase.update(pair=pair, value=value, stats=[f"stats{count}"])
             body.scalars[red.id] = (f"stats{count}[RC_SLOT]", _linear(rows, red.shape))
             if pair is not None:
                 if not reads_match(pair, index, _linear(rows, red.shape), body.ranges):
                     raise Unfusable(f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations")
-                phase.update(pair=True, value=value, what=f"{phase['what']} and {body.names.label(pair.squares)}")
+                phase["what"] += f" and {body.names.label(pair.squares)}"
+                phase["stats"].append(f"stats{count + 1}")
                 body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", _linear(rows, pair.squares.shape))
             count += len(phase["stats"])
             phases.append(phase)
@@ -282,7 +283,7 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     `welford`: those of them computed in one pass with their row's sum (codegen.statistics)."""
     tc = TiledContraction.of(reduce, names, inline)
     phases, prologue_extent = tc.prologue(prologue, welford)
-    squares = tuple(row_statistics(n).square for n in prologue if n.id in welford)  # computed by the update itself
+    squares = tuple(phase["pair"].square for phase in phases if phase["pair"])  # computed by the update itself
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc")

@@ -59,7 +59,9 @@ class OnlineSoftmax:
 
 
 def _constant(edge: Edge) -> Optional[float]:
-    return float(edge.node.attrs["value"]) if edge.node.op.name == "Constant" else None
+    """A numeric Constant's value (one of the dims, such as 1 / T, is none here)."""
+    value = edge.constant
+    return float(value) if value is not None and value.is_number else None
 
 
 def _other(node: Node, test: Callable[[Edge], bool]) -> Optional[tuple[Edge, Edge]]:

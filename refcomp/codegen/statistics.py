@@ -42,13 +42,9 @@ class RowStatistics:
     total: Node  # S
     squares: Node  # V
     square: Node  # D * D
-    deviation: Node  # D
+    value: Edge  # D's read of X
+    mean: Edge  # D's read of the mean, the first of `mean_steps`
     mean_steps: tuple  # the Mul-by-constant nodes from D's mean operand down to S, outermost first
-
-
-def _constant(edge: Edge) -> Optional[sympy.Expr]:
-    """The value of a Constant: a number, or an expression of the dims (1 / T, the mean of a row of T)."""
-    return sympy.sympify(edge.node.attrs["value"]) if edge.node.op.name == "Constant" else None
 
 
 def _is_minus_reciprocal(product: sympy.Expr, extent) -> bool:
@@ -71,11 +67,11 @@ def row_statistics(squares: Node) -> Optional[RowStatistics]:
     for value, mean in (deviation.srcs, deviation.srcs[::-1]):
         steps, product, node = [], sympy.Integer(1), mean.node
         while node.op.name == "Mul":
-            constants = [e for e in node.srcs if _constant(e) is not None]
+            constants = [e for e in node.srcs if e.constant is not None]
             if len(constants) != 1:
                 break
             steps.append(node)
-            product *= _constant(constants[0])
+            product *= constants[0].constant
             node = next(e.node for e in node.srcs if e is not constants[0])
         total = node
         if total.op.name != "SumReduce" or not steps or total.srcs[0].node is not value.node:
@@ -84,7 +80,7 @@ def row_statistics(squares: Node) -> Optional[RowStatistics]:
         if (axis != squares.attrs["axis"] or not dims_equal(extent, squares.srcs[0].shape[axis])
                 or not _is_minus_reciprocal(product, extent)):
             continue
-        return RowStatistics(total, squares, square, deviation, tuple(steps))
+        return RowStatistics(total, squares, square, value, mean, tuple(steps))
     return None
 
 
@@ -93,29 +89,29 @@ def reads_match(stats: RowStatistics, source_index: Sequence, row_position, rang
     D twice at one position, D reads X where S reads it, and D's mean reaches S at `row_position`,
     S's flat position for the thread's own row. Pure index arithmetic: nothing is emitted."""
     def same(a, b) -> bool:
-        return expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+        return a is not None and b is not None and expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
-    def at(edge: Edge, idx):
+    def flat_at(edge: Edge, idx):
         flat, valid = index_of(edge.views, tuple(idx), ranges)
-        return (flat, unravel_within(flat, edge.node.shape, ranges)) if valid is sympy.true else (None, None)
+        return flat if valid is sympy.true else None
 
-    total, square, deviation = stats.total, stats.square, stats.deviation
-    x_flat, _ = at(total.srcs[0], source_index)
-    _, square_idx = at(stats.squares.srcs[0], source_index)
-    if x_flat is None or square_idx is None:
+    def node_index(edge: Edge, idx):
+        flat = flat_at(edge, idx)
+        return None if flat is None else unravel_within(flat, edge.node.shape, ranges)
+
+    square_idx = node_index(stats.squares.srcs[0], source_index)
+    if square_idx is None:
         return False
-    (d_flat, d_idx), (other, _) = (at(e, square_idx) for e in square.srcs)
-    if d_flat is None or other is None or not same(d_flat, other):
+    first, second = (flat_at(e, square_idx) for e in stats.square.srcs)
+    if not same(first, second):
         return False
-    value, mean = (deviation.srcs if deviation.srcs[0].node is total.srcs[0].node else deviation.srcs[::-1])
-    if at(value, d_idx)[0] is None or not same(at(value, d_idx)[0], x_flat):
+    d_idx = unravel_within(first, stats.square.srcs[0].node.shape, ranges)
+    if not same(flat_at(stats.value, d_idx), flat_at(stats.total.srcs[0], source_index)):
         return False
-    edge, idx = mean, d_idx
-    for step in stats.mean_steps + (total,):
-        flat, step_idx = at(edge, idx)
-        if flat is None:
+    edge, idx = stats.mean, d_idx
+    for step in stats.mean_steps:  # down the constant factors to S
+        idx = node_index(edge, idx)
+        if idx is None:
             return False
-        if step is total:
-            return same(flat, row_position)
-        edge, idx = next(e for e in step.srcs if _constant(e) is None), step_idx
-    return False
+        edge = next(e for e in step.srcs if e.constant is None)
+    return same(flat_at(edge, idx), row_position)

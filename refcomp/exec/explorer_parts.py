@@ -15,7 +15,7 @@ from ..codegen.highlight import highlight_cuda
 from ..ops.draw import kernel_colour
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import Node
-from ..search.alternatives import untaken_moves
+from ..search.alternatives import UNTAKEN_HEADER, untaken_rows
 from ..search.rewrite import structural_key
 from ..symbolic.dims import evaluate_dim, prod
 from .bindings import show_binding
@@ -139,15 +139,12 @@ def trace_section(program) -> str:
 def untaken_section(result) -> str:
     """The moves still legal at the chosen schedule, each priced alone (search/alternatives.py): what a
     fusion the search declined would save in bytes and cost in time."""
-    chosen, moves = untaken_moves(result)
-    if not moves:
+    claim, rows = untaken_rows(result)
+    if not rows:
         return "<p>Moves left undone: none. No rule applies anywhere in the chosen schedule.</p>"
-    rows = [[f"<b>{esc(m.rule)}</b>", esc(m.where), str(m.kernels),
-             f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"] for m in moves]
-    verdict = ("none is cheaper, or the search would have taken it" if result.complete
-               else "the search stopped on its budget, so some may be cheaper")
-    return (f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; {verdict}.</p>"
-            + table(["rule", "where", "kernels", "bytes change", "time change us"], rows, "rc-untaken", 2))
+    cells = [[f"<b>{esc(rule)}</b>", *map(esc, rest)] for rule, *rest in rows]
+    return (f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; {claim}.</p>"
+            + table(UNTAKEN_HEADER, cells, "rc-untaken", 2))
 
 
 def trace_chart(steps) -> str:

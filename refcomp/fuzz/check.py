@@ -205,7 +205,7 @@ def _check_search_minimum(result: BatchResult, graphs, search_result) -> None:
         return
     try:
         chosen, moves = untaken_moves(search_result)
-    except Exception:
+    except Exception:  # like compile, run and profile failures above: an internal error the report names, not a crash
         result.errors.append(f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
         return
     result.minimum_checked += 1

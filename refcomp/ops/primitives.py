@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
+import sympy
 
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
@@ -99,6 +100,12 @@ class Edge:
     @property
     def shape(self) -> tuple[Dim, ...]:
         return self.views.shape
+
+    @property
+    def constant(self) -> Optional[sympy.Expr]:
+        """The value this edge reads if its node is a Constant (a number, or an expression of the dims
+        such as 1 / T), else None."""
+        return sympy.sympify(self.node.attrs["value"]) if self.node.op.name == "Constant" else None
 
 
 @dataclass(eq=False)

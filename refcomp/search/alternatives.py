@@ -47,3 +47,16 @@ def untaken_moves(result: SearchResult) -> tuple[Outcome, list[Outcome]]:
     moves = _moves(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, math.inf)
     return chosen, [outcome(new, _apply(dict(groups), delta), rule.name, _where(graph, sites), cost)
                     for cost, rule, sites, new, delta in moves]
+
+
+UNTAKEN_HEADER = ["rule", "where", "kernels", "bytes change", "time change us"]
+
+
+def untaken_rows(result: SearchResult) -> tuple[str, list[list[str]]]:
+    """What `explain` and the explorer show: (what the list claims, one row of text per move, in
+    UNTAKEN_HEADER's columns, each against the chosen schedule)."""
+    chosen, moves = untaken_moves(result)
+    claim = ("none is cheaper, or the search would have taken it" if result.complete
+             else "the search stopped on its budget, so some may be cheaper")
+    return claim, [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}",
+                    f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"] for m in moves]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..codegen.legality import ProgramNames
 from ..ops.graph import toposort
 from ..ops.primitives import Edge
-from .alternatives import untaken_moves
+from .alternatives import UNTAKEN_HEADER, untaken_rows
 from .cost import minimum_bytes
 from .rewrite import identity_edge
 
@@ -48,16 +48,6 @@ def cost_table(kernels, costs, output_nodes, all_nodes, bindings) -> list[str]:
     return lines
 
 
-def untaken_table(result) -> list[str]:
-    """The moves still legal at the chosen schedule, each priced alone against it (search/alternatives.py)."""
-    chosen, moves = untaken_moves(result)
-    if not moves:
-        return ["  none: no rule applies anywhere in the chosen schedule"]
-    rows = [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"]
-            for m in moves]
-    return format_table(["rule", "site", "kernels", "bytes change", "time change us"], rows)
-
-
 def explain(program) -> str:
     result = program.search
     if result is None:
@@ -77,9 +67,9 @@ def explain(program) -> str:
         out.append(f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels {delta}".rstrip())
         previous = step.cost_s
     out.append("")
-    out.append("moves the search did not take (each alone, from the chosen schedule; "
-               + ("none is cheaper, or it would have):" if result.complete else "it stopped on its budget: some may be cheaper):"))
-    out += untaken_table(result)
+    claim, rows = untaken_rows(result)
+    out.append(f"moves the search did not take (each alone, from the chosen schedule; {claim}):")
+    out += format_table(UNTAKEN_HEADER, rows) if rows else ["  none: no rule applies anywhere in the chosen schedule"]
     out.append("")
     out.append("kernels:")
     for kernel in program.kernels:

@@ -109,9 +109,13 @@ def _streamable(g: Graph, s: Schedule, n: Node):
 streamable_scores = When(lambda g, s, n: _streamable(g, s, n) is not None,
                          "whose online softmax's scores are an elementwise function of a matmul S that nothing else reads")
 reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
-squares_of_a_prologue_mean = When(
-    lambda g, s, n: (lambda stats: stats is not None and stats.total.id in s.prologue)(row_statistics(n)),
-    "a sum of squared deviations from S / n, S the row's sum, also computed in the prologue")
+def _squares_of_a_prologue_sum(g: Graph, s: Schedule, n: Node) -> bool:
+    stats = row_statistics(n)
+    return stats is not None and stats.total.id in s.prologue
+
+
+squares_of_a_prologue_mean = When(_squares_of_a_prologue_sum,
+                                  "a sum of squared deviations from S / n, S the row's sum, also computed in the prologue")
 
 
 def into(*decision_names: str, of: Callable[[Node], object] = _itself) -> tuple:

@@ -184,8 +184,9 @@ class Opening:
 # The search is greedy, so the order in which it decides kinds of fusion matters. Inlining an
 # elementwise step into the next matmuls' operands (each step saves a launch) can rule out the epilogue
 # that would compute it once: on the GPT-2 block the attention projection's bias and the residual add
-# are then recomputed, from two buffers, by both kernels that read the residual stream. Deciding every contraction first can instead make a ten-column matmul tiled (the MLP's last layer)
-# where a block-per-output reduction with its bias fused is cheaper. So the search runs from the plain
+# are then recomputed, from two buffers, by both kernels that read the residual stream. Deciding every
+# contraction first can instead make a ten-column matmul tiled (the MLP's last layer) where a
+# block-per-output reduction with its bias fused is cheaper. So the search runs from the plain
 # schedule once per opening and keeps the cheapest outcome (the first on a tie). The second opening is
 # a greedy descent (beam 1): it shares the evaluator with the first, so kernels both reach are built
 # and priced once, and it costs a GPT-2 block about a fifth more compile time.
