@@ -180,6 +180,25 @@ def test_cli_update_reports_changed_new_and_removed(tmp_path, monkeypatch, capsy
     assert "0 new, 0 removed, 0 changed" in capsys.readouterr().out
 
 
+def test_update_keeps_outputs_a_few_ulp_apart(tmp_path, monkeypatch, capsys):
+    """Another CPU's SIMD lanes sum the float64 reference in another order: a last-bit difference
+    is not a change (the file stays as it was), a difference past FLOAT64_TOLERANCE is."""
+    copy = _copy_golden(tmp_path)
+    data = copy / "data"
+    path = data / "nn_conv2d_basic__0.npz"
+    with np.load(path) as z:
+        y = z["out.y"].flat[0]
+    _corrupt(path, "out.y", 4 * np.spacing(y))
+    before = path.read_bytes()
+    monkeypatch.setenv("REFCOMP_GOLDEN_DIR", str(copy))
+    assert main(["golden", "update", "-k", "nn_conv2d_basic"]) == 0
+    assert ", 0 changed, 1 unchanged" in capsys.readouterr().out
+    assert path.read_bytes() == before
+    _corrupt(path, "out.y", 1e-9 * max(1.0, abs(y)))
+    assert main(["golden", "update", "-k", "nn_conv2d_basic"]) == 0
+    assert "changed  nn_conv2d_basic[0]: output y max abs diff" in capsys.readouterr().out
+
+
 def test_update_refuses_outputs_that_disagree_with_the_oracle(tmp_path, monkeypatch):
     copy = _copy_golden(tmp_path)
     monkeypatch.setenv("REFCOMP_GOLDEN_DIR", str(copy))
