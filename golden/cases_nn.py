@@ -65,6 +65,9 @@ CASES = [
     _conv("nn_conv2d_groups", (2, 4, 5, 5), (6, 2, 3, 3), groups=2, padding=1),
     _conv("nn_conv2d_depthwise_rect", (1, 3, 6, 7), (3, 1, 2, 3), groups=3, stride=(2, 1), padding=(1, 1), dilation=(1, 2)),
     _conv("nn_conv2d_1x1", (2, 5, 3, 4), (2, 5, 1, 1)),
+    # more than SHORT_REDUCE channels per group: one contraction over (channel, kh, kw), an implicit GEMM
+    _conv("nn_conv2d_channels", (2, 6, 7, 6), (5, 6, 3, 3), padding=1),
+    _conv("nn_conv2d_groups_channels", (1, 10, 6, 5), (4, 5, 3, 2), groups=2, stride=2, padding=(1, 0)),
     _pool("nn_max_pool2d", rc.nn.max_pool2d, max_pool2d, (2, 3, 6, 6), kernel_size=2),
     _pool("nn_max_pool2d_padding", rc.nn.max_pool2d, max_pool2d, (1, 2, 7, 7), kernel_size=3, stride=2, padding=1),
     _pool("nn_avg_pool2d", rc.nn.avg_pool2d, avg_pool2d, (2, 2, 6, 8), kernel_size=(2, 4)),

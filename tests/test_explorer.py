@@ -149,12 +149,11 @@ def test_the_trace_lists_every_rule_in_order_with_one_bar_per_step(program, page
 
 @pytest.mark.parametrize("which", ["attention", "conv"])
 def test_the_trace_names_the_opening_and_lists_the_moves_left_undone(program, page, which):
-    """The attention leaves no move; a conv + relu + pool layer leaves one (see test_search_quality)."""
+    """The attention leaves no move; a direct conv + relu + pool layer leaves one (see test_search_quality)."""
     from refcomp.search.alternatives import untaken_moves
     if which == "conv":
-        x = rc.input("x", (8, 3, 32, 32))
-        conv = rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1)
-        program = rc.compile(rc.nn.max_pool2d(conv.relu(), 2), cache=False)
+        from test_search_quality import direct_conv_layer
+        program = rc.compile(direct_conv_layer(), cache=False)
         page = Page(write_explorer(program))
     trace = next(e for e in page.elements if e.attrs.get("id") == "trace")
     assert f"The '{program.search.opening}' opening found this schedule." in trace.text

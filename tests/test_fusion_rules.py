@@ -60,9 +60,15 @@ def _fusion_graphs(name: str) -> dict:
                 "other_row": x - x.max(-1, keepdims=True).flip(0)}  # reads another row's max: not row-fusable
     if name == "matmul":
         return {"plain": x @ w, "transposed": rc.nn.linear(x, w.T), "batched": y @ rc.input("v", (6, "T")),
-                "prologue": x.sin() @ w}
+                "prologue": x.sin() @ w,
+                "conv2d": rc.nn.conv2d(rc.input("i", ("B", 2, 7, 7)), rc.input("k", (3, 2, 3, 3)), stride=2, padding=1),
+                "grouped_conv1d": rc.nn.conv1d(rc.input("c", ("B", 4, "T")), rc.input("g", (6, 2, 2)), groups=2,
+                                               padding=((1, 0),), dilation=2)}  # an implicit GEMM: k unravelled in the loads
     if name == "matmul_epilogue":
+        c = rc.input("c", ("B", 2, "T"))
         return {"bias_relu": (x @ w + b).relu() * 1.0, "bias": rc.nn.linear(x, w.T, b),
+                "relu_stored": (x @ rc.input("w4", (12, 10)) + b).relu(),  # the max over a pair, unrolled
+                "conv_bias_relu": rc.nn.conv1d(c, rc.input("k", (3, 2, 3)), rc.input("kb", (3,)), padding=1).relu(),
                 "residual": (y @ rc.input("u", (6, 6))) + y,
                 "reduced": (x @ w + 1.0).sum(-1)}  # the Add may join the matmul, the sum may not
     if name == "online_softmax":
@@ -210,8 +216,9 @@ def test_the_device_profile_is_threaded_through():
 
 
 def test_matmul_epilogue_never_feeds_a_reduction():
-    """A matmul's only reader being a reduction (relu is a max over a pair) is no epilogue: the rule
-    must not apply, and a schedule that inlines it anyway has no valid kernel (it used to crash)."""
+    """A matmul read by a reduction it would have to loop over (a sum over the matmul's rows) is no
+    epilogue: a schedule that inlines it anyway has no valid kernel (it used to crash). relu, a max
+    over a pair, is: the template unrolls it after the accumulator (conv + bias + relu, one kernel)."""
     x, w = rc.input("x", (2, 3, 4)), rc.input("w", (4, 5))
     w2, w3 = rc.input("w2", (4, 5)), rc.input("w3", (4, 5))  # three products, or CSE makes them one
     outputs = {"relu": (x @ w).relu(), "sum": ((x @ w2 + 1.0) * 2.0).sum(-1), "direct": (x @ w3).sum(-1)}
@@ -228,7 +235,13 @@ def test_matmul_epilogue_never_feeds_a_reduction():
             if n.id not in forced.matmul and n.op.kind != "reduce" and n.id not in graph.outputs:
                 forced = FUSION_BY_NAME["fuse_elementwise"].apply(graph, forced, n)
         forced = FUSION_BY_NAME["fuse_elementwise"].apply(graph, forced, red)  # even the matmul itself
-        assert ev.partition(forced) is None
+        groups = ev.partition(forced)
+        if any(s.node.attrs.get("name") == "w" for s in red.srcs[0].node.srcs):  # relu(x @ w)
+            kernel = next(g for g in groups.values() if red in g.members)
+            assert kernel.kind == "matmul" and kernel.root.op.name == "MaxReduce"
+            _check_on_emulator(program_for_schedule(outputs, result, forced), outputs)
+        else:
+            assert groups is None
 
 
 # --- the search's targets --------------------------------------------------------------------------

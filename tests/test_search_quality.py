@@ -43,13 +43,22 @@ def _fusion_prices(result):
     return [ev.price(sched, g) for g in ev.partition(sched).values()]
 
 
+def direct_conv_layer():
+    """A conv + relu + pool layer (8 images of 3x32x32) with the convolution written as a sum over
+    three axes (channel, kh, kw) of the window view, as a user might write it (rc.nn.conv2d merges
+    them into one contraction): the short sums over kh and kw are the search's to unroll or not."""
+    x, w, b = rc.input("x", (8, 3, 32, 32)), rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,))
+    windows = rc.nn.windows(x, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))  # (8, 3, 32, 32, 3, 3)
+    conv = (windows.unsqueeze(1) * w.reshape(1, 16, 3, 1, 1, 3, 3)).sum((2, 5, 6)) + b.reshape(1, 16, 1, 1)
+    return rc.nn.max_pool2d(conv.relu(), 2)
+
+
 def test_the_untaken_moves_are_real_alternatives():
-    """On a conv + relu + pool layer (8 images of 3x32x32) the search leaves the convolution in two
-    kernels: unrolling its last short sum (over 3 values) into the pooling kernel is legal and would
-    store no partial sums (fewer bytes), but recomputes them for every pooled value (more time).
-    explain lists the move."""
-    x = rc.input("x", (8, 3, 32, 32))
-    y = rc.nn.max_pool2d(rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1).relu(), 2)
+    """On the direct conv + relu + pool layer the search leaves the convolution in two kernels:
+    unrolling its last short sum (over 3 values) into the pooling kernel is legal and would store
+    no partial sums (fewer bytes), but recomputes them for every pooled value (more time). explain
+    lists the move."""
+    y = direct_conv_layer()
     prog = rc.compile(y, cache=False)
     chosen, moves = untaken_moves(prog.search)
     assert moves, "a small CNN leaves moves the search priced and declined"
@@ -92,8 +101,7 @@ def test_each_opening_wins_where_the_other_order_is_worse(workload, winner):
 def test_a_search_cut_short_claims_no_minimum():
     """A search stopped by its state budget says so (`complete`), and the checks above skip it: its
     schedule is where the budget ran out, not where no move pays."""
-    x = rc.input("x", (8, 3, 32, 32))
-    y = rc.nn.max_pool2d(rc.nn.conv2d(x, rc.input("w", (16, 3, 3, 3)), rc.input("b", (16,)), padding=1).relu(), 2)
+    y = direct_conv_layer()
     cut = search([y.edge], max_states=5, progress=False)
     whole = search([y.edge], progress=False)
     assert not cut.complete and whole.complete

@@ -19,7 +19,7 @@ from .abi import KernelSignature, Param
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
-from ..ops.primitives import ELEMENTWISE, REDUCE, Edge, Node
+from ..ops.primitives import ELEMENTWISE, REDUCE, SHORT_REDUCE, Edge, Node
 from ..symbolic.dims import Dim, expand, idiv, imod, prod
 from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
@@ -27,7 +27,6 @@ from ..symbolic.simplify import tighten
 from .cprint import CPrinter, float_literal
 
 
-SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader
 # value_at recurses once per fused producer on a chain (four Python frames a level), so a kernel
 # fuses at most this many nodes: deep graphs split into several kernels instead of overflowing the
 # interpreter's stack, and no kernel grows past what nvcc and g++ digest quickly.

@@ -240,7 +240,7 @@ class ModelSteps:
         dilations and (asymmetric) pads."""
         d = self.choice([1, 1, 3])
         groups = self.choice([1, 1, 2])
-        c = groups * self.choice([1, 2])
+        c = groups * self.choice([1, 2, 5])  # 5 channels per group: one merged contraction (an implicit GEMM)
         if d == 1:
             v = self.pick(lambda v: len(v.shape) == 3 and v.shape[1] == c)
             if v is None or self.chance(0.4):

@@ -3,7 +3,8 @@
 Convolution (`conv`, any number of spatial axes; `conv1d`/`conv2d`/`conv3d` fix it) and pooling read
 their input through one strided *window view* (N, C, *out, *kernel) of the padded input (`windows`,
 also what the ONNX importer's pools read), so the im2col matrix is never stored; the reduction over
-the window is an ordinary SumReduce / MaxReduce.
+the window is an ordinary SumReduce / MaxReduce. A convolution sums over (channel, *kernel) merged
+into one axis, so it is one contraction that the search can tile as a matmul (an implicit GEMM).
 """
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from ..symbolic.dims import dim, dims_equal
+from ..symbolic.dims import dim, dims_equal, prod
 from .activations import (celu, elu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu6, selu,
                           softplus, softsign)
 from .conv_transpose import conv_transpose as _conv_transpose
-from .primitives import make_node
+from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
@@ -86,10 +87,29 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
     win = windows(x, kernel, _per_axis(stride, d, f"{who} stride", 1), _pads(padding, d, f"{who} padding"),
                   _per_axis(dilation, d, f"{who} dilation", 1), 0.0, who)
     n, outs = x.shape[0], win.shape[2:2 + d]
-    win = win.reshape((n, groups, c_in_per_group) + outs + kernel).unsqueeze(2)
-    kern = weight.reshape((1, groups, dim(c_out // groups), c_in_per_group) + (1,) * d + kernel)
-    (win, kern), dtype = widened(win, kern)
-    out = (win * kern).sum((3,) + tuple(range(4 + d, 4 + 2 * d))).to(dtype).reshape((n, c_out) + outs)
+    win = win.reshape((n, groups, c_in_per_group) + outs + kernel)
+    if groups > 1 and isinstance(c_in_per_group, int) and c_in_per_group <= SHORT_REDUCE:
+        # A grouped conv with a few channels per group (a depthwise conv): no matmul worth tiling
+        # (its N is c_out / groups), but a sum over (channel, *kernel) whose short axes the search
+        # may unroll into the kernel that reads the result (the bias, one elementwise kernel).
+        kern = weight.reshape((1, groups, dim(c_out // groups), c_in_per_group) + (1,) * d + kernel)
+        (win, kern), dtype = widened(win.unsqueeze(2), kern)
+        out = (win * kern).sum((3,) + tuple(range(4 + d, 4 + 2 * d)))
+    else:
+        # One contraction over k = (channel, *kernel) merged into one last axis: (n, groups, 1, *out,
+        # k) times (1, groups, c_out / groups, 1.., k), which the search can tile as a matmul (an
+        # implicit GEMM: the window view unravels k where a tile of it is loaded). With one group the
+        # groups axis is left out, so the sum has the output's shape and a bias or an activation can
+        # be applied to it in the matmul's epilogue.
+        depth = prod((c_in_per_group,) + kernel)
+        win = win.permute((0, 1) + tuple(range(3, 3 + d)) + (2,) + tuple(range(3 + d, 3 + 2 * d)))
+        win = win.reshape((n, groups) + outs + (depth,)).unsqueeze(2)
+        kern = weight.reshape((1, groups, dim(c_out // groups)) + (1,) * d + (depth,))
+        if groups == 1:
+            win, kern = win.reshape((n, 1) + outs + (depth,)), kern.reshape((1, c_out) + (1,) * d + (depth,))
+        (win, kern), dtype = widened(win, kern)
+        out = (win * kern).sum(-1)
+    out = out.to(dtype).reshape((n, c_out) + outs)
     return out if bias is None else out + lift(bias).reshape((1, c_out) + (1,) * d)
 
 

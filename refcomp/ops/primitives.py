@@ -24,6 +24,7 @@ from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
+SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader (codegen does)
 
 
 @dataclass(frozen=True)

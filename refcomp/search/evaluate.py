@@ -59,9 +59,6 @@ class Evaluator:
         # (sched, root id, groups found so far) -> the kernel at a copy of a repeated layer read off its
         # representative's where the schedule treats both alike (search/mirror.py), else None
         self.mirrored = Mirror(self)
-        # (a move's decisions, the kernels it touches by root and object) -> (those kernels, the new
-        # kernels or None when illegal, each touched kernel's price before and after): see moved
-        self.moves: dict[tuple, tuple] = {}
         self.memo = {} if memo is None else memo
         self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
             self.memo.setdefault(name, {})
@@ -96,43 +93,26 @@ class Evaluator:
         return index
 
     def moved(self, old: Schedule, groups, cost: float, touching, sched: Schedule,
-              changed: set[int], decided: Optional[tuple] = None) -> Optional[tuple[dict, float]]:
+              changed: set[int]) -> Optional[tuple[dict, float]]:
         """The changed kernels ({root id: new group, or None when the root is now fused}) and the total
         cost after a move from `old` to `sched`. A fusion move reschedules the nodes it fires at or
         their sources (matmul inlines its product), or the nodes the rule decides (online_softmax
         decides a whole pattern): `changed` holds their ids (`changed_by`). Only the kernels touching
         those can change: they alone are re-partitioned, and the cost of a move does not grow with
-        the graph.
-
-        `decided` (the move's decisions, hashable) lets the same move be answered from memory when
-        it is tried again on the same kernels, as every round of the search does for the moves the
-        last round's did not touch: a kernel object is kept only while no move changes a decision
-        on its nodes (the touched ones are replaced), and the new kernels depend on nothing else."""
+        the graph."""
         roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
-        key = None
-        if decided is not None and not sched.params:
-            key = (decided, tuple((r, id(groups[r])) for r in roots))
-            hit = self.moves.get(key)
-            if hit is not None and all(a is b for a, b in zip(hit[0], (groups[r] for r in roots))):
-                return _replayed(hit[1], hit[2], cost)
         delta: dict[int, Optional[Group]] = {}
-        prices: list[tuple[float, Optional[float]]] = []
-        legal = True
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
-            before = self.price(old, groups[root_id]).time_s
+            cost -= self.price(old, groups[root_id]).time_s
             if root_id in sched.inline:
                 delta[root_id] = None
-                prices.append((before, None))
                 continue
             g = self.mirrored(sched, root_id, delta) or self._group(sched, self.graph.by_id[root_id], groups)
             if g is None:
-                legal = False
-                break
+                return None
             delta[root_id] = g
-            prices.append((before, self.price(sched, g).time_s))
-        if key is not None:  # the old groups are kept with it, so their ids stay their own
-            self.moves[key] = (tuple(groups[r] for r in roots), delta if legal else None, prices)
-        return _replayed(delta if legal else None, prices, cost)
+            cost += self.price(sched, g).time_s
+        return delta, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         key = (group.root.id, tuple(n.id for n in group.members), group.kind,
@@ -209,17 +189,6 @@ class Evaluator:
 
     def total(self, sched: Schedule, groups: Mapping[int, Group]) -> float:
         return sum(self.price(sched, g).time_s for g in groups.values())
-
-
-def _replayed(delta: Optional[dict], prices: list, cost: float) -> Optional[tuple[dict, float]]:
-    """The cost after a move, summed in the order `moved` sums it (so equal to the last bit)."""
-    if delta is None:
-        return None
-    for before, after in prices:
-        cost -= before
-        if after is not None:
-            cost += after
-    return delta, cost
 
 
 def grown(graph: Graph, sched: Schedule, root: Node, before: Mapping[int, Group]) -> Optional[Group]:

@@ -119,8 +119,10 @@ def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node
     if root.op.kind == GATHER:
         kind = "gather" if not members else None
     elif mm:
-        # the matmul template stores the accumulator or one elementwise epilogue of it, never a reduction
-        epilogue_ok = root.id in sched.matmul or root.op.kind in ELEMENTWISE
+        # the matmul template stores the accumulator or one elementwise epilogue of it (relu's short
+        # maximum of a pair among them, unrolled), never a reduction it would have to loop over
+        epilogue_ok = (root.id in sched.matmul or root.op.kind in ELEMENTWISE
+                       or (root.op.kind == REDUCE and _short_reduce(root) and root.id not in templated))
         kind = "matmul" if len(mm) == 1 and not rows and not epilogues and epilogue_ok else None
     elif rows:
         kind = "row" if not epilogues else None

@@ -265,8 +265,7 @@ def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, si
         for name, ids in rule.decided(site).items():
             decided.setdefault(name, set()).update(ids)
     new = sched.decide(**decided)
-    key = (rule.name, tuple(sorted((name, frozenset(ids)) for name, ids in decided.items())))
-    return new, lambda: ev.moved(sched, groups, cost, touching, new, changed_by(sites, decided), key)
+    return new, lambda: ev.moved(sched, groups, cost, touching, new, changed_by(sites, decided))
 
 
 def _moves(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
