@@ -224,14 +224,8 @@ class KernelBody:
             self.statements, self.ranges = [], tighten(self.ranges, valid)
             self._guards.append(valid)
         node_idx = self.unravel(flat, node.shape)
-        if node.op.kind == REDUCE:  # a short reduce (maximum's pair, say) unrolls into a combine chain
-            extent = node.srcs[0].shape[node.attrs["axis"]]
-            if not isinstance(extent, int) or extent > SHORT_REDUCE:
-                raise Unfusable(f"{node.op.name}#{node.id} reduces {extent} values: too many to unroll")
-            value = node.op.c_identity
-            for r in range(extent):
-                src_idx = node_idx[:node.attrs["axis"]] + [sympy.Integer(r)] + node_idx[node.attrs["axis"]:]
-                value = node.op.c.format(value, self.value_at(node.srcs[0], src_idx))
+        if node.op.kind == REDUCE:
+            value = self.unrolled(node, node_idx)
         else:
             value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
         value = DTYPES[node.dtype].c_round.format(value)  # a 16-bit node's value is rounded wherever it is computed
@@ -246,6 +240,17 @@ class KernelBody:
         self.statements.append(f"    {name} = {value};")
         self.statements.append("}")
         return name
+
+    def unrolled(self, node: Node, idx: Sequence[sympy.Expr]) -> str:
+        """A short reduce (maximum's pair, say) at `idx` as a chain of combines, in the reference's order."""
+        axis, extent = node.attrs["axis"], node.srcs[0].shape[node.attrs["axis"]]
+        if not isinstance(extent, int) or extent > SHORT_REDUCE:
+            raise Unfusable(f"{node.op.name}#{node.id} reduces {extent} values: too many to unroll")
+        value = node.op.c_identity
+        for r in range(extent):
+            at = list(idx[:axis]) + [sympy.Integer(r)] + list(idx[axis:])
+            value = node.op.c.format(value, self.value_at(node.srcs[0], at))
+        return value
 
     def _scalar(self, node: Node, flat, valid) -> str:
         """A node this kernel already holds as one value per row (a fused reduction's result)."""

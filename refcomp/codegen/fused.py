@@ -255,11 +255,7 @@ class TiledContraction:
         elif not _same(output.shape, reduce.shape):
             raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
         elif output.op.kind == REDUCE:  # a short reduction (relu's maximum of a pair), unrolled
-            axis, extent = output.attrs["axis"], output.srcs[0].shape[output.attrs["axis"]]
-            result = output.op.c_identity
-            for r in range(extent):
-                at = out_idx[:axis] + [sympy.Integer(r)] + out_idx[axis:]
-                result = output.op.c.format(result, body.value_at(output.srcs[0], at))
+            result = body.unrolled(output, out_idx)
         else:
             result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
         statements = body.statements

@@ -84,9 +84,10 @@ class ModelSteps:
         else:
             return self.step_unary()
         if out is not None:
-            if self.chance(0.4):
-                out = self.emit(f"{out.name}.relu()", 0.0, out.hi, False, "relu") or out
-            self.tame(out)
+            relu = self.chance(0.4)
+            out = self.tame(out)  # then relu: the last step, a maximum of a pair, may be the matmul's stored epilogue
+            if relu:
+                self.emit(f"{out.name}.relu()", 0.0, max(out.hi, 0.0), False, "relu")
 
     def step_attention(self) -> None:
         """softmax(q k^T / sqrt(d)) v over a tensor's own rows (causal or not): the search may compute
