@@ -133,7 +133,7 @@ def _edit(path: Path, change) -> None:
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda p: _edit(p, lambda d: d["kernels"][0]["source"].append("// edited")), "does not match its signature"),
+    (lambda p: _edit(p, lambda d: d["kernels"][0]["source"].append("// edited")), "does not carry this user.s MAC"),
     (lambda p: _edit(p, lambda d: d.update(version="0.0.1")), "was saved by refcomp 0.0.1"),
     (lambda p: _edit(p, lambda d: d.pop("format")), "is not a refcomp program file"),
     (lambda p: p.write_text(p.read_text()[:100]), "cannot read the program file"),

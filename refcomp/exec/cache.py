@@ -10,13 +10,20 @@ A file can still go bad after it is written (a full disk, a crash mid-copy, a us
 and `dlopen` on a damaged library can crash the process. So binaries are only trusted through a
 stamp: a sidecar `<name>.stamp` holding the sha256 of the bytes and who built them, written after
 the artifact and checked before every load from disk. No valid stamp means rebuild.
+
+Whoever can write into the cache folder could plant a library, a template's bytecode or a program
+file of their own, so every stamp is a MAC (HMAC-SHA256) under a key only this user can read
+(`key`, mode 0600, made on first use): a planted file fails its MAC and is rebuilt, never loaded.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 import shutil
 import subprocess
 import tempfile
@@ -73,6 +80,42 @@ def cache_key(*parts: Part) -> str:
     return h.hexdigest()
 
 
+KEY_FILE = "key"
+
+
+def _key_is_private(path: Path) -> bool:
+    """A regular file of this user's, readable by no one else, holding 32 bytes."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+            and info.st_size == 32)
+
+
+@functools.lru_cache(maxsize=None)
+def _key(root: Path) -> bytes:
+    path = root / KEY_FILE
+    if not _key_is_private(path):  # missing, or readable (so forgeable) by others: a new key voids every old MAC
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".key.")  # mkstemp creates the file with mode 0600
+        try:
+            os.write(fd, secrets.token_bytes(32))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    return path.read_bytes()
+
+
+def mac(data: Part) -> str:
+    """HMAC-SHA256 of `data` under this user's cache key: who cannot read the key cannot forge it."""
+    root = cache_dir()
+    try:
+        key = _key(root.resolve())
+    except OSError as exc:
+        raise _unusable(root, f"cannot keep its key: {exc.strerror or exc}") from exc
+    return hmac.new(key, data.encode() if isinstance(data, str) else data, hashlib.sha256).hexdigest()
+
+
 def build_atomically(target: Path, build: Callable[[Path], None]) -> Path:
     """Produce `target` by calling `build(tmp)` on a temporary path next to it, then renaming.
 
@@ -111,7 +154,7 @@ def _stamp(target: Path) -> Path:
 def _vouched(target: Path, meta: dict[str, str]) -> bool:
     try:
         stamp = json.loads(_stamp(target).read_text())  # stamp first: it is written last
-        return stamp == {"sha256": hashlib.sha256(target.read_bytes()).hexdigest(), **meta}
+        return stamp == {"mac": mac(target.read_bytes()), **meta}
     except (OSError, ValueError):  # missing, a directory, garbage, not UTF-8
         return False
 
@@ -126,8 +169,7 @@ def cached_build(target: Path, build: Callable[[Path], None], meta: dict[str, st
     """
     if force or not _vouched(target, meta):
         build_atomically(target, build)
-        digest = hashlib.sha256(target.read_bytes()).hexdigest()
-        write_atomically(_stamp(target), json.dumps({"sha256": digest, **meta}))
+        write_atomically(_stamp(target), json.dumps({"mac": mac(target.read_bytes()), **meta}))
     return target
 
 
@@ -144,8 +186,9 @@ def tool_version(tool: str) -> str:
 class TemplateCache(jinja2.BytecodeCache):
     """Jinja's compiled templates, kept in the cache directory (kind "templates") for later processes.
     Jinja keys a template by its file and checks its source's checksum and the Python version; the
-    file name adds Jinja's version, and the file holds the sha256 of the bytecode, so a damaged file
-    is compiled again, never run. A cache directory that cannot be used costs only the compile."""
+    file name adds Jinja's version, and the file starts with the bytecode's MAC (`mac`: bytecode is
+    code), so a damaged or planted file is compiled again, never run. A cache directory that cannot
+    be used costs only the compile."""
 
     def _path(self, bucket: jinja2.bccache.Bucket) -> Path:
         return cache_dir("templates") / f"{cache_key(bucket.key, jinja2.__version__)}.bc"
@@ -153,15 +196,15 @@ class TemplateCache(jinja2.BytecodeCache):
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
             data = self._path(bucket).read_bytes()
+            digest, code = data[:64], data[64:]
+            if hmac.compare_digest(mac(code).encode(), digest):
+                bucket.bytecode_from_string(code)
         except (OSError, CacheError):
             return
-        digest, code = data[:32], data[32:]
-        if hashlib.sha256(code).digest() == digest:
-            bucket.bytecode_from_string(code)
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         code = bucket.bytecode_to_string()
         try:
-            write_atomically(self._path(bucket), hashlib.sha256(code).digest() + code)
+            write_atomically(self._path(bucket), mac(code).encode() + code)
         except (OSError, CacheError):
             pass

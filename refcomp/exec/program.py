@@ -8,13 +8,14 @@ through the `codegen.abi.Backend` protocol (and GPU timing, exec.timing, through
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Optional
 
 import numpy as np
 
 from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, keep_compiled_templates, prelude
-from ..codegen.lower import kernel_for_group, kernel_name, relabelled
+from ..codegen.lower import kernel_for_group, kernel_name, lower_plain, relabelled
 from ..codegen.memory import MemoryPlan, plan_memory
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
@@ -22,9 +23,9 @@ from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import Node
 from ..search.explain import cost_table, explain
 from ..search.evaluate import group_structure
-from ..search.fusion import group_params
+from ..search.fusion import Graph, group_params
 from ..search.cost import H200, KernelCost, kernel_cost
-from ..search.search import unfused_costs, with_schedule
+from ..search.search import scheduled, unfused_costs, with_schedule
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
 from .backends import get_backend
@@ -33,7 +34,7 @@ from .explorer import program_html, write_explorer
 from .nvcc import nvcc_check
 from .profile import Profile, profile_program
 from .reference import evaluate, read_edge
-from .saved import read_program, rebuild_parts, write_program
+from .saved import ProgramFileError, kernel_listing, read_program, rebuild_parts, structure_json, write_program
 from .cache import TemplateCache
 
 keep_compiled_templates(TemplateCache())  # every program's source is rendered from the templates
@@ -44,14 +45,16 @@ class Program:
     KernelCost at `cost_bindings`); `cost` totals them."""
 
     def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], search=None,
-                 costs: Optional[list[KernelCost]] = None, cost_bindings: Optional[Mapping[str, int]] = None):
+                 costs: Optional[list[KernelCost]] = None, cost_bindings: Optional[Mapping[str, int]] = None,
+                 schedule=None):
         self.outputs = outputs
         self.tensors, self._rebuild = flatten_outputs(outputs)
         self.kernels = kernels
         self.output_nodes = output_nodes
         self.search = search  # the SearchResult (trace, costs) when the program was searched
+        self.schedule = schedule  # the search's Schedule of output_nodes' graph (None: one kernel per compute node)
         if search is not None:
-            costs, cost_bindings = search.costs, search.bindings
+            costs, cost_bindings, self.schedule = search.costs, search.bindings, search.schedule
         if costs is None:
             costs, cost_bindings = unfused_costs(output_nodes)
         profile = search.profile if search is not None else H200
@@ -165,8 +168,20 @@ class Program:
         """(kernel, grid, block, args) for each kernel that has work at this binding, in order."""
         for kernel in self.kernels:
             grid, block = kernel.launch.geometry(bindings)
+            self._check_launch(kernel, bindings)
             if grid[0] != 0:
                 yield kernel, grid, block, kernel.args(buffers, bindings, self.dim_symbols)
+
+    def _check_launch(self, kernel: Kernel, bindings: Mapping[str, int]) -> None:
+        """Refuse a launch whose work exceeds the buffer it writes: each unit of work (an element, a
+        row, a tile's element) stores into the output, so more work than elements is a wrong kernel."""
+        launch = kernel.launch
+        work = evaluate_dim(launch.work, bindings)
+        if launch.mode == "tiles":
+            work *= math.prod(evaluate_dim(d, bindings) for d in launch.extra)
+        if work > math.prod(evaluate_dim(d, bindings) for d in kernel.output.shape):
+            raise RefcompError(f"kernel {kernel.name}: its launch ({launch}) covers {work:,} elements at "
+                               f"{show_binding(bindings)}, more than the {kernel.output.shape} buffer it writes")
 
     def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
         if backend == "numpy":
@@ -237,26 +252,53 @@ class Program:
         return "\n".join(lines)
 
 
-def load_program(path, outputs=None) -> Program:
-    """A program saved by Program.save, ready to run on every backend, without search or codegen.
-    A file from another refcomp version, or one that no longer matches its signature, is refused.
-    `outputs` (the same graph, built again) replaces the saved graph as the program's reference."""
-    saved_outputs, kernels, output_nodes, costs, cost_bindings, explained = rebuild_parts(read_program(path), str(path))
+def load_program(path, outputs=None, trusted: bool = False) -> Program:
+    """A program saved by Program.save, ready to run on every backend, without search.
+
+    The file's kernels are generated again from its graph and schedule and must equal the ones it
+    lists (exec.saved). A file from another refcomp version, or without this user's MAC, is refused
+    (`trusted=True` accepts a file saved by another user: see exec.saved). `outputs` (the same
+    graph, built again) must be the saved graph, and then serves as the program's reference."""
+    name = str(path)
+    saved_outputs, output_nodes, schedule, bindings, explained, listed = rebuild_parts(read_program(path, trusted), name)
+    if outputs is not None:
+        given = structure_json(outputs, flatten_outputs(outputs)[0])
+        if given != structure_json(saved_outputs, flatten_outputs(saved_outputs)[0]):
+            raise ProgramFileError(f"{name!r} was saved for another graph than the outputs given to load_program: "
+                                   f"compile these outputs instead")
+    try:
+        kernels, costs = _regenerated(output_nodes, schedule, bindings)
+    except (RefcompError, KeyError, IndexError, StopIteration, TypeError, ValueError) as exc:
+        raise ProgramFileError(f"{name!r}: its schedule does not lower ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    if [kernel_listing(k) for k in kernels] != [{f: k.get(f) for f in ("name", "kind", "ops", "launch", "source")}
+                                               for k in listed if isinstance(k, dict)]:
+        raise ProgramFileError(f"{name!r}: its kernels are not the ones refcomp generates from its graph and schedule "
+                               f"(edited, or written by other code)")
     program = Program(saved_outputs if outputs is None else outputs, kernels, output_nodes, costs=costs,
-                      cost_bindings=cost_bindings)
+                      cost_bindings=bindings, schedule=schedule)
     program.saved_explain = explained
     return program
 
 
-def program_for_schedule(outputs, result, schedule) -> Program:
-    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate).
-    A kernel of the same structure, parameters and user calls as an earlier one (the same layer of a
-    repeated model) is that kernel relabelled, not generated again: N blocks cost one block's codegen."""
-    result = with_schedule(result, schedule)
-    names = result.graph.names
-    fused = lambda node: node.id in schedule.inline
+def _regenerated(output_nodes: list[Node], schedule, bindings: Mapping[str, int]):
+    """The kernels (and their graph-level costs) that `schedule` makes of the compiled graph."""
+    if schedule is None:
+        return lower_plain(output_nodes), None
+    graph = Graph(list(output_nodes))
+    made = scheduled(graph, schedule, bindings, H200)
+    if made is None:
+        raise ValueError("a fusion its graph does not allow")
+    groups, costs = made
+    return kernels_for_groups(groups, schedule, graph.names), costs
+
+
+def kernels_for_groups(groups, schedule, names) -> list[Kernel]:
+    """The kernel of each group under `schedule`. A kernel of the same structure, parameters and user
+    calls as an earlier one (the same layer of a repeated model) is that kernel relabelled, not
+    generated again: N blocks cost one block's codegen."""
+    fused = lambda node: node.id in schedule.inline  # noqa: E731
     kernels, first = [], {}
-    for k, g in enumerate(result.groups):
+    for k, g in enumerate(groups):
         name = kernel_name(k, g.members + (g.root,))
         key = (group_structure(g, schedule), tuple(schedule.kernel_params(g.root.id, g.kind).items()),
                tuple(n.origin for n in g.members + (g.root,)))
@@ -265,4 +307,11 @@ def program_for_schedule(outputs, result, schedule) -> Program:
             kernel = kernel_for_group(name, g, names, fused, group_params(schedule, g))
             first.setdefault(key, (kernel, g))
         kernels.append(kernel)
-    return Program(outputs, kernels, result.graph.output_nodes, search=result)
+    return kernels
+
+
+def program_for_schedule(outputs, result, schedule) -> Program:
+    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
+    result = with_schedule(result, schedule)
+    return Program(outputs, kernels_for_groups(result.groups, schedule, result.graph.names), result.graph.output_nodes,
+                   search=result)

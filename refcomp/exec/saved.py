@@ -1,46 +1,49 @@
 """Program files: a compiled program as versioned, human-readable JSON, loaded without a search.
 
-    {"format": "refcomp-program", "version": "0.1.0", "signature": "<sha256 of the rest>",
+    {"format": "refcomp-program", "version": "0.1.0", "mac": "<HMAC-SHA256 of the rest>",
      "nodes": [...],          every node of the user's graph and of the compiled graph, sources first:
                               op, sources (node index and view stack), attrs, shape, dtype, user op
      "outputs": {...},        the user's outputs (their structure and edges): the reference and the
                               binding validator read these, so a loaded program refuses what it did
-     "output_nodes": [...],   the nodes the kernels leave the outputs in
-     "kernels": [...],        name, kind, user ops, the nodes it writes, reads and computes (the memory
-                              plan is made from these at each binding), launch geometry, parameters,
-                              modeled cost, and the CUDA source as a list of lines
+     "output_nodes": [...],   the nodes the compiled graph leaves the outputs in
+     "schedule": {...},       the search's decisions and kernel parameters by node index (null for a
+                              program compiled with search=False: one kernel per compute node)
+     "kernels": [...],        for a reader: name, kind, user ops, launch, modeled cost, CUDA source
      "cost_bindings": {...}, "explain": "..."}
 
-Dims are written as SymPy's text (`idiv(T + 1, 2)`) and parsed back with refcomp's own symbols and
-functions (SymPy may regroup a parsed dim; its value is the same, and a loaded program only ever
-evaluates dims, never prints them into code again). The
-signature covers everything else, so a file edited by hand (or truncated) is refused, as is a file
-from another refcomp version (its kernels may rely on conventions this version does not share).
+A file is untrusted input, so nothing in it becomes code: its dims are parsed by a grammar
+(symbolic.dim_text), never evaluated, and its kernels are generated again from its graph and
+schedule by this refcomp, then compared with the ones it lists, so an edited kernel or launch is
+refused rather than built. The MAC (exec.cache.mac, a per-user key in the cache folder) says this
+user's refcomp wrote the file; a file without it (edited, or saved by another user) is refused
+unless the caller trusts its author, since its compiled graph could compute something other than
+its user graph. See docs/reliability.md, "Threat model".
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import re
+import os
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import sympy
 
-from ..codegen.abi import KernelSignature, Param
-from ..codegen.kernels import Kernel, Launch
 from ..errors import RefcompError
 from ..ops.graph import toposort
 from ..ops.primitives import OPS, Edge, Node, infer_shape
 from ..ops.provenance import Origin
 from ..ops.tensor import Tensor
-from ..search.cost import KernelCost
-from ..symbolic.dims import dims_equal, idiv, imod, symbol
+from ..search.schedule import DECISIONS, PARAMS_BY_NAME, Schedule
+from ..symbolic.dim_text import DimTextError, parse_dim
+from ..symbolic.dims import dims_equal
 from ..symbolic.view import View, ViewStack
+from .cache import mac
 
 FORMAT = "refcomp-program"
+MAX_FILE_BYTES = 1 << 30  # a program file past this is refused before it is read
+MAX_VALUE_DEPTH = 8  # tuples within an attribute value (a nested pad spec: 3)
 
 
 class ProgramFileError(RefcompError):
@@ -64,33 +67,24 @@ def _dim_text(d: sympy.Expr) -> str:
     return str(d)  # printing is slow, and a graph repeats a few dims thousands of times
 
 
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_FUNCTIONS = {"idiv": idiv, "imod": imod}
-
-
-def _parse_dim(text, where: str):
+def _parse_dim(text, where: str, ratio: bool = False):
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     if not isinstance(text, str):
-        raise ProgramFileError(f"{where}: a dim must be an int or an expression, got {text!r}")
-    value = _parsed(text)
+        raise ProgramFileError(f"{where}: a dim must be an int or an expression, got {str(text)[:80]}")
+    value = _parsed(text, ratio)
     if isinstance(value, str):
         raise ProgramFileError(f"{where}: {value}")
     return value
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed(text: str):
-    """The dim `text` names, or why it cannot be read (parsing is slow; a file repeats few dims)."""
-    names = {n: _FUNCTIONS.get(n) or symbol(n) for n in _NAME.findall(text)
-             if n in _FUNCTIONS or not hasattr(sympy.functions, n)}  # Max, floor: SymPy's own
+def _parsed(text: str, ratio: bool):
+    """The dim `text` spells, or why it cannot be read (a file repeats a few dims thousands of times)."""
     try:
-        value = sympy.sympify(text, locals=names)
-    except (sympy.SympifyError, SyntaxError, TypeError, AttributeError) as exc:
-        return f"cannot read the dim {text!r} ({type(exc).__name__})"
-    if not isinstance(value, sympy.Expr):
-        return f"the dim {text!r} is not an expression"
-    return int(value) if value.is_Integer else value  # equal in value; SymPy may regroup it (3*(a + 1) -> 3*a + 3)
+        return parse_dim(text, ratio)
+    except (DimTextError, RefcompError) as exc:  # RefcompError: a name that is no dim name
+        return f"cannot read the dim {text[:80]!r}: {exc}"
 
 
 def _shape(shape, where: str) -> tuple:
@@ -110,18 +104,20 @@ def _value(v) -> Any:
     raise RefcompError(f"cannot save an attribute value of type {type(v).__name__}: {v!r}")
 
 
-def _read_value(v, where: str) -> Any:
+def _read_value(v, where: str, depth: int = 0) -> Any:
+    if depth > MAX_VALUE_DEPTH:
+        raise ProgramFileError(f"{where}: an attribute value nested over {MAX_VALUE_DEPTH} deep")
     if isinstance(v, dict) and len(v) == 1:
         (tag, inner), = v.items()
         if tag == "float":
             return float(inner)
-        if tag == "dim":
-            return _parse_dim(inner, where)
-        if tag == "tuple":
-            return tuple(_read_value(x, where) for x in inner)
+        if tag == "dim":  # an attribute, such as a Constant's value, may be a ratio of dims (1/B)
+            return _parse_dim(inner, where, ratio=True)
+        if tag == "tuple" and isinstance(inner, list):
+            return tuple(_read_value(x, where, depth + 1) for x in inner)
     if v is None or isinstance(v, (bool, str, int)):
         return v
-    raise ProgramFileError(f"{where}: cannot read the attribute value {v!r}")
+    raise ProgramFileError(f"{where}: cannot read the attribute value {str(v)[:80]}")
 
 
 def _views(views: ViewStack) -> list:
@@ -152,27 +148,49 @@ def graph_json(outputs, tensors, more_nodes=()) -> tuple[dict, dict[int, int]]:
     }, index
 
 
+def structure_json(outputs, tensors) -> dict:
+    """The user's graph as `graph_json` writes it, less where each node was built: what two graphs
+    must share for one's program to serve the other (load_program's check of its `outputs`)."""
+    graph, _ = graph_json(outputs, tensors)
+    for node in graph["nodes"]:
+        node["origin"] = None
+    return graph
+
+
+def _schedule_json(schedule, index: dict[int, int]):
+    if schedule is None:
+        return None
+    decided = {d.name: sorted(index[i] for i in getattr(schedule, d.name) if i in index) for d in DECISIONS}
+    return {**decided, "params": [[index[root], name, value] for (root, name), value in schedule.params if root in index]}
+
+
+def kernel_listing(kernel) -> dict:
+    """What a file shows of a kernel, and what a loaded program's regenerated kernel must equal."""
+    launch = kernel.launch
+    return {"name": kernel.name, "kind": kernel.kind, "ops": list(kernel.ops),
+            "launch": {"mode": launch.mode, "work": _dim(launch.work), "block": launch.block,
+                       "extra": [_dim(d) for d in launch.extra]},
+            "source": kernel.source.split("\n")}
+
+
 def program_json(program) -> dict:
-    """Everything a Program needs to run without search, as JSON-ready data (signed)."""
+    """Everything a Program needs to run without search, as JSON-ready data (with its MAC)."""
     graph, index = graph_json(program.outputs, program.tensors, program.output_nodes)
+    cost_fields = ("name", "kind", "bytes", "flops", "threads", "time_s", "l2_bytes")
     body = {
         **graph,
         "output_nodes": [index[n.id] for n in program.output_nodes],
-        "kernels": [{"name": k.name, "kind": k.kind, "ops": list(k.ops), "writes": index[k.output.id],
-                     "reads": [index[n.id] for n in k.reads], "computes": [index[n.id] for n in k.nodes],
-                     "launch": {"mode": k.launch.mode, "work": _dim(k.launch.work), "block": k.launch.block,
-                                "extra": [_dim(d) for d in k.launch.extra]},
-                     "params": [[p.ident, p.ctype] for p in k.signature.params], "uses_barrier": k.signature.uses_barrier,
-                     "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in ("name", "kind", "bytes", "flops", "threads", "time_s", "l2_bytes")},
-                     "source": k.source.split("\n")} for k in program.kernels],
+        "schedule": _schedule_json(program.schedule, index),
+        "kernels": [{**kernel_listing(k), "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in cost_fields}}
+                    for k in program.kernels],
         "cost_bindings": dict(program.cost_bindings),
         "explain": program.explain(),
     }
-    return {"format": FORMAT, "version": refcomp_version(), "signature": _signature(body), **body}
+    return {"format": FORMAT, "version": refcomp_version(), "mac": body_mac(body), **body}
 
 
-def _signature(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def body_mac(body: dict) -> str:
+    return mac(json.dumps(body, sort_keys=True, separators=(",", ":")))
 
 
 def program_text(program) -> str:
@@ -201,56 +219,91 @@ def write_program(program, path) -> None:
 
 
 # --- reading -----------------------------------------------------------------------------------
-def read_program(path) -> dict:
-    """The checked contents of a program file; raises ProgramFileError naming the file and the fault."""
+def read_program(path, trusted: bool = False) -> dict:
+    """The checked contents of a program file; raises ProgramFileError naming the file and the fault.
+    `trusted`: accept a file whose MAC is not this user's (its kernels are still regenerated)."""
     name = str(path)
     try:
+        size = os.stat(path).st_size
+        if size > MAX_FILE_BYTES:
+            raise ProgramFileError(f"{name!r} is {size:,} bytes, more than a program file may be ({MAX_FILE_BYTES:,})")
         data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProgramFileError(f"cannot read the program file {name!r}: {exc}") from exc
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, a 5,000-digit int
+        raise ProgramFileError(f"cannot read the program file {name!r}: {type(exc).__name__}: {str(exc)[:200]}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ProgramFileError(f"{name!r} is not a refcomp program file (no \"format\": \"{FORMAT}\")")
     if data.get("version") != refcomp_version():
-        raise ProgramFileError(f"{name!r} was saved by refcomp {data.get('version')}, and this is refcomp {refcomp_version()}: "
-                               f"compile the graph again and save it")
-    body = {k: v for k, v in data.items() if k not in ("format", "version", "signature")}
-    if data.get("signature") != _signature(body):
-        raise ProgramFileError(f"{name!r} does not match its signature: it was edited or damaged after it was saved")
+        raise ProgramFileError(f"{name!r} was saved by refcomp {str(data.get('version'))[:40]}, and this is refcomp "
+                               f"{refcomp_version()}: compile the graph again and save it")
+    body = {k: v for k, v in data.items() if k not in ("format", "version", "mac")}
+    if not trusted and data.get("mac") != body_mac(body):
+        raise ProgramFileError(f"{name!r} does not carry this user's MAC: it was edited or damaged after it was saved, or "
+                               f"saved by another user or machine. If you trust its author, load it with "
+                               f"rc.load_program(path, trusted=True): its kernels are generated again from its graph "
+                               f"either way, but its compiled graph is taken on trust")
     return data
 
 
 def rebuild_parts(data: dict, name: str):
-    """(outputs, kernels, output_nodes, costs, cost_bindings, explain text) from checked file data."""
-    nodes: list[Node] = []
+    """(outputs, output_nodes, schedule or None, cost bindings, explain text, kernel listings) from
+    checked file data: every node rebuilt by its op's shape rule and checked against the file."""
     try:
-        for k, spec in enumerate(data["nodes"]):
-            where = f"{name!r} node {k} ({spec['op']})"
-            if spec["op"] not in OPS:
-                raise ProgramFileError(f"{where}: unknown op")
-            srcs = tuple(Edge(nodes[i], _read_views(v, where)) for i, v in spec["srcs"])
-            attrs = {key: _read_value(v, where) for key, v in spec["attrs"].items()}
-            op = OPS[spec["op"]]
-            node = Node(op, srcs, attrs, infer_shape(op, srcs, attrs), spec["dtype"],
-                        origin=None if spec["origin"] is None else Origin(*spec["origin"]))
-            stored = _shape(spec["shape"], where)
-            if len(stored) != len(node.shape) or not all(dims_equal(a, b) for a, b in zip(stored, node.shape)):
-                raise ProgramFileError(f"{where}: its shape {spec['shape']} does not follow from its sources")
-            nodes.append(node)
-        out = data["outputs"]
-        tensors = [Tensor(Edge(nodes[i], _read_views(v, f"{name!r} output {j}"))) for j, (i, v) in enumerate(out["edges"])]
-        outputs = (tensors[0] if out["structure"] == "tensor" else dict(zip(out["keys"], tensors)) if out["structure"] == "dict"
-                   else tensors)
-        kernels = []
-        for spec in data["kernels"]:
-            where = f"{name!r} kernel {spec['name']}"
-            launch = spec["launch"]
-            signature = KernelSignature(spec["name"], tuple(Param(i, c) for i, c in spec["params"]), spec["uses_barrier"])
-            cost = None if spec["cost"] is None else KernelCost(**spec["cost"])
-            kernels.append(Kernel(spec["name"], spec["kind"], nodes[spec["writes"]], tuple(nodes[i] for i in spec["computes"]),
-                                  tuple(nodes[i] for i in spec["reads"]), signature, "\n".join(spec["source"]),
-                                  Launch(launch["mode"], _parse_dim(launch["work"], where), launch["block"],
-                                         _shape(launch["extra"], where)), tuple(spec["ops"]), cost))
-        costs = [k.cost for k in kernels] if all(k.cost is not None for k in kernels) else None
-        return (outputs, kernels, [nodes[i] for i in data["output_nodes"]], costs, data["cost_bindings"], data["explain"])
-    except (KeyError, IndexError, TypeError, ValueError, AssertionError) as exc:
-        raise ProgramFileError(f"{name!r}: a malformed program file ({type(exc).__name__}: {exc})") from exc
+        return _rebuild_parts(data, name)
+    except ProgramFileError:
+        raise
+    except (RefcompError, KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        raise ProgramFileError(f"{name!r}: a malformed program file ({type(exc).__name__}: {str(exc)[:200]})") from exc
+
+
+def _rebuild_parts(data: dict, name: str):
+    nodes: list[Node] = []
+    for k, spec in enumerate(data["nodes"]):
+        where = f"{name!r} node {k} ({str(spec['op'])[:40]})"
+        if spec["op"] not in OPS:
+            raise ProgramFileError(f"{where}: unknown op")
+        srcs = tuple(Edge(nodes[_index(i, k)], _read_views(v, where)) for i, v in spec["srcs"])
+        attrs = {str(key): _read_value(v, where) for key, v in spec["attrs"].items()}
+        op = OPS[spec["op"]]
+        origin = None if spec["origin"] is None else Origin(*(str(part) for part in spec["origin"]))
+        node = Node(op, srcs, attrs, infer_shape(op, srcs, attrs), str(spec["dtype"]), origin=origin)
+        stored = _shape(spec["shape"], where)
+        if len(stored) != len(node.shape) or not all(dims_equal(a, b) for a, b in zip(stored, node.shape)):
+            raise ProgramFileError(f"{where}: its shape {str(spec['shape'])[:80]} does not follow from its sources")
+        nodes.append(node)
+    out = data["outputs"]
+    tensors = [Tensor(Edge(nodes[_index(i, len(nodes))], _read_views(v, f"{name!r} output {j}")))
+               for j, (i, v) in enumerate(out["edges"])]
+    structure = out["structure"]
+    outputs = (tensors[0] if structure == "tensor" and len(tensors) == 1 else dict(zip(map(str, out["keys"]), tensors))
+               if structure == "dict" and len(out["keys"]) == len(tensors) else tensors if structure == "list" else None)
+    if outputs is None:
+        raise ProgramFileError(f"{name!r}: its outputs' structure {str(structure)[:40]} does not fit its {len(tensors)} edges")
+    schedule = _read_schedule(data["schedule"], nodes, name)
+    bindings = {str(k): v for k, v in data["cost_bindings"].items()}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in bindings.values()):
+        raise ProgramFileError(f"{name!r}: its cost bindings must be whole numbers")
+    explained = data["explain"]
+    if not isinstance(explained, str):
+        raise ProgramFileError(f"{name!r}: its explanation is not text")
+    output_nodes = [nodes[_index(i, len(nodes))] for i in data["output_nodes"]]
+    return outputs, output_nodes, schedule, bindings, explained, list(data["kernels"])
+
+
+def _index(i, below: int) -> int:
+    """A node index from a file: an int naming an earlier node (so the graph has no cycle)."""
+    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < below:
+        raise ProgramFileError(f"node index {str(i)[:40]} does not name an earlier node")
+    return i
+
+
+def _read_schedule(spec, nodes: list[Node], name: str):
+    if spec is None:
+        return None
+    ids = lambda indices: frozenset(nodes[_index(i, len(nodes))].id for i in indices)  # noqa: E731
+    decided = {d.name: ids(spec[d.name]) for d in DECISIONS}
+    params = []
+    for root, param, value in spec["params"]:
+        if param not in PARAMS_BY_NAME or not any(value in choices for choices in PARAMS_BY_NAME[param].choices.values()):
+            raise ProgramFileError(f"{name!r}: the kernel parameter {str(param)[:40]}={str(value)[:40]} is not one refcomp sets")
+        params.append(((nodes[_index(root, len(nodes))].id, param), value))
+    return Schedule(**decided, params=tuple(sorted(params)))

@@ -13,6 +13,7 @@ the schedule without its tuned parameters (each kernel at its best open paramete
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 
 from .evaluate import Evaluator
@@ -32,9 +33,14 @@ class Outcome:
     time_s: float
 
 
-def untaken_moves(result: SearchResult) -> tuple[Outcome, list[Outcome]]:
+# Seconds that explain and the explorer spend pricing untaken moves: a report must not outlast the
+# search it reports on (a long chain has thousands of moves, each priced afresh).
+REPORT_SECONDS = 5.0
+
+
+def untaken_moves(result: SearchResult, deadline: float = math.inf) -> tuple[Outcome, list[Outcome]]:
     """(the chosen schedule, every single move still legal from it, cheapest first; a tied move at a
-    repeated layer counts as one)."""
+    repeated layer counts as one). Past `deadline` (time.perf_counter) no more nodes are tried."""
     graph = result.graph
     ev = Evaluator(graph, result.bindings, result.profile)
     sched = replace(result.schedule, params=())
@@ -44,7 +50,7 @@ def untaken_moves(result: SearchResult) -> tuple[Outcome, list[Outcome]]:
         return Outcome(rule, where, len(kernels), sum(ev.price(s, g).bytes for g in kernels.values()), time_s)
 
     chosen = outcome(sched, groups, "chosen", "", ev.total(sched, groups))
-    moves = _moves(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, math.inf)
+    moves = _moves(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, deadline)
     return chosen, [outcome(new, _apply(dict(groups), delta), rule.name, _where(graph, sites), cost)
                     for cost, rule, sites, new, delta in moves]
 
@@ -54,9 +60,12 @@ UNTAKEN_HEADER = ["rule", "where", "kernels", "bytes change", "time change us"]
 
 def untaken_rows(result: SearchResult) -> tuple[str, list[list[str]]]:
     """What `explain` and the explorer show: (what the list claims, one row of text per move, in
-    UNTAKEN_HEADER's columns, each against the chosen schedule)."""
-    chosen, moves = untaken_moves(result)
+    UNTAKEN_HEADER's columns, each against the chosen schedule), priced for at most REPORT_SECONDS."""
+    deadline = time.perf_counter() + REPORT_SECONDS
+    chosen, moves = untaken_moves(result, deadline)
     claim = ("none is cheaper, or the search would have taken it" if result.complete
              else "the search stopped on its budget, so some may be cheaper")
+    if time.perf_counter() > deadline:
+        claim += f"; listing stopped after {REPORT_SECONDS:g} s, so more moves may exist"
     return claim, [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}",
                     f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"] for m in moves]

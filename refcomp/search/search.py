@@ -239,14 +239,22 @@ def _beam(graph, ev, best, phases, beam, max_states, deadline, note, states):
     return best, finalists, states
 
 
+def scheduled(graph: Graph, sched: Schedule, bindings, profile: DeviceProfile) -> Optional[tuple[list[Group], list[KernelCost]]]:
+    """The kernels `sched` makes of `graph`, in program order, and their prices; None if illegal."""
+    ev = Evaluator(graph, bindings, profile)
+    groups = ev.partition(sched)
+    if groups is None:
+        return None
+    ordered = [groups[n.id] for n in graph.compute if n.id in groups]
+    return ordered, [ev.cost(sched, g) for g in ordered]
+
+
 def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     """The same search result, but with another of its schedules (a measured-mode candidate) chosen."""
     if sched is result.schedule:
         return result
-    ev = Evaluator(result.graph, result.bindings, result.profile)
-    groups = ev.partition(sched)
-    ordered = [groups[n.id] for n in result.graph.compute if n.id in groups]
-    return replace(result, schedule=sched, groups=ordered, costs=[ev.cost(sched, g) for g in ordered])
+    groups, costs = scheduled(result.graph, sched, result.bindings, result.profile)
+    return replace(result, schedule=sched, groups=groups, costs=costs)
 
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
