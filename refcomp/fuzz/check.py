@@ -18,6 +18,7 @@ from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..search.alternatives import untaken_moves
 from ..search.search import search
 from .graph import FuzzGraph, MAX_BINDING, SYMBOLS
+from .tamper import tampered_load
 
 
 # --- checking -------------------------------------------------------------------------------------
@@ -255,8 +256,8 @@ def _compile(outputs, mode: str):
     """(the program as built, the program to run): rc.compile, without the search's progress line. A
     searched program is run as saved to a file and loaded again (against the same user graph, as the
     program cache loads it), so every fuzzed program also checks program files: the same source, and
-    the compiled graph rebuilt from JSON. The built one keeps its kernels' access plans (a loaded
-    program has none), for the cost model's check."""
+    the compiled graph rebuilt from JSON; then an edited copy of the file must be refused (tamper.py).
+    The built one keeps its kernels' access plans (a loaded program has none), for the cost model's check."""
     import refcomp as rc
     if mode == "plain":
         program = rc.compile(outputs, search=False, cache=False)
@@ -268,6 +269,7 @@ def _compile(outputs, mode: str):
         path = os.path.join(directory, "program.json")
         program.save(path)
         loaded = load_program(path, outputs)
+        tampered_load(path, outputs, program.source, seed=len(program.source))
     if loaded.source != program.source:
         raise AssertionError("the loaded program's source differs from the saved one")
     return program, loaded
