@@ -213,6 +213,7 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     result = check_sharded(40, 11, rc.Mesh({"dp": 2, "tp": 2}), backend="numpy")
     assert result.mismatches == [], result.mismatches[0]
     assert result.compared >= 80 and result.sharded_inputs >= 40
+    assert result.clashes >= 1  # a user dim named B_dp beside B split over dp (fuzz.sharded.clashing_names)
     assert {"AllGather", "AllReduceSum", "AllReduceMax"} <= set(result.collectives), result.collectives
     on_emulator = check_sharded(8, 12, rc.Mesh({"tp": 2}), backend="emulator")
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
