@@ -43,7 +43,8 @@ def local_symbol_names(dims, axes) -> dict[tuple[str, str], str]:
 
 class LocalEdges:
     """What Propagation knows of local dims and edges; it supplies `mesh`, `values` (global node id ->
-    its local value and sharding), `local_symbols`, `local_names` (local_symbol_names), `block_inputs`, `remaps` (a dict), `shared` (a dict
+    its local value and sharding), `local_symbols`, `local_names` (local_symbol_names), `block_inputs`,
+    `remaps` (a dict), `shared` (a dict
     that outlives one propagation: what depends on the global graph alone, shared by the candidates of
     one sharding search) and `completed` (a value with its partial sums finished)."""
 
