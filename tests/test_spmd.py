@@ -94,6 +94,22 @@ def test_every_mesh_agrees_with_the_single_device_program(axes):
         np.testing.assert_array_equal(prog.run(feeds, backend="emulator"), single)
 
 
+def test_a_user_dim_named_like_a_local_symbol_keeps_its_own_value():
+    """B split over dp is bound by name in the local program; a user dim of the name it used to get,
+    `B_dp`, took B / dp's value (42 here, not 43: issue 27 item 5)."""
+    x = rc.input("x", ("B",), sharding=("dp",))
+    y = x.sum() + rc.ones(("B_dp",)).sum()
+    prog = rc.spmd.compile(y, rc.Mesh({"dp": 2}), search=False)
+    feeds = {"x": np.full(4, 10.0, np.float32)}
+    for backend in ("numpy", "emulator"):
+        assert float(prog.run(feeds, backend=backend, dims={"B_dp": 3})) == 43.0
+    assert float(rc.evaluate(y, feeds, dims={"B_dp": 3})) == 43.0
+    assert prog.local.local_symbols == {"B_dp_2": ("B", "dp")}
+    from refcomp.spmd.edges import local_symbol_names
+    names = local_symbol_names({"B", "B_dp"}, ["dp", "x", "dp_x"])  # B over dp_x, B_dp over x: B_dp_x twice
+    assert len(set(names.values())) == len(names) and not set(names.values()) & {"B", "B_dp"}
+
+
 def test_data_parallel_attention_block_needs_no_collective():
     x = rc.input("x", ("B", "T", 32), sharding=("dp", None, None))
     g, b = rc.input("g", (32,)), rc.input("b", (32,))
@@ -197,6 +213,7 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     result = check_sharded(40, 11, rc.Mesh({"dp": 2, "tp": 2}), backend="numpy")
     assert result.mismatches == [], result.mismatches[0]
     assert result.compared >= 80 and result.sharded_inputs >= 40
+    assert result.clashes >= 1  # a user dim named B_dp beside B split over dp (fuzz.sharded.clashing_names)
     assert {"AllGather", "AllReduceSum", "AllReduceMax"} <= set(result.collectives), result.collectives
     on_emulator = check_sharded(8, 12, rc.Mesh({"tp": 2}), backend="emulator")
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ SCRIPT = textwrap.dedent('''
     MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4},
               "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2},
               "mlp_1": {"dp": 1}, "mlp_2": {"tp": 2}, "mlp_8": {"dp": 2, "tp": 4},
-              "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}, "two_gpus": {"dp": 2}}
+              "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}, "two_gpus": {"dp": 2},
+              "other_batch": {"dp": 2}, "bad_feed": {"tp": 2}, "fails_mid_run": {"tp": 2}}
     SENTENCES = ["a small test sentence", "refcomp splits the batch", "three", "four words here"]
 
 
@@ -58,8 +60,11 @@ SCRIPT = textwrap.dedent('''
         return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 128})  # the search is on
 
 
-    def feeds(case="megatron"):
+    def feeds(case="megatron", rank=0):
         rng = np.random.default_rng(7)
+        if rank == 1 and case in ("other_batch", "bad_feed"):  # rank 1 alone: a batch of 6, or x's last dim 65
+            good = feeds(case)
+            return {**good, "x": np.ones((6, 3, 64) if case == "other_batch" else (8, 3, 65), np.float32)}
         if case.startswith("gpt2"):
             from examples.spmd_gpt2 import block_feeds
             return block_feeds(rng, 4, 5, d=64, hidden=256)
@@ -76,15 +81,17 @@ SCRIPT = textwrap.dedent('''
 
     if __name__ == "__main__":  # script.py OUT_DIR DEVICE CASE [CASE ...]: rank 0 writes OUT_DIR/CASE.npz
         out_dir, device, *cases = sys.argv[1:]
+        from mpi4py import MPI
+        rank = MPI.COMM_WORLD.Get_rank()
         for case in cases:
             _, prog = build(case)
+            own_device = "no_such_backend" if case == "fails_mid_run" and rank == 1 else device  # its first stage raises
             try:
-                got = prog.run(feeds(case), backend="mpi", device_backend=device)
+                got = prog.run(feeds(case, rank), backend="mpi", device_backend=own_device)
             except rc.RefcompError as e:
                 print(f"RefcompError: {e}", flush=True)
                 sys.exit(3)
-            from mpi4py import MPI
-            if MPI.COMM_WORLD.Get_rank() == 0:
+            if rank == 0:
                 np.savez(f"{out_dir}/{case}.npz", y=got)
 ''')
 
@@ -109,13 +116,14 @@ def _script(tmp_path):
     return path, module
 
 
-def _mpirun(n: int, script: Path, out_dir: Path, *cases: str, device: str = "emulator") -> subprocess.CompletedProcess:
+def _mpirun(n: int, script: Path, out_dir: Path, *cases: str, device: str = "emulator",
+            timeout: int = 180) -> subprocess.CompletedProcess:
     """`mpirun -n n python script out_dir device cases...`: as root too, more ranks than cores (2 here),
-    killed after 170 s."""
+    killed by mpirun 10 s before `timeout` (then by the test)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", "170",
+    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", str(timeout - 10),
                            sys.executable, str(script), str(out_dir), device, *cases], capture_output=True, text=True,
-                          env=env, timeout=180)
+                          env=env, timeout=timeout)
 
 
 def _agrees(y, feeds, got, simulated) -> None:
@@ -187,6 +195,44 @@ def test_a_world_of_the_wrong_size_is_named(tmp_path):
     assert done.returncode != 0
     assert "RefcompError: backend='mpi': the mesh has 4 devices but mpirun started 2 processes" in done.stdout
     assert not (tmp_path / "megatron.npz").exists()
+
+
+def _fails_fast(tmp_path, case: str) -> subprocess.CompletedProcess:
+    """`mpirun -n 2` of a case in which rank 1 goes wrong: it must end non-zero well within the 60 s it
+    is given (mpirun's own timeout is 50 s, so a hang would end non-zero too, but slowly). Measured here
+    on 2 cores: 4-5 s, most of it two Pythons importing refcomp and compiling."""
+    path, _ = _script(tmp_path)
+    t0 = time.perf_counter()
+    done = _mpirun(2, path, tmp_path, case, timeout=60)
+    elapsed = time.perf_counter() - t0
+    assert done.returncode != 0 and elapsed < 30, (elapsed, done.stdout + done.stderr)
+    assert not (tmp_path / f"{case}.npz").exists()
+    return done
+
+
+@needs_mpi
+def test_ranks_given_other_batch_sizes_all_say_which(tmp_path):
+    """Rank 1 fed a batch of 6 where rank 0 has 8: each used to run a program of its own size, return
+    wrong outputs and hang in a collective. The bindings are compared before the first stage."""
+    done = _fails_fast(tmp_path, "other_batch")
+    said = "the ranks were given different feeds (dim B is 8 on rank 0 but 6 on rank 1; feed 'x' is (8, 3, 64) float32"
+    assert done.stdout.count(said) == 2, done.stdout + done.stderr  # every rank, by its RefcompError
+
+
+@needs_mpi
+def test_a_feed_that_binds_on_one_rank_only_is_named_on_every_rank(tmp_path):
+    done = _fails_fast(tmp_path, "bad_feed")
+    said = "RefcompError: backend='mpi': the feeds do not bind on rank 1 (FeedError: input 'x' expects size 64 on axis 2"
+    assert done.stdout.count(said) == 2, done.stdout + done.stderr
+
+
+@needs_mpi
+def test_an_error_mid_run_on_one_rank_aborts_the_job(tmp_path):
+    """Rank 1's first stage raises (an unknown device backend) while rank 0 waits in the collective
+    after it: rank 1 prints its error and aborts the job instead of leaving rank 0 waiting forever."""
+    done = _fails_fast(tmp_path, "fails_mid_run")
+    assert "refcomp backend='mpi': rank 1 of 2 failed, aborting the MPI job" in done.stderr, done.stdout + done.stderr
+    assert "no_such_backend" in done.stderr
 
 
 def test_outside_mpirun_the_error_says_how_to_launch(monkeypatch, tmp_path):

@@ -179,6 +179,7 @@ def _run_sharded(args) -> int:
         print(m)
     print(f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), {result.sharded_inputs} inputs split, "
           f"{result.compared} output comparisons, {len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
+          f"{result.clashes} with a local symbol renamed off a user dim, "
           f"{time.perf_counter() - t0:.1f} s")
     return 1 if result.mismatches else 0
 

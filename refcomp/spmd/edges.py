@@ -23,9 +23,28 @@ from .mesh import Spec, split_entry
 from .views import axis_map, fits, mentions, ratio, starts, subs, unblocked
 
 
+def local_symbol_names(dims, axes) -> dict[tuple[str, str], str]:
+    """The local symbol of each of the graph's dims split over each mesh axis: `B` over dp is `B_dp`,
+    unless the graph has a dim of that name (or another pair took it first), then `B_dp_2`, `B_dp_3`...
+    Runs bind dims by name, so a local name equal to a user's dim would silently give one the other's
+    value. A function of the dims and axes alone (sorted), so every propagation of a graph, every
+    candidate of its search and every MPI rank names alike."""
+    taken, names = set(dims), {}
+    for g in sorted(dims):
+        for axis in axes:
+            name, k = f"{g}_{axis}", 1
+            while name in taken:
+                k += 1
+                name = f"{g}_{axis}_{k}"
+            taken.add(name)
+            names[g, axis] = name
+    return names
+
+
 class LocalEdges:
     """What Propagation knows of local dims and edges; it supplies `mesh`, `values` (global node id ->
-    its local value and sharding), `local_symbols`, `block_inputs`, `remaps` (a dict), `shared` (a dict
+    its local value and sharding), `local_symbols`, `local_names` (local_symbol_names), `block_inputs`,
+    `remaps` (a dict), `shared` (a dict
     that outlives one propagation: what depends on the global graph alone, shared by the candidates of
     one sharding search) and `completed` (a value with its partial sums finished)."""
 
@@ -43,7 +62,7 @@ class LocalEdges:
         if blocks > 1:
             raise ShapeError(f"{what}: only a dim of known size can be split in blocks, not {n}")
         if isinstance(n, sympy.Symbol):
-            name = f"{n.name}_{axis}"
+            name = self.local_names[n.name, axis]
             self.local_symbols[name] = (n.name, axis)
             return symbol(name)
         raise ShapeError(f"{what}: the dim {n} is an expression; only ints and plain symbols can be sharded")

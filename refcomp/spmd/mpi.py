@@ -14,11 +14,18 @@ all-reduce sends 2(n-1)/n of one array; for the 2-8 device groups here that is a
 
 With `collectives="nccl"` the collectives run on the GPUs through NCCL instead (spmd/nccl.py).
 
+A rank alone cannot fail: the others would wait for it in their next collective forever. So before
+the first stage every rank's binding (dims, feed shapes) is gathered and compared, and a mismatch or a
+feed that does not bind is a RefcompError on every rank, naming the ranks; an error later, mid-run,
+prints itself and aborts the whole job (`MPI.COMM_WORLD.Abort`), so mpirun exits non-zero at once.
+
 mpi4py is imported inside the functions, so refcomp imports without it.
 """
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Mapping, Optional
 
 import numpy as np
@@ -60,18 +67,86 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
         raise RefcompError(f"collectives={collectives!r}: use 'mpi' or 'nccl'")
     if collectives == "nccl" and device_backend != "pycuda":
         raise RefcompError("collectives='nccl' moves GPU memory: it needs device_backend='pycuda'")
-    mesh, local = prog.mesh, prog.local
-    comm = world(mesh.devices)
-    rank = comm.Get_rank()
+    comm = world(prog.mesh.devices)
     if device_backend == "pycuda":  # one GPU per process on each node: pycuda.autoinit reads CUDA_DEVICE
-        os.environ.setdefault("CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))
-    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim, c.dim2) for c in local.collectives], len(prog.stages)))
-    plans = comm.allgather(plan)  # a rank that compiled another plan would deadlock or mix up blocks
+        os.environ.setdefault("CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(comm.Get_rank())))
+    _same_plan(prog, comm)
+    arrays, bindings = _same_binding(prog, comm, feeds, dims)
+    try:
+        return _run_stages(prog, comm, arrays, bindings, device_backend, collectives)
+    except Exception as e:  # noqa: BLE001 - any error: this rank alone stops, and the others would wait forever
+        _abort(comm, e)
+
+
+def _same_plan(prog, comm) -> None:
+    """A rank that compiled another plan would deadlock or mix up blocks: a RefcompError on every rank."""
+    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim, c.dim2) for c in prog.local.collectives],
+                 len(prog.stages)))
+    plans = comm.allgather(plan)
     if any(p != plans[0] for p in plans):
         other = next(r for r, p in enumerate(plans) if p != plans[0])
         raise RefcompError(f"backend='mpi': rank {other} compiled another program than rank 0 ({plans[other]} vs "
                            f"{plans[0]}); every rank must build the same graph and call rc.spmd.compile alike")
-    arrays, bindings = prog._bindings(feeds, dims)
+
+
+def _same_binding(prog, comm, feeds, dims) -> tuple[dict, dict]:
+    """This rank's feeds and binding, once every rank has bound its own and all agree: ranks given
+    other shapes (another batch size) would each run a program of their own size, return wrong
+    outputs and then wait forever in a collective whose sizes disagree, and a rank whose feeds do not
+    bind would leave the others waiting. Either is a RefcompError on every rank, naming the ranks."""
+    try:
+        arrays, bindings = prog._bindings(feeds, dims)
+        mine = {**{f"dim {k}": bindings[k] for k in sorted(prog._symbols)},
+                **{f"feed {name!r}": f"{tuple(a.shape)} {a.dtype}" for name, a in sorted(arrays.items())}}
+        failure, error = None, None
+    except Exception as e:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
+        mine, failure, error = {}, f"{type(e).__name__}: {e}", e
+    everyone = comm.allgather((failure, mine))
+    failures = [f for f, _ in everyone]
+    if error is not None and all(f == failure for f in failures):
+        raise error  # the same error on every rank: as one process would raise it
+    if any(failures):
+        raise RefcompError("backend='mpi': the feeds do not bind on " + "; on ".join(
+            f"{ranks} ({f})" for ranks, f in _by_rank(failures) if f is not None)) from error
+    differ = _differences([m for _, m in everyone])
+    if differ:
+        raise RefcompError("backend='mpi': the ranks were given different feeds (" + "; ".join(differ)
+                           + "); every rank must pass the same global feeds and dims")
+    return arrays, bindings
+
+
+def _differences(bindings: list[dict]) -> list[str]:
+    """`dim B is 8 on ranks 0, 2, 3 but 6 on rank 1` for each entry on which the ranks disagree."""
+    out = []
+    for key in sorted(set().union(*bindings)):
+        values = [b.get(key, "absent") for b in bindings]
+        if any(v != values[0] for v in values):
+            out.append(f"{key} is " + " but ".join(f"{v} on {ranks}" for ranks, v in _by_rank(values)))
+    return out
+
+
+def _by_rank(values: list) -> list[tuple[str, object]]:
+    """Ranks grouped by their value, in order of first appearance: [("ranks 0, 2", x), ("rank 1", y)]."""
+    groups: dict = {}
+    for r, v in enumerate(values):
+        groups.setdefault(v, []).append(r)
+    return [(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}", v) for v, rs in groups.items()]
+
+
+def _abort(comm, error: BaseException) -> None:
+    """An error on one rank mid-run (a stage, a collective): the other ranks are in a collective or
+    soon will be, waiting for this one forever, and no exception reaches them. So print the error
+    and end the whole job: mpirun then exits non-zero within seconds."""
+    print(f"refcomp backend='mpi': rank {comm.Get_rank()} of {comm.Get_size()} failed, aborting the MPI job "
+          f"(the other ranks would wait for it forever):\n" + "".join(traceback.format_exception(error)),
+          file=sys.stderr, flush=True)
+    comm.Abort(1)
+    raise error  # Abort does not return; should it, the error is not lost
+
+
+def _run_stages(prog, comm, arrays, bindings, device_backend: str, collectives: str):
+    """Every stage on this rank's blocks, meeting the other ranks at the collectives; the global outputs."""
+    mesh, local, rank = prog.mesh, prog.local, comm.Get_rank()
     coord = mesh.coordinates()[rank]
     held = prog._device_feeds(arrays, coord, bindings)
     groups = {axis: _group(comm, mesh, axis, rank) for axis in sorted({c.axis for c in local.collectives})}

@@ -2,7 +2,8 @@
 that every device runs, and the collectives between its parts.
 
 Each global node becomes one local node over local shapes (a sharded dim is divided by its mesh axis:
-an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B / dp). The rules:
+an int exactly, a symbol `B` by a new symbol `B_dp` that the runner binds to B / dp; a name no dim
+of the graph has, see edges.local_symbol_names). The rules:
 
 - An input takes its annotated (or searched) sharding; Constants and Iotas stay replicated.
 - An elementwise node takes the sharding of its most sharded operand. Every operand must then read
@@ -23,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ..errors import ShapeError
-from ..ops.graph import toposort
+from ..ops.graph import symbols_of, toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
 from ..ops.tensor import Tensor
 from ..symbolic.view import ViewStack
-from .edges import LocalEdges, permuted_views
+from .edges import LocalEdges, local_symbol_names, permuted_views
 from .mesh import Mesh, Spec, split_entry
 
 REDUCE_KIND = {"SumReduce": "AllReduceSum", "MaxReduce": "AllReduceMax"}
@@ -68,9 +69,10 @@ class _Value:
 
 
 class Propagation(LocalEdges):
-    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], flexible: frozenset = frozenset(),
+    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], local_names: dict, flexible: frozenset = frozenset(),
                  shared: Optional[dict] = None):
         self.mesh, self.input_specs = mesh, input_specs
+        self.local_names = local_names  # (dim, axis) -> its local symbol's name
         self.shared = {} if shared is None else shared
         self.flexible = set(flexible)  # weights that take the layout their first reader needs (see _adopt)
         self.read: set[int] = set()
@@ -283,7 +285,11 @@ def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], f
     """The local graph of `edges` (the global outputs) on `mesh`, inputs sharded as `input_specs`;
     inputs named in `flexible` take the layout their first reader needs. `shared` memoises, across the
     propagations of one graph, what depends on that graph alone (the sharding search passes one)."""
-    p = Propagation(mesh, dict(input_specs), frozenset(flexible), shared)
+    shared = {} if shared is None else shared
+    if "local names" not in shared:
+        dims = {s.name for s in symbols_of(toposort([e.node for e in edges]), edges)}
+        shared["local names"] = local_symbol_names(dims, [a for a, _ in mesh.axes])
+    p = Propagation(mesh, dict(input_specs), shared["local names"], frozenset(flexible), shared)
     for node in toposort([e.node for e in edges]):
         p.visit(node)
     outputs, specs = zip(*(p.output(e) for e in edges)) if edges else ((), ())
