@@ -146,6 +146,8 @@ def test_a_damaged_file_is_a_program_file_error(tmp_path, text):
     lambda d: d.update(cost_bindings={"B": "7"}),
     lambda d: d["schedule"]["params"].append([0, "block", "__import__"]),
     lambda d: d.pop("kernels"),
+    lambda d: next(n for n in d["nodes"] if n["op"] == "Constant")["attrs"].update(value="__import__('os').getpid()"),
+    lambda d: d["nodes"][0]["attrs"].update(shape={"tuple": ["B", 8]}),  # a dim as text to evaluate
 ])
 def test_a_malformed_body_is_a_program_file_error(tmp_path, change):
     path = _saved(tmp_path)

@@ -263,6 +263,7 @@ def _rebuild_parts(data: dict, name: str):
             raise ProgramFileError(f"{where}: unknown op")
         srcs = tuple(Edge(nodes[_index(i, k)], _read_views(v, where)) for i, v in spec["srcs"])
         attrs = {str(key): _read_value(v, where) for key, v in spec["attrs"].items()}
+        _check_attrs(attrs, where)
         op = OPS[spec["op"]]
         origin = None if spec["origin"] is None else Origin(*(str(part) for part in spec["origin"]))
         node = Node(op, srcs, attrs, infer_shape(op, srcs, attrs), str(spec["dtype"]), origin=origin)
@@ -287,6 +288,21 @@ def _rebuild_parts(data: dict, name: str):
         raise ProgramFileError(f"{name!r}: its explanation is not text")
     output_nodes = [nodes[_index(i, len(nodes))] for i in data["output_nodes"]]
     return outputs, output_nodes, schedule, bindings, explained, list(data["kernels"])
+
+
+def _is_dim(v) -> bool:
+    return isinstance(v, (int, float, sympy.Expr)) and not isinstance(v, bool)
+
+
+# Attributes whose values become numbers or dims: only numbers and parsed dims may stand there.
+ATTR_CHECKS = {"value": _is_dim, "axis": lambda v: isinstance(v, int) and not isinstance(v, bool),
+               "shape": lambda v: isinstance(v, tuple) and all(_is_dim(d) and not isinstance(d, float) for d in v)}
+
+
+def _check_attrs(attrs: dict, where: str) -> None:
+    for key, check in ATTR_CHECKS.items():
+        if key in attrs and not check(attrs[key]):
+            raise ProgramFileError(f"{where}: its attribute {key}={str(attrs[key])[:80]} is not a number or dim")
 
 
 def _index(i, below: int) -> int:

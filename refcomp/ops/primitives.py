@@ -106,7 +106,8 @@ class Edge:
     def constant(self) -> Optional[sympy.Expr]:
         """The value this edge reads if its node is a Constant (a number, or an expression of the dims
         such as 1 / T), else None."""
-        return sympy.sympify(self.node.attrs["value"]) if self.node.op.name == "Constant" else None
+        # strict: a value is a number or an expression, never text to evaluate (files are untrusted)
+        return sympy.sympify(self.node.attrs["value"], strict=True) if self.node.op.name == "Constant" else None
 
 
 @dataclass(eq=False)
