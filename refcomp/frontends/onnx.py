@@ -381,15 +381,18 @@ class Importer:
             self.output_types[name] = core.type_name(v.etype)
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> ImportedModel:
+def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
+                 base_dir=None) -> ImportedModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later.
 
     dims: fixes or renames symbolic dims: {"batch": 8} binds dim_param "batch" to 8, {"batch": "B"}
         renames it, {"x": (8, 3, "H", "W")} gives input "x" a whole shape.
     constants: values for graph inputs that refcomp must know at import time (a Reshape's shape fed
         as a graph input, say); they are folded like initializers and are no longer inputs.
+    base_dir: the folder holding the model's external data (a path's own folder by default; bytes
+        and a ModelProto read external data only from a folder named here).
     """
-    return ImportedModel(Importer(load(model_or_path), dims, constants).run())
+    return ImportedModel(Importer(load(model_or_path, base_dir), dims, constants).run())
 
 
 __all__ = ["import_model", "load", "ImportedModel", "MIN_OPSET"]

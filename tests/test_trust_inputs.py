@@ -1,0 +1,62 @@
+"""Files, models, names and CLI arguments are untrusted input: each of these once escaped as a file
+read from the wrong folder, a NumPy traceback, a C line injected into generated source, or a feed
+ONNX allows being refused (issue 27, items 6, 9, 11 and 12)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX tests need the onnx package (pip install onnx)")
+from onnx import TensorProto as TP  # noqa: E402
+from onnx import external_data_helper  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+
+from refcomp import onnx as ro  # noqa: E402
+from refcomp.errors import RefcompError  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = h.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _vi(name, shape, etype=TP.FLOAT):
+    return h.make_tensor_value_info(name, etype, list(shape))
+
+
+# --- 6. external data ----------------------------------------------------------------------------
+def _external_model(location: str):
+    w = nh.from_array(np.arange(6, dtype=np.float32), "w")
+    external_data_helper.set_external_data(w, location)
+    w.ClearField("raw_data")
+    w.data_location = TP.EXTERNAL
+    return _model([h.make_node("Add", ["x", "w"], ["y"], name="add")], [_vi("x", [6])], [_vi("y", [6])], [w])
+
+
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_a_model_without_a_path_never_reads_external_data_from_the_working_folder(tmp_path, monkeypatch, as_bytes):
+    (tmp_path / "data.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
+    monkeypatch.chdir(tmp_path)
+    m = _external_model("data.bin")
+    given = m.SerializeToString() if as_bytes else m
+    with pytest.raises(RefcompError, match=r"tensor 'w' .*'data.bin'.*base_dir="):
+        ro.import_model(given)
+    imported = ro.import_model(given, base_dir=str(tmp_path))  # named, the folder is read
+    np.testing.assert_array_equal(imported.weights["w"], np.arange(6, dtype=np.float32))
+    assert external_data_helper.uses_external_data(m.graph.initializer[0])  # the caller's proto is left as it was
+
+
+@pytest.mark.parametrize("location", ["../../etc/passwd", "../data.bin", "/etc/passwd", "link.bin"])
+def test_a_files_external_data_cannot_escape_its_folder(tmp_path, location):
+    (tmp_path / "data.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "link.bin").symlink_to(tmp_path / "data.bin")
+    (folder / "m.onnx").write_bytes(_external_model(location).SerializeToString())
+    with pytest.raises(RefcompError, match=r"m.onnx.*tensor 'w'.*(outside the directory|not a relative path)"):
+        ro.import_model(str(folder / "m.onnx"))
+    with pytest.raises(RefcompError, match="tensor 'w'"):  # a folder named for bytes follows the same rule
+        ro.import_model(_external_model(location).SerializeToString(), base_dir=str(folder))
