@@ -60,3 +60,26 @@ def test_a_files_external_data_cannot_escape_its_folder(tmp_path, location):
         ro.import_model(str(folder / "m.onnx"))
     with pytest.raises(RefcompError, match="tensor 'w'"):  # a folder named for bytes follows the same rule
         ro.import_model(_external_model(location).SerializeToString(), base_dir=str(folder))
+
+
+# --- 9. shapes too large to index ----------------------------------------------------------------
+def test_a_huge_static_shape_is_an_allocation_error_before_pricing():
+    import refcomp as rc
+    y = rc.input("x", (4,)).broadcast_to((2**40, 2**40, 4))
+    for outputs in (y, y * 2.0, y.sum(axis=-1)):
+        for search in (False, True):
+            with pytest.raises(rc.AllocationError, match=r"shape \(1099511627776, 1099511627776.*2\^60"):
+                rc.compile(outputs, search=search, cache=False)
+    t = rc.input("t", ("T",))
+    square = t.reshape(("T", 1)).broadcast_to(("T", "T")).sum(axis=-1)
+    with pytest.raises(rc.AllocationError, match=r"\(T, T\) at T=4294967296"):  # a hint the model would price at
+        rc.compile(square, dims_hint={"T": 2**32}, cache=False)
+
+
+def test_an_onnx_expand_to_a_huge_shape_is_an_allocation_error():
+    import refcomp as rc
+    shape = nh.from_array(np.array([2**40, 2**40], np.int64), "shape")
+    m = ro.import_model(_model([h.make_node("Expand", ["x", "shape"], ["y"], name="expand")], [_vi("x", [1])],
+                               [_vi("y", [2**40, 2**40])], [shape]))
+    with pytest.raises(rc.AllocationError, match="2\\^60"):
+        m.compile()
