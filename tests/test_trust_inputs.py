@@ -83,3 +83,74 @@ def test_an_onnx_expand_to_a_huge_shape_is_an_allocation_error():
                                [_vi("y", [2**40, 2**40])], [shape]))
     with pytest.raises(rc.AllocationError, match="2\\^60"):
         m.compile()
+
+
+# --- 11. refcomp run --feeds ---------------------------------------------------------------------
+MODEL = '''
+import refcomp as rc
+
+def tiny():
+    x = rc.input("x", ("B", "T"))
+    return {"y": (x * 2.0).relu(), "s": x.sum(axis=-1)}
+'''
+X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+_OBJECTS = np.empty(2, dtype=object)
+_OBJECTS[:] = [[1], "a"]
+
+MALFORMED_FEEDS = {
+    "dims_array": ({"in.x": X, "dims.B": np.array([3, 4])}, "'dims.B' must be one non-negative integer"),
+    "dims_string": ({"in.x": X, "dims.B": np.array("three")}, "'dims.B' must be one non-negative integer"),
+    "dims_float": ({"in.x": X, "dims.B": np.array(3.5)}, "got 3.5"),
+    "dims_bool": ({"in.x": X, "dims.B": np.array(True)}, "got True"),
+    "dims_negative": ({"in.x": X, "dims.B": np.array(-3)}, "got -3"),
+    "strings": ({"x": np.array([["a"] * 4] * 3)}, "input 'x' takes float32"),
+    "ints": ({"x": np.ones((3, 4), np.int64)}, "input 'x' takes float32"),
+    "objects": ({"x": _OBJECTS}, "allow_pickle=False"),  # np.load never unpickles
+    "missing": ({"in.z": X}, "'z' matches no input"),
+    "rank": ({"x": X[0]}, "expects 2 axes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_FEEDS))
+def test_malformed_feeds_are_one_line_usage_errors(tmp_path, capsys, case):
+    from refcomp.cli import main
+    (tmp_path / "model.py").write_text(MODEL)
+    arrays, says = MALFORMED_FEEDS[case]
+    np.savez(tmp_path / "feeds.npz", **arrays)
+    status = main(["run", f"{tmp_path / 'model.py'}:tiny", "--feeds", str(tmp_path / "feeds.npz"), "--backend", "numpy",
+                   "--no-search"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("refcomp: error: ") and err.count("\n") == 1 and says in err, err
+
+
+def _npy(array) -> bytes:
+    import io
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("write, says", [
+    (lambda p: p.write_bytes(_npy(X)), "a .npy file holds one unnamed array"),
+    (lambda p: p.write_bytes(b""), "not a readable .npz"),
+    (lambda p: p.write_bytes(b"PK\x03\x04 truncated zip"), "not a readable .npz"),
+])
+def test_a_feeds_file_that_is_no_archive_of_arrays_is_a_usage_error(tmp_path, capsys, write, says):
+    from refcomp.cli import main
+    (tmp_path / "model.py").write_text(MODEL)
+    feeds = tmp_path / "feeds.npz"
+    write(feeds)
+    assert main(["run", f"{tmp_path / 'model.py'}:tiny", "--feeds", str(feeds), "--backend", "numpy"]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_dims_array_in_feeds_exits_2_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "model.py").write_text(MODEL)
+    np.savez(tmp_path / "feeds.npz", **{"in.x": X, "dims.B": np.array([3, 4])})
+    done = subprocess.run([sys.executable, "-m", "refcomp", "run", "model.py:tiny", "--feeds", "feeds.npz", "--backend",
+                           "numpy"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "'dims.B'" in done.stderr, done.stderr
