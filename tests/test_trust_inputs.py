@@ -154,3 +154,27 @@ def test_a_dims_array_in_feeds_exits_2_without_a_traceback(tmp_path):
                            "numpy"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 2 and "Traceback" not in done.stderr and "'dims.B'" in done.stderr, done.stderr
+
+
+# --- 12. names in generated source, file names, overridable initializers -------------------------
+def test_a_file_name_with_a_newline_cannot_inject_a_line_of_cuda(tmp_path):
+    import refcomp as rc
+    from refcomp.cli_run import call_in_file
+    path = tmp_path / "model\n#error injected\r\\\n.py"
+    path.write_text("import refcomp as rc\n\ndef f():\n    return rc.input('x', (4, 8)).softmax(-1)\n")
+    program = rc.compile(call_in_file(str(path), "f"), cache=False)
+    lines = program.source.splitlines()
+    assert not any(line.lstrip().startswith("#error") for line in lines)
+    assert any("user ops: softmax (model\\x0a#error injected\\x0d" in line for line in lines), program.source
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    got = program.run({"x": x}, backend="emulator")  # the emulator's g++ build of the same source
+    want = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_comment_text_keeps_user_text_inside_one_comment_line():
+    from refcomp.codegen.cprint import comment_text
+    for text in ("a\nb", "a\r\nb", "a\u2028b", "a\x00b", "ends in \\", "*/ x /*", "tab\there"):
+        safe = comment_text("// " + text)
+        assert safe.isprintable() and "*/" not in safe and "/*" not in safe[2:] and not safe.endswith("\\"), safe
+    assert comment_text("// plain k2_softmax (model.py:12)") == "// plain k2_softmax (model.py:12)"
