@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 import time
 import traceback
@@ -120,7 +121,7 @@ def parse_dims(tokens: Optional[Sequence[str]], option: str = "--dims") -> dict[
     for token in tokens or ():
         for pair in token.replace(",", " ").split():
             name, eq, value = pair.partition("=")
-            if not (eq and name.isidentifier() and value.isdigit()):
+            if not (eq and name.isidentifier() and re.fullmatch(r"[0-9]+", value)):  # isdigit() takes '²', int() not
                 raise UsageError(f"{option} takes NAME=INT pairs (B=2,T=7 or B=2 T=7), got {pair!r}")
             out[name] = int(value)
     return out

@@ -178,3 +178,21 @@ def test_comment_text_keeps_user_text_inside_one_comment_line():
         safe = comment_text("// " + text)
         assert safe.isprintable() and "*/" not in safe and "/*" not in safe[2:] and not safe.endswith("\\"), safe
     assert comment_text("// plain k2_softmax (model.py:12)") == "// plain k2_softmax (model.py:12)"
+
+
+@pytest.mark.parametrize("name", ["x\n", "x\nrm", "bad/name", ""])
+def test_golden_add_refuses_a_name_with_a_newline_and_writes_nothing(tmp_path, capsys, name):
+    from refcomp.cli import main
+    (tmp_path / "model.py").write_text(MODEL)
+    store = tmp_path / "cases"
+    assert main(["golden", "add", f"{tmp_path / 'model.py'}:tiny", "--name", name, "--dir", str(store),
+                 "--dims", "B=2,T=3"]) == 2
+    assert "--name" in capsys.readouterr().err
+    assert not store.exists() or not any(store.iterdir())
+
+
+@pytest.mark.parametrize("dims", ["B=\u00b2", "B=\u0663"])  # str.isdigit() takes both; int() refuses the first
+def test_dims_take_ascii_digits_only(dims, capsys):
+    from refcomp.cli import main
+    assert main(["run", "nn_layer_norm", "--backend", "numpy", "--dims", dims]) == 2
+    assert "NAME=INT" in capsys.readouterr().err
