@@ -196,3 +196,48 @@ def test_dims_take_ascii_digits_only(dims, capsys):
     from refcomp.cli import main
     assert main(["run", "nn_layer_norm", "--backend", "numpy", "--dims", dims]) == 2
     assert "NAME=INT" in capsys.readouterr().err
+
+
+def _both_ways(m, feeds):
+    """refcomp's outputs and onnx.reference's, for the same feeds."""
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = ro.import_model(m).evaluate(feeds)
+    return [got[o.name] for o in m.graph.output], want
+
+
+@pytest.mark.parametrize("values", [[2.0, 2.0, 2.0], [1.0, 2.0, 3.0]])
+def test_an_input_with_an_initializer_stays_an_input_that_a_feed_overrides(values):
+    w = nh.from_array(np.array(values, np.float32), "w")
+    m = _model([h.make_node("Mul", ["x", "w"], ["y"], name="mul")], [_vi("x", [3]), _vi("w", [3])], [_vi("y", [3])], [w])
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for feeds in ({"x": x}, {"x": x, "w": np.array([5.0, -1.0, 0.25], np.float32)}):
+        got, want = _both_ways(m, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    imported = ro.import_model(m)
+    assert imported.inputs["w"].node.op.name == "Input"  # never folded to a Constant, though uniform
+    overridden = imported.run({"x": x, "w": np.ones(3, np.float32)}, backend="emulator")["y"]
+    np.testing.assert_allclose(overridden, x)
+
+
+def test_an_input_with_an_initializer_read_at_import_time_refuses_another_value():
+    shape = nh.from_array(np.array([2, 3], np.int64), "shape")
+    m = _model([h.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], [_vi("x", [6]), _vi("shape", [2], TP.INT64)],
+               [_vi("y", [2, 3])], [shape])
+    x = np.arange(6, dtype=np.float32)
+    got, want = _both_ways(m, {"x": x, "shape": np.array([2, 3], np.int64)})  # the initializer's own value: fine
+    np.testing.assert_array_equal(got[0], want[0])
+    with pytest.raises(RefcompError, match=r"'shape'.*read at import time.*constants="):
+        ro.import_model(m).evaluate({"x": x, "shape": np.array([3, 2], np.int64)})
+    fixed = ro.import_model(m, constants={"shape": np.array([3, 2], np.int64)})
+    assert fixed.evaluate({"x": x})["y"].shape == (3, 2)
+
+
+def test_a_float_input_with_an_initializer_that_must_be_static_is_pinned():
+    scales = nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    m = _model([h.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode="nearest")],
+               [_vi("x", [1, 1, 2, 2]), _vi("scales", [4])], [_vi("y", [1, 1, 4, 4])], [scales])
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    got, want = _both_ways(m, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert "scales" in ro.import_model(m).pinned
