@@ -72,7 +72,7 @@ def load(model_or_path, base_dir=None):
             model.ParseFromString(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
-    model = _with_external_data(model, base_dir, where)
+    model = _with_external_data(model, base_dir, where, copy=isinstance(model_or_path, onnx.ModelProto))
     if not model.HasField("graph") or not model.graph.output:
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
@@ -155,8 +155,8 @@ def _tensors(graph):
                 yield from _tensors(g)
 
 
-def _with_external_data(model, base_dir, where: str):
-    """The model with its external tensors read in (a copy: a caller's ModelProto is left as it was).
+def _with_external_data(model, base_dir, where: str, copy: bool):
+    """The model with its external tensors read in (into a copy when it is the caller's ModelProto).
 
     Without a `base_dir` (bytes or a ModelProto) an external tensor is refused rather than read
     from the current directory. A location must name a file inside `base_dir`: an absolute path or
@@ -165,10 +165,11 @@ def _with_external_data(model, base_dir, where: str):
     from onnx import external_data_helper as ext
     if not any(ext.uses_external_data(t) for t in _tensors(model.graph)):
         return model
-    copy = type(model)()
-    copy.CopyFrom(model)
+    if copy:
+        original, model = model, type(model)()
+        model.CopyFrom(original)
     folder = None if base_dir is None else os.path.realpath(os.fspath(base_dir))
-    for t in _tensors(copy.graph):
+    for t in _tensors(model.graph):
         if not ext.uses_external_data(t):
             continue
         location = next((e.value for e in t.external_data if e.key == "location"), "")
@@ -181,7 +182,7 @@ def _with_external_data(model, base_dir, where: str):
             ext.load_external_data_for_tensor(t, folder)
         except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
             raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
-    return copy
+    return model
 
 
 def _check_location(name: str, location: str, folder: str, where: str) -> None:
