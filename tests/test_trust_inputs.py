@@ -241,3 +241,15 @@ def test_a_float_input_with_an_initializer_that_must_be_static_is_pinned():
     got, want = _both_ways(m, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
     assert "scales" in ro.import_model(m).pinned
+
+
+def test_a_pinned_integer_input_used_as_gather_indices_takes_its_own_value_as_a_feed():
+    ids = nh.from_array(np.array([3, 0], np.int64), "ids")
+    m = _model([h.make_node("Gather", ["table", "ids"], ["y"], name="gather")],
+               [_vi("table", [4, 3]), _vi("ids", [2], TP.INT64)], [_vi("y", [2, 3])], [ids])
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for feeds in ({"table": table}, {"table": table, "ids": np.array([3, 0], np.int64)}):
+        got, want = _both_ways(m, feeds)
+        np.testing.assert_array_equal(got[0], want[0])
+    with pytest.raises(RefcompError, match="'ids'.*constants="):
+        ro.import_model(m).evaluate({"table": table, "ids": np.array([1, 1], np.int64)})

@@ -33,7 +33,8 @@ from .onnx_load import MIN_OPSET, check_defined, check_supported, default_opset,
 class ImportedModel:
     """An imported model: refcomp tensors for its inputs and outputs, and the weights to feed.
 
-    inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order
+    inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order; one with an initializer
+        may be left out (its default is in weights)
     outputs: graph outputs (ONNX name -> Tensor), in graph order; BOOL outputs are 0.0/1.0 floats
     weights: initializer arrays by the name of the weight input that reads them (an input with an
         initializer defaults to it here)
@@ -72,7 +73,7 @@ class ImportedModel:
                 raise FeedError(f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})")
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
-            if name in feeds:
+            if name in feeds and name not in self.pinned:  # a pinned feed equals the weight read from its initializer
                 out[name] = self._convert(name, feeds[name])
             elif name in self.weights:
                 out[name] = self.weights[name]
