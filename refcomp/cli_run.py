@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 import time
 import traceback
+import zipfile
 import zlib
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -119,7 +121,7 @@ def parse_dims(tokens: Optional[Sequence[str]], option: str = "--dims") -> dict[
     for token in tokens or ():
         for pair in token.replace(",", " ").split():
             name, eq, value = pair.partition("=")
-            if not (eq and name.isidentifier() and value.isdigit()):
+            if not (eq and name.isidentifier() and re.fullmatch(r"[0-9]+", value)):  # isdigit() takes '²', int() not
                 raise UsageError(f"{option} takes NAME=INT pairs (B=2,T=7 or B=2 T=7), got {pair!r}")
             out[name] = int(value)
     return out
@@ -127,18 +129,35 @@ def parse_dims(tokens: Optional[Sequence[str]], option: str = "--dims") -> dict[
 
 def load_feeds(path: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Feeds from an .npz: arrays keyed by input name, or golden's layout (in.<input>, dims.<sym>),
-    so a stored golden or `golden add` file can be fed as it is."""
+    so a stored golden or `golden add` file can be fed as it is. The file is untrusted: it is read
+    without pickles, and anything but an archive of arrays with integer dims is a UsageError."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a .npy: one bare array
+            raise UsageError(f"--feeds {path}: a .npy file holds one unnamed array; save the feeds by input name "
+                             f"with np.savez")
+        with loaded as z:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise UsageError(f"no such feeds file: {path!r}") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise UsageError(f"--feeds {path}: not a readable .npz file ({exc})") from None
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray):
+            raise UsageError(f"--feeds {path}: entry {key!r} is not a NumPy array (.npy) in the archive")
     if any(k.startswith("in.") for k in arrays):
         feeds = {k[3:]: v for k, v in arrays.items() if k.startswith("in.")}
-        return feeds, {k[5:]: int(v) for k, v in arrays.items() if k.startswith("dims.")}
+        return feeds, {k[5:]: _stored_dim(path, k, v) for k, v in arrays.items() if k.startswith("dims.")}
     return arrays, {}
+
+
+def _stored_dim(path: str, key: str, value: np.ndarray) -> int:
+    """A `dims.<sym>` entry's value: one non-negative integer, as golden stores it."""
+    if value.ndim != 0 or value.dtype.kind not in "iu" or int(value) < 0:
+        shown = f"an array of dtype {value.dtype} and shape {value.shape}" if value.ndim else f"{value.item()!r} ({value.dtype})"
+        raise UsageError(f"--feeds {path}: {key!r} must be one non-negative integer (the value of dim "
+                         f"{key[5:]!r}), got {shown}")
+    return int(value)
 
 
 def feeds_for(target: Target, feeds_file: Optional[str], dims: Mapping[str, int]) -> tuple[dict, dict, str]:

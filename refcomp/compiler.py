@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 
 from .codegen.lower import lower_plain, materialise_outputs
 from .errors import RefcompError
+from .exec.limits import require_indexable
 from .exec.program import Program, program_for_schedule
 from .exec.program_cache import load_cached, program_path, store
 from .measure import compile_measured
@@ -26,7 +27,7 @@ from .ops.graph import flatten_outputs, symbols_of, toposort
 from .ops.primitives import make_node
 from .ops.tensor import Tensor
 from .progress import stage
-from .search.cost import H200
+from .search.cost import H200, binding_for
 from .search.rewrite import identity_edge, rebuild
 from .search.search import search as run_search
 from .symbolic.dims import check_dim_values
@@ -100,8 +101,9 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
     if dtype is not None:
         outputs = stored_as(outputs, dtype)
     tensors, _ = flatten_outputs(outputs)
-    symbols = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
-    dims_hint = check_dim_values(dims_hint, {s.name for s in symbols}, "dims_hint")
+    nodes, edges = toposort([t.node for t in tensors]), [t.edge for t in tensors]
+    dims_hint = check_dim_values(dims_hint, {s.name for s in symbols_of(nodes, edges)}, "dims_hint")
+    require_indexable(nodes, edges, binding_for(nodes, dims_hint, edges))  # before anything is priced
     if measure:
         if not search:
             raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")

@@ -53,7 +53,7 @@ ORACLE_TOLERANCE = dict(rtol=1e-9, atol=1e-9)
 STORAGE_TOLERANCE = {"float16": dict(rtol=4e-3, atol=2e-3), "bfloat16": dict(rtol=3e-2, atol=1.6e-2)}
 
 PRECISIONS = ("float64", "float32")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: `$` would allow a final newline
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def load_cases() -> list[GoldenCase]:
     for case in cases:
         if not isinstance(case, GoldenCase):
             raise TypeError(f"golden CASES holds {case!r}, not a GoldenCase")
-        if not _NAME.match(case.name) or "__" in case.name:
+        if not isinstance(case.name, str) or not _NAME.fullmatch(case.name) or "__" in case.name:
             raise ValueError(f"golden case name {case.name!r} must be snake_case without '__'")
         if case.name in seen:
             raise ValueError(f"golden case name {case.name!r} is used twice")

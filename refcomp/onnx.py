@@ -15,7 +15,7 @@ import numpy as np
 
 from .compiler import compile as compile_program
 from .exec.program import Program
-from .frontends.onnx import MIN_OPSET, ImportedModel, Importer, check_defined, check_supported, load  # noqa: F401
+from .frontends.onnx import MIN_OPSET, ImportedModel, check_defined, check_supported, imported, load  # noqa: F401
 
 __all__ = ["import_model", "load", "OnnxModel", "MIN_OPSET", "check_supported", "check_defined"]
 
@@ -40,7 +40,8 @@ class OnnxModel(ImportedModel):
         return self._finish(results, merged, dims)
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> OnnxModel:
+def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
+                 base_dir=None) -> OnnxModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later; see
-    refcomp.frontends.onnx.import_model for `dims` and `constants`."""
-    return OnnxModel(Importer(load(model_or_path), dims, constants).run())
+    refcomp.frontends.onnx.import_model for `dims`, `constants` and `base_dir`."""
+    return OnnxModel(imported(load(model_or_path, base_dir), dims, constants))

@@ -28,7 +28,7 @@ from .exec.backends import default_backend
 from .measure import make_feeds
 from .ops.tensor import Tensor
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")  # a file name on every system
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # a file name on every system (fullmatch: `$` allows a final newline)
 
 
 def user_outputs(target: str) -> dict:
@@ -54,7 +54,7 @@ def as_case(name: str, outputs: dict, dims: Mapping[str, int]) -> golden.GoldenC
 # --- add -----------------------------------------------------------------------------------------
 def add(target: str, name: str, directory: str, dims: Mapping[str, int], force: bool = False) -> str:
     """Store the case; returns what was stored, for the command line to print."""
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UsageError(f"--name {name!r}: use letters, digits, '_', '.' or '-' (it names the file)")
     path = Path(directory) / f"{name}.npz"
     if path.exists() and not force:

@@ -18,6 +18,17 @@ from ..symbolic.dims import idiv, imod
 INT32_MAX = 2**31 - 1
 
 
+def comment_text(text: str) -> str:
+    """`text` made safe inside a `//` comment of generated source. Comments show user text (the
+    file names in provenance), which must never end the comment or begin a line of C: unprintable
+    characters (newlines, carriage returns, other line separators) become escapes, `/*` and `*/`
+    are split, and a backslash ending the line (which would continue the comment onto the next
+    line) is escaped."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+    text = text.replace("*/", "* /").replace("/*", "/ *")
+    return text[:-1] + "\\x5c" if text.endswith("\\") else text
+
+
 def float_literal(value: float) -> str:
     """The float32 nearest `value` as a C literal that reads back exactly."""
     if math.isnan(value):

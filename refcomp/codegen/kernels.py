@@ -16,6 +16,7 @@ import jinja2
 import sympy
 
 from .abi import KernelSignature
+from .cprint import comment_text
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
@@ -153,7 +154,7 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
     reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
     lines += [f"//   reads {r}" for r in dict.fromkeys(body.load_comments())]
     lines += [f"//   {k} = {v}" for k, v in reads.items()]
-    return "\n".join(lines)
+    return "\n".join(map(comment_text, lines))  # the one place comments are made safe: they show user file names
 
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],

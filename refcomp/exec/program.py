@@ -114,6 +114,7 @@ class Program:
         if key not in self._accepted:
             check_binding(self._user_nodes, [t.edge for t in self.tensors], bindings)
             check_binding(self._nodes, [], bindings)
+            limits.require_indexable(self._nodes, [], bindings)
             self._accepted.add(key)
         for node in self._user_nodes:  # in the reference's order, so the first bad lookup is the one it names
             if node.op.name == "Gather":

@@ -11,11 +11,12 @@ Initializers become *weight inputs*: `rc.input`s named after the initializer, wh
 overrides one). refcomp has no array-constant op, and a weight input keeps the generated program
 independent of the weight values. Initializers that hold a single repeated value become scalar
 Constants, and integer initializers used as shapes, axes or pads are read at import time and never
-become tensors. See docs/onnx.md for the operator table and the design.
+become tensors. A graph input with an initializer is overridable, so it stays an input whose
+default feed is the initializer (onnx_inputs.py). See docs/onnx.md for the operator table and the
+design.
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping, Optional
 
 import numpy as np
@@ -25,25 +26,19 @@ from ..exec.reference import evaluate
 from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
+from .onnx_inputs import MAX_EXACT_INT, add_graph_inputs
 from .onnx_load import MIN_OPSET, check_defined, check_supported, default_opset, load  # noqa: F401  (this module's API)
-
-
-def _is_dim(d) -> bool:
-    """A dim the user may give in `dims=`: a name, or a non-negative int (not a bool)."""
-    return isinstance(d, str) or (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0)
-
-
-def _symbol_name(text: str) -> str:
-    name = re.sub(r"\W", "_", text)
-    return name if name and name.isidentifier() and not name[0].isdigit() else f"d_{name}"
 
 
 class ImportedModel:
     """An imported model: refcomp tensors for its inputs and outputs, and the weights to feed.
 
-    inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order
+    inputs: graph inputs the user feeds (ONNX name -> Tensor), in graph order; one with an initializer
+        may be left out (its default is in weights)
     outputs: graph outputs (ONNX name -> Tensor), in graph order; BOOL outputs are 0.0/1.0 floats
-    weights: initializer arrays by the name of the weight input that reads them
+    weights: initializer arrays by the name of the weight input that reads them (an input with an
+        initializer defaults to it here)
+    pinned: graph inputs with an initializer that refcomp read at import time; a feed must equal it
     static_outputs: graph outputs known at import time (e.g. a folded Shape), as arrays
     input_types, output_types: ONNX element type names ("FLOAT", "BOOL", "INT64", ...)
     """
@@ -60,6 +55,7 @@ class ImportedModel:
         self.output_names: list[str] = importer.output_names
         self._id_rows: dict[str, set] = importer.id_rows
         self.float_ints: set[str] = importer.float_ints
+        self.pinned: dict[str, np.ndarray] = importer.pinned
         nodes = toposort([t.node for t in self.outputs.values()])
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
 
@@ -71,17 +67,31 @@ class ImportedModel:
         """The feeds refcomp needs: user arrays (converted to float32 / int32 ids) plus the weights."""
         feeds = dict(feeds or {})
         for name in feeds:
-            if name not in self.input_types and name not in self.weights:
+            if name in self.pinned:
+                self._check_pinned(name, feeds[name])
+            elif name not in self.input_types and name not in self.weights:
                 raise FeedError(f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})")
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
-            if name in feeds:
+            if name in feeds and name not in self.pinned:  # a pinned feed equals the weight read from its initializer
                 out[name] = self._convert(name, feeds[name])
             elif name in self.weights:
                 out[name] = self.weights[name]
             else:
                 raise FeedError(f"ONNX input {name!r} was not fed (feeds given: {sorted(feeds)})")
         return out
+
+    def _check_pinned(self, name: str, value) -> None:
+        """A feed of an input whose initializer was read at import time must be that initializer."""
+        default = self.pinned[name]
+        try:
+            same = np.array_equal(np.asarray(value), default, equal_nan=default.dtype.kind == "f")
+        except (TypeError, ValueError):  # strings, ragged lists: not the initializer
+            same = False
+        if not same:
+            raise FeedError(f"ONNX input {name!r} has an initializer that refcomp read at import time (it fixes a "
+                            f"shape or another static value), so a feed may not change it; import the model with "
+                            f"constants={{{name!r}: array}} to use another value")
 
     def _convert(self, name: str, value) -> np.ndarray:
         array = np.asarray(value)
@@ -149,46 +159,11 @@ class ImportedModel:
         return self._finish(results, merged, dims)
 
 
-# Operators that only move an integer input's values (or read its shape): an integer graph input
-# whose every path ends in a Cast to FLOAT/BOOL through these is a float mask in disguise.
-_MOVES = frozenset({"Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose", "Slice"})
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
-MAX_EXACT_INT = 1 << 24  # every integer up to this magnitude is exact in float32
-
-
-def cast_only_inputs(graph) -> set[str]:
-    """Integer graph inputs used only through movement ops, Shape, and Casts to FLOAT or BOOL (an
-    attention mask fed as int64): refcomp reads them as float32, exactly, and the Cast is a no-op."""
-    from . import onnx_ops_core as core
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    outputs = {vi.name for vi in graph.output}
-    eligible = set()
-    for vi in graph.input:
-        if vi.type.tensor_type.elem_type not in core.ID_TYPES:
-            continue
-        stack, ok, cast = [vi.name], True, False
-        while stack and ok:
-            name = stack.pop()
-            ok = name not in outputs
-            for node in consumers.get(name, ()):
-                if node.op_type == "Cast" and any(a.name == "to" and a.i in (core.FLOAT, core.BOOL) for a in node.attribute):
-                    cast = True
-                elif node.op_type in _MOVES and node.input[0] == name:
-                    stack.extend(node.output)
-                elif node.op_type not in _SHAPE_ONLY:
-                    ok = False
-        if ok and cast:
-            eligible.add(vi.name)
-    return eligible
-
-
 class Importer:
     """Walks an ONNX graph in order, turning each node into refcomp tensors or static arrays."""
 
-    def __init__(self, model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None):
+    def __init__(self, model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
+                 pin: frozenset = frozenset()):
         from . import onnx_ops_core as core
         self.core = core
         self.model = model
@@ -207,6 +182,8 @@ class Importer:
         self.id_rows: dict[str, set] = {}
         self.float_ints: set[str] = set()  # integer graph inputs read as float32 (cast_only_inputs)
         self.names: set[str] = set()
+        self.pin = pin  # float inputs with an initializer that an operator needs static (see imported)
+        self.pinned: dict[str, np.ndarray] = {}  # inputs with an initializer read at import time (onnx_inputs)
 
     # --- values --------------------------------------------------------------------------------
     def lookup(self, name: str, ctx):
@@ -275,71 +252,9 @@ class Importer:
         return v.tensor
 
     # --- the graph -----------------------------------------------------------------------------
-    def _input_shape(self, vi) -> tuple:
-        tt = vi.type.tensor_type
-        if vi.name in self.dims:
-            given = self.dims[vi.name]
-            if isinstance(given, str) or not hasattr(given, "__len__") or not all(_is_dim(d) for d in given):
-                raise RefcompError(f"dims[{vi.name!r}] = {given!r} must be a shape: a sequence of ints and dim names")
-            if tt.HasField("shape") and len(given) != len(tt.shape.dim):
-                raise RefcompError(f"dims[{vi.name!r}] = {given!r} has rank {len(given)}, but graph input {vi.name!r} "
-                                   f"has rank {len(tt.shape.dim)}")
-            return tuple(d if isinstance(d, str) else int(d) for d in given)
-        shape = []
-        for axis, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
-                shape.append(int(d.dim_value))
-            else:
-                param = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}_{axis}"
-                fixed = self.dims.get(param, param)
-                if not _is_dim(fixed):
-                    raise RefcompError(f"dims[{param!r}] = {fixed!r} (a dim of graph input {vi.name!r}) must be an int or a name")
-                shape.append(int(fixed) if not isinstance(fixed, str) else _symbol_name(fixed))
-        return tuple(shape)
-
-    def _add_graph_inputs(self) -> None:
-        core = self.core
-        initializers = {t.name: t for t in self.graph.initializer}
-        cast_only = cast_only_inputs(self.graph)
-        for t in self.graph.initializer:
-            self.values[t.name] = core.Value(t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name)
-        for s in self.graph.sparse_initializer:
-            raise RefcompError(f"sparse initializer {s.values.name!r} is not supported")
-        for vi in self.graph.input:
-            if vi.name in initializers:
-                continue
-            self.names.add(vi.name)
-            if not vi.type.HasField("tensor_type"):
-                raise RefcompError(f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); refcomp imports tensors only")
-            etype = vi.type.tensor_type.elem_type
-            if vi.name in self.constants:
-                array = np.asarray(self.constants[vi.name])
-                if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
-                    raise RefcompError(f"constants[{vi.name!r}] must be a numeric array, got dtype {array.dtype}")
-                if etype != core.FLOAT and etype in core.INT_TYPES | {core.BOOL}:
-                    array = array.astype(core.numpy_dtype(etype))
-                self.values[vi.name] = core.Value(etype, static=array, name=vi.name)
-                continue
-            shape = self._input_shape(vi)
-            self.input_types[vi.name] = core.type_name(etype)
-            if etype in core.FLOATS | {core.BOOL}:
-                t = rc_input(vi.name, shape, core.DTYPE_OF_ETYPE.get(etype, "float32"))  # graph_input: a use that needs it static names it (constants=)
-                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
-            elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
-                t = rc_input(vi.name, shape)
-                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
-                self.float_ints.add(vi.name)
-            elif etype in core.ID_TYPES:
-                t = rc_input(vi.name, shape, dtype="int32")
-                self.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
-            else:
-                raise RefcompError(f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
-                                   f"float32 (FLOAT, FLOAT16, BFLOAT16 and BOOL inputs, INT64/INT32 as Gather indices or static shapes)")
-            self.user_inputs[vi.name] = t
-
     def run(self) -> "Importer":
         core = self.core
-        self._add_graph_inputs()
+        add_graph_inputs(self)
         for index, node in enumerate(self.graph.node):
             ctx = core.NodeContext(self, node, index)
             try:
@@ -381,15 +296,34 @@ class Importer:
             self.output_types[name] = core.type_name(v.etype)
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> ImportedModel:
+def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
+                 base_dir=None) -> ImportedModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later.
 
     dims: fixes or renames symbolic dims: {"batch": 8} binds dim_param "batch" to 8, {"batch": "B"}
         renames it, {"x": (8, 3, "H", "W")} gives input "x" a whole shape.
     constants: values for graph inputs that refcomp must know at import time (a Reshape's shape fed
         as a graph input, say); they are folded like initializers and are no longer inputs.
+    base_dir: the folder holding the model's external data (a path's own folder by default; bytes
+        and a ModelProto read external data only from a folder named here).
     """
-    return ImportedModel(Importer(load(model_or_path), dims, constants).run())
+    return ImportedModel(imported(load(model_or_path, base_dir), dims, constants))
 
 
-__all__ = ["import_model", "load", "ImportedModel", "MIN_OPSET"]
+def imported(model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> Importer:
+    """The model walked by an Importer. A float input with an initializer is an input, unless an
+    operator needs its value at import time (StaticInputRequired): then it is imported again with
+    that input pinned to its initializer, as an initializer without an input would be."""
+    from .onnx_ops_core import StaticInputRequired
+    overridable = {t.name for t in model.graph.initializer} & {vi.name for vi in model.graph.input}
+    pin: frozenset = frozenset()
+    while True:
+        try:
+            return Importer(model, dims, constants, pin).run()
+        except StaticInputRequired as exc:
+            if exc.input_name not in overridable or exc.input_name in pin or exc.input_name in (constants or {}):
+                raise
+            pin |= {exc.input_name}
+
+
+__all__ = ["import_model", "imported", "load", "ImportedModel", "MIN_OPSET"]

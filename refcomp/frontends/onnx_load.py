@@ -35,9 +35,12 @@ def _onnx_message(exc: Exception) -> str:
     return " ".join(lines[:2]) or type(exc).__name__
 
 
-def load(model_or_path):
+def load(model_or_path, base_dir=None):
     """A checked `onnx.ModelProto` from a ModelProto, serialized bytes, or a file path.
 
+    External data is read from `base_dir`, by default the folder of a file path. A ModelProto or
+    bytes carry no folder: their external data is read only from a `base_dir` the caller names,
+    never from the current directory (where an untrusted model could point at any file).
     refcomp's own checks run before onnx's checker, so that an unsupported operator, a node the
     checker rejects, or an undefined input is reported by its node rather than by onnx's first
     complaint about the graph (an undefined input reads "not topologically sorted" there).
@@ -46,14 +49,17 @@ def load(model_or_path):
     from google.protobuf.message import DecodeError
 
     path = None
+    if base_dir is not None and not isinstance(base_dir, (str, os.PathLike)):
+        raise RefcompError(f"base_dir must be a folder path, got {type(base_dir).__name__}")
     if isinstance(model_or_path, onnx.ModelProto):
         model, where = model_or_path, "the ONNX model"
     else:
         if isinstance(model_or_path, (bytes, bytearray)):
-            data, where, base = bytes(model_or_path), "the ONNX bytes", None
+            data, where = bytes(model_or_path), "the ONNX bytes"
         elif isinstance(model_or_path, (str, os.PathLike)):
             path = os.fspath(model_or_path)
-            where, base = f"ONNX file {path!r}", os.path.dirname(os.path.abspath(path))
+            where = f"ONNX file {path!r}"
+            base_dir = os.path.dirname(os.path.abspath(path)) if base_dir is None else base_dir
             try:
                 with open(model_or_path, "rb") as f:
                     data = f.read()
@@ -66,8 +72,7 @@ def load(model_or_path):
             model.ParseFromString(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
-        if base is not None:
-            _load_external_data(model, base, where)
+    model = _with_external_data(model, base_dir, where, copy=isinstance(model_or_path, onnx.ModelProto))
     if not model.HasField("graph") or not model.graph.output:
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
@@ -135,19 +140,60 @@ def _channel_slopes(model):
     return model
 
 
-def _load_external_data(model, base: str, where: str) -> None:
-    """Read the tensors a file keeps beside it (onnx refuses locations outside its directory)."""
-    from onnx import external_data_helper as ext
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:
+def _tensors(graph):
+    """Every TensorProto a graph holds: initializers, sparse ones, node attributes, subgraphs'."""
+    for t in graph.initializer:
+        yield t
+    for s in graph.sparse_initializer:
+        yield from (s.values, s.indices)
+    for node in graph.node:
         for a in node.attribute:
-            tensors += ([a.t] if a.HasField("t") else []) + list(a.tensors)
-    for t in tensors:
-        if ext.uses_external_data(t):
-            try:
-                ext.load_external_data_for_tensor(t, base)
-            except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
-                raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
+            yield from ([a.t] if a.HasField("t") else []) + list(a.tensors)
+            if a.HasField("sparse_tensor"):
+                yield from (a.sparse_tensor.values, a.sparse_tensor.indices)
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _tensors(g)
+
+
+def _with_external_data(model, base_dir, where: str, copy: bool):
+    """The model with its external tensors read in (into a copy when it is the caller's ModelProto).
+
+    Without a `base_dir` (bytes or a ModelProto) an external tensor is refused rather than read
+    from the current directory. A location must name a file inside `base_dir`: an absolute path or
+    one that climbs out (`../../etc/passwd`, a symbolic link) is refused by refcomp before onnx reads
+    anything, so the rule does not hang on onnx's own checks."""
+    from onnx import external_data_helper as ext
+    if not any(ext.uses_external_data(t) for t in _tensors(model.graph)):
+        return model
+    if copy:
+        original, model = model, type(model)()
+        model.CopyFrom(original)
+    folder = None if base_dir is None else os.path.realpath(os.fspath(base_dir))
+    for t in _tensors(model.graph):
+        if not ext.uses_external_data(t):
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if folder is None:
+            raise RefcompError(f"{where}: tensor {t.name!r} keeps its data in the external file {location!r}, and a "
+                               f"model given as bytes or a ModelProto has no folder to read it from: pass "
+                               f"base_dir=<the folder that holds {location!r}>, or import the model from its file path")
+        _check_location(t.name, location, folder, where)
+        try:
+            ext.load_external_data_for_tensor(t, folder)
+        except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
+            raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
+    return model
+
+
+def _check_location(name: str, location: str, folder: str, where: str) -> None:
+    """Refuse an external data location that is absolute or resolves outside `folder`."""
+    if not location or "\0" in location or os.path.isabs(location) or os.path.splitdrive(location)[0]:
+        raise RefcompError(f"{where}: tensor {name!r} names its external data file {location!r}, which is not a "
+                           f"relative path inside the directory of the model ({folder!r})")
+    target = os.path.realpath(os.path.join(folder, location))
+    if os.path.commonpath([target, folder]) != folder or target == folder:
+        raise RefcompError(f"{where}: tensor {name!r} names its external data file {location!r}, which points outside "
+                           f"the directory of the model ({folder!r})")
 
 
 def register_operators() -> None:

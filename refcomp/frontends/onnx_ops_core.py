@@ -67,6 +67,8 @@ def read_tensor(proto, what: str) -> np.ndarray:
         raise RefcompError(f"{what} has element type {type_name(proto.data_type)}, which ONNX does not define")
     if proto.data_type == TensorProto.STRING:
         raise RefcompError(f"{what} is a STRING tensor; refcomp imports numeric tensors only")
+    if proto.data_location == TensorProto.EXTERNAL:  # onnx_load reads external data in: never from the working folder here
+        raise RefcompError(f"{what} keeps its data in an external file that was not loaded")
     try:
         return numpy_helper.to_array(proto)
     except Exception as exc:  # noqa: BLE001 - numpy_helper raises ValueError, KeyError, TypeError, ...

@@ -169,7 +169,7 @@ def _run_sharded(args) -> int:
     axes = {}
     for pair in args.mesh.split(","):
         name, _, size = pair.partition("=")
-        if not size.isdigit():
+        if not (size.isascii() and size.isdigit()):  # isdigit() alone takes '²', which int() refuses
             print(f"python -m refcomp.fuzz: --mesh takes AXIS=SIZE pairs (dp=2,tp=2), got {pair!r}", file=sys.stderr)
             return 2
         axes[name] = int(size)

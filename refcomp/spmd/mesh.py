@@ -68,7 +68,7 @@ class Mesh:
         if len(spec) != ndim:
             raise ShapeError(f"{what}: the sharding {spec!r} names {len(spec)} dims, the tensor has {ndim}")
         for a in spec:
-            if a is not None and (not isinstance(a, str) or (":" in a and not a.partition(":")[2].isdigit())):
+            if a is not None and (not isinstance(a, str) or (":" in a and not (a.partition(":")[2].isascii() and a.partition(":")[2].isdigit()))):
                 raise ShapeError(f"{what}: a sharding entry is None, a mesh axis name or 'axis:blocks', got {a!r}")
         used = [split_entry(a)[0] for a in spec if a is not None]
         unknown = [a for a in used if a not in self.sizes]
