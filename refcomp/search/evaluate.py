@@ -69,16 +69,21 @@ class Evaluator:
             self.counts[shape] = elements(shape, self.bindings)
         return self.counts[shape]
 
-    def _group(self, sched: Schedule, root: Node, before: Optional[Mapping[int, Group]] = None) -> Optional[Group]:
+    def _group(self, sched: Schedule, root: Node, before: Optional[Mapping[int, Group]] = None,
+               checked: bool = True) -> Optional[Group]:
         """`before`: the kernels of a schedule that `sched` only adds decisions to (see grown)."""
         g = group_of(self.graph, sched, root) if before is None else grown(self.graph, sched, root, before)
-        return g if g is not None and check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
+        if g is None or not checked:
+            return g
+        return g if check_group(sched, g, lambda group: self.build(sched, group) is not None) else None
 
-    def partition(self, sched: Schedule) -> Optional[dict[int, Group]]:
+    def partition(self, sched: Schedule, checked: bool = True) -> Optional[dict[int, Group]]:
+        """The kernels of `sched`, or None if one is illegal. `checked=False` skips asking code
+        generation about templated kernels, for a caller that generates them next (it refuses then)."""
         groups = {}
         for root in self.graph.compute:
             if root.id not in sched.inline:
-                g = self.mirrored(sched, root.id, groups) or self._group(sched, root)
+                g = self.mirrored(sched, root.id, groups) or self._group(sched, root, checked=checked)
                 if g is None:
                     return None
                 groups[root.id] = g

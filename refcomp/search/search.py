@@ -239,10 +239,12 @@ def _beam(graph, ev, best, phases, beam, max_states, deadline, note, states):
     return best, finalists, states
 
 
-def scheduled(graph: Graph, sched: Schedule, bindings, profile: DeviceProfile) -> Optional[tuple[list[Group], list[KernelCost]]]:
-    """The kernels `sched` makes of `graph`, in program order, and their prices; None if illegal."""
+def scheduled(graph: Graph, sched: Schedule, bindings, profile: DeviceProfile,
+              checked: bool = True) -> Optional[tuple[list[Group], list[KernelCost]]]:
+    """The kernels `sched` makes of `graph`, in program order, and their prices; None if illegal
+    (`checked=False`: see Evaluator.partition)."""
     ev = Evaluator(graph, bindings, profile)
-    groups = ev.partition(sched)
+    groups = ev.partition(sched, checked)
     if groups is None:
         return None
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
