@@ -9,7 +9,7 @@ Exit status: 0 success, 1 a check failed (`run`, `golden check`), 2 a usage mist
 RefcompError or an OSError (a path that cannot be read or written), printed as one line `refcomp: error: ...` (REFCOMP_DEBUG=1 shows the traceback
 instead), 141 when stdout is closed early (`refcomp explain X | head -1`): the status a shell
 gives a C tool killed by SIGPIPE, so a pipeline under `set -o pipefail` sees the output was cut.
-The progress display (refcomp.progress) is on here, unless REFCOMP_PROGRESS=0.
+The progress display (refcomp.progress) is on here, in a pipe too, unless REFCOMP_PROGRESS=0.
 """
 from __future__ import annotations
 
@@ -294,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; returns the exit status (see the module docstring), never a traceback for
     a user's mistake."""
     try:
-        with progress.switched(os.environ.get(progress.ENV, "1") != "0"):
+        with progress.switched(progress.env_setting() is not False):
             args = build_parser().parse_args(argv)
             status = int(args.func(args))
         sys.stdout.flush()  # inside the try: a reader gone away shows here, not at interpreter exit
