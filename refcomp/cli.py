@@ -26,7 +26,13 @@ BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line (`refcomp: error: ...`, exit 2) rather than usage + error."""
+    """argparse, but a mistake is one line (`refcomp: error: ...`, exit 2) rather than usage + error,
+    and a flag is never matched by a prefix (`--dim` is not `--dims`: a typo, or a flag added later,
+    must not silently become another). Subparsers are made of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{message} (see `{self.prog} --help`)")

@@ -102,6 +102,10 @@ def test_run_profile_prints_the_counters(capsys):
     (["profile", "sym_softmax", "--binding", "9"], "has bindings 0 to"),
     (["golden", "check", "-k", "no_such_case"], "no golden case named 'no_such_case'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["run", "{dir}/model.py:tiny", "--dim", "B=2"], "unrecognized arguments: --dim B=2"),  # not --dims
+    (["run", "nn_layer_norm", "--back", "numpy"], "unrecognized arguments: --back"),
+    (["golden", "check", "--prec", "float64"], "unrecognized arguments: --prec"),
+    (["profile", "prim_add", "--bind", "0"], "unrecognized arguments: --bind"),
 ])
 def test_mistakes_are_one_line_and_exit_2(model, argv, says, capsys):
     assert main([a.format(dir=model.parent) for a in argv]) == 2
