@@ -19,7 +19,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from . import progress
-from .cli_run import UsageError, load_target, parse_dims
+from .cli_run import UsageError, choose_names, load_target, parse_dims
 from .errors import RefcompError
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
@@ -41,7 +41,15 @@ class _Parser(argparse.ArgumentParser):
 # --- refcomp golden ... ---------------------------------------------------------------------------
 def _golden_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--golden-dir", metavar="DIR", help="the golden folder (default: $REFCOMP_GOLDEN_DIR, else <repo>/golden)")
-    parser.add_argument("--case", "-k", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)")
+    parser.add_argument("--case", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)")
+    parser.add_argument("-k", dest="keywords", action="append", metavar="EXPR",
+                        help="only cases whose names match, as pytest's -k: substrings with not, and, or, "
+                             "parentheses (repeatable: any)")
+
+
+def _chosen(args, names, what: str = "golden case"):
+    """The case names --case and -k select (None: all), refused with a suggestion when they select none."""
+    return choose_names(list(names), args.cases, args.keywords, what)
 
 
 def _with_golden_dir(args, run: Callable[[], int]) -> int:
@@ -69,8 +77,10 @@ def _golden_check(args) -> int:
         raise UsageError("--backend and --no-search apply to a folder of your own cases: add --dir DIR")
 
     def run() -> int:
-        cases = golden.select(golden.load_cases(), args.cases)
-        failures = golden.check(precision=args.precision, names=args.cases, oracle=args.oracle, cases=cases)
+        every = golden.load_cases()
+        names = _chosen(args, (c.name for c in every))
+        cases = golden.select(every, names)
+        failures = golden.check(precision=args.precision, names=names, oracle=args.oracle, cases=cases)
         precisions = "float64 and float32" if args.precision == "both" else args.precision
         runs = sum(len(c.bindings) for c in cases)
         where = golden.data_dir()
@@ -93,7 +103,8 @@ def _golden_check_dir(args) -> int:
     if args.oracle or args.golden_dir:
         raise UsageError("--oracle and --golden-dir apply to refcomp's own golden cases, not to --dir")
     precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
-    results = user_golden.check(args.dir, args.backend, args.cases, precisions, search=not args.no_search)
+    names = _chosen(args, user_golden.stored_cases(args.dir), f"case stored in {args.dir}")
+    results = user_golden.check(args.dir, args.backend, names, precisions, search=not args.no_search)
     for result in results:
         print(result.line())
     print(user_golden.summary(results, args.dir))
@@ -107,10 +118,11 @@ def _golden_add(args) -> int:
 
 
 def _golden_update(args) -> int:
+    from . import golden
     from .golden_update import update_result
 
     def run() -> int:
-        result = update_result(names=args.cases, dry_run=args.dry_run, force=args.force)
+        result = update_result(names=_chosen(args, (c.name for c in golden.load_cases())), dry_run=args.dry_run, force=args.force)
         print(result.summary() + (" (dry run: nothing written)" if args.dry_run else ""))
         return 0 if result.ok else 1
 
@@ -121,7 +133,8 @@ def _golden_list(args) -> int:
     from . import golden
 
     def run() -> int:
-        for case in golden.select(golden.load_cases(), args.cases):
+        every = golden.load_cases()
+        for case in golden.select(every, _chosen(args, (c.name for c in every))):
             bindings = " ".join(str(b) for b in case.bindings) if case.symbolic else "-"
             print(f"{case.name:36s} {','.join(case.tags):24s} {bindings}")
         return 0

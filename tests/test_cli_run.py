@@ -100,7 +100,8 @@ def test_run_profile_prints_the_counters(capsys):
     (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/model.py"], "not a readable .npz"),
     (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/none.npz"], "no such feeds file"),
     (["profile", "sym_softmax", "--binding", "9"], "has bindings 0 to"),
-    (["golden", "check", "-k", "no_such_case"], "no golden case named 'no_such_case'"),
+    (["golden", "check", "-k", "no_such_case"], "-k 'no_such_case' matches no golden case"),
+    (["golden", "check", "--case", "no_such_case"], "no golden case named 'no_such_case'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["run", "{dir}/model.py:tiny", "--dim", "B=2"], "unrecognized arguments: --dim B=2"),  # not --dims
     (["run", "nn_layer_norm", "--back", "numpy"], "unrecognized arguments: --back"),
@@ -191,3 +192,47 @@ def test_progress_on_a_terminal_redraws_then_leaves_one_line(monkeypatch):
     assert "\rrefcomp: g++ build ... " in text  # redrawn in place while it runs
     assert text.endswith("\n") and text.count("\n") == 1
     assert text.rsplit("\r", 1)[-1].startswith("refcomp: g++ build ... done in 0.")
+
+
+# --- case names: suggestions, -k -----------------------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["run", "nn_layer_nrom"], "nor a golden case; did you mean 'nn_layer_norm', "),
+    (["explain", "prim_ad"], "did you mean 'prim_add'"),
+    (["compile", "prim_ad"], "did you mean 'prim_add'"),
+    (["profile", "sym_sofmax"], "did you mean 'sym_softmax'"),
+    (["golden", "check", "--case", "nn_layer_nrom"], "no golden case named 'nn_layer_nrom'; did you mean 'nn_layer_norm'"),
+    (["golden", "update", "--case", "prim_ad", "--dry-run"], "did you mean 'prim_add'"),
+    (["golden", "list", "-k", "layernorm"], "-k 'layernorm' matches no golden case; did you mean 'nn_layer_norm'"),
+    (["golden", "list", "-k", "zzzzqqq"], "-k 'zzzzqqq' matches no golden case"),
+])
+def test_an_unknown_case_name_suggests_the_closest(argv, says, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+
+
+@pytest.mark.parametrize("expression, want", [
+    ("layer_norm", ["half_layer_norm", "nn_layer_norm", "sym_layer_norm_linear"]),  # a substring, as pytest's -k
+    ("LAYER_NORM and not half", ["nn_layer_norm", "sym_layer_norm_linear"]),  # case-insensitive
+    ("layer_norm and (half or linear)", ["half_layer_norm", "sym_layer_norm_linear"]),
+    ("not not prim_add and not broadcast", ["prim_add"]),
+    ("lf_lay or linear and sym_layer", ["half_layer_norm", "sym_layer_norm_linear"]),  # and binds tighter than or
+])
+def test_k_selects_as_pytest_does(expression, want):
+    names = ["half_layer_norm", "nn_layer_norm", "prim_add", "prim_add_broadcast", "sym_layer_norm_linear", "sym_softmax"]
+    assert cli_run.choose_names(names, None, [expression]) == want
+    assert cli_run.choose_names(names, ["sym_softmax"], [expression, "prim"]) == \
+        [n for n in names if n in want or n == "sym_softmax" or "prim" in n]  # --case and every -k: any of them
+
+
+@pytest.mark.parametrize("expression", ["", "a and", "(a", "a)", "and a", "a b", "not", "__import__('os').system('x')"])
+def test_a_malformed_k_is_a_usage_error_never_code(expression):
+    with pytest.raises(cli_run.UsageError, match="-k "):
+        cli_run.choose_names(["a", "b"], None, [expression])
+
+
+def test_golden_list_and_check_take_k(capsys):
+    assert main(["golden", "list", "-k", "layer_norm and not half"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["nn_layer_norm", "sym_layer_norm_linear"]
+    assert main(["golden", "check", "--precision", "float64", "-k", "prim_add and not broadcast"]) == 0
+    assert "golden check: 1 cases" in capsys.readouterr().out
