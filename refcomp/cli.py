@@ -19,7 +19,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from . import progress
-from .cli_run import UsageError, choose_names, load_target, parse_dims
+from .cli_run import UNBOUND_DIM, UsageError, choose_names, load_target, parse_dims
 from .errors import RefcompError
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
@@ -224,21 +224,17 @@ def _run(args) -> int:
 
 
 def _profile(args) -> int:
-    """Profile TARGET once: a golden case on its stored feeds (binding --binding), else random feeds
-    at --dims (default: the binding the cost model priced)."""
-    from . import golden
-    from .exec.profile import example_feeds
-    prog = _compile_target(args)
-    cases = {c.name: c for c in golden.load_cases()} if ":" not in args.target else {}
-    if args.target in cases and not args.dims:
-        case = cases[args.target]
-        if not 0 <= args.binding < len(case.bindings):
-            raise UsageError(f"{args.target} has bindings 0 to {len(case.bindings) - 1}, not {args.binding}")
-        feeds, dims = golden.case_feeds(case, args.binding)
-    else:
-        feeds, dims = example_feeds(prog, {**prog.cost_bindings, **parse_dims(args.dims)})
-    print(prog)
-    print(prog.profile(feeds, dims=dims).table())
+    """Profile TARGET once at the binding `run` would use (a golden case's stored binding --binding,
+    else every dim left out of --dims at cli_run.UNBOUND_DIM), on the same feeds; the program is
+    compiled for that binding (unless --dims-hint), so the cost model's figures are at it too."""
+    from .cli_run import feeds_for, target_dims
+    from .compiler import compile as compile_program
+    target = load_target(args.target)
+    feeds, dims, origin = feeds_for(target, None, target_dims(target, args.dims), args.binding)
+    hint = parse_dims(args.dims_hint, "--dims-hint") or dims or None
+    prog = compile_program(target.outputs, search=not args.no_search, dims_hint=hint)
+    print(f"{prog}; {origin}")
+    print(prog.profile(feeds, dims=prog.bind(feeds, dims)[1]).table())
     return 0
 
 
@@ -254,7 +250,8 @@ def _setup_program(func):
         parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
         parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
         if func is _profile:
-            parser.add_argument("--dims", nargs="*", metavar="NAME=INT", help="profile at this binding, on random feeds")
+            parser.add_argument("--dims", nargs="+", metavar="NAME=INT",
+                                help=f"profile at this binding (B=2,T=7; dims left out: {UNBOUND_DIM}, as `run`)")
             parser.add_argument("--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)")
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")

@@ -255,15 +255,30 @@ def _stored_dim(path: str, key: str, value: np.ndarray) -> int:
     return int(value)
 
 
-def feeds_for(target: Target, feeds_file: Optional[str], dims: Mapping[str, int]) -> tuple[dict, dict, str]:
-    """(feeds, dims, where they came from): the file's; a golden case's own generator (at its first
-    binding unless --dims says otherwise); else random, every unbound symbol at UNBOUND_DIM."""
+def target_dims(target: Target, dims_tokens) -> dict[str, int]:
+    """--dims parsed and held to the graph: naming a dim it does not have is a UsageError."""
+    dims = parse_dims(dims_tokens)
+    symbols = graph_symbols(target.outputs)
+    unknown = [k for k in dims if k not in symbols]
+    if unknown:
+        raise UsageError(f"--dims names {', '.join(unknown)}, not a dimension of this graph (its dims: {', '.join(symbols) or 'none'})")
+    return dims
+
+
+def feeds_for(target: Target, feeds_file: Optional[str], dims: Mapping[str, int], binding: int = 0) -> tuple[dict, dict, str]:
+    """(feeds, dims, where they came from): the file's; a golden case's own generator (at its stored
+    binding number `binding`, with --dims over it); else random, every unbound symbol at
+    UNBOUND_DIM. `run` and `profile` both take their defaults from here, so they agree."""
     if feeds_file:
         feeds, stored = load_feeds(feeds_file)
         return feeds, {**stored, **dims}, f"feeds from {feeds_file}"
     if target.case is not None:
-        case = target.case if not dims else dataclasses.replace(target.case, bindings=({**target.case.bindings[0], **dims},))
-        return golden.make_feeds(case, 0), dict(case.bindings[0]), "random feeds (the golden case's generator)"
+        count = len(target.case.bindings)
+        if not 0 <= binding < count:
+            raise UsageError(f"{target.case.name} has bindings 0 to {count - 1}, not {binding}")
+        case, binding = (target.case, binding) if not dims else \
+            (dataclasses.replace(target.case, bindings=({**target.case.bindings[binding], **dims},)), 0)
+        return golden.make_feeds(case, binding), dict(case.bindings[binding]), "random feeds (the golden case's generator)"
     dims = {**{s: UNBOUND_DIM for s in graph_symbols(target.outputs)}, **dims}
     return make_feeds(target.outputs, dims, seed=0), dims, "random feeds (standard normal, ids in range; seed 0)"
 
@@ -280,12 +295,7 @@ def run_command(target_text: str, backend: Optional[str], feeds_file: Optional[s
         raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     backend = backend or default_backend()
     target = load_target(target_text)
-    dims = parse_dims(dims_tokens)
-    symbols = graph_symbols(target.outputs)
-    unknown = [k for k in dims if k not in symbols]
-    if unknown:
-        raise UsageError(f"--dims names {', '.join(unknown)}, not a dimension of this graph (its dims: {', '.join(symbols) or 'none'})")
-    feeds, dims, origin = feeds_for(target, feeds_file, dims)
+    feeds, dims, origin = feeds_for(target, feeds_file, target_dims(target, dims_tokens))
     program = compile_program(target.outputs, search=search, dims_hint=dims or None)
     dims = program.bind(feeds, dims)[1]  # with the dims the feeds fix, for the header and the reference
     got, times, clock = run_timed(program, feeds, dims, backend)

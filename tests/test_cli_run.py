@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
@@ -236,3 +237,27 @@ def test_golden_list_and_check_take_k(capsys):
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["nn_layer_norm", "sym_layer_norm_linear"]
     assert main(["golden", "check", "--precision", "float64", "-k", "prim_add and not broadcast"]) == 0
     assert "golden check: 1 cases" in capsys.readouterr().out
+
+
+# --- profile ---------------------------------------------------------------------------------------
+def _binding_shown(out: str, marker: str) -> str:
+    line = next(line for line in out.splitlines() if marker in line)
+    return re.search(r"(?:[A-Z]+=\d+(?:, )?)+", line.split(marker, 1)[1]).group(0)
+
+
+@pytest.mark.parametrize("target, dims", [("{model}:tiny", []), ("{model}:tiny", ["--dims", "B=3"]), ("sym_softmax", [])])
+def test_run_and_profile_take_the_same_default_dims(model, target, dims, capsys):
+    target = target.format(model=model)
+    assert main(["run", target, "--backend", "numpy", *dims]) == 0
+    ran = _binding_shown(capsys.readouterr().out, " on numpy: ")
+    assert main(["profile", target, *dims]) == 0
+    assert _binding_shown(capsys.readouterr().out, "profile at ") == ran
+
+
+def test_profile_prices_the_binding_it_ran(model, capsys):
+    """Twice: the second compile comes from the program cache, whose figures were saved at its hint."""
+    for _ in range(2):
+        assert main(["profile", f"{model}:tiny", "--dims", "B=4", "T=5"]) == 0
+        out = capsys.readouterr().out
+        assert "profile at B=4, T=5:" in out
+        assert "model figures as saved" not in out or "model figures as saved, at B=4, T=5" in out, out
