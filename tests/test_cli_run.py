@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import refcomp as rc
 from refcomp import cli_run, progress
 from refcomp.cli import main
 from refcomp.exec.program import Program
@@ -261,3 +262,23 @@ def test_profile_prices_the_binding_it_ran(model, capsys):
         out = capsys.readouterr().out
         assert "profile at B=4, T=5:" in out
         assert "model figures as saved" not in out or "model figures as saved, at B=4, T=5" in out, out
+
+
+# --- explain and kernel comments -------------------------------------------------------------------
+def test_explain_prints_an_unchanged_graph_once(capsys):
+    assert main(["explain", "prim_add"]) == 0  # one Add: the search has nothing to rewrite
+    out = capsys.readouterr().out
+    assert "graph (1 compute nodes; the search's rewrites left it unchanged):" in out
+    assert "graph before" not in out and "graph after" not in out and out.count("Add#2 (3, 5)") == 1
+    assert main(["explain", "nn_layer_norm"]) == 0  # rewritten: both graphs
+    out = capsys.readouterr().out
+    assert "graph before (" in out and "graph after (" in out and "left it unchanged" not in out
+
+
+def test_kernel_comments_name_inputs_as_they_are_fed(model, capsys):
+    assert main(["compile", f"{model}:tiny", "--source", "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert "//   in0 = x\n" in out and "= Input#" not in out
+    x = rc.input("a */ b\nint evil;", (4,))  # the user's text, made safe as every comment line is
+    source = rc.compile(x.exp(), search=False).source
+    assert "//   in0 = a * / b\\x0aint evil;\n" in source and "\nint evil;" not in source
