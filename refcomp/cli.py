@@ -9,7 +9,7 @@ Exit status: 0 success, 1 a check failed (`run`, `golden check`), 2 a usage mist
 RefcompError or an OSError (a path that cannot be read or written), printed as one line `refcomp: error: ...` (REFCOMP_DEBUG=1 shows the traceback
 instead), 141 when stdout is closed early (`refcomp explain X | head -1`): the status a shell
 gives a C tool killed by SIGPIPE, so a pipeline under `set -o pipefail` sees the output was cut.
-The progress display (refcomp.progress) is on here, unless REFCOMP_PROGRESS=0.
+The progress display (refcomp.progress) is on here, in a pipe too, unless REFCOMP_PROGRESS=0.
 """
 from __future__ import annotations
 
@@ -19,14 +19,20 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from . import progress
-from .cli_run import UsageError, load_target, parse_dims
+from .cli_run import UNBOUND_DIM, UsageError, choose_names, load_target, parse_dims
 from .errors import RefcompError
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line (`refcomp: error: ...`, exit 2) rather than usage + error."""
+    """argparse, but a mistake is one line (`refcomp: error: ...`, exit 2) rather than usage + error,
+    and a flag is never matched by a prefix (`--dim` is not `--dims`: a typo, or a flag added later,
+    must not silently become another). Subparsers are made of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
@@ -35,7 +41,15 @@ class _Parser(argparse.ArgumentParser):
 # --- refcomp golden ... ---------------------------------------------------------------------------
 def _golden_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--golden-dir", metavar="DIR", help="the golden folder (default: $REFCOMP_GOLDEN_DIR, else <repo>/golden)")
-    parser.add_argument("--case", "-k", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)")
+    parser.add_argument("--case", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)")
+    parser.add_argument("-k", dest="keywords", action="append", metavar="EXPR",
+                        help="only cases whose names match, as pytest's -k: substrings with not, and, or, "
+                             "parentheses (repeatable: any)")
+
+
+def _chosen(args, names, what: str = "golden case"):
+    """The case names --case and -k select (None: all), refused with a suggestion when they select none."""
+    return choose_names(list(names), args.cases, args.keywords, what)
 
 
 def _with_golden_dir(args, run: Callable[[], int]) -> int:
@@ -63,8 +77,10 @@ def _golden_check(args) -> int:
         raise UsageError("--backend and --no-search apply to a folder of your own cases: add --dir DIR")
 
     def run() -> int:
-        cases = golden.select(golden.load_cases(), args.cases)
-        failures = golden.check(precision=args.precision, names=args.cases, oracle=args.oracle, cases=cases)
+        every = golden.load_cases()
+        names = _chosen(args, (c.name for c in every))
+        cases = golden.select(every, names)
+        failures = golden.check(precision=args.precision, names=names, oracle=args.oracle, cases=cases)
         precisions = "float64 and float32" if args.precision == "both" else args.precision
         runs = sum(len(c.bindings) for c in cases)
         where = golden.data_dir()
@@ -87,7 +103,8 @@ def _golden_check_dir(args) -> int:
     if args.oracle or args.golden_dir:
         raise UsageError("--oracle and --golden-dir apply to refcomp's own golden cases, not to --dir")
     precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
-    results = user_golden.check(args.dir, args.backend, args.cases, precisions, search=not args.no_search)
+    names = _chosen(args, user_golden.stored_cases(args.dir), f"case stored in {args.dir}")
+    results = user_golden.check(args.dir, args.backend, names, precisions, search=not args.no_search)
     for result in results:
         print(result.line())
     print(user_golden.summary(results, args.dir))
@@ -101,10 +118,11 @@ def _golden_add(args) -> int:
 
 
 def _golden_update(args) -> int:
+    from . import golden
     from .golden_update import update_result
 
     def run() -> int:
-        result = update_result(names=args.cases, dry_run=args.dry_run, force=args.force)
+        result = update_result(names=_chosen(args, (c.name for c in golden.load_cases())), dry_run=args.dry_run, force=args.force)
         print(result.summary() + (" (dry run: nothing written)" if args.dry_run else ""))
         return 0 if result.ok else 1
 
@@ -115,7 +133,8 @@ def _golden_list(args) -> int:
     from . import golden
 
     def run() -> int:
-        for case in golden.select(golden.load_cases(), args.cases):
+        every = golden.load_cases()
+        for case in golden.select(every, _chosen(args, (c.name for c in every))):
             bindings = " ".join(str(b) for b in case.bindings) if case.symbolic else "-"
             print(f"{case.name:36s} {','.join(case.tags):24s} {bindings}")
         return 0
@@ -205,21 +224,17 @@ def _run(args) -> int:
 
 
 def _profile(args) -> int:
-    """Profile TARGET once: a golden case on its stored feeds (binding --binding), else random feeds
-    at --dims (default: the binding the cost model priced)."""
-    from . import golden
-    from .exec.profile import example_feeds
-    prog = _compile_target(args)
-    cases = {c.name: c for c in golden.load_cases()} if ":" not in args.target else {}
-    if args.target in cases and not args.dims:
-        case = cases[args.target]
-        if not 0 <= args.binding < len(case.bindings):
-            raise UsageError(f"{args.target} has bindings 0 to {len(case.bindings) - 1}, not {args.binding}")
-        feeds, dims = golden.case_feeds(case, args.binding)
-    else:
-        feeds, dims = example_feeds(prog, {**prog.cost_bindings, **parse_dims(args.dims)})
-    print(prog)
-    print(prog.profile(feeds, dims=dims).table())
+    """Profile TARGET once at the binding `run` would use (a golden case's stored binding --binding,
+    else every dim left out of --dims at cli_run.UNBOUND_DIM), on the same feeds; the program is
+    compiled for that binding (unless --dims-hint), so the cost model's figures are at it too."""
+    from .cli_run import feeds_for, target_dims
+    from .compiler import compile as compile_program
+    target = load_target(args.target)
+    feeds, dims, origin = feeds_for(target, None, target_dims(target, args.dims), args.binding)
+    hint = parse_dims(args.dims_hint, "--dims-hint") or dims or None
+    prog = compile_program(target.outputs, search=not args.no_search, dims_hint=hint)
+    print(f"{prog}; {origin}")
+    print(prog.profile(feeds, dims=prog.bind(feeds, dims)[1]).table())
     return 0
 
 
@@ -235,7 +250,8 @@ def _setup_program(func):
         parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
         parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
         if func is _profile:
-            parser.add_argument("--dims", nargs="*", metavar="NAME=INT", help="profile at this binding, on random feeds")
+            parser.add_argument("--dims", nargs="+", metavar="NAME=INT",
+                                help=f"profile at this binding (B=2,T=7; dims left out: {UNBOUND_DIM}, as `run`)")
             parser.add_argument("--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)")
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
@@ -294,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; returns the exit status (see the module docstring), never a traceback for
     a user's mistake."""
     try:
-        with progress.switched(os.environ.get(progress.ENV, "1") != "0"):
+        with progress.switched(progress.env_setting() is not False):
             args = build_parser().parse_args(argv)
             status = int(args.func(args))
         sys.stdout.flush()  # inside the try: a reader gone away shows here, not at interpreter exit

@@ -23,7 +23,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from . import golden
-from .cli_run import UsageError, call_in_file, graph_symbols, named, storage_of
+from .cli_run import UsageError, call_in_file, did_you_mean, graph_symbols, named, storage_of
 from .exec.backends import default_backend
 from .measure import make_feeds
 from .ops.tensor import Tensor
@@ -98,16 +98,22 @@ def check(directory: str, backend: Optional[str] = None, names: Optional[Sequenc
     backend = backend or default_backend()
     if backend != "numpy":
         get_backend(backend)  # not usable here: one error now, not one failure per case
+    files = stored_cases(directory)
+    unknown = [n for n in names or () if n not in files]
+    if unknown:
+        raise UsageError(f"no stored case named {', '.join(map(repr, unknown))} in {directory}{did_you_mean(unknown[0], files)}")
+    return [check_file(files[n], backend, precisions, search) for n in (names or files)]
+
+
+def stored_cases(directory: str) -> dict[str, Path]:
+    """The cases stored in `directory`, name -> file, sorted by name; none, or no folder, is a UsageError."""
     folder = Path(directory)
     if not folder.is_dir():
         raise UsageError(f"no such folder: {directory!r} (store cases with `refcomp golden add`)")
     files = {p.stem: p for p in sorted(folder.glob("*.npz"))}
-    unknown = [n for n in names or () if n not in files]
-    if unknown:
-        raise UsageError(f"no stored case named {', '.join(map(repr, unknown))} in {directory}")
     if not files:
         raise UsageError(f"{directory} holds no stored cases (store one with `refcomp golden add`)")
-    return [check_file(files[n], backend, precisions, search) for n in (names or files)]
+    return files
 
 
 def check_file(path: Path, backend: str, precisions: Sequence[str], search: bool) -> Checked:

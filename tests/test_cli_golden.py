@@ -62,6 +62,10 @@ def test_add_then_check_then_catch_a_corrupted_output(model, tmp_path, monkeypat
     assert "FAIL tiny (float64): output 'h'" in out and "FAIL tiny (numpy): output 'h'" in out and "PASS one:" in out
     assert out.splitlines()[-1] == f"golden check: 1 of 2 cases failed in {cases}: tiny"
     assert main(["golden", "check", "--dir", str(cases), "--backend", "numpy", "-k", "one"]) == 0
+    capsys.readouterr()
+    for selector in (["-k", "tinny"], ["--case", "tinny"]):
+        assert main(["golden", "check", "--dir", str(cases), "--backend", "numpy", *selector]) == 2
+        assert "did you mean 'tiny'?" in capsys.readouterr().err
 
 
 def test_the_same_name_draws_the_same_inputs(model, tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import refcomp as rc
 from refcomp import cli_run, progress
 from refcomp.cli import main
 from refcomp.exec.program import Program
@@ -100,8 +102,13 @@ def test_run_profile_prints_the_counters(capsys):
     (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/model.py"], "not a readable .npz"),
     (["run", "{dir}/model.py:tiny", "--feeds", "{dir}/none.npz"], "no such feeds file"),
     (["profile", "sym_softmax", "--binding", "9"], "has bindings 0 to"),
-    (["golden", "check", "-k", "no_such_case"], "no golden case named 'no_such_case'"),
+    (["golden", "check", "-k", "no_such_case"], "-k 'no_such_case' matches no golden case"),
+    (["golden", "check", "--case", "no_such_case"], "no golden case named 'no_such_case'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["run", "{dir}/model.py:tiny", "--dim", "B=2"], "unrecognized arguments: --dim B=2"),  # not --dims
+    (["run", "nn_layer_norm", "--back", "numpy"], "unrecognized arguments: --back"),
+    (["golden", "check", "--prec", "float64"], "unrecognized arguments: --prec"),
+    (["profile", "prim_add", "--bind", "0"], "unrecognized arguments: --bind"),
 ])
 def test_mistakes_are_one_line_and_exit_2(model, argv, says, capsys):
     assert main([a.format(dir=model.parent) for a in argv]) == 2
@@ -187,3 +194,91 @@ def test_progress_on_a_terminal_redraws_then_leaves_one_line(monkeypatch):
     assert "\rrefcomp: g++ build ... " in text  # redrawn in place while it runs
     assert text.endswith("\n") and text.count("\n") == 1
     assert text.rsplit("\r", 1)[-1].startswith("refcomp: g++ build ... done in 0.")
+
+
+# --- case names: suggestions, -k -----------------------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["run", "nn_layer_nrom"], "nor a golden case; did you mean 'nn_layer_norm', "),
+    (["explain", "prim_ad"], "did you mean 'prim_add'"),
+    (["compile", "prim_ad"], "did you mean 'prim_add'"),
+    (["profile", "sym_sofmax"], "did you mean 'sym_softmax'"),
+    (["golden", "check", "--case", "nn_layer_nrom"], "no golden case named 'nn_layer_nrom'; did you mean 'nn_layer_norm'"),
+    (["golden", "update", "--case", "prim_ad", "--dry-run"], "did you mean 'prim_add'"),
+    (["golden", "list", "-k", "layernorm"], "-k 'layernorm' matches no golden case; did you mean 'nn_layer_norm'"),
+    (["golden", "list", "-k", "zzzzqqq"], "-k 'zzzzqqq' matches no golden case"),
+])
+def test_an_unknown_case_name_suggests_the_closest(argv, says, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+
+
+@pytest.mark.parametrize("expression, want", [
+    ("layer_norm", ["half_layer_norm", "nn_layer_norm", "sym_layer_norm_linear"]),  # a substring, as pytest's -k
+    ("LAYER_NORM and not half", ["nn_layer_norm", "sym_layer_norm_linear"]),  # case-insensitive
+    ("layer_norm and (half or linear)", ["half_layer_norm", "sym_layer_norm_linear"]),
+    ("not not prim_add and not broadcast", ["prim_add"]),
+    ("lf_lay or linear and sym_layer", ["half_layer_norm", "sym_layer_norm_linear"]),  # and binds tighter than or
+])
+def test_k_selects_as_pytest_does(expression, want):
+    names = ["half_layer_norm", "nn_layer_norm", "prim_add", "prim_add_broadcast", "sym_layer_norm_linear", "sym_softmax"]
+    assert cli_run.choose_names(names, None, [expression]) == want
+    assert cli_run.choose_names(names, ["sym_softmax"], [expression, "prim"]) == \
+        [n for n in names if n in want or n == "sym_softmax" or "prim" in n]  # --case and every -k: any of them
+
+
+@pytest.mark.parametrize("expression", ["", "a and", "(a", "a)", "and a", "a b", "not", "__import__('os').system('x')"])
+def test_a_malformed_k_is_a_usage_error_never_code(expression):
+    with pytest.raises(cli_run.UsageError, match="-k "):
+        cli_run.choose_names(["a", "b"], None, [expression])
+
+
+def test_golden_list_and_check_take_k(capsys):
+    assert main(["golden", "list", "-k", "layer_norm and not half"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["nn_layer_norm", "sym_layer_norm_linear"]
+    assert main(["golden", "check", "--precision", "float64", "-k", "prim_add and not broadcast"]) == 0
+    assert "golden check: 1 cases" in capsys.readouterr().out
+
+
+# --- profile ---------------------------------------------------------------------------------------
+def _binding_shown(out: str, marker: str) -> str:
+    line = next(line for line in out.splitlines() if marker in line)
+    return re.search(r"(?:[A-Z]+=\d+(?:, )?)+", line.split(marker, 1)[1]).group(0)
+
+
+@pytest.mark.parametrize("target, dims", [("{model}:tiny", []), ("{model}:tiny", ["--dims", "B=3"]), ("sym_softmax", [])])
+def test_run_and_profile_take_the_same_default_dims(model, target, dims, capsys):
+    target = target.format(model=model)
+    assert main(["run", target, "--backend", "numpy", *dims]) == 0
+    ran = _binding_shown(capsys.readouterr().out, " on numpy: ")
+    assert main(["profile", target, *dims]) == 0
+    assert _binding_shown(capsys.readouterr().out, "profile at ") == ran
+
+
+def test_profile_prices_the_binding_it_ran(model, capsys):
+    """Twice: the second compile comes from the program cache, whose figures were saved at its hint."""
+    for _ in range(2):
+        assert main(["profile", f"{model}:tiny", "--dims", "B=4", "T=5"]) == 0
+        out = capsys.readouterr().out
+        assert "profile at B=4, T=5:" in out
+        assert "model figures as saved" not in out or "model figures as saved, at B=4, T=5" in out, out
+
+
+# --- explain and kernel comments -------------------------------------------------------------------
+def test_explain_prints_an_unchanged_graph_once(capsys):
+    assert main(["explain", "prim_add"]) == 0  # one Add: the search has nothing to rewrite
+    out = capsys.readouterr().out
+    assert "graph (1 compute nodes; the search's rewrites left it unchanged):" in out
+    assert "graph before" not in out and "graph after" not in out and out.count("Add#2 (3, 5)") == 1
+    assert main(["explain", "nn_layer_norm"]) == 0  # rewritten: both graphs
+    out = capsys.readouterr().out
+    assert "graph before (" in out and "graph after (" in out and "left it unchanged" not in out
+
+
+def test_kernel_comments_name_inputs_as_they_are_fed(model, capsys):
+    assert main(["compile", f"{model}:tiny", "--source", "--no-search"]) == 0
+    out = capsys.readouterr().out
+    assert "//   in0 = x\n" in out and "= Input#" not in out
+    x = rc.input("a */ b\nint evil;", (4,))  # the user's text, made safe as every comment line is
+    source = rc.compile(x.exp(), search=False).source
+    assert "//   in0 = a * / b\\x0aint evil;\n" in source and "\nint evil;" not in source

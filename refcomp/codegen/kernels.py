@@ -151,10 +151,18 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
     lines = [f"// {name}: computes {computes} -> out0, shape ({shape}){extra}"]
     if _origins(ordered):
         lines.append(f"//   user ops: {_origins(ordered)}")
-    reads = {f"in{k}": label(n) for k, n in enumerate(body.reads)}
     lines += [f"//   reads {r}" for r in dict.fromkeys(body.load_comments())]
-    lines += [f"//   {k} = {v}" for k, v in reads.items()]
-    return "\n".join(map(comment_text, lines))  # the one place comments are made safe: they show user file names
+    lines = [comment_text(line) for line in lines]  # every comment line is made safe: they show user file and input names
+    return "\n".join(lines + [read_line(k, n, body.names) for k, n in enumerate(body.reads)])
+
+
+READ_LINE = re.compile(r"//   in([0-9]+) = ")
+
+
+def read_line(k: int, node: Node, names) -> str:
+    """`//   in0 = x`: buffer in<k> names an input as it is fed (the explorer names it so too),
+    any other node by its label; made safe, as every comment line is (names are the user's)."""
+    return comment_text(f"//   in{k} = " + (node.attrs["name"] if node.op.name == "Input" else names.label(node)))
 
 
 def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],

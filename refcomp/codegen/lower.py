@@ -15,7 +15,8 @@ from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
 from .online import softmax_matmul_kernel
-from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy, elementwise_kernel, gather_kernel, reduce_kernel, user_ops
+from .kernels import (BLOCK, READ_LINE, TILE, Kernel, default_reduce_strategy, elementwise_kernel, gather_kernel, read_line,
+                      reduce_kernel, user_ops)
 
 
 def materialise_outputs(tensors) -> list[Node]:
@@ -136,8 +137,9 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
 def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: ProgramNames) -> Optional[Kernel]:
     """The kernel of `group` made from `kernel`, the kernel of `like`: a group of the same structure
     under the same parameters (the same layer of a repeated model), whose code differs only in the
-    kernel's name and the node labels its comments show. None when the two groups' nodes do not come
-    in the same program order (the comments list them in it): then `group` is generated afresh."""
+    kernel's name and the node labels and input names its comments show. None when the two groups'
+    nodes do not come in the same program order (the comments list them in it): then `group` is
+    generated afresh."""
     pairs = list(zip(like.members + (like.root,) + like.reads, group.members + (group.root,) + group.reads))
     copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
     if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
@@ -146,7 +148,20 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     labels = {names.label(a): names.label(b) for a, b in pairs if a.id != b.id}
     labels[kernel.name] = name
     pattern = re.compile(r"(?<![\w#])(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")(?![\w#])")
-    source = pattern.sub(lambda m: labels[m.group(1)], kernel.source)
+    source = _with_read_lines(pattern.sub(lambda m: labels[m.group(1)], kernel.source), [node[n.id] for n in kernel.reads], names)
     return replace(kernel, name=name, output=node[kernel.output.id], nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
                    reads=tuple(node[n.id] for n in kernel.reads), signature=replace(kernel.signature, name=name),
                    source=source)
+
+
+def _with_read_lines(source: str, reads: Sequence[Node], names: ProgramNames) -> str:
+    """`source` with its heading comment's `//   in<k> = ...` lines written anew for `reads`: an
+    input's name is the user's text, which the label substitution must not be trusted to rewrite."""
+    lines = source.split("\n")
+    for i, line in enumerate(lines):
+        if not line.startswith("//"):
+            break  # the heading comment ends where the code begins
+        found = READ_LINE.match(line)
+        if found:
+            lines[i] = read_line(int(found.group(1)), reads[int(found.group(1))], names)
+    return "\n".join(lines)

@@ -185,7 +185,8 @@ def _run_sharded(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refcomp.fuzz", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m refcomp.fuzz", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)  # a flag is never matched by its prefix
     parser.add_argument("--count", type=int, default=1000, help="how many random graphs (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--per-program", type=int, default=30, help="graphs compiled into one program (default 30)")

@@ -1,6 +1,6 @@
 """`refcomp explain`: what the search did and why, in a form a person can check.
 
-It prints the graph before and after the rewrites, the rules applied in order with the modeled
+It prints the graph before and after the rewrites (once, when they changed nothing), the rules applied in order with the modeled
 cost after each, and for every kernel its nodes, bytes, flops and predicted time on the device
 profile, next to the minimum bytes any program must move.
 """
@@ -55,10 +55,15 @@ def explain(program) -> str:
     binding = ", ".join(f"{k}={v}" for k, v in result.bindings.items()) or "no symbolic dims"
     out = [f"cost model: {result.profile.name} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s"
            + (f"; the '{result.opening}' opening found the schedule" if result.opening else ""), ""]
-    out.append(f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):")
-    out += describe_graph(result.before)
-    out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
-    out += describe_graph([identity_edge(n) for n in result.graph.output_nodes])
+    before, after = describe_graph(result.before), describe_graph([identity_edge(n) for n in result.graph.output_nodes])
+    if before == after:  # the same lines twice would only make a reader look for a difference
+        out.append(f"graph ({len(result.graph.compute)} compute nodes; the search's rewrites left it unchanged):")
+        out += before
+    else:
+        out.append(f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):")
+        out += before
+        out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
+        out += after
     out.append("")
     out.append("rules applied (modeled time and kernel count after each, and the change in time):")
     previous = None
