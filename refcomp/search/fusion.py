@@ -169,7 +169,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         flops = 2 * m_n * k + ops * m_n
         flops += sum(2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed)  # q . k per score
         flops += sum(count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue)  # once per row (a bound below)
-        flops += _compensation_flops(group, sched, count, reduce, m_n, k, tile)
+        flops += _compensation_flops(group, sched, count, tile)
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
@@ -190,11 +190,14 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     return roofline(name or root.op.name, group.kind, nbytes, flops, threads, profile, l2_bytes)
 
 
-def _compensation_flops(group: Group, sched: Schedule, count: Callable, reduce: Node, m_n: int, k: int, tile: int) -> int:
+def _compensation_flops(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
     """A tiled kernel's extra flops for its compensated sums (codegen.sums): once per K tile for the
     contraction (and the online softmax's sum beside it), once per value for a long prologue reduction."""
     flops = 0
+    reduce = next(n for n in (group.root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed)
     if long_chain(reduce.srcs[0].shape[reduce.attrs["axis"]]):
+        m_n = count(reduce.shape)
+        k = count(reduce.srcs[0].shape) // max(m_n, 1)
         chains = 2 if any(n.id in sched.online for n in group.members) else 1
         flops += COMPENSATION_FLOPS * chains * m_n * -(-k // tile)
     for n in group.members:
