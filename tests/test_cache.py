@@ -338,7 +338,7 @@ def _render_prelude(compiles: list) -> str:
             return super().compile(*args, **kwargs)
 
     env = Counting(loader=jinja2.FileSystemLoader(str(TEMPLATES)), bytecode_cache=TemplateCache())
-    return env.get_template("prelude.cu.j2").render(kernel_count=1, dtypes={"float16"})
+    return env.get_template("prelude.cu.j2").render(kernel_count=1, dtypes={"float16"}, compensated=False)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])

@@ -40,7 +40,7 @@ def test_random_graphs_match_the_reference_with_and_without_search():
                 "concat", "stack", "cumsum", "where", "compare", "fmod", "argmax", "log2_exp2_pad", "exp2_product_pad",
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
-                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list"}
+                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum"}
     missing = expected - set(total.coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",

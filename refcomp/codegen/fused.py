@@ -26,6 +26,7 @@ from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
 from .statistics import reads_match, row_statistics
+from .sums import long_chain, loop_fields
 
 
 def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
@@ -53,7 +54,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     for j, red in enumerate(phases):
         body.statements = []
         value = body.value_at(red.srcs[0], idx)
-        rendered.append(_phase(names, red, body.statements, value, ("mine", "other")))
+        rendered.append(loop_fields(names, red, body.statements, value, ("mine", "other"), block))
         body.scalars[red.id] = (f"red{j}", _linear(o, rows_shape))
     epilogue = None
     if output.op.kind != REDUCE:
@@ -69,13 +70,6 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
                    True, render=render, loop_extent=extent, block_reductions=len(phases), comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
-
-
-def _phase(names, red: Node, statements: list[str], value: str, tree: tuple[str, str]) -> dict:
-    """One block-wide reduction of a template (row kernel, matmul prologue): each thread accumulates
-    `value` into `acc`, then the partial results meet two at a time as `tree` names them."""
-    return dict(what=names.label(red), statements=statements, identity=red.op.c_identity,
-                combine=red.op.c.format("acc", value), tree=red.op.c.format(*tree))
 
 
 def _lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
@@ -196,7 +190,7 @@ class TiledContraction:
         guard = conjunction(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
         return self.read(self.reduce, which, self.index(k_sym, set(zero)), scope, guard)
 
-    def prologue(self, reduces: Sequence[Node], welford: frozenset = frozenset()) -> tuple[list[dict], object]:
+    def prologue(self, reduces: Sequence[Node], welford: frozenset = frozenset(), tile: int = TILE) -> tuple[list[dict], object]:
         """The template's `prologue` phases: each per-row reduction, in graph order, over the rows of the
         block's M tile (threadIdx.y) with threadIdx.x striding over its axis; later phases and the tile
         loads read each result as `statsJ[RC_SLOT]`, once code generation has checked that every read
@@ -227,8 +221,8 @@ class TiledContraction:
             index = rows[:axis] + [r] + rows[axis:]
             value = body.value_at(red.srcs[0], index)
             pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
-            phase = _phase(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"))
-            phase.update(pair=pair, value=value, stats=[f"stats{count}"])
+            phase = loop_fields(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"), tile)
+            phase.update(pair=pair, stats=[f"stats{count}"])
             body.scalars[red.id] = (f"stats{count}[RC_SLOT]", _linear(rows, red.shape))
             if pair is not None:
                 if not reads_match(pair, index, _linear(rows, red.shape), body.ranges):
@@ -273,6 +267,7 @@ class TiledContraction:
                     epilogue_statements=epilogue, result=result, out_index=lambda b: b.printer.int(out_index),
                     load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),
                     store_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), stores(b))),
+                    long_k=long_chain(self.shape[self.k_axis]),  # sum each tile plainly, the tiles' sums compensated
                     m=lambda b: b.printer.int(self.sizes["m"]), n=lambda b: b.printer.int(self.sizes["n"]),
                     k=lambda b: b.printer.int(self.shape[self.k_axis]))
 
@@ -284,7 +279,7 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
     `welford`: those of them computed in one pass with their row's sum (codegen.statistics)."""
     tc = TiledContraction.of(reduce, names, inline)
-    phases, prologue_extent = tc.prologue(prologue, welford)
+    phases, prologue_extent = tc.prologue(prologue, welford, tile)
     squares = tuple(phase["pair"].square for phase in phases if phase["pair"])  # computed by the update itself
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")

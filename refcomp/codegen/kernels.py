@@ -21,6 +21,7 @@ from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
 from .emit import Access, KernelBody, Unfusable, c_params
+from .sums import loop_fields
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BLOCK = 256  # threads per block for every template
@@ -250,13 +251,13 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)
     size = prod(node.shape)
-    common = dict(identity=node.op.c_identity, combine=node.op.c.format("acc", value), result=result,
-                  epilogue=epilogue_statements, extent=lambda b: b.printer.int(extent),
+    reduction = loop_fields(names, node, loop_statements, value, ("mine", "other"), block if strategy == "block" else 1)
+    common = dict(reduction=reduction, result=result, epilogue=epilogue_statements, extent=lambda b: b.printer.int(extent),
                   comment_extra=f", reducing axis {axis}")
     nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
         return _finish(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
-                       True, render=render, loop_extent=extent, block=block, tree_combine=node.op.c.format("mine", "other"), **common)
+                       True, render=render, loop_extent=extent, block=block, tree_combine=reduction["tree"], **common)
     return _finish(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
                    False, render=render, loop_extent=extent, size=lambda b: b.printer.int(size), **common)
 
@@ -288,6 +289,8 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:
-    """The program's helpers, with the 16-bit conversions only where a kernel stores, loads or rounds such a type."""
+    """The program's helpers, with the 16-bit conversions only where a kernel stores, loads or rounds such
+    a type, and the compensated sum only where a kernel has a long sum (codegen.sums)."""
     dtypes = {n.dtype for k in kernels for n in k.nodes + k.reads + (k.output,)}
-    return template("prelude.cu.j2").render(kernel_count=len(kernels), dtypes=dtypes)
+    compensated = any("rc_sum_add(" in k.source for k in kernels)
+    return template("prelude.cu.j2").render(kernel_count=len(kernels), dtypes=dtypes, compensated=compensated)

@@ -5,7 +5,8 @@ row kernel whose reduction is read at another row cannot). `fusion_problem` answ
 the kernel's index analysis, where every refusal is raised, without rendering a template or printing
 any source. The limits the search must respect are re-exported here so that the search reads them
 from the stage that imposes them, and so is the memory model of a built kernel (codegen.access), which
-prices the search's final choices.
+prices the search's final choices, and which sums code generation compensates (codegen.sums), whose
+extra flops the cost model counts.
 """
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramName
 from .fused import matmul_axes
 from .online import online_softmax, streamed_scores
 from .statistics import row_statistics
+from .sums import COMPENSATION_FLOPS, long_chain
 from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
 from .lower import TEMPLATE_ONLY, Group, kernel_for_group, materialise_outputs, retarget
 
 __all__ = ["fusion_problem", "Unfusable", "TEMPLATE_ONLY", "retarget", "AccessModelError", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "online_softmax", "streamed_scores", "row_statistics", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
-           "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy"]
+           "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy", "COMPENSATION_FLOPS", "long_chain"]
 
 
 def fusion_problem(group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict) -> Optional[str]:

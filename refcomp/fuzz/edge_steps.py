@@ -1,11 +1,11 @@
 """Generator steps for the edges of the semantics: selects whose other branch is NaN or infinite,
-powers of negative bases, views of symbolic axes that only some bindings can take, and chains
-deeper than one kernel may fuse. Mixed into `generator.Generator`, whose helpers they use."""
+powers of negative bases, views of symbolic axes that only some bindings can take, chains deeper
+than one kernel may fuse, and sums long enough for rounding to drift. Mixed into `generator.Generator`, whose helpers they use."""
 from __future__ import annotations
 
 import math
 
-from .graph import simple_dim
+from .graph import LONG_SUM, simple_dim
 
 
 class EdgeSteps:
@@ -57,3 +57,13 @@ class EdgeSteps:
         v = self.pick()
         depth = int(self.rng.integers(45, 60))  # three ops a step: 135 to 180 nodes, past MAX_FUSED_NODES
         self.emit(f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})", -1.0, 1.0, False, "deep_chain")
+
+    def long_sum(self):
+        """The mean of B x 700-850 values close to an offset, less the offset. A thread that adds them
+        one after another (the plain lowering gives the symbolic axis one thread) drifts by tens of
+        ulps of the offset, 2 to 20 times the tolerance; a compensated sum (codegen/sums.py) stays
+        within a few ulps, under the tolerance's 1e-5 for an offset this size."""
+        x = self.new_input(("B", int(self.rng.integers(*LONG_SUM))))
+        offset = self.choice([-14.3, 15.1, -12.7])
+        return self.emit(f"(({x.name} * 0.0001 + {offset!r}).reshape(-1).mean() - {offset!r})", -2e-4, 2e-4, False,
+                         "long_sum")

@@ -12,8 +12,8 @@ from ..symbolic.dims import dim, prod
 from .edge_steps import EdgeSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
-from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
-                    SYMBOLS, _names_in, simple_dim)
+from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING,
+                    MAX_ELEMENTS, SPECIALS_RATE, SYMBOLS, _names_in, simple_dim)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -385,6 +385,9 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
                 outputs[0] = view.name
         if self.chance(0.03):  # an output that is just an input
             outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind != "ids" else outputs[0])
+        if self.chance(LONG_SUM_RATE):  # drawn last: the graph before it is what it was without long sums
+            long = self.long_sum()
+            outputs += [long.name] if long is not None else []
         return self.graph.pruned(list(dict.fromkeys(outputs)))
 
 

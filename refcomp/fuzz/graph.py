@@ -21,6 +21,8 @@ NAN_BY_DESIGN = ("pow_negative_base",)  # moves whose NaN is NumPy's answer (a n
 MAX_ELEMENTS = 6000  # no tensor of a graph grows beyond this many elements at the largest binding
 LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows beyond this
 LONG = (150, 600)  # the extent of an occasional long axis
+LONG_SUM = (700, 851)  # the long sum's row (edge_steps.long_sum): B rows of it stay under MAX_ELEMENTS
+LONG_SUM_RATE = 0.05  # graphs that end with a long sum
 EDGE_BINDING = 2  # index of each program's third binding, whose dims lie in [0, 2]
 
 

@@ -10,8 +10,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..codegen.legality import (MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
-                               default_reduce_strategy)
+from ..codegen.legality import (COMPENSATION_FLOPS, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
+                               default_reduce_strategy, long_chain)
 from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
@@ -169,6 +169,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         flops = 2 * m_n * k + ops * m_n
         flops += sum(2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed)  # q . k per score
         flops += sum(count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue)  # once per row (a bound below)
+        flops += _compensation_flops(group, sched, count, tile)
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
@@ -176,13 +177,33 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)
         flops = points * ops * phases
-        strategy = sched.param(root.id, "strategy") or default_reduce_strategy(reduce.srcs[0].shape[reduce.attrs["axis"]])
+        extent = reduce.srcs[0].shape[reduce.attrs["axis"]]
+        strategy = sched.param(root.id, "strategy") or default_reduce_strategy(extent)
         block_per_row = group.kind == "row" or strategy == "block"
+        if long_chain(extent, block if block_per_row else 1):  # each thread's long sums are compensated
+            sums = (reduce.op.name == "SumReduce") + sum(1 for n in group.members if n.id in sched.row and n.op.name == "SumReduce")
+            flops += COMPENSATION_FLOPS * points * sums
         threads = rows * block if block_per_row else rows
     else:
         points = count(root.shape)
         flops, threads = points * ops, points
     return roofline(name or root.op.name, group.kind, nbytes, flops, threads, profile, l2_bytes)
+
+
+def _compensation_flops(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
+    """A tiled kernel's extra flops for its compensated sums (codegen.sums): once per K tile for the
+    contraction (and the online softmax's sum beside it), once per value for a long prologue reduction."""
+    flops = 0
+    reduce = next(n for n in (group.root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed)
+    if long_chain(reduce.srcs[0].shape[reduce.attrs["axis"]]):
+        m_n = count(reduce.shape)
+        k = count(reduce.srcs[0].shape) // max(m_n, 1)
+        chains = 2 if any(n.id in sched.online for n in group.members) else 1
+        flops += COMPENSATION_FLOPS * chains * m_n * -(-k // tile)
+    for n in group.members:
+        if n.id in sched.prologue and n.op.name == "SumReduce" and long_chain(n.srcs[0].shape[n.attrs["axis"]], tile):
+            flops += COMPENSATION_FLOPS * count(n.srcs[0].shape)
+    return flops
 
 
 def _iteration_points(group: Group, sched: Schedule, count) -> int:
