@@ -134,3 +134,34 @@ def test_result_types_follow_promotion_and_float32_is_untouched():
     ops = [n.op.name for n in rc.ops.graph.toposort([x.float().softmax(-1).node])]
     assert ops.count("Cast") == 1  # x.float() alone
     assert round_to(np.float32(65520.0), "float16") == np.inf  # the threshold these cases cross
+
+
+def test_onnx_normalisations_and_reductions_in_float16():
+    """The importer's own composites (LayerNormalization, InstanceNormalization, ReduceMean, ReduceL2)
+    of a FLOAT16 model, on the same rows."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as TP, helper
+    x = alternating(2, 8).reshape(1, 2, 8)
+    ones = np.ones((7, 10000), np.float32)
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1),
+             helper.make_node("InstanceNormalization", ["x", "s", "c"], ["inorm"]),
+             helper.make_node("ReduceMean", ["ones"], ["mean"], keepdims=0),
+             helper.make_node("ReduceL2", ["x"], ["l2"], axes=[2], keepdims=0)]
+    half = lambda name, shape: helper.make_tensor_value_info(name, TP.FLOAT16, shape)  # noqa: E731
+    graph = helper.make_graph(nodes, "norms", [half("x", [1, 2, 8]), half("g", [8]), half("b", [8]), half("s", [2]),
+                                               half("c", [2]), half("ones", [7, 10000])],
+                              [half("ln", [1, 2, 8]), half("inorm", [1, 2, 8]), half("mean", []), half("l2", [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g, b = np.linspace(0.5, 1.5, 8, dtype=np.float32), np.full(8, 0.25, np.float32)
+    s, c = np.array([1.0, 2.0], np.float32), np.array([0.0, -1.0], np.float32)
+    feeds = {k: v.astype(np.float16) for k, v in dict(x=x, g=g, b=b, s=s, c=c, ones=ones).items()}
+    want = {"ln": rounded_once(lambda t, w, o: F.layer_norm(t, (8,), w, o), "float16", x, g, b),
+            "inorm": rounded_once(lambda t, w, o: F.instance_norm(t, weight=w, bias=o), "float16", x, s, c),
+            "mean": rounded_once(lambda t: t.mean(), "float16", ones),
+            "l2": rounded_once(lambda t: t.norm(dim=2), "float16", x)}
+    imported = rc.onnx.import_model(model)
+    for backend in ("numpy", "emulator"):
+        got = imported.run(feeds, backend=backend)
+        for k, w in want.items():
+            err = np.abs(got[k].astype(np.float64) - w)
+            assert got[k].dtype == np.float16 and np.all(err <= ULPS * ulp(w, "float16")), (backend, k, got[k], w)
