@@ -385,6 +385,9 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
                 outputs[0] = view.name
         if self.chance(0.03):  # an output that is just an input
             outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind != "ids" else outputs[0])
+        wide = self.wide_rows_output()
+        if wide is not None:
+            outputs.append(wide)
         return self.graph.pruned(list(dict.fromkeys(outputs)))
 
 

@@ -21,6 +21,7 @@ NAN_BY_DESIGN = ("pow_negative_base",)  # moves whose NaN is NumPy's answer (a n
 MAX_ELEMENTS = 6000  # no tensor of a graph grows beyond this many elements at the largest binding
 LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows beyond this
 LONG = (150, 600)  # the extent of an occasional long axis
+WIDE_ROWS_RATE = 0.15  # graphs with one more output: a 16-bit composite of large rows (ModelSteps.wide_rows_output)
 EDGE_BINDING = 2  # index of each program's third binding, whose dims lie in [0, 2]
 
 
