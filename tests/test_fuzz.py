@@ -41,6 +41,7 @@ def test_random_graphs_match_the_reference_with_and_without_search():
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
                 "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum"}
+    assert len({op for op in total.coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
     missing = expected - set(total.coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",
@@ -132,6 +133,17 @@ def test_the_harness_catches_a_miscompiled_op(monkeypatch):
     res = fuzz.check_batch([graph], [{"B": 2, "T": 1}])
     assert {m.mode for m in res.mismatches} == {"search", "plain"}
     assert "MISMATCH" in res.mismatches[0].report() and "(x0 * 2.0).sin()" in res.mismatches[0].report()
+
+
+def test_the_harness_catches_a_reference_that_overflows():
+    """Where the generator's intervals promise finite values, a non-finite reference is a mismatch:
+    comparing with it could not show an overflow that the reference shares (16-bit composites once
+    overflowed inside, in every backend alike)."""
+    graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", (3,), "positive")], [("v0", "x0.half()"), ("v1", "(v0 * 60000.0)")],
+                           ["v1"], ["storage", "mul"])
+    res = fuzz.check_batch([graph], [{"B": 1, "T": 1}], modes=())
+    assert [(m.mode, m.output) for m in res.mismatches] == [("reference", "v1")] and "not finite" in res.mismatches[0].message
+    assert fuzz.shrink(graph, {"B": 1, "T": 1}, 0, "reference").lines == graph.lines
 
 
 def test_shrinking_finds_the_smallest_failing_prefix(monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import ShapeError
 from ..ops import nn, pooling
 from ..ops.conv_transpose import transposed
+from ..ops.core import computed_in_float32
 from ..ops.tensor import Tensor, iota
 from ..symbolic.dims import prod
 from .onnx_ops_core import INT64, Value, float_value, op
@@ -251,15 +252,24 @@ def batch_norm(ctx):
     if x.ndim < 2:
         raise ctx.error(f"input must be (N, C, ...), got shape {x.shape}")
     scale, bias, mean, var = (_per_channel(ctx, i, x.ndim) for i in (1, 2, 3, 4))
-    eps = ctx.float_attr("epsilon", 1e-5)
-    return float_value((x - mean) * ((var + eps).rsqrt() * scale) + bias)
+    return float_value(_batch_normalized(x, scale, bias, mean, var, ctx.float_attr("epsilon", 1e-5)))
 
 
-def _normalize(x: Tensor, axes, eps: float):
+# The normalisations are composites: of a 16-bit tensor they compute in float32 and round once
+# (ops.core.computed_in_float32), as ONNX's stash_type=1 and PyTorch's kernels do.
+@computed_in_float32
+def _batch_normalized(x, scale, bias, mean, var, eps: float):
+    return (x - mean) * ((var + eps).rsqrt() * scale) + bias
+
+
+@computed_in_float32
+def _normalized(x: Tensor, axes, eps: float, scale: Tensor, bias=None):
+    """(x - mean) / sqrt(var + eps) over `axes`, times scale plus bias; and the mean and 1 / sqrt(var + eps)."""
     mean = x.mean(axes, keepdims=True)
     centred = x - mean
     inv = ((centred * centred).mean(axes, keepdims=True) + eps).rsqrt()
-    return centred * inv, mean, inv
+    y = centred * inv * scale
+    return (y if bias is None else y + bias), mean, inv
 
 
 def _statistics_axes(ctx, x: Tensor) -> tuple[int, ...]:
@@ -273,10 +283,8 @@ def _statistics_axes(ctx, x: Tensor) -> tuple[int, ...]:
 @op("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
 def layer_norm(ctx):
     x = ctx.tensor(0)
-    y, mean, inv = _normalize(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5))
-    y = y * ctx.tensor(1)
-    if ctx.has(2):
-        y = y + ctx.tensor(2)
+    y, mean, inv = _normalized(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5), ctx.tensor(1),
+                               ctx.tensor(2) if ctx.has(2) else None)
     return [float_value(y), float_value(mean), float_value(inv)]
 
 
@@ -285,36 +293,47 @@ def instance_norm(ctx):
     x = ctx.tensor(0)
     if x.ndim < 3:
         raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
-    y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.float_attr("epsilon", 1e-5))
-    return float_value(y * _per_channel(ctx, 1, x.ndim) + _per_channel(ctx, 2, x.ndim))
+    y, _, _ = _normalized(x, tuple(range(2, x.ndim)), ctx.float_attr("epsilon", 1e-5), _per_channel(ctx, 1, x.ndim),
+                          _per_channel(ctx, 2, x.ndim))
+    return float_value(y)
 
 
 @op("MeanVarianceNormalization", attrs=("axes",))
 def mvn(ctx):
     x = ctx.tensor(0)
-    axes = tuple(ctx.axes(ctx.ints_attr("axes", [0, 2, 3]), x.ndim))
-    mean = x.mean(axes, keepdims=True)
-    centred = x - mean
-    return float_value(centred / (centred * centred).mean(axes, keepdims=True).sqrt())
+    return float_value(_mean_variance_normalized(x, tuple(ctx.axes(ctx.ints_attr("axes", [0, 2, 3]), x.ndim))))
+
+
+@computed_in_float32
+def _mean_variance_normalized(x: Tensor, axes):
+    centred = x - x.mean(axes, keepdims=True)
+    return centred / (centred * centred).mean(axes, keepdims=True).sqrt()
 
 
 @op("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def rms_norm(ctx):
     x = ctx.tensor(0)
-    axes = _statistics_axes(ctx, x)
-    y = x * ((x * x).mean(axes, keepdims=True) + ctx.float_attr("epsilon", 1e-5)).rsqrt()
-    return float_value(y * ctx.tensor(1))
+    return float_value(_rms_normalized(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5), ctx.tensor(1)))
+
+
+@computed_in_float32
+def _rms_normalized(x: Tensor, axes, eps: float, scale: Tensor):
+    return x * ((x * x).mean(axes, keepdims=True) + eps).rsqrt() * scale
 
 
 @op("LpNormalization", attrs=("axis", "p"))
 def lp_norm(ctx):
     x = ctx.tensor(0)
-    axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
     p = ctx.int_attr("p", 2)
     if p not in (1, 2):
         raise ctx.attr_error("p", p, "use 1 or 2")
+    return float_value(_lp_normalized(x, ctx.axis(ctx.int_attr("axis", -1), x.ndim), p))
+
+
+@computed_in_float32
+def _lp_normalized(x: Tensor, axis: int, p: int):
     norm = x.abs().sum(axis, keepdims=True) if p == 1 else (x * x).sum(axis, keepdims=True).sqrt()
-    return float_value(x / (norm + (norm <= 0.0)))  # a zero vector stays zero
+    return x / (norm + (norm <= 0.0))  # a zero vector stays zero
 
 
 __all__ = ["convolution"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.core import computed_in_float32
 from ..ops.tensor import Tensor, constant
 from .onnx_ops_core import BOOL, FLOAT, INT64, Value, float_value, is_int_array, op, static_value
 from .onnx_ops_math import FLT_MAX, _fold_result
@@ -55,20 +56,26 @@ def reduce(ctx):
     if axes is None:
         return Value(v.etype, tensor=x)
     shape, kind = x.shape, ctx.op_type
-    if kind == "ReduceProd":
-        out = x
-        for a in sorted(axes, reverse=True):
-            out = out.prod(a)
-        return float_value(_keep(out, shape, axes, keepdims))
     if kind in ("ReduceMax", "ReduceMin"):
         out = x.max(axes) if kind == "ReduceMax" else x.min(axes)
         if v.etype == BOOL:  # the max of no booleans is False, the min True
             out = out.clip(0.0, 1.0)
         return Value(v.etype, tensor=_keep(out, shape, axes, keepdims))
+    return float_value(_keep(_reduced(x, kind, tuple(axes)), shape, axes, keepdims))
+
+
+@computed_in_float32  # a composite: a 16-bit x accumulates in float32 and rounds once, as ReduceMean in PyTorch
+def _reduced(x: Tensor, kind: str, axes: tuple) -> Tensor:
+    """The float reductions over `axes`, without keepdims."""
+    if kind == "ReduceProd":
+        out = x
+        for a in sorted(axes, reverse=True):
+            out = out.prod(a)
+        return out
     if kind == "ReduceLogSumExp":
         m = x.max(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
         out = (x - m).exp().sum(axes, keepdims=True).log() + m
-        return float_value(out if keepdims else out.reshape(tuple(n for i, n in enumerate(shape) if i not in axes)))
+        return out.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
     terms = {"ReduceSum": x, "ReduceMean": x, "ReduceL1": None, "ReduceL2": x * x, "ReduceLogSum": x,
              "ReduceSumSquare": x * x}[kind]
     if kind == "ReduceL1":
@@ -77,7 +84,7 @@ def reduce(ctx):
     if kind == "ReduceMean":
         count = 1
         for a in axes:
-            count = count * shape[a]
+            count = count * x.shape[a]
         if isinstance(count, int):
             out = out * (1.0 / count if count else float("nan"))
         else:
@@ -86,7 +93,7 @@ def reduce(ctx):
         out = out.sqrt()
     elif kind == "ReduceLogSum":
         out = out.log()
-    return float_value(_keep(out, shape, axes, keepdims))
+    return out
 
 
 @op("Softmax", "LogSoftmax", attrs=("axis",))

@@ -21,7 +21,8 @@ off) and run at two bindings of the symbolic dims; each output is compared with
 `rc.evaluate(..., precision="float64")` at golden.FLOAT32_TOLERANCE, widened only by what the
 computation itself makes unavoidable: 4x the float32 reference's own error at that element (an
 ill-conditioned element, e.g. a layer norm of a nearly constant row, is as far off in the NumPy
-float32 reference). NaN never passes, and the generator keeps every reference finite. A program
+float32 reference). NaN never passes, and the generator keeps every reference finite (a reference
+that is not finite where no input holds planted specials is a mismatch: an overflow inside it). A program
 whose compile or run exceeds `--timeout` is reported too (its slow graphs are then found alone).
 
 Usage (the documented long run: about 5 minutes per 1,000 graphs on 2 idle cores, so 50 minutes

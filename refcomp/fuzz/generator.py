@@ -388,6 +388,9 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
         if self.chance(LONG_SUM_RATE):  # drawn last: the graph before it is what it was without long sums
             long = self.long_sum()
             outputs += [long.name] if long is not None else []
+        wide = self.wide_rows_output()
+        if wide is not None:
+            outputs.append(wide)
         return self.graph.pruned(list(dict.fromkeys(outputs)))
 
 

@@ -23,6 +23,7 @@ LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows be
 LONG = (150, 600)  # the extent of an occasional long axis
 LONG_SUM = (700, 851)  # the long sum's row (edge_steps.long_sum): B rows of it stay under MAX_ELEMENTS
 LONG_SUM_RATE = 0.05  # graphs that end with a long sum
+WIDE_ROWS_RATE = 0.15  # graphs with one more output: a 16-bit composite of large rows (ModelSteps.wide_rows_output)
 EDGE_BINDING = 2  # index of each program's third binding, whose dims lie in [0, 2]
 
 

@@ -4,8 +4,11 @@ convolution in 1-D to 3-D) and embedding gathers. Mixed into `generator.Generato
 from __future__ import annotations
 
 import math
+from typing import Optional
 
-from .graph import _max_extent, _min_extent, simple_dim
+import numpy as np
+
+from .graph import _max_extent, _min_extent, simple_dim, WIDE_ROWS_RATE
 
 
 class ModelSteps:
@@ -140,6 +143,40 @@ class ModelSteps:
         pad = 0.01 * max(abs(v.lo), abs(v.hi))  # rounding moves a value by at most 2^-8 of itself
         self.emit(expr, v.lo - pad, v.hi + pad, False, "storage")
 
+    def wide_rows_output(self) -> Optional[str]:
+        """In some graphs, one more output: a composite (layer norm, RMS norm, softmax, log-softmax,
+        mean, std) of a fresh input made large (times up to 2^14, rows up to 30,000) and rounded to
+        float16 or bfloat16, whose squares and sums leave float16's range unless the composite
+        accumulates in float32 and rounds once (ops.core.computed_in_float32). It is drawn from a
+        stream of its own after the rest, so every other line, output and feed is as before."""
+        side = np.random.default_rng([self.graph.seed, self.graph.index, 16])
+        if side.random() >= WIDE_ROWS_RATE:
+            return None
+        main, self.rng = self.rng, side
+        try:
+            v = self.new_input(self.random_shape(int(side.integers(1, 4))))
+            n, extent = v.name, _max_extent(v.shape[-1])
+            op = self.choice(["layer_norm", "rms_norm", "softmax", "log_softmax", "mean", "std"])
+            if op == "layer_norm":  # a ramp keeps each row's spread (see step_row)
+                n, bound = f"({n} + rc.arange({n}.shape[-1]) * 4.25)", 2.0 + 4.25 * extent
+            else:
+                bound = 2.0
+            scale = 2.0 ** min(14, math.floor(math.log2(30000.0 / bound)))
+            x = f"({n} * {scale!r}).{self.choice(['half', 'half', 'bfloat16'])}()"
+            lo, hi, norm = v.lo * scale, v.hi * scale, math.sqrt(extent) + 1
+            if op == "rms_norm" and _min_extent(v.shape[-1]) < 2:  # x / sqrt(x^2 + eps) is ill-conditioned
+                op = "softmax"
+            expr, lo, hi = {"layer_norm": (f"rc.nn.layer_norm({x})", -norm, norm),
+                            "rms_norm": (f"rc.nn.rms_norm({x})", -norm, norm),
+                            "softmax": (f"{x}.softmax(-1)", 0.0, 1.0),
+                            "log_softmax": (f"{x}.log_softmax(-1)", lo - hi - math.log(extent) - 1, 0.0),
+                            "mean": (f"{x}.mean(-1)", lo - 0.01 * abs(lo), hi + 0.01 * abs(hi)),
+                            "std": (f"{x}.std(-1)", 0.0, hi - lo)}[op]
+            out = self.emit(expr + (".float()" if self.chance(0.5) else ""), lo, hi, False, f"wide_{op}")
+            return self.tame(out).name if out is not None else None
+        finally:
+            self.rng = main
+
     def step_torch_math(self) -> None:
         """The PyTorch-named functions: inverse trigonometric and hyperbolic functions, rounding,
         activations, two-operand functions and the dim=/keepdim= reductions, each with its range."""
@@ -169,7 +206,9 @@ class ModelSteps:
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
             extent = _max_extent(v.shape[-1])
             options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))
-            options.append((f"{n}.std(dim=-1, keepdim=True)", 0.0, hi - lo + 1.0, False, "std"))
+            # Bessel's correction over one value is NaN by definition: only where the axis has two
+            correction = "" if _min_extent(v.shape[-1]) >= 2 else ", correction=0"
+            options.append((f"{n}.std(dim=-1, keepdim=True{correction})", 0.0, hi - lo + 1.0, False, "std"))
         other = self.pick(lambda w: w is not v and w.shape == v.shape and w.bound <= 20)
         if other is not None:
             options.append((f"rc.atan2({n}, {other.name})", -math.pi, math.pi, False, "atan2"))

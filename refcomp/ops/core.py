@@ -9,8 +9,9 @@ built on it, so the ops package imports in one direction.
 """
 from __future__ import annotations
 
+import functools
 import numbers
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import sympy
@@ -151,6 +152,34 @@ def widened(*operands: TensorCore) -> tuple[list, str]:
     if all(t.dtype == "float32" for t in operands):
         return list(operands), dtype
     return [t.to("float32") for t in operands], dtype
+
+
+def computed_in_float32(composite: Callable) -> Callable:
+    """Decorate a composite (a norm, softmax, mean, a loss, attention): its 16-bit tensor arguments are
+    widened to float32, it computes in float32, and a 16-bit result is rounded once, as PyTorch's
+    CUDA kernels accumulate. Rounding each primitive instead overflows float16 between an input and
+    a result that both fit (the squares in a layer norm of [300, -300] rows, the sum in a mean of
+    70,000 ones) and moves a bfloat16 row's mean by half its last place. The result's dtype is the
+    promotion of the float tensor arguments, as before; without a 16-bit argument nothing changes."""
+    @functools.wraps(composite)
+    def call(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, TensorCore)]
+        if not any(DTYPES[t.dtype].is_narrow for t in tensors):
+            return composite(*args, **kwargs)
+        strong = [t.dtype for t in tensors if t.dtype in FLOAT_DTYPES and not t.node.weak]
+        dtype = promote(strong) if strong else "float32"
+        out = composite(*map(_wide, args), **{k: _wide(v) for k, v in kwargs.items()})
+        return tuple(_narrow(t, dtype) for t in out) if isinstance(out, tuple) else _narrow(out, dtype)
+
+    return call
+
+
+def _wide(value):
+    return value.to("float32") if isinstance(value, TensorCore) and DTYPES[value.dtype].is_narrow else value
+
+
+def _narrow(value, dtype: str):
+    return value.to(dtype) if isinstance(value, TensorCore) and value.dtype == "float32" else value
 
 
 def lift(value) -> TensorCore:

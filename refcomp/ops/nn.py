@@ -20,7 +20,7 @@ from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, constant, iota, lift
-from .core import widened
+from .core import computed_in_float32, widened
 from .pooling import (avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d,
                       max_unpool2d, max_unpool3d)
 from .windows import _pads, _per_axis, _require_ndim, windows
@@ -36,6 +36,7 @@ def linear(x, weight, bias=None):
 
 
 @user_op
+@computed_in_float32
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, normalized_shape=None):
     """Normalise the last axis, or (normalized_shape=, by keyword) the last len(normalized_shape) axes;
     weight and bias broadcast against those axes."""
@@ -56,6 +57,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, normalized_shape
 
 
 @user_op
+@computed_in_float32
 def rms_norm(x, weight=None, eps: float = 1e-6):
     x = lift(x)
     out = x * ((x * x).mean(-1, keepdims=True) + eps).rsqrt()
@@ -158,6 +160,7 @@ def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) ->
 
 
 @user_op
+@computed_in_float32
 def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     """torch.nn.functional.normalize: x / max(||x||_p, eps) along `dim`."""
     x = lift(x)
@@ -255,6 +258,7 @@ def _reduced(loss, reduction: str, who: str):
 
 
 @user_op
+@computed_in_float32
 def cross_entropy(logits, target, reduction: str = "mean"):
     """torch.nn.functional.cross_entropy over axis 1: target int32 class ids (N, ...) or class
     probabilities of the logits' shape."""
@@ -269,6 +273,7 @@ def cross_entropy(logits, target, reduction: str = "mean"):
 
 
 @user_op
+@computed_in_float32
 def binary_cross_entropy(probabilities, target, reduction: str = "mean"):
     """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (p = 0 or 1 stays finite)."""
     p, t = lift(probabilities), lift(target)
@@ -288,6 +293,7 @@ def embedding(ids, table):
 
 
 @user_op
+@computed_in_float32
 def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, attn_mask=None, is_causal=None,
                                  scale=None, enable_gqa: bool = False):
     """softmax(q k^T * scale + mask) v over the last two axes (scale defaults to 1/sqrt(d)).

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, prod
-from .core import constant, iota, lift
+from .core import computed_in_float32, constant, iota, lift
 from .elementwise import where
 from .provenance import user_op
 from .windows import _pads, _per_axis, _require_ndim, ceil_mode_extra, windows
@@ -50,6 +50,7 @@ def max_pool(x, kernel, stride, padding, dilation, ceil_mode: bool = False, retu
 
 
 @user_op
+@computed_in_float32
 def avg_pool(x, kernel, stride, padding, dilation=None, ceil_mode: bool = False, count_include_pad: bool = True,
              divisor_override: Optional[int] = None, who: str = "avg_pool"):
     """The mean of each window: over its cells inside the padded input (count_include_pad) or inside

@@ -2,7 +2,9 @@
 
 A primitive reduce removes exactly one axis; multi-axis and keepdims forms are views around a
 chain of them. `matmul` is the textbook SumReduce(Mul(expand a, expand b)) over the contracted axis,
-which is the pattern the search later recognises and hands to the tiled matmul template.
+which is the pattern the search later recognises and hands to the tiled matmul template. The
+composites (mean, var, softmax, ...) of a 16-bit tensor compute in float32 and round once
+(`core.computed_in_float32`); a sum rounds once whatever its axes.
 """
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
+from .dtypes import DTYPES
 from .provenance import user_op
-from .core import broadcast_shape, constant, iota, lift, widened
+from .core import broadcast_shape, computed_in_float32, constant, iota, lift, widened
 from .elementwise import where
 
 
@@ -29,9 +32,12 @@ class ReductionMixin:
             axes = [self._axis(a) for a in axis]
             if len(set(axes)) != len(axes):
                 raise ShapeError(f"{name} of {self.label}: repeated axis in {tuple(axis)}")
-        out = self
+        # a sum over several axes is one accumulation: of a 16-bit tensor, in float32, rounded once
+        several = name == "SumReduce" and len(set(axes)) > 1 and DTYPES[self.dtype].is_narrow
+        out = self.to("float32") if several else self
         for a in sorted(set(axes), reverse=True):
             out = out._reduce(name, a)
+        out = out.to(self.dtype) if several else out
         if keepdims:
             out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape)))
         return out
@@ -48,6 +54,7 @@ class ReductionMixin:
         axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         return -((-self).max(axis, keepdims))
 
+    @computed_in_float32
     def prod(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         """The product as a tree of Mul over halves of each axis (whose length must be concrete)."""
         axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
@@ -64,6 +71,7 @@ class ReductionMixin:
     def all(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         return self.ne(0.0).min(axis, keepdims, dim=dim, keepdim=keepdim)
 
+    @computed_in_float32
     def logsumexp(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         """log(sum(exp(x))) shifted by the maximum (an infinite maximum is not subtracted)."""
         axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
@@ -81,11 +89,13 @@ class ReductionMixin:
         axes = range(self.ndim) if axis is None else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
 
+    @computed_in_float32
     def mean(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
         count = self._count(axis)
         return self.sum(axis, keepdims) * _inverse(count)
 
+    @computed_in_float32
     def var(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
         """Population variance when called the NumPy way (axis=, ddof 0); called the PyTorch way (dim=,
         keepdim= or unbiased=) the default correction is PyTorch's, 1. `correction` overrides both."""
@@ -102,18 +112,21 @@ class ReductionMixin:
             return total
         return where(constant(count) > correction, total, math.nan)
 
+    @computed_in_float32
     def std(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
         return self.var(axis, keepdims, correction, dim=dim, keepdim=keepdim, unbiased=unbiased).sqrt()
 
     def softmin(self, axis: int = -1, *, dim=None):
         return (-self).softmax(axis if dim is None else dim)
 
+    @computed_in_float32
     def softmax(self, axis: int = -1, *, dim=None):
         axis = axis if dim is None else dim
         shifted = self - self.max(axis, keepdims=True)
         e = shifted.exp()
         return e / e.sum(axis, keepdims=True)
 
+    @computed_in_float32
     def log_softmax(self, axis: int = -1, *, dim=None):
         axis = axis if dim is None else dim
         shifted = self - self.max(axis, keepdims=True)
