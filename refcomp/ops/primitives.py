@@ -17,12 +17,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 import sympy
 
+from ..errors import ShapeError
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
 from .dtypes import promote
 from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
+ARITY = {LEAF: 0, UNARY: 1, COPY: 1, BINARY: 2, TERNARY: 3, REDUCE: 1, GATHER: 2}  # sources per kind of op
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
 SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader (codegen does)
 
@@ -135,17 +137,23 @@ class Node:
 
 
 def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tuple[Dim, ...]:
-    """The shape rule of each kind of op. Callers (the Tensor API) have already broadcast operands."""
+    """The shape rule of each kind of op. Callers (the Tensor API) have already broadcast operands;
+    a graph read from a file has not, so what does not fit is a ShapeError, never an assertion."""
+    if len(srcs) != ARITY[op.kind]:
+        raise ShapeError(f"{op.name} takes {ARITY[op.kind]} sources, got {len(srcs)}")
     if op.kind == LEAF:
         return tuple(attrs.get("shape", ()))
     if op.kind in (UNARY, COPY):
         return srcs[0].shape
     if op.kind in (BINARY, TERNARY):
         a = srcs[0].shape
-        assert all(len(a) == len(s.shape) and all(dims_equal(x, y) for x, y in zip(a, s.shape)) for s in srcs), op.name
+        if not all(len(a) == len(s.shape) and all(dims_equal(x, y) for x, y in zip(a, s.shape)) for s in srcs):
+            raise ShapeError(f"{op.name}: its sources' shapes differ ({', '.join(str(s.shape) for s in srcs)})")
         return a
     if op.kind == REDUCE:
         shape = srcs[0].shape
+        if not 0 <= attrs["axis"] < len(shape):
+            raise ShapeError(f"{op.name}: axis {attrs['axis']} of a {len(shape)}-d source")
         return shape[:attrs["axis"]] + shape[attrs["axis"] + 1:]
     if op.kind == GATHER:
         table, ids = srcs
