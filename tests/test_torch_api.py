@@ -123,7 +123,8 @@ def test_reductions_with_dim_and_keepdim(rng, keepdim):
                        ("argmax", t.argmax(dim=1, keepdim=keepdim).double()),
                        ("argmin", t.argmin(dim=1, keepdim=keepdim).double())]:
         close(run(lambda a: getattr(a, name)(dim=1, keepdim=keepdim), x), want.numpy(), rtol=2e-6, atol=1e-6)
-    close(run(lambda a: a.var(1), x), x.astype(np.float64).var(1), rtol=2e-6)  # the NumPy way keeps ddof 0
+    close(run(lambda a: a.var(1), x), t.var(1).numpy(), rtol=2e-6)  # a positional dim is PyTorch's: correction 1
+    close(run(lambda a: a.var(axis=1, ddof=0), x), x.astype(np.float64).var(1), rtol=2e-6)  # NumPy's ddof
     close(run(lambda a: a.std(1, correction=2), x), t.std(dim=1, correction=2).numpy(), rtol=2e-6)
     close(run(lambda a: a.var(dim=1, unbiased=False), x), t.var(dim=1, unbiased=False).numpy(), rtol=2e-6)
 
@@ -139,7 +140,7 @@ def test_flattened_argmax_argmin_softmin_and_logsumexp_edges(rng):
     close(run(lambda a: a.logsumexp(dim=1), edges), torch.logsumexp(torch.from_numpy(edges).double(), dim=1).numpy(),
           rtol=1e-6)
     with pytest.raises(ShapeError, match="axis= or dim="):
-        rc.input("x", (3, 4)).sum(0, dim=1)
+        rc.input("x", (3, 4)).sum(0, axis=1)
     with pytest.raises(ShapeError, match="symbolic length"):
         rc.input("x", ("B", 4)).prod(0)
 
@@ -196,8 +197,8 @@ SHAPES = {
     "roll_flat": (lambda x: x.roll(7), lambda t: t.roll(7)),
     "repeat": (lambda x: x.repeat(2, 1, 1, 3), lambda t: t.repeat(2, 1, 1, 3)),
     "repeat_interleave": (lambda x: x.repeat_interleave(3, dim=1), lambda t: t.repeat_interleave(3, dim=1)),
-    "cummax": (lambda x: x.cummax(2), lambda t: t.cummax(2).values),
-    "cummin": (lambda x: x.cummin(dim=0), lambda t: t.cummin(0).values),
+    "cummax": (lambda x: x.cummax(2).values, lambda t: t.cummax(2).values),
+    "cummin": (lambda x: x.cummin(dim=0).values, lambda t: t.cummin(0).values),
 }
 
 
@@ -267,7 +268,7 @@ def test_layer_norm_over_several_axes_and_grouped_query_attention(rng):
     w, b = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
     want = torch.nn.functional.layer_norm(*(torch.from_numpy(t).double() for t in (x,)), (4, 5),
                                           torch.from_numpy(w).double(), torch.from_numpy(b).double()).numpy()
-    close(run(lambda a, c, d: rc.nn.layer_norm(a, c, d, normalized_shape=(4, 5)), x, w, b), want, rtol=1e-5, atol=1e-6)
+    close(run(lambda a, c, d: rc.nn.layer_norm(a, (4, 5), c, d), x, w, b), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ShapeError, match="normalized_shape"):
         rc.nn.layer_norm(rc.input("x", (2, 3)), normalized_shape=(4,))
     q = rng.standard_normal((2, 4, 3, 8)).astype(np.float32)

@@ -61,12 +61,12 @@ def reduce(ctx):
             out = out.prod(a)
         return float_value(_keep(out, shape, axes, keepdims))
     if kind in ("ReduceMax", "ReduceMin"):
-        out = x.max(axes) if kind == "ReduceMax" else x.min(axes)
+        out = x.amax(axes) if kind == "ReduceMax" else x.amin(axes)
         if v.etype == BOOL:  # the max of no booleans is False, the min True
             out = out.clip(0.0, 1.0)
         return Value(v.etype, tensor=_keep(out, shape, axes, keepdims))
     if kind == "ReduceLogSumExp":
-        m = x.max(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
+        m = x.amax(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
         out = (x - m).exp().sum(axes, keepdims=True).log() + m
         return float_value(out if keepdims else out.reshape(tuple(n for i, n in enumerate(shape) if i not in axes)))
     terms = {"ReduceSum": x, "ReduceMean": x, "ReduceL1": None, "ReduceL2": x * x, "ReduceLogSum": x,

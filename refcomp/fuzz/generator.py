@@ -166,7 +166,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
         options.append((f"{n}.abs()", 0.0 if v.lo * v.hi <= 0 else min(abs(v.lo), abs(v.hi)), b, "abs"))
         options.append((f"{n}.sigmoid()", _sig(v.lo), _sig(v.hi), "sigmoid"))
         options.append((f"{n}.tanh()", math.tanh(v.lo), math.tanh(v.hi), "tanh"))
-        options.append((f"{n}.gelu()", -0.2, max(v.hi, 0.0), "gelu"))
+        options.append((f"{n}.gelu(approximate='tanh')", -0.2, max(v.hi, 0.0), "gelu"))
         options.append((f"{n}.silu()", -0.3, max(v.hi, 0.0), "silu"))
         lo_c, hi_c = sorted(float(np.float32(round(x, 2))) for x in self.rng.uniform(-1.5, 1.5, 2))
         options.append((f"{n}.clip({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), "clip"))
@@ -281,17 +281,18 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
             lo, hi = min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent)
             out = self.emit(f"{n}.sum({axis}{kd})", lo, hi, False, "sum")
         elif op in ("max", "min"):
-            out = self.emit(f"{n}.{op}({axis}{kd})", v.lo, v.hi, v.exact, op)
+            out = self.emit(f"{n}.a{op}({axis}{kd})", v.lo, v.hi, v.exact, op)
         elif op == "mean":
             out = self.emit(f"{n}.mean({axis}{kd})", v.lo, v.hi, False, "mean")
         elif op == "var":
-            out = self.emit(f"{n}.var({axis}{kd})", 0.0, (v.hi - v.lo) ** 2, False, "var")
+            out = self.emit(f"{n}.var({axis}{kd}, correction=0)", 0.0, (v.hi - v.lo) ** 2, False, "var")
         elif op == "multi" and nd >= 2:
             axes = sorted(int(a) for a in self.rng.choice(nd, size=2, replace=False))
             which = self.choice(["sum", "max"])
             total = _max_extent(v.shape[axes[0]]) * _max_extent(v.shape[axes[1]])
             lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
-            out = self.emit(f"{n}.{which}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
+            method = "amax" if which == "max" else which  # over several axes: max itself takes one dim
+            out = self.emit(f"{n}.{method}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
         else:
             which = self.choice(["sum", "max", "mean"])
             total = _elements(v.shape)
@@ -318,7 +319,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
             cmp = self.choice(["<", ">", "<=", ">="])
             self.emit(f"({n} {cmp} {rhs})", 0.0, 1.0, True, "compare")
         elif op == "eq":
-            self.emit(f"{n}.eq({n}.max(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
+            self.emit(f"{n}.eq({n}.amax(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
         elif op in ("floor", "ceil"):  # discontinuous at integers: exact values take the same side in both precisions
             scale = self.choice([1.0, 4.0])  # a power of two keeps the values exact and moves more of them across integers
             arg = n if scale == 1.0 else f"({n} * {scale!r})"

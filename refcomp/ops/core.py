@@ -37,6 +37,16 @@ def dtype_name(dtype, what: str) -> str:
     return name
 
 
+def is_bool_dtype(dtype) -> bool:
+    """bool, "bool", np.bool_ or torch.bool: refcomp's booleans are flagged 0/1 floats (ops.tensor.BoolTensor)."""
+    return dtype is bool or str(getattr(dtype, "__name__", dtype)).replace("torch.", "") in ("bool", "bool_")
+
+
+def is_boolean(value) -> bool:
+    """A tensor PyTorch would type torch.bool (a comparison, a logical operation, `.bool()`)."""
+    return isinstance(value, TensorCore._boolean)
+
+
 def format_shape(shape: Sequence[Dim]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -44,6 +54,7 @@ def format_shape(shape: Sequence[Dim]) -> str:
 class TensorCore:
     __slots__ = ()
     full: type  # ops.tensor.Tensor, the class every builder returns (ops.tensor sets it)
+    _boolean: type  # ops.tensor.BoolTensor: a Tensor whose 0/1 values PyTorch would type torch.bool
 
     def __init__(self, edge: Edge):
         self.edge = edge
@@ -53,7 +64,11 @@ class TensorCore:
         return TensorCore.full(Edge(node, ViewStack.of_buffer(node.shape)))
 
     def with_views(self, views: ViewStack) -> "TensorCore":
-        return TensorCore.full(Edge(self.edge.node, views))
+        return type(self)(Edge(self.edge.node, views))  # a view of a boolean tensor is boolean
+
+    def _as_bool(self) -> "TensorCore":
+        """The same 0/1 values, flagged as PyTorch's bool (see ops.tensor.BoolTensor)."""
+        return TensorCore._boolean(self.edge)
 
     @property
     def node(self) -> Node:
@@ -100,12 +115,18 @@ class TensorCore:
             raise ShapeError(f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
 
     def to(self, dtype) -> "TensorCore":
-        """torch's Tensor.to(dtype): float types only; to a 16-bit type rounds, to float32 widens exactly."""
+        """torch's Tensor.to(dtype): float types, and bool (nonzero, NaN included, is True: 0/1 values
+        flagged boolean); to a 16-bit type rounds, to float32 widens exactly."""
+        if is_bool_dtype(dtype):
+            return self if is_boolean(self) else self.ne(0.0)
         name = dtype_name(dtype, f"{self.label}.to")
         self._require_float("to")
         if name not in FLOAT_DTYPES:
-            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only")
-        return self if name == self.dtype else TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
+            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only (its int32 "
+                             f"tensors are fed ids; integers are computed as exact float32 values)")
+        if name == self.dtype:
+            return TensorCore.full(self.edge) if is_boolean(self) else self
+        return TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
 
     def half(self) -> "TensorCore":
         return self.to("float16")
@@ -118,6 +139,9 @@ class TensorCore:
 
     def type(self, dtype) -> "TensorCore":
         return self.to(dtype)
+
+    def bool(self) -> "TensorCore":
+        return self.to("bool")
 
     def _unary(self, name: str) -> "TensorCore":
         self._require_float(name)

@@ -81,34 +81,34 @@ class ElementwiseMixin:
     # is wrong when an operand is NaN (every comparison with NaN is false), so they are multiplied
     # by `_ordered`, which is 0 exactly where an operand is NaN.
     def __lt__(self, other):
-        return self._binary("LessThan", other)
+        return self._binary("LessThan", other)._as_bool()
 
     def __gt__(self, other):
         _check_broadcast(self, other, "GreaterThan")
-        return lift(other)._binary("LessThan", self)
+        return lift(other)._binary("LessThan", self)._as_bool()
 
     def __le__(self, other):
-        return (1.0 - (self > other)) * _ordered(self, other)
+        return ((1.0 - (self > other)) * _ordered(self, other))._as_bool()
 
     def __ge__(self, other):
-        return (1.0 - (self < other)) * _ordered(self, other)
+        return ((1.0 - (self < other)) * _ordered(self, other))._as_bool()
 
     def eq(self, other):
-        return (1.0 - (self < other)) * (1.0 - (self > other)) * _ordered(self, other)
+        return ((1.0 - (self < other)) * (1.0 - (self > other)) * _ordered(self, other))._as_bool()
 
     def ne(self, other):
-        return 1.0 - self.eq(other)
+        return (1.0 - self.eq(other))._as_bool()
 
     def isnan(self):
         """1.0 where NaN: NaN is the only value neither below inf nor above -inf."""
-        return 1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5)
+        return (1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5))._as_bool()
 
     def isinf(self):
-        return (self < -FLOAT32_MAX) + (self > FLOAT32_MAX)
+        return ((self < -FLOAT32_MAX) + (self > FLOAT32_MAX))._as_bool()
 
     def isfinite(self):
         """1.0 where neither infinite nor NaN (every comparison with NaN is false)."""
-        return (self < math.inf) * (self > -math.inf)
+        return ((self < math.inf) * (self > -math.inf))._as_bool()
 
     __eq__ = eq
     __ne__ = ne
@@ -163,10 +163,10 @@ class ElementwiseMixin:
     def sigmoid(self):
         return 1.0 / (1.0 + (-self).exp())
 
-    def gelu(self, approximate: str = "tanh"):
-        """GELU, x * Phi(x). `approximate="tanh"` (the default, GPT-2's) is PyTorch's tanh form;
-        `approximate="none"` is the exact x/2 * erfc(-x/sqrt 2), which keeps erfc's relative accuracy in
-        the negative tail where 1 + erf(x/sqrt 2) would cancel (`tanh` and `erfc` live in ops/special.py)."""
+    def gelu(self, approximate: str = "none"):
+        """GELU, x * Phi(x). `approximate="none"` (PyTorch's default) is the exact x/2 * erfc(-x/sqrt 2),
+        which keeps erfc's relative accuracy in the negative tail where 1 + erf(x/sqrt 2) would cancel;
+        `approximate="tanh"` is PyTorch's tanh form, GPT-2's (`tanh` and `erfc` live in ops/special.py)."""
         if approximate == "tanh":
             inner = math.sqrt(2.0 / math.pi) * (self + 0.044715 * self * self * self)
             return 0.5 * self * (1.0 + inner.tanh())

@@ -112,10 +112,10 @@ class TorchMethodsMixin:
         return self.eq(0.0)
 
     def logical_and(self, other):
-        return self.ne(0.0) * lift(other).ne(0.0)
+        return (self.ne(0.0) * lift(other).ne(0.0))._as_bool()
 
     def logical_or(self, other):
-        return self.ne(0.0).maximum(lift(other).ne(0.0))
+        return self.ne(0.0).maximum(lift(other).ne(0.0))._as_bool()
 
     def logical_xor(self, other):
         return self.ne(0.0).ne(lift(other).ne(0.0))

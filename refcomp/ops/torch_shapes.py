@@ -1,5 +1,5 @@
 """PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, diagonal, roll,
-repeat, repeat_interleave, and the running product / maximum / minimum / log-sum-exp.
+repeat, repeat_interleave, and the running product / maximum / minimum (with their positions) / log-sum-exp.
 
 Every method here is a view (or a concatenation of views) of the same node, so none copies data
 except where PyTorch's result is not a view either (roll, repeat concatenate). The scans read the
@@ -15,6 +15,7 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, prod
 from ..symbolic.view import contiguous_strides
+from . import return_types
 from .core import iota, lift
 from .elementwise import where
 from .movement import concat
@@ -152,8 +153,8 @@ class TorchShapesMixin:
         order = [i for i in range(self.ndim) if i != axis] + [axis]  # the gathered axis last, then one for the index's
         candidates = rows.permute(order).unsqueeze(axis)  # (..., 1 at axis, ..., n)
         match = index.unsqueeze(-1).eq(iota((1,) * self.ndim + (n,), self.ndim))
-        picked = where(match, candidates, -math.inf).max(-1)  # one candidate matches: its value, -0.0 and NaN kept
-        return where(match.max(-1), picked, math.nan)
+        picked = where(match, candidates, -math.inf).amax(-1)  # one candidate matches: its value, -0.0 and NaN kept
+        return where(match.amax(-1), picked, math.nan)
 
     # --- scans ----------------------------------------------------------------------------------
     def _prefixes(self, axis: int, identity: float):
@@ -173,12 +174,25 @@ class TorchShapesMixin:
         return self._scan(dim, 1.0, lambda w: w.prod(-1))
 
     def cummax(self, dim: int = -1):
-        """The running maximum (values only; PyTorch also returns their indices)."""
-        return self._scan(dim, -math.inf, lambda w: w.max(-1))
+        """The running maximum and where it was reached: PyTorch's named pair (values, indices)."""
+        return self._running_extreme(dim, lowest=False)
 
     def cummin(self, dim: int = -1):
-        """The running minimum (values only; PyTorch also returns their indices)."""
-        return self._scan(dim, math.inf, lambda w: w.min(-1))
+        return self._running_extreme(dim, lowest=True)
+
+    def _running_extreme(self, dim, lowest: bool):
+        """Each prefix's maximum (of -x for the minimum) and, as PyTorch, the last position holding it (a NaN
+        is the maximum: the last NaN). Window k of row i holds x[i - (n - 1) + k], -inf in the padding."""
+        axis = self._axis(dim)
+        windows = (-self if lowest else self)._prefixes(axis, -math.inf)
+        top = windows.amax(-1)
+        lead, n = windows.ndim - 2, windows.shape[-1]
+        position = iota(windows.shape, lead) + iota(windows.shape, lead + 1) - (n - 1)
+        hit = windows.eq(top.unsqueeze(-1)) + windows.isnan()
+        indices = where(hit, position, -1.0).amax(-1)
+        if axis != self.ndim - 1:
+            top, indices = top.transpose(axis, -1), indices.transpose(axis, -1)
+        return (return_types.cummin(-top, indices) if lowest else return_types.cummax(top, indices))
 
     def logcumsumexp(self, dim: int = -1):
         return self._scan(dim, -math.inf, lambda w: w.logsumexp(-1))
