@@ -1,7 +1,6 @@
 """Issue 28: calls whose name matches PyTorch's behave as PyTorch's (or raise a RefcompError naming the
 difference). Regression tests for answers that once differed silently, each against torch on the CPU."""
 import numpy as np
-import pytest
 
 import refcomp as rc
 from api_helpers import close, exact, needs_torch, run, torch

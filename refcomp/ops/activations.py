@@ -99,7 +99,7 @@ def softsign(x):
 
 
 @user_op
-def gelu(input, approximate: str = "none"):
+def gelu(input, *, approximate: str = "none"):
     return lift(input).gelu(approximate)
 
 

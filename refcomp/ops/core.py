@@ -33,8 +33,14 @@ def dtype_name(dtype, what: str) -> str:
         pass
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
-        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)})")
+        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)}){DTYPE_HINTS.get(name, '')}")
     return name
+
+
+DTYPE_HINTS = {"int64": ": integer tensors are int32 ids (feed int64 arrays to an int32 input: they must fit), and "
+                        "computed integers are exact float32 values",
+               "float64": ": refcomp computes in float32 (rc.evaluate(..., precision='float64') is the float64 reference)",
+               "bool": ": booleans are 0/1 float32 values flagged by comparisons or .bool() (feed a float32 mask)"}
 
 
 def is_bool_dtype(dtype) -> bool:

@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import broadcast, broadcast_shape, lift
+from .core import broadcast, broadcast_shape, is_boolean, lift
 from .movement import stack
 from .primitives import make_node
 
@@ -114,6 +114,32 @@ class ElementwiseMixin:
     __ne__ = ne
     __hash__ = object.__hash__
 
+    # --- PyTorch's operators on booleans: & | ^ ~ (refcomp has no integer tensors for bitwise ones) ---
+    def _boolean_operands(self, other, op: str):
+        other = lift(other) if not isinstance(other, bool) else other
+        if not is_boolean(self) or not (isinstance(other, bool) or is_boolean(other)):
+            raise ShapeError(f"{op} of {self.label}: PyTorch's bitwise operators need booleans (comparisons, .bool()) "
+                             f"here, as refcomp has no integer tensors")
+        return float(other) if isinstance(other, bool) else other
+
+    def __and__(self, other):
+        return self.logical_and(self._boolean_operands(other, "&"))
+
+    def __or__(self, other):
+        return self.logical_or(self._boolean_operands(other, "|"))
+
+    def __xor__(self, other):
+        return self.logical_xor(self._boolean_operands(other, "^"))
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __invert__(self):
+        self._boolean_operands(True, "~")
+        return self.logical_not()
+
+    def __abs__(self):
+        return self.abs()
+
     # --- unary math ---------------------------------------------------------------------------
     def log2(self):
         return self._unary("Log2")
@@ -156,9 +182,15 @@ class ElementwiseMixin:
     def relu(self):
         return self.maximum(0.0)
 
-    def clip(self, min=None, max=None):
+    def clamp(self, min=None, max=None):
+        """torch.clamp: maximum with min, then minimum with max (numbers or tensors), so min > max gives
+        max and a NaN (in x or a bound) propagates, as PyTorch."""
+        if min is None and max is None:
+            raise ShapeError(f"clamp of {self.label}: give min or max (PyTorch refuses neither)")
         out = self if min is None else self.maximum(min)
         return out if max is None else out.minimum(max)
+
+    clip = clamp
 
     def sigmoid(self):
         return 1.0 / (1.0 + (-self).exp())

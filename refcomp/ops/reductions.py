@@ -12,7 +12,6 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
-from .provenance import user_op
 from . import return_types
 from .core import TensorCore, broadcast_shape, constant, iota, lift, widened
 from .elementwise import where
@@ -281,20 +280,3 @@ def _inverse(count):
 def _batch_of(t):
     """A stand-in tensor whose shape is `t`'s batch axes, used only to broadcast shapes."""
     return constant(0.0).broadcast_to(t.shape[:-2]) if t.ndim > 2 else constant(0.0)
-
-
-@user_op
-def arange(*args):
-    """rc.arange(n) or rc.arange(start, stop, step): start, start + step, ... below stop (ints, or
-    floats as torch.arange takes them: ceil((stop - start) / step) values, each start + i * step)."""
-    if len(args) == 1 and not isinstance(args[0], float):
-        n = make_dim(args[0])
-        return iota((max(n, 0) if isinstance(n, int) else n,), 0)  # NumPy: arange(-1) is empty
-    start, stop, step = ([0] if len(args) == 1 else []) + (list(args) + [1])[:3 if len(args) > 1 else 2]
-    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (start, stop, step)) or step == 0:
-        raise ShapeError(f"arange({', '.join(map(str, args))}): start, stop and step must be numbers, step non-zero")
-    if all(isinstance(v, numbers.Integral) for v in (start, stop, step)):
-        count = max(len(range(start, stop, step)), 0)
-    else:
-        count = max(math.ceil((float(stop) - float(start)) / float(step)), 0)
-    return iota((count,), 0) * float(step) + float(start)

@@ -47,7 +47,9 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
              "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__neg__": "neg", "__pow__": "pow",
              "__rpow__": "pow", "__mod__": "mod", "__rmod__": "mod", "__matmul__": "matmul", "__rmatmul__": "matmul",
              "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne",
-             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide"}
+             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide",
+             "__and__": "logical_and", "__rand__": "logical_and", "__or__": "logical_or", "__ror__": "logical_or",
+             "__xor__": "logical_xor", "__rxor__": "logical_xor", "__invert__": "logical_not", "__abs__": "abs"}
 
 
 def _record_provenance(cls: type) -> None:

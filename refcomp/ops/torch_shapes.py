@@ -1,4 +1,5 @@
-"""PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, diagonal, roll,
+"""PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, t, mT, swapaxes,
+split, chunk, diagonal, roll,
 repeat, repeat_interleave, and the running product / maximum / minimum (with their positions) / log-sum-exp.
 
 Every method here is a view (or a concatenation of views) of the same node, so none copies data
@@ -13,7 +14,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from ..symbolic.dims import dim as make_dim, prod
+from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
 from .core import iota, lift
@@ -50,6 +51,59 @@ class TorchShapesMixin:
             n = self.shape[axis]
             sizes = tuple(make_dim(n // known if isinstance(n, int) else n / known) if s == -1 else s for s in sizes)
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
+
+    def t(self):
+        """torch.Tensor.t: a 2-D tensor transposed; 0-D and 1-D as they are; more axes refused, as PyTorch."""
+        if self.ndim > 2:
+            raise ShapeError(f"t() of {self.label}: PyTorch's t() takes at most 2 axes (mT swaps the last two)")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def mT(self):
+        if self.ndim < 2:
+            raise ShapeError(f"mT of {self.label}: needs at least 2 axes")
+        return self.transpose(-2, -1)
+
+    def swapaxes(self, axis0: int, axis1: int):
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0: int, dim1: int):
+        return self.transpose(dim0, dim1)
+
+    def split(self, split_size_or_sections, dim: int = 0):
+        """torch.split: views of `split_size` along dim (the last one shorter), or of the listed sizes
+        (which must add up to the axis). An int size needs a known length: the count of pieces is."""
+        axis = self._axis(dim)
+        n = self.shape[axis]
+        if isinstance(split_size_or_sections, numbers.Integral) and not isinstance(split_size_or_sections, bool):
+            size = int(split_size_or_sections)
+            if not isinstance(n, int):
+                raise ShapeError(f"split of {self.label}: axis {axis} has the symbolic length {n}, so the number of "
+                                 f"pieces of {size} is unknown; give the sizes as a list")
+            if size < 0 or (size == 0 and n):
+                raise ShapeError(f"split of {self.label}: split_size {size} must be positive (0 only for an empty axis)")
+            sizes = [size] * (n // size) + ([n % size] if n % size else []) if n else [0]
+        else:
+            sizes = [make_dim(s) for s in split_size_or_sections]
+            if not dims_equal(make_dim(sum(sizes)), n):
+                raise ShapeError(f"split of {self.label}: sizes {sizes} add up to {sum(sizes)}, not the {n} of axis {axis}")
+        pieces, start = [], 0
+        for size in sizes:
+            index = [slice(None)] * self.ndim
+            index[axis] = slice(start, make_dim(start + size))
+            pieces.append(self[tuple(index)])
+            start = make_dim(start + size)
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0):
+        """torch.chunk: pieces of ceil(n / chunks) along dim, the last smaller, so there may be fewer
+        than `chunks` (an empty axis gives `chunks` empty pieces, as PyTorch)."""
+        chunks = _int(chunks, "chunk's chunks", self.label)
+        axis = self._axis(dim)
+        n = self.shape[axis]
+        if chunks < 1 or not isinstance(n, int):
+            raise ShapeError(f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} of known length ({n})")
+        return self.split([0] * chunks, axis) if n == 0 else self.split(-(-n // chunks), axis)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
         """The diagonal of axes dim1 and dim2 (offset above it, negative below) as the last axis: a
