@@ -19,10 +19,11 @@ from .spmd import Mesh, shard
 
 globals().update(_FUNCTIONS)  # rc.exp(x), rc.softmax(x, -1), rc.matmul(a, b), ...: the Tensor methods as functions
 globals().update(_DTYPES)  # rc.float32, rc.int64, rc.bool, ...: dtype names
+_BUILTINS = {"abs", "max", "min", "sum", "round", "pow", "bool"}  # rc.max, but `from refcomp import *` keeps Python's
 
 __all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack", "where", "maximum", "minimum", "fmod",
            "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
            "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
-           "zeros_like", *_FUNCTIONS, *_DTYPES, "nn", "return_types", "evaluate", "Program", "compile", "load_program",
+           "zeros_like", *sorted(set(_FUNCTIONS) - _BUILTINS), *sorted(set(_DTYPES) - _BUILTINS), "nn", "return_types", "evaluate", "Program", "compile", "load_program",
            "onnx", "spmd", "Mesh", "shard", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
            "CacheError"]

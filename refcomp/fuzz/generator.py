@@ -12,6 +12,7 @@ from ..symbolic.dims import dim, prod
 from .edge_steps import EdgeSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
+from .torch_steps import TorchSteps
 from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SPECIALS_RATE,
                     SYMBOLS, _names_in, simple_dim)
 
@@ -38,7 +39,7 @@ def _elements(shape) -> int:
     return _max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
-class Generator(EdgeSteps, ModelSteps, ViewSteps):
+class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
@@ -143,7 +144,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
 
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
-        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("storage", 0.4),
+        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("torch_api", 2.0), ("storage", 0.4),
                  ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
                  ("fragile", 0.2), ("deep", 0.04)]
         names, weights = zip(*kinds)

@@ -53,6 +53,11 @@ def is_boolean(value) -> bool:
     return isinstance(value, TensorCore._boolean)
 
 
+def keep_bool(out, *sources):
+    """`out` flagged boolean when every source is: PyTorch keeps torch.bool through copies and selections."""
+    return out._as_bool() if sources and all(is_boolean(s) for s in sources) else out
+
+
 def format_shape(shape: Sequence[Dim]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 

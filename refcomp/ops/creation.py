@@ -49,7 +49,7 @@ def _typed(t, dtype):
 def full(size: Sequence, fill_value, *, dtype=None):
     """A broadcast constant; a bool fill_value makes a boolean tensor (PyTorch's dtype for it), an integer
     dtype truncates the value toward zero, as PyTorch does."""
-    if not isinstance(fill_value, (numbers.Real, sympy.Expr)):
+    if not isinstance(fill_value, numbers.Real):
         raise ShapeError(f"full: fill_value must be a number, got {fill_value!r}")
     if is_integer_dtype(dtype):
         if not math.isfinite(float(fill_value)):

@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import broadcast, broadcast_shape, is_boolean, lift
+from .core import broadcast, broadcast_shape, is_boolean, keep_bool, lift
 from .movement import stack
 from .primitives import make_node
 
@@ -302,7 +302,7 @@ def where(cond, a, b):
     operands = [t.broadcast_to(shape) for t in (cond, a, b)]
     for t in operands:
         t._require_float("where")
-    return type(cond).from_node(make_node("Where", tuple(t.edge for t in operands)))
+    return keep_bool(type(cond).from_node(make_node("Where", tuple(t.edge for t in operands))), a, b)
 
 
 @user_op

@@ -15,7 +15,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
 from ..symbolic.dims import dim as make_dim  # where a parameter is PyTorch's dim=
 from .provenance import user_op
-from .core import TensorCore, constant, is_boolean, lift
+from .core import TensorCore, constant, is_boolean, keep_bool, lift
 from .primitives import make_node
 
 
@@ -250,7 +250,7 @@ class MovementMixin:
         return (self[i] for i in range(self.shape[0]))
 
     def contiguous(self):
-        return type(self).from_node(make_node("Contiguous", (self.edge,)))
+        return keep_bool(type(self).from_node(make_node("Contiguous", (self.edge,))), self)
 
     def as_strided(self, shape, strides, offset=0):
         """Read this tensor's row-major flattening with explicit strides (windows for conv and pooling)."""
@@ -358,7 +358,7 @@ def concat(tensors, dim: int = 0, *, axis=None):
         part = t.pad(widths)
         out = part if out is None else out + part
         before = make_dim(before + t.shape[axis])
-    return out
+    return keep_bool(out, *tensors)
 
 
 @user_op

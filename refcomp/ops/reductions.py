@@ -70,12 +70,12 @@ class ReductionMixin:
     def any(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """1.0 where some value along the axes is nonzero (NaN counts), else 0.0 (PyTorch's bool); over
         dim=() nothing is reduced, as PyTorch's any and all do (unlike its sum)."""
-        if isinstance(dim if axis is None else axis, (tuple, list)) and not (dim if axis is None else axis):
+        if _no_dims(dim, axis):
             return self.ne(0.0)
         return self.ne(0.0).amax(dim, keepdim, axis=axis, keepdims=keepdims)._as_bool()
 
     def all(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
-        if isinstance(dim if axis is None else axis, (tuple, list)) and not (dim if axis is None else axis):
+        if _no_dims(dim, axis):
             return self.ne(0.0)
         return self.ne(0.0).amin(dim, keepdim, axis=axis, keepdims=keepdims)._as_bool()
 
@@ -218,9 +218,15 @@ def _torch_axes(dim, keepdim, axis, keepdims):
         if dim is not None:
             raise ShapeError(f"give axis= or dim=, not both (axis={axis!r}, dim={dim!r})")
         dim = axis
-    if isinstance(dim, (tuple, list)) and not dim:  # PyTorch reduces every axis over dim=() (NumPy: none)
+    if _no_dims(dim, None):  # PyTorch reduces every axis over dim=() (NumPy: none)
         dim = None
     return dim, keepdim if keepdims is None else keepdims
+
+
+def _no_dims(dim, axis) -> bool:
+    """dim=() (or []): every axis for PyTorch's sum, none for its any and all."""
+    dims = dim if axis is None else axis
+    return isinstance(dims, (tuple, list)) and not dims
 
 
 def _one_axis(dim, axis):

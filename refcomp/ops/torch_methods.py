@@ -136,7 +136,10 @@ class TorchMethodsMixin:
         return self.ne(0.0).ne(lift(other).ne(0.0))
 
     def masked_fill(self, mask, value):
-        """`value` where mask is nonzero (True), else x; the result has the broadcast shape."""
+        """`value` where mask is nonzero (True), else x; the result has the broadcast shape (a boolean x
+        stays boolean, the value read as PyTorch casts it: nonzero is True)."""
+        if is_boolean(self) and isinstance(value, (int, float)):
+            return where(lift(mask), float(value != 0), self)._as_bool()
         return where(lift(mask), value, self)
 
 

@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
-from .core import iota, lift
+from .core import iota, keep_bool, lift
 from .elementwise import where
 from .movement import concat
 from .primitives import make_node
@@ -187,7 +187,7 @@ class TorchShapesMixin:
         picked = type(self).from_node(make_node("Gather", (table.edge, ids.edge))).reshape(tuple(ids.shape) + rest)
         k = ids.ndim
         order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
-        return picked.permute(order) if order != list(range(len(order))) else picked
+        return keep_bool(picked.permute(order) if order != list(range(len(order))) else picked, self)
 
     def gather(self, dim: int, index):
         """torch.gather: out[i][j][k] = self[i][index[i][j][k]][k] for dim=1; the output has the index's
@@ -208,7 +208,7 @@ class TorchShapesMixin:
         candidates = rows.permute(order).unsqueeze(axis)  # (..., 1 at axis, ..., n)
         match = index.unsqueeze(-1).eq(iota((1,) * self.ndim + (n,), self.ndim))
         picked = where(match, candidates, -math.inf).amax(-1)  # one candidate matches: its value, -0.0 and NaN kept
-        return where(match.amax(-1), picked, math.nan)
+        return keep_bool(where(match.amax(-1), picked, math.nan), self)
 
     # --- scans ----------------------------------------------------------------------------------
     def _prefixes(self, axis: int, identity: float):
