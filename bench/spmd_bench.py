@@ -51,7 +51,7 @@ GSPMD_SHARDINGS = {"mlp_by_hand": "w1 (None,tp); w2 (tp,None): by hand",
 
 def mlp(d=512, hidden=2048):
     x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
-    return (x @ rc.input("w1", (d, hidden))).gelu() @ rc.input("w2", (hidden, d))
+    return (x @ rc.input("w1", (d, hidden))).gelu(approximate="tanh") @ rc.input("w2", (hidden, d))
 
 
 WORKLOADS = {"mlp": ("MLP 512-2048-512", mlp), "gpt2": ("GPT-2 block D=512 H=8", gpt2_block),

@@ -75,7 +75,7 @@ def block(x, w, n_heads: int = N_HEADS):
     x = x + (att @ w["attn.c_proj.weight"] + w["attn.c_proj.bias"])
 
     h = rc.nn.layer_norm(x, w["ln_2.weight"], w["ln_2.bias"], eps=LN_EPS)
-    h = (h @ w["mlp.c_fc.weight"] + w["mlp.c_fc.bias"]).gelu()
+    h = (h @ w["mlp.c_fc.weight"] + w["mlp.c_fc.bias"]).gelu(approximate="tanh")
     return x + (h @ w["mlp.c_proj.weight"] + w["mlp.c_proj.bias"])
 
 

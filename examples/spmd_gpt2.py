@@ -28,7 +28,7 @@ def gpt2_block(fused_qkv: bool = False, d: int = D, heads: int = HEADS, hidden: 
 
     a = rc.nn.scaled_dot_product_attention(heads_of(q), heads_of(k), heads_of(v), is_causal=True)
     x = x + a.transpose(1, 2).reshape(("B", "T", d)) @ wo
-    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu() @ w2
+    return x + (rc.nn.layer_norm(x, g2, b2) @ w1).gelu(approximate="tanh") @ w2
 
 
 def block_feeds(rng, batch: int, t: int, fused_qkv: bool = False, d: int = D, hidden: int = HIDDEN) -> dict:

@@ -48,10 +48,10 @@ def _reduce_3d(x):
     out = {}
     for axis in range(3):
         out[f"sum{axis}"] = x.sum(axis)
-        out[f"max{axis}"] = x.max(axis)
-        out[f"min{axis}"] = x.min(axis)
+        out[f"max{axis}"] = x.amax(axis)
+        out[f"min{axis}"] = x.amin(axis)
         out[f"mean{axis}"] = x.mean(axis)
-        out[f"var{axis}"] = x.var(axis)
+        out[f"var{axis}"] = x.var(axis, correction=0)
     return out
 
 
@@ -68,9 +68,10 @@ def _reduce_3d_np(x):
 
 def _reduce_tuples(x):
     return {"sum02": x.sum((0, 2)), "sum_all": x.sum(), "sum_keep": x.sum((1, 2), keepdims=True),
-            "max01_keep": x.max((0, 1), keepdims=True), "min_neg": x.min((-1, -3)), "max_all": x.max(),
+            "max01_keep": x.amax((0, 1), keepdims=True), "min_neg": x.amin((-1, -3)), "max_all": x.max(),
             "mean12": x.mean((1, 2)), "mean_keep": x.mean(-1, keepdims=True), "mean_all": x.mean(),
-            "var01": x.var((0, 1)), "var_keep": x.var(2, keepdims=True), "var_unbiased": x.var(1, correction=1)}
+            "var01": x.var((0, 1), correction=0), "var_keep": x.var(2, keepdims=True, correction=0),
+            "var_unbiased": x.var(1, correction=1)}
 
 
 def _reduce_tuples_np(x):
@@ -211,7 +212,7 @@ CASES = [
     _unary("hl_rsqrt", lambda x: {"y": x.rsqrt()}, lambda x: {"y": 1.0 / np.sqrt(x)}, lambda rng, s: uniform(rng, 0.05, 10.0, s)),
     _unary("hl_abs_relu", lambda x: {"abs": x.abs(), "relu": x.relu()},
            lambda x: {"abs": np.abs(x), "relu": np.where(x > 0, x, 0.0)}, normal),
-    _unary("hl_activations", lambda x: {"sigmoid": x.sigmoid(), "tanh": x.tanh(), "gelu": x.gelu(), "silu": x.silu()},
+    _unary("hl_activations", lambda x: {"sigmoid": x.sigmoid(), "tanh": x.tanh(), "gelu": x.gelu(approximate="tanh"), "silu": x.silu()},
            lambda x: {"sigmoid": sigmoid(x), "tanh": np.tanh(x), "gelu": gelu_tanh(x), "silu": x * sigmoid(x)},
            lambda rng, s: normal(rng, s, scale=2.5), shape=(5, 8)),
     _binary("hl_maximum_minimum",

@@ -62,7 +62,7 @@ def _prenorm_build():
     x = rc.input("x", ("B", "T", 16))
     p = {k: rc.input(k, s) for k, s in PRENORM.items()}
     h = rc.nn.layer_norm(x, p["g"], p["beta"])
-    h = rc.nn.linear(rc.nn.linear(h, p["w1"], p["b1"]).gelu(), p["w2"], p["b2"])
+    h = rc.nn.linear(rc.nn.linear(h, p["w1"], p["b1"]).gelu(approximate="tanh"), p["w2"], p["b2"])
     return {"y": x + h}
 
 

@@ -59,7 +59,7 @@ CASES = [
          oracle=lambda f: {"rows": f64(f, "x").sum(1), "cols": f64(f, "x").sum(0)},
          tags=T),
     case("prim_max_reduce",
-         build=lambda: (lambda x: {"rows": x.max(1), "cols": x.max(0)})(rc.input("x", (5, 7))),
+         build=lambda: (lambda x: {"rows": x.amax(1), "cols": x.amax(0)})(rc.input("x", (5, 7))),
          make_inputs=lambda rng, b: {"x": normal(rng, (5, 7), shift=-3.0)},  # all-negative rows too
          oracle=lambda f: {"rows": f64(f, "x").max(1), "cols": f64(f, "x").max(0)},
          tags=T),

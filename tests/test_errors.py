@@ -105,8 +105,9 @@ def test_bad_permute():
 
 def test_bad_movement_arguments():
     x = rc.input("x", (3, 4))
-    with raises(rc.ShapeError, "squeeze", "input 'x'", "size 3"):
-        x.squeeze(0)
+    assert x.squeeze(0).shape == (3, 4)  # PyTorch keeps an axis of another size
+    with raises(rc.ShapeError, "squeeze", "input 'y'", "symbolic length B"):
+        rc.input("y", ("B", 4)).squeeze(0)
     with raises(rc.ShapeError, "input 'x'", "(3, 5)", "axis 1 is 4"):
         x.expand(3, 5)
     with raises(rc.ShapeError, "expand", "input 'x'", "fewer axes"):
@@ -160,8 +161,8 @@ def test_bad_inputs_and_operands():
         x + np.ones(3, np.float32)
     with raises(rc.ShapeError, "arange", "step"):
         rc.arange(0, 5, 0)
-    with raises(rc.ShapeError, "arange(0, a)", "numbers"):
-        rc.arange(0, "a")
+    with raises(rc.ShapeError, "arange(0, [5], 1)", "numbers"):
+        rc.arange(0, [5])
     assert rc.evaluate(rc.arange(1.5), {}).tolist() == [0.0, 1.0]  # floats as torch.arange takes them
 
 

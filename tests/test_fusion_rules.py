@@ -45,19 +45,19 @@ def _fusion_graphs(name: str) -> dict:
         shared = (x * 2.0 + 1.0).sin()
         return {"chain": ((shared.exp() + 1.0).sqrt() * x).flip(1),
                 "through_pad": shared.pad([(0, 0), (1, 2)]).exp2() + 1.0,
-                "two_readers": shared.sum(-1) + shared.max(-1),
+                "two_readers": shared.sum(-1) + shared.amax(-1),
                 "transposed": (y.sin() * 3.0).permute(2, 1, 0).cos() + 0.5,
                 "broadcast": (x[:, ::2] * y[:, :, :1].sum(1)).sigmoid()}
     if name == "unroll_short_reduce":
         return {"relu": (x * 2.0 - 1.0).relu() + 1.0,
                 "short_sum": y.sum(-1, keepdims=True).expand(-1, -1, 6)[:, :, :4].reshape("B", "T", 2, 2).sum(-1) * 2.0,
                 "pair": rc.maximum(x, x.flip(1)).abs() * 0.5,
-                "short_max": y[:, :, :3].max(-1).exp() - 1.0}
+                "short_max": y[:, :, :3].amax(-1).exp() - 1.0}
     if name == "row_fuse":
         return {"softmax": x.softmax(-1), "layer_norm": rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))),
                 "log_softmax": y.log_softmax(-1) * 1.0, "rms": rc.nn.rms_norm(y.permute(1, 0, 2)),
                 "softmax_axis0": x.softmax(0),
-                "other_row": x - x.max(-1, keepdims=True).flip(0)}  # reads another row's max: not row-fusable
+                "other_row": x - x.amax(-1, keepdims=True).flip(0)}  # reads another row's max: not row-fusable
     if name == "matmul":
         return {"plain": x @ w, "transposed": rc.nn.linear(x, w.T), "batched": y @ rc.input("v", (6, "T")),
                 "prologue": x.sin() @ w,
@@ -97,8 +97,8 @@ def _fusion_graphs(name: str) -> dict:
                 "centered": (x - x.mean(-1, keepdims=True)) @ rc.input("w3", (12, 10))}  # no variance: not a pair
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
-        return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1) + 1e-5).rsqrt(),
-                "bias": y.max(-1) + rc.input("c", ("T",)), "exp_of_sum": (y * y).sum(1).exp(),
+        return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1, correction=0) + 1e-5).rsqrt(),
+                "bias": y.amax(-1) + rc.input("c", ("T",)), "exp_of_sum": (y * y).sum(1).exp(),
                 "transposed": z.sum(-1).T * 2.0}  # reads the result transposed: no epilogue
     raise AssertionError(name)
 

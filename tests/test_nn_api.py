@@ -126,7 +126,7 @@ def test_against_torch_layers(rng):
     close(run(lambda t: rc.nn.avg_pool2d(t, (2, 3), 1, (1, 1)), x), F.avg_pool2d(T(x), (2, 3), 1, (1, 1)).numpy(), rtol=1e-5)
     h, g, bb = f32(rng, 3, 16), f32(rng, 16), f32(rng, 16)
     close(run(lambda t, g_, b_: rc.nn.layer_norm(t, g_, b_), h, g, bb), F.layer_norm(T(h), (16,), T(g), T(bb)).numpy(), rtol=1e-4, atol=1e-5)
-    close(run(lambda t: t.gelu(), h), F.gelu(T(h), approximate="tanh").numpy(), rtol=1e-5, atol=1e-6)
+    close(run(lambda t: t.gelu(approximate="tanh"), h), F.gelu(T(h), approximate="tanh").numpy(), rtol=1e-5, atol=1e-6)
     close(run(lambda t: t.silu(), h), F.silu(T(h)).numpy(), rtol=1e-5, atol=1e-6)
     close(run(lambda t: t.var(-1, correction=1), h), T(h).var(-1).numpy(), rtol=1e-5)
     close(run(lambda t: t.log_softmax(0), h), F.log_softmax(T(h), 0).numpy(), rtol=1e-5, atol=1e-6)

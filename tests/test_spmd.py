@@ -54,7 +54,7 @@ def test_mesh_and_shardings_are_checked_by_name():
 def _mlp(d=64, hidden=256):
     x = rc.input("x", ("B", "T", d), sharding=("dp", None, None))
     w1, w2 = rc.input("w1", (d, hidden)), rc.input("w2", (hidden, d))
-    return (x @ w1).gelu() @ w2
+    return (x @ w1).gelu(approximate="tanh") @ w2
 
 
 def _feeds(rng, batch=4, t=3, d=64, hidden=256):
@@ -130,7 +130,7 @@ def test_data_parallel_attention_block_needs_no_collective():
 
 def test_a_reduction_over_a_sharded_axis_is_completed_by_an_all_reduce():
     x = rc.input("x", (8, 16), sharding=(None, "tp"))
-    y = {"sum": x.sum(-1), "max": x.max(-1), "soft": x.softmax(-1)}
+    y = {"sum": x.sum(-1), "max": x.amax(-1), "soft": x.softmax(-1)}
     prog = rc.spmd.compile(y, rc.Mesh({"tp": 4}), search=False)
     kinds = sorted(c.kind for c in prog.collectives)
     assert "AllReduceSum" in kinds and "AllReduceMax" in kinds and "ReduceScatter" in kinds  # the sum output: scattered
@@ -218,7 +218,7 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     on_emulator = check_sharded(8, 12, rc.Mesh({"tp": 2}), backend="emulator")
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
     assert on_emulator.compared >= 20
-    moved = check_sharded(20, 3, rc.Mesh({"tp": 4}), backend="numpy")  # outputs laid out anew: splits move between dims
+    moved = check_sharded(20, 5, rc.Mesh({"tp": 4}), backend="numpy")  # outputs laid out anew: splits move between dims
     assert moved.mismatches == [], moved.mismatches[0]
     assert moved.collectives["AllToAll"] >= 2, moved.collectives
 
@@ -287,7 +287,7 @@ def test_refcomp_explain_with_a_mesh(tmp_path, capsys):
     target = tmp_path / "model.py"
     target.write_text("import refcomp as rc\n\ndef mlp():\n    x = rc.input('x', ('B', 'T', 512))\n"
                       "    w1, w2 = rc.input('w1', (512, 2048)), rc.input('w2', (2048, 512))\n"
-                      "    return (x @ w1).gelu() @ w2\n")
+                      "    return (x @ w1).gelu(approximate='tanh') @ w2\n")
     assert main(["explain", f"{target}:mlp", "--mesh", "dp=2,tp=4", "--shard", "x=dp,-,-", "--dims-hint", "B=8", "T=128"]) == 0
     printed = capsys.readouterr().out
     assert "input 'w2'               (2048/tp, 512)" in printed and "total: 1,048,576 B per device" in printed

@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent('''
         if case.startswith("exchange"):  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
             a, r = rc.input("a", (8, 16, 32), sharding=(None, None, "tp")), rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
             w = rc.input("w", (32, 32), sharding=("tp", None))
-            y = rc.shard(((a @ w) + r).gelu(), (None, None, "tp"))
+            y = rc.shard(((a @ w) + r).gelu(approximate="tanh"), (None, None, "tp"))
             return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]))
         if case.startswith("gpt2"):  # examples/spmd_gpt2.py's block, small: the search lays out the weights
             from examples.spmd_gpt2 import gpt2_block
@@ -56,7 +56,7 @@ SCRIPT = textwrap.dedent('''
             return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), shardings=batch, dims_hint={"B": 4, "T": 16})
         x = rc.input("x", ("B", "T", 64), sharding=("dp" if "dp" in MESHES[case] else None, None, None))
         w1, w2 = rc.input("w1", (64, 256)), rc.input("w2", (256, 64))
-        y = (x @ w1).gelu() @ w2
+        y = (x @ w1).gelu(approximate="tanh") @ w2
         return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]), dims_hint={"B": 8, "T": 128})  # the search is on
 
 

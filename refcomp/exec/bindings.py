@@ -29,7 +29,7 @@ def check_feed(node: Node, value) -> np.ndarray:
             raise FeedError(f"input {name!r} takes int32 ids, but the fed array has dtype {array.dtype}")
         if array.size and (array.max() > np.iinfo(np.int32).max or array.min() < np.iinfo(np.int32).min):
             raise FeedError(f"input {name!r}: ids do not fit in int32")
-        return np.ascontiguousarray(array, dtype=np.int32)
+        return np.ascontiguousarray(array, dtype=np.int32).reshape(array.shape)  # (ascontiguousarray makes 0-D 1-D)
     if array.dtype.kind != "f" and array.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 is welcome too
         raise FeedError(f"input {name!r} takes {node.dtype}, but the fed array has dtype {array.dtype} (convert it with .astype(np.float32))")
     return array

@@ -194,7 +194,7 @@ def gelu(ctx):
     x = ctx.tensor(0)
     mode = ctx.attr("approximate", "none")
     if mode == "tanh":
-        return float_value(x.gelu())
+        return float_value(x.gelu(approximate="tanh"))
     if mode != "none":
         raise ctx.attr_error("approximate", mode, "use 'none' or 'tanh'")
     return float_value(x.gelu(approximate="none"))

@@ -230,7 +230,7 @@ def global_pool(ctx):
     if x.ndim < 3:
         raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
     axes = tuple(range(2, x.ndim))
-    return float_value(x.mean(axes, keepdims=True) if ctx.op_type == "GlobalAveragePool" else x.max(axes, keepdims=True))
+    return float_value(x.mean(axes, keepdims=True) if ctx.op_type == "GlobalAveragePool" else x.amax(axes, keepdims=True))
 
 
 # --- normalisation --------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def reduce(ctx):
         return Value(v.etype, tensor=x)
     shape, kind = x.shape, ctx.op_type
     if kind in ("ReduceMax", "ReduceMin"):
-        out = x.max(axes) if kind == "ReduceMax" else x.min(axes)
+        out = x.amax(axes) if kind == "ReduceMax" else x.amin(axes)
         if v.etype == BOOL:  # the max of no booleans is False, the min True
             out = out.clip(0.0, 1.0)
         return Value(v.etype, tensor=_keep(out, shape, axes, keepdims))
@@ -73,7 +73,7 @@ def _reduced(x: Tensor, kind: str, axes: tuple) -> Tensor:
             out = out.prod(a)
         return out
     if kind == "ReduceLogSumExp":
-        m = x.max(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
+        m = x.amax(axes, keepdims=True).clip(-FLT_MAX, FLT_MAX)
         out = (x - m).exp().sum(axes, keepdims=True).log() + m
         return out.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
     terms = {"ReduceSum": x, "ReduceMean": x, "ReduceL1": None, "ReduceL2": x * x, "ReduceLogSum": x,

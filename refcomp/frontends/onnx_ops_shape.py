@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..ops.reductions import arange
+from ..ops.creation import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, prod
 from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,

@@ -6,7 +6,9 @@ reproducer that runs as is). It starts from random inputs (1-4 axes, sizes 1-7, 
 "B" and "T"; now and then one long axis of a few hundred) and applies a random chain of
 elementwise primitives and high-level ops, broadcasts, view ops (permute, reshape, slices with
 steps, pad, flip, expand, windows), reductions on random axes, matmul-shaped patterns,
-softmax / layer-norm rows, convolution and pooling, embedding lookups and concatenation.
+softmax / layer-norm rows, convolution and pooling, embedding lookups and concatenation, and calls
+written the PyTorch way (split / chunk pieces, clamp, rc.tril, max(dim).values and .indices, var with a
+positional dim: `torch_steps.py`).
 
 Values stay in safe domains by construction: the generator tracks an interval for every tensor,
 applies log2 / sqrt / recip only to values >= 0.5 (or builds one, e.g. x*x + 1), exp2 only to

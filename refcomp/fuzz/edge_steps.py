@@ -24,7 +24,7 @@ class EdgeSteps:
         elif v.shape:  # -inf scores outside a mask that keeps every row's maximum
             axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
             c = self.choice([0.0, 0.5, -0.5])
-            keep = f"({n}.eq({n}.max({axis}, keepdims=True)) + ({n} > {c!r}))"
+            keep = f"({n}.eq({n}.amax({axis}, keepdims=True)) + ({n} > {c!r}))"
             self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
 
     def step_power(self) -> None:

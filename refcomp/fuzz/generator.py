@@ -12,8 +12,9 @@ from ..symbolic.dims import dim, prod
 from .edge_steps import EdgeSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
-from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING,
-                    MAX_ELEMENTS, SPECIALS_RATE, SYMBOLS, _names_in, simple_dim)
+from .torch_steps import TorchSteps
+from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING, MAX_ELEMENTS,
+                    SPECIALS_RATE, SYMBOLS, _names_in, simple_dim)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -38,7 +39,7 @@ def _elements(shape) -> int:
     return _max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
-class Generator(EdgeSteps, ModelSteps, ViewSteps):
+class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
@@ -143,7 +144,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
 
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
-        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("storage", 0.4),
+        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("torch_api", 2.0), ("storage", 0.4),
                  ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
                  ("fragile", 0.2), ("deep", 0.04)]
         names, weights = zip(*kinds)
@@ -166,7 +167,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
         options.append((f"{n}.abs()", 0.0 if v.lo * v.hi <= 0 else min(abs(v.lo), abs(v.hi)), b, "abs"))
         options.append((f"{n}.sigmoid()", _sig(v.lo), _sig(v.hi), "sigmoid"))
         options.append((f"{n}.tanh()", math.tanh(v.lo), math.tanh(v.hi), "tanh"))
-        options.append((f"{n}.gelu()", -0.2, max(v.hi, 0.0), "gelu"))
+        options.append((f"{n}.gelu(approximate='tanh')", -0.2, max(v.hi, 0.0), "gelu"))
         options.append((f"{n}.silu()", -0.3, max(v.hi, 0.0), "silu"))
         lo_c, hi_c = sorted(float(np.float32(round(x, 2))) for x in self.rng.uniform(-1.5, 1.5, 2))
         options.append((f"{n}.clip({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), "clip"))
@@ -281,17 +282,18 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
             lo, hi = min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent)
             out = self.emit(f"{n}.sum({axis}{kd})", lo, hi, False, "sum")
         elif op in ("max", "min"):
-            out = self.emit(f"{n}.{op}({axis}{kd})", v.lo, v.hi, v.exact, op)
+            out = self.emit(f"{n}.a{op}({axis}{kd})", v.lo, v.hi, v.exact, op)
         elif op == "mean":
             out = self.emit(f"{n}.mean({axis}{kd})", v.lo, v.hi, False, "mean")
         elif op == "var":
-            out = self.emit(f"{n}.var({axis}{kd})", 0.0, (v.hi - v.lo) ** 2, False, "var")
+            out = self.emit(f"{n}.var({axis}{kd}, correction=0)", 0.0, (v.hi - v.lo) ** 2, False, "var")
         elif op == "multi" and nd >= 2:
             axes = sorted(int(a) for a in self.rng.choice(nd, size=2, replace=False))
             which = self.choice(["sum", "max"])
             total = _max_extent(v.shape[axes[0]]) * _max_extent(v.shape[axes[1]])
             lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
-            out = self.emit(f"{n}.{which}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
+            method = "amax" if which == "max" else which  # over several axes: max itself takes one dim
+            out = self.emit(f"{n}.{method}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
         else:
             which = self.choice(["sum", "max", "mean"])
             total = _elements(v.shape)
@@ -318,7 +320,7 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
             cmp = self.choice(["<", ">", "<=", ">="])
             self.emit(f"({n} {cmp} {rhs})", 0.0, 1.0, True, "compare")
         elif op == "eq":
-            self.emit(f"{n}.eq({n}.max(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
+            self.emit(f"{n}.eq({n}.amax(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
         elif op in ("floor", "ceil"):  # discontinuous at integers: exact values take the same side in both precisions
             scale = self.choice([1.0, 4.0])  # a power of two keeps the values exact and moves more of them across integers
             arg = n if scale == 1.0 else f"({n} * {scale!r})"
@@ -336,31 +338,6 @@ class Generator(EdgeSteps, ModelSteps, ViewSteps):
             axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
             extent = _max_extent(v.shape[axis])
             self.emit(f"{n}.argmax({axis})", 0.0, float(extent), True, "argmax")
-
-    def step_combine(self) -> None:
-        v = self.pick(lambda v: len(v.shape) >= 1)
-        if v is None:
-            return self.step_unary()
-        n, nd = v.name, len(v.shape)
-        axis = int(self.rng.integers(nd))
-        r = self.rng.random()
-        if r < 0.4:
-            others = [w for w in self.vars if w is not v and len(w.shape) == nd and
-                      all(str(a) == str(b) for i, (a, b) in enumerate(zip(w.shape, v.shape)) if i != axis)]
-            other = self.choice(others) if others else None
-            o = other.name if other is not None else f"{n}.flip({axis})"
-            lo = min(v.lo, other.lo) if other is not None else v.lo
-            hi = max(v.hi, other.hi) if other is not None else v.hi
-            ex = v.exact and (other.exact if other is not None else True)
-            self.emit(f"rc.concat([{n}, {o}], {axis})", lo, hi, ex, "concat")
-        elif r < 0.7:
-            self.emit(f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})", min(v.lo, v.lo * 0.5),
-                      max(v.hi, v.hi * 0.5), v.exact, "stack")
-        else:
-            extent = _max_extent(v.shape[axis])
-            out = self.emit(f"{n}.cumsum({axis})", min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent), False, "cumsum")
-            if out is not None:
-                self.tame(out)
 
     def generate(self) -> FuzzGraph:
         for _ in range(int(self.rng.integers(1, 3))):

@@ -195,7 +195,7 @@ class ModelSteps:
         if v.bound <= 8:
             options.append((f"{n}.cosh()", 1.0, math.cosh(v.bound), False, "cosh"))
         if len(v.shape) >= 1 and isinstance(v.shape[-1], int):
-            options.append((f"{n}.cummax(-1)", lo, hi, v.exact, "cummax"))
+            options.append((f"{n}.cummax(-1).values", lo, hi, v.exact, "cummax"))
             options.append((f"{n}.roll(1, -1)", lo, hi, v.exact, "roll"))
             options.append((f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp"))
             if v.shape[-1] >= 2:

@@ -1,7 +1,9 @@
 """Generator steps for views: permute, flip, slice, pad, reshape, (un)squeeze, expand and transpose,
 each emitted as an edge between compute nodes, and the random slices, pads and reshapes other steps
-reuse. Mixed into `generator.Generator`, whose helpers (`pick`, `chance`, `emit`) they use."""
+reuse; and the views' sums: concat, stack and cumsum. Mixed into `generator.Generator`, whose helpers (`pick`, `chance`, `emit`) they use."""
 from __future__ import annotations
+
+from .graph import _max_extent
 
 
 class ViewSteps:
@@ -57,6 +59,31 @@ class ViewSteps:
         else:
             expr = f"{n}.flip({int(self.rng.integers(nd))})" if nd else f"{n}.unsqueeze(0)"
         self._emit_view(expr, v, v.lo, v.hi, v.exact, op)
+
+    def step_combine(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        axis = int(self.rng.integers(nd))
+        r = self.rng.random()
+        if r < 0.4:
+            others = [w for w in self.vars if w is not v and len(w.shape) == nd and
+                      all(str(a) == str(b) for i, (a, b) in enumerate(zip(w.shape, v.shape)) if i != axis)]
+            other = self.choice(others) if others else None
+            o = other.name if other is not None else f"{n}.flip({axis})"
+            lo = min(v.lo, other.lo) if other is not None else v.lo
+            hi = max(v.hi, other.hi) if other is not None else v.hi
+            ex = v.exact and (other.exact if other is not None else True)
+            self.emit(f"rc.concat([{n}, {o}], {axis})", lo, hi, ex, "concat")
+        elif r < 0.7:
+            self.emit(f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})", min(v.lo, v.lo * 0.5),
+                      max(v.hi, v.hi * 0.5), v.exact, "stack")
+        else:
+            extent = _max_extent(v.shape[axis])
+            out = self.emit(f"{n}.cumsum({axis})", min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent), False, "cumsum")
+            if out is not None:
+                self.tame(out)
 
     def _emit_view(self, expr, v, lo, hi, exact, op):
         out = self.emit(expr, lo, hi, exact, op)

@@ -1,10 +1,15 @@
 """Activation functions with torch.nn.functional's names, signatures and edge behaviour.
 
+gelu, relu, silu and the softmax family are the Tensor methods of the same names called as functions;
+dropout is the identity outside training (refcomp has no random tensors yet).
+
 The exponential ones take expm1 of min(x, 0) only (elu, selu, celu), so the branch not taken never
 overflows; softplus is relu(x) + log1p(exp(-|x|)), which neither overflows nor loses its small
 tail; the hard ones are clips. The ONNX importer builds its operators of the same names from these.
 """
 from __future__ import annotations
+
+import numbers
 
 from ..errors import ShapeError
 from .core import lift
@@ -91,3 +96,59 @@ def logsigmoid(x):
 def softsign(x):
     x = lift(x)
     return x / (1.0 + x.abs())
+
+
+@user_op
+def gelu(input, *, approximate: str = "none"):
+    return lift(input).gelu(approximate)
+
+
+@user_op
+def relu(input, inplace: bool = False):
+    return lift(input).relu()
+
+
+@user_op
+def silu(input, inplace: bool = False):
+    return lift(input).silu()
+
+
+def _softmax_dim(x, dim, who: str):
+    if dim is None:
+        raise ShapeError(f"{who} of {x.label}: give dim (PyTorch's choice without one, 0 or 1 by the number of axes, "
+                         f"is deprecated)")
+    return dim
+
+
+@user_op
+def softmax(input, dim=None, _stacklevel: int = 3, dtype=None):
+    x = lift(input)
+    return x.softmax(_softmax_dim(x, dim, "softmax"), dtype)
+
+
+@user_op
+def log_softmax(input, dim=None, _stacklevel: int = 3, dtype=None):
+    x = lift(input)
+    return x.log_softmax(_softmax_dim(x, dim, "log_softmax"), dtype)
+
+
+@user_op
+def softmin(input, dim=None, _stacklevel: int = 3, dtype=None):
+    x = lift(input)
+    return x.softmin(_softmax_dim(x, dim, "softmin"), dtype)
+
+
+@user_op
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """torch.nn.functional.dropout. Outside training, or with p = 0, the input itself; p = 1 in training
+    zeroes everything (x * 0, so NaN stays NaN, as PyTorch). Other p in training draw a random mask,
+    which refcomp cannot do yet: an error, not a silently missing dropout."""
+    x = lift(input)
+    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        raise ShapeError(f"dropout of {x.label}: p must be a probability in [0, 1], got {p!r}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    raise ShapeError(f"dropout of {x.label}: training=True (PyTorch's default for F.dropout) drops at random with "
+                     f"p={p}, and refcomp has no random tensors yet; pass training=False for inference")

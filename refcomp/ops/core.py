@@ -34,8 +34,29 @@ def dtype_name(dtype, what: str) -> str:
         pass
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
-        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)})")
+        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)}){DTYPE_HINTS.get(name, '')}")
     return name
+
+
+DTYPE_HINTS = {"int64": ": integer tensors are int32 ids (feed int64 arrays to an int32 input: they must fit), and "
+                        "computed integers are exact float32 values",
+               "float64": ": refcomp computes in float32 (rc.evaluate(..., precision='float64') is the float64 reference)",
+               "bool": ": booleans are 0/1 float32 values flagged by comparisons or .bool() (feed a float32 mask)"}
+
+
+def is_bool_dtype(dtype) -> bool:
+    """bool, "bool", np.bool_ or torch.bool: refcomp's booleans are flagged 0/1 floats (ops.tensor.BoolTensor)."""
+    return dtype is bool or str(getattr(dtype, "__name__", dtype)).replace("torch.", "") in ("bool", "bool_")
+
+
+def is_boolean(value) -> bool:
+    """A tensor PyTorch would type torch.bool (a comparison, a logical operation, `.bool()`)."""
+    return isinstance(value, TensorCore._boolean)
+
+
+def keep_bool(out, *sources):
+    """`out` flagged boolean when every source is: PyTorch keeps torch.bool through copies and selections."""
+    return out._as_bool() if sources and all(is_boolean(s) for s in sources) else out
 
 
 def format_shape(shape: Sequence[Dim]) -> str:
@@ -45,6 +66,7 @@ def format_shape(shape: Sequence[Dim]) -> str:
 class TensorCore:
     __slots__ = ()
     full: type  # ops.tensor.Tensor, the class every builder returns (ops.tensor sets it)
+    _boolean: type  # ops.tensor.BoolTensor: a Tensor whose 0/1 values PyTorch would type torch.bool
 
     def __init__(self, edge: Edge):
         self.edge = edge
@@ -54,7 +76,11 @@ class TensorCore:
         return TensorCore.full(Edge(node, ViewStack.of_buffer(node.shape)))
 
     def with_views(self, views: ViewStack) -> "TensorCore":
-        return TensorCore.full(Edge(self.edge.node, views))
+        return type(self)(Edge(self.edge.node, views))  # a view of a boolean tensor is boolean
+
+    def _as_bool(self) -> "TensorCore":
+        """The same 0/1 values, flagged as PyTorch's bool (see ops.tensor.BoolTensor)."""
+        return TensorCore._boolean(self.edge)
 
     @property
     def node(self) -> Node:
@@ -101,12 +127,18 @@ class TensorCore:
             raise ShapeError(f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
 
     def to(self, dtype) -> "TensorCore":
-        """torch's Tensor.to(dtype): float types only; to a 16-bit type rounds, to float32 widens exactly."""
+        """torch's Tensor.to(dtype): float types, and bool (nonzero, NaN included, is True: 0/1 values
+        flagged boolean); to a 16-bit type rounds, to float32 widens exactly."""
+        if is_bool_dtype(dtype):
+            return self if is_boolean(self) else self.ne(0.0)
         name = dtype_name(dtype, f"{self.label}.to")
         self._require_float("to")
         if name not in FLOAT_DTYPES:
-            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only")
-        return self if name == self.dtype else TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
+            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only (its int32 "
+                             f"tensors are fed ids; integers are computed as exact float32 values)")
+        if name == self.dtype:
+            return TensorCore.full(self.edge) if is_boolean(self) else self
+        return TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
 
     def half(self) -> "TensorCore":
         return self.to("float16")
@@ -119,6 +151,9 @@ class TensorCore:
 
     def type(self, dtype) -> "TensorCore":
         return self.to(dtype)
+
+    def bool(self) -> "TensorCore":
+        return self.to("bool")
 
     def _unary(self, name: str) -> "TensorCore":
         self._require_float(name)

@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import broadcast, broadcast_shape, lift
+from .core import broadcast, broadcast_shape, is_boolean, keep_bool, lift
 from .movement import stack
 from .primitives import make_node
 
@@ -81,38 +81,64 @@ class ElementwiseMixin:
     # is wrong when an operand is NaN (every comparison with NaN is false), so they are multiplied
     # by `_ordered`, which is 0 exactly where an operand is NaN.
     def __lt__(self, other):
-        return self._binary("LessThan", other)
+        return self._binary("LessThan", other)._as_bool()
 
     def __gt__(self, other):
         _check_broadcast(self, other, "GreaterThan")
-        return lift(other)._binary("LessThan", self)
+        return lift(other)._binary("LessThan", self)._as_bool()
 
     def __le__(self, other):
-        return (1.0 - (self > other)) * _ordered(self, other)
+        return ((1.0 - (self > other)) * _ordered(self, other))._as_bool()
 
     def __ge__(self, other):
-        return (1.0 - (self < other)) * _ordered(self, other)
+        return ((1.0 - (self < other)) * _ordered(self, other))._as_bool()
 
     def eq(self, other):
-        return (1.0 - (self < other)) * (1.0 - (self > other)) * _ordered(self, other)
+        return ((1.0 - (self < other)) * (1.0 - (self > other)) * _ordered(self, other))._as_bool()
 
     def ne(self, other):
-        return 1.0 - self.eq(other)
+        return (1.0 - self.eq(other))._as_bool()
 
     def isnan(self):
         """1.0 where NaN: NaN is the only value neither below inf nor above -inf."""
-        return 1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5)
+        return (1.0 - (((self < math.inf) + (self > -math.inf)) > 0.5))._as_bool()
 
     def isinf(self):
-        return (self < -FLOAT32_MAX) + (self > FLOAT32_MAX)
+        return ((self < -FLOAT32_MAX) + (self > FLOAT32_MAX))._as_bool()
 
     def isfinite(self):
         """1.0 where neither infinite nor NaN (every comparison with NaN is false)."""
-        return (self < math.inf) * (self > -math.inf)
+        return ((self < math.inf) * (self > -math.inf))._as_bool()
 
     __eq__ = eq
     __ne__ = ne
     __hash__ = object.__hash__
+
+    # --- PyTorch's operators on booleans: & | ^ ~ (refcomp has no integer tensors for bitwise ones) ---
+    def _boolean_operands(self, other, op: str):
+        other = lift(other) if not isinstance(other, bool) else other
+        if not is_boolean(self) or not (isinstance(other, bool) or is_boolean(other)):
+            raise ShapeError(f"{op} of {self.label}: PyTorch's bitwise operators need booleans (comparisons, .bool()) "
+                             f"here, as refcomp has no integer tensors")
+        return float(other) if isinstance(other, bool) else other
+
+    def __and__(self, other):
+        return self.logical_and(self._boolean_operands(other, "&"))
+
+    def __or__(self, other):
+        return self.logical_or(self._boolean_operands(other, "|"))
+
+    def __xor__(self, other):
+        return self.logical_xor(self._boolean_operands(other, "^"))
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __invert__(self):
+        self._boolean_operands(True, "~")
+        return self.logical_not()
+
+    def __abs__(self):
+        return self.abs()
 
     # --- unary math ---------------------------------------------------------------------------
     def log2(self):
@@ -156,17 +182,23 @@ class ElementwiseMixin:
     def relu(self):
         return self.maximum(0.0)
 
-    def clip(self, min=None, max=None):
+    def clamp(self, min=None, max=None):
+        """torch.clamp: maximum with min, then minimum with max (numbers or tensors), so min > max gives
+        max and a NaN (in x or a bound) propagates, as PyTorch."""
+        if min is None and max is None:
+            raise ShapeError(f"clamp of {self.label}: give min or max (PyTorch refuses neither)")
         out = self if min is None else self.maximum(min)
         return out if max is None else out.minimum(max)
+
+    clip = clamp
 
     def sigmoid(self):
         return 1.0 / (1.0 + (-self).exp())
 
-    def gelu(self, approximate: str = "tanh"):
-        """GELU, x * Phi(x). `approximate="tanh"` (the default, GPT-2's) is PyTorch's tanh form;
-        `approximate="none"` is the exact x/2 * erfc(-x/sqrt 2), which keeps erfc's relative accuracy in
-        the negative tail where 1 + erf(x/sqrt 2) would cancel (`tanh` and `erfc` live in ops/special.py)."""
+    def gelu(self, approximate: str = "none"):
+        """GELU, x * Phi(x). `approximate="none"` (PyTorch's default) is the exact x/2 * erfc(-x/sqrt 2),
+        which keeps erfc's relative accuracy in the negative tail where 1 + erf(x/sqrt 2) would cancel;
+        `approximate="tanh"` is PyTorch's tanh form, GPT-2's (`tanh` and `erfc` live in ops/special.py)."""
         if approximate == "tanh":
             inner = math.sqrt(2.0 / math.pi) * (self + 0.044715 * self * self * self)
             return 0.5 * self * (1.0 + inner.tanh())
@@ -270,7 +302,7 @@ def where(cond, a, b):
     operands = [t.broadcast_to(shape) for t in (cond, a, b)]
     for t in operands:
         t._require_float("where")
-    return type(cond).from_node(make_node("Where", tuple(t.edge for t in operands)))
+    return keep_bool(type(cond).from_node(make_node("Where", tuple(t.edge for t in operands))), a, b)
 
 
 @user_op

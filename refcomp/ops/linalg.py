@@ -12,7 +12,7 @@ import string
 from ..errors import ShapeError
 from ..symbolic.dims import dims_equal
 from ..symbolic.view import contiguous_strides
-from .core import iota, lift, widened
+from .core import iota, keep_bool, lift, widened
 from .elementwise import where
 
 
@@ -111,7 +111,7 @@ class LinalgMixin:
         square = self.shape[-2:]
         offset = iota(square, 1) - iota(square, 0)  # column - row
         keep = offset >= float(diagonal) if keep_upper else offset <= float(diagonal)
-        return where(keep, self, 0.0)
+        return keep_bool(where(keep, self, 0.0), self)
 
     def tril(self, diagonal: int = 0):
         """torch.tril: the lower triangle of the last two axes (column - row <= diagonal), zeros above."""

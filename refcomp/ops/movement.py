@@ -13,8 +13,9 @@ import sympy
 
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
+from ..symbolic.dims import dim as make_dim  # where a parameter is PyTorch's dim=
 from .provenance import user_op
-from .core import TensorCore, constant, lift
+from .core import TensorCore, constant, is_boolean, keep_bool, lift
 from .primitives import make_node
 
 
@@ -99,11 +100,17 @@ class MovementMixin:
         axis = self._axis(axis, self.ndim + 1)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def squeeze(self, axis: int):
-        axis = self._axis(axis)
-        if not dims_equal(self.shape[axis], 1):
-            raise ShapeError(f"squeeze of {self.label}: axis {axis} has size {self.shape[axis]}, not 1")
-        return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
+    def squeeze(self, dim=None):
+        """torch.squeeze: drop the axes of size 1, all of them or those among `dim` (an int or a tuple);
+        a named axis of another known size stays, as PyTorch. A symbolic length is refused: PyTorch
+        would drop the axis exactly when it is bound to 1."""
+        axes = range(self.ndim) if dim is None else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
+        for a in axes:
+            if not isinstance(self.shape[a], int) and not dims_equal(self.shape[a], 1):
+                raise ShapeError(f"squeeze of {self.label}: axis {a} has the symbolic length {self.shape[a]}, which "
+                                 f"PyTorch drops when it is 1: reshape instead")
+        drop = {a for a in axes if dims_equal(self.shape[a], 1)}
+        return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in drop))
 
     def flip(self, axis=None):
         axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, numbers.Integral) else axis
@@ -164,6 +171,9 @@ class MovementMixin:
     def __getitem__(self, index):
         if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
             return self.index_select(0, index)
+        if any(is_boolean(i) for i in (index if isinstance(index, tuple) else (index,))):
+            raise ShapeError(f"indexing {self.label} with a boolean mask: the result's length depends on the data, "
+                             f"which a graph cannot have; use rc.where or masked_fill")
         index = index if isinstance(index, tuple) else (index,)
         lists = [k for k, i in enumerate(index) if _is_int_list(i)]
         if lists:
@@ -240,7 +250,7 @@ class MovementMixin:
         return (self[i] for i in range(self.shape[0]))
 
     def contiguous(self):
-        return type(self).from_node(make_node("Contiguous", (self.edge,)))
+        return keep_bool(type(self).from_node(make_node("Contiguous", (self.edge,))), self)
 
     def as_strided(self, shape, strides, offset=0):
         """Read this tensor's row-major flattening with explicit strides (windows for conv and pooling)."""
@@ -330,30 +340,42 @@ def _is_int_list(item) -> bool:
     return isinstance(item, list) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item) and bool(item)
 
 
-def concat(tensors, axis: int = 0):
-    """Join along an existing axis: each part is padded to the full length and the parts are added."""
+def concat(tensors, dim: int = 0, *, axis=None):
+    """torch.cat (also rc.cat; NumPy's axis= too): join along an existing axis, each part padded to the
+    full length and the parts added."""
     tensors = [lift(t) for t in _sequence(tensors, "concat")]
     if not tensors:
         raise ShapeError("concat needs at least one tensor")
-    axis = tensors[0]._axis(axis)
+    axis = tensors[0]._axis(_dim_or_axis(dim, axis, "concat"))
     for t in tensors[1:]:
         if t.ndim != tensors[0].ndim or any(not dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
             raise ShapeError(f"concat along axis {axis}: {t.label} does not match {tensors[0].label} off that axis")
-    total = dim(sum(t.shape[axis] for t in tensors))
+    total = make_dim(sum(t.shape[axis] for t in tensors))
     out, before = None, 0
     for t in tensors:
         widths = [(0, 0)] * t.ndim
-        widths[axis] = (before, dim(total - before - t.shape[axis]))
+        widths[axis] = (before, make_dim(total - before - t.shape[axis]))
         part = t.pad(widths)
         out = part if out is None else out + part
-        before = dim(before + t.shape[axis])
-    return out
+        before = make_dim(before + t.shape[axis])
+    return keep_bool(out, *tensors)
 
 
 @user_op
-def stack(tensors, axis: int = 0):
+def cat(tensors, dim: int = 0, *, axis=None):
+    return concat(tensors, dim, axis=axis)
+
+
+@user_op
+def stack(tensors, dim: int = 0, *, axis=None):
     tensors = [lift(t) for t in _sequence(tensors, "stack")]
     if not tensors:
         raise ShapeError("stack needs at least one tensor")
-    axis = tensors[0]._axis(axis, tensors[0].ndim + 1)
+    axis = tensors[0]._axis(_dim_or_axis(dim, axis, "stack"), tensors[0].ndim + 1)
     return concat([t.unsqueeze(axis) for t in tensors], axis)
+
+
+def _dim_or_axis(dim, axis, who: str):
+    if axis is not None and dim != 0:
+        raise ShapeError(f"{who}: give dim= or axis=, not both")
+    return dim if axis is None else axis

@@ -13,8 +13,10 @@ import numbers
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, prod
-from .activations import (celu, elu, hardsigmoid, hardswish, hardtanh, leaky_relu, logsigmoid, mish, relu6, selu,
-                          softplus, softsign)
+from .activations import (celu, dropout, elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, log_softmax, logsigmoid,
+                          mish, relu, relu6, selu, silu, softmax, softmin, softplus, softsign)
+from .attention import scaled_dot_product_attention
+from .losses import binary_cross_entropy, cross_entropy, one_hot
 from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
@@ -37,31 +39,56 @@ def linear(x, weight, bias=None):
 
 @user_op
 @computed_in_float32
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, normalized_shape=None):
-    """Normalise the last axis, or (normalized_shape=, by keyword) the last len(normalized_shape) axes;
-    weight and bias broadcast against those axes."""
-    x = lift(x)
-    if isinstance(normalized_shape, numbers.Integral):  # PyTorch takes an int for one axis
-        normalized_shape = (normalized_shape,)
-    count = len(normalized_shape) if normalized_shape is not None else 1
-    if not 1 <= count <= x.ndim or (normalized_shape is not None and
-                                    not all(dims_equal(a, b) for a, b in zip(x.shape[-count:], normalized_shape))):
-        raise ShapeError(f"layer_norm of {x.label}: normalized_shape {normalized_shape} is not the trailing shape "
-                         f"of {x.shape}")
-    axes = tuple(range(x.ndim - count, x.ndim))
-    centred = x - x.mean(axes, keepdims=True)
-    out = centred * ((centred * centred).mean(axes, keepdims=True) + eps).rsqrt()
+def layer_norm(input, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5):
+    """torch.nn.functional.layer_norm: normalise the last len(normalized_shape) axes (no normalized_shape:
+    the last axis); weight and bias broadcast against them. refcomp's older form layer_norm(x, weight,
+    bias, eps), a tensor or None second, still works (told apart by the second argument's type)."""
+    x = lift(input)
+    if isinstance(normalized_shape, Tensor):  # the older form: (x, weight, bias, eps)
+        if bias is not None and not isinstance(bias, numbers.Real):
+            raise ShapeError(f"layer_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor")
+        normalized_shape, weight, bias, eps = None, normalized_shape, weight, eps if bias is None else bias
+    axes = _normalized_axes(x, normalized_shape, "layer_norm")
+    centred = x - x.mean(axes, keepdim=True)
+    out = centred * ((centred * centred).mean(axes, keepdim=True) + eps).rsqrt()
     if weight is not None:
         out = out * weight
     return out if bias is None else out + bias
 
 
+FINFO_EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # torch.finfo(dtype).eps
+
+
 @user_op
 @computed_in_float32
-def rms_norm(x, weight=None, eps: float = 1e-6):
-    x = lift(x)
-    out = x * ((x * x).mean(-1, keepdims=True) + eps).rsqrt()
+def rms_norm(input, normalized_shape=None, weight=None, eps=None):
+    """torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) over the last len(normalized_shape) axes,
+    eps by default torch.finfo(dtype).eps. refcomp's older form rms_norm(x, weight, eps) (a tensor or None
+    second, or no normalized_shape) keeps its default eps 1e-6 and normalises the last axis."""
+    x = lift(input)
+    older = normalized_shape is None or isinstance(normalized_shape, Tensor)
+    if isinstance(normalized_shape, Tensor):  # the older form: (x, weight, eps)
+        if weight is not None and not isinstance(weight, numbers.Real):
+            raise ShapeError(f"rms_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor")
+        normalized_shape, weight, eps = None, normalized_shape, eps if weight is None else weight
+    if eps is None:
+        eps = 1e-6 if older else FINFO_EPS[x.dtype]
+    axes = _normalized_axes(x, normalized_shape, "rms_norm")
+    out = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
     return out if weight is None else out * weight
+
+
+def _normalized_axes(x, normalized_shape, who: str) -> tuple:
+    """The trailing axes `normalized_shape` names (an int for one axis, as PyTorch takes it); None: the last."""
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (normalized_shape,)
+    if normalized_shape is not None and not isinstance(normalized_shape, (tuple, list)):
+        raise ShapeError(f"{who} of {x.label}: normalized_shape must be an int or a tuple of dims, got {normalized_shape!r}")
+    count = len(normalized_shape) if normalized_shape is not None else 1
+    if not 1 <= count <= x.ndim or (normalized_shape is not None and
+                                    not all(dims_equal(a, dim(b)) for a, b in zip(x.shape[-count:], normalized_shape))):
+        raise ShapeError(f"{who} of {x.label}: normalized_shape {normalized_shape} is not the trailing shape of {x.shape}")
+    return tuple(range(x.ndim - count, x.ndim))
 
 
 @user_op
@@ -172,11 +199,6 @@ def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     return x / norm.maximum(eps)
 
 
-@user_op
-def softmin(x, dim: int = -1):
-    return lift(x).softmin(dim)
-
-
 def _interpolation_matrix(n_in: int, n_out: int, mode: str, align_corners: bool, scale):
     """(n_out, n_in) weights from Iota: row i holds the source weights of output i (PyTorch's rules)."""
     i, j = iota((n_out, n_in), 0), iota((n_out, n_in), 1)
@@ -240,51 +262,14 @@ def pad(x, pad, mode: str = "constant", value: float = 0.0):
 
 
 @user_op
-def one_hot(ids, num_classes: int):
-    """ids (int32) -> (..., num_classes) of 0.0/1.0: rows of the identity picked by the ids, so an id
-    outside [0, num_classes) is refused at run time like any embedding id."""
-    from .creation import eye
-    return embedding(ids, eye(num_classes))
-
-
-def _reduced(loss, reduction: str, who: str):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ShapeError(f"{who}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-
-@user_op
-@computed_in_float32
-def cross_entropy(logits, target, reduction: str = "mean"):
-    """torch.nn.functional.cross_entropy over axis 1: target int32 class ids (N, ...) or class
-    probabilities of the logits' shape."""
-    logits, target = lift(logits), lift(target)
-    log_p = logits.log_softmax(1)
-    if target.dtype == "int32":
-        picked = one_hot(target, logits.shape[1])  # (N, ..., C)
-        picked = picked.permute(*([0, picked.ndim - 1] + list(range(1, picked.ndim - 1)))) if picked.ndim > 2 else picked
-    else:
-        picked = target
-    return _reduced(-(picked * log_p).sum(1), reduction, "cross_entropy")
-
-
-@user_op
-@computed_in_float32
-def binary_cross_entropy(probabilities, target, reduction: str = "mean"):
-    """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (p = 0 or 1 stays finite)."""
-    p, t = lift(probabilities), lift(target)
-    loss = -(t * p.log().maximum(-100.0) + (1.0 - t) * (1.0 - p).log().maximum(-100.0))
-    return _reduced(loss, reduction, "binary_cross_entropy")
-
-
-@user_op
-def embedding(ids, table):
-    """Rows of `table` (V, D) picked by int32 `ids` of any shape; the result is ids.shape + (D,)."""
-    ids, table = lift(ids), lift(table)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False):
+    """Rows of `weight` (V, D) picked by int32 ids `input` of any shape; the result is ids.shape + (D,).
+    padding_idx, scale_grad_by_freq and sparse concern gradients only; max_norm would rewrite the table."""
+    ids, table = lift(input), lift(weight)
+    if max_norm is not None:
+        raise ShapeError(f"embedding of {table.label}: max_norm renormalises the table's rows in place, which "
+                         f"refcomp does not do; scale the table before the lookup")
     if ids.dtype != "int32":
         raise ShapeError(f"embedding ids must be an int32 input, got {ids.label} ({ids.dtype})")
     _require_ndim(table, 2, "embedding table")
@@ -292,41 +277,9 @@ def embedding(ids, table):
     return Tensor.from_node(make_node("Gather", (table.edge, ids.edge)))
 
 
-@user_op
-@computed_in_float32
-def scaled_dot_product_attention(q, k, v, causal: bool = False, mask=None, *, attn_mask=None, is_causal=None,
-                                 scale=None, enable_gqa: bool = False):
-    """softmax(q k^T * scale + mask) v over the last two axes (scale defaults to 1/sqrt(d)).
-
-    `causal` (PyTorch's is_causal) lets query i see keys j <= i, top-left aligned: the other scores
-    are selected to -inf, so their weights are exactly 0. `mask` (PyTorch's attn_mask) is a float
-    tensor added to the scores (0 to attend, -inf or a large negative number to block); it
-    broadcasts to (..., Tq, Tk). `enable_gqa`: k and v may have fewer heads (axis -3) than q, each
-    shared by q's heads in groups (grouped-query attention), as in PyTorch.
-    """
-    q, k, v = lift(q), lift(k), lift(v)
-    causal = causal if is_causal is None else is_causal
-    mask = mask if attn_mask is None else attn_mask
-    if enable_gqa and q.ndim >= 3 and not dims_equal(q.shape[-3], k.shape[-3]):
-        heads, groups = q.shape[-3], k.shape[-3]
-        if not (isinstance(heads, int) and isinstance(groups, int) and heads % groups == 0):
-            raise ShapeError(f"scaled_dot_product_attention: {heads} query heads cannot share {groups} key/value heads")
-        k, v = k.repeat_interleave(heads // groups, -3), v.repeat_interleave(heads // groups, -3)
-    d = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(d) if isinstance(d, int) else constant(d).rsqrt()
-    scores = (q @ k.transpose(-2, -1)) * scale
-    if causal:
-        tq, tk = scores.shape[-2:]
-        blocked = iota((tq, tk), 1) > iota((tq, tk), 0)
-        scores = where(blocked, -math.inf, scores)
-    if mask is not None:
-        scores = scores + mask
-    return scores.softmax(-1) @ v
-
-
 __all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d",
            "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_unpool1d", "max_unpool2d",
            "max_unpool3d",
            "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
-           "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign"]
+           "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign", "gelu", "relu", "silu",
+           "softmax", "log_softmax", "dropout"]

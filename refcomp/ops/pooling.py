@@ -39,14 +39,14 @@ def max_pool(x, kernel, stride, padding, dilation, ceil_mode: bool = False, retu
     d = len(kernel)
     win, _ = pool_windows(x, kernel, stride, padding, dilation, pad_value, ceil_mode, who)
     axes = tuple(range(2 + d, 2 + 2 * d))
-    out = win.max(axes)
+    out = win.amax(axes)
     if not return_indices:
         return out
     spatial = tuple(x.shape[2:])
     plane = iota((prod(spatial),), 0).reshape((1, 1) + spatial)  # each input cell's flat position
     positions, _ = pool_windows(plane, kernel, stride, padding, dilation, _PAD_POSITION, ceil_mode, who)
     at_max = where(win.isnan(), 1.0, win.eq(out.reshape(tuple(out.shape) + (1,) * d)))
-    return out, where(at_max, positions, _PAD_POSITION).min(axes)  # window order is increasing position
+    return out, where(at_max, positions, _PAD_POSITION).amin(axes)  # window order is increasing position
 
 
 @user_op
@@ -97,9 +97,9 @@ def max_unpool(x, indices, kernel, stride, padding, output_size=None, who: str =
     count = prod(x.shape[2:])
     values, slots = x.reshape((n, c, 1, count)), indices.reshape((n, c, 1, count))
     hit = slots.eq(iota((1, 1, plane, 1), 2))  # (N, C, plane, count): which pooled values land where
-    landed = where(hit, values, -math.inf).max(-1)  # a cell two windows both picked gets the same value twice
-    out = where(hit.max(-1), landed, 0.0)
-    outside = ((slots < 0.0).maximum(slots >= float(plane))).max(-1)  # a lost value poisons its plane: never silent
+    landed = where(hit, values, -math.inf).amax(-1)  # a cell two windows both picked gets the same value twice
+    out = where(hit.amax(-1), landed, 0.0)
+    outside = ((slots < 0.0).maximum(slots >= float(plane))).amax(-1)  # a lost value poisons its plane: never silent
     return where(outside, math.nan, out).reshape((n, c) + spatial)
 
 

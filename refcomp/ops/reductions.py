@@ -14,9 +14,8 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
-from .dtypes import DTYPES
-from .provenance import user_op
-from .core import broadcast_shape, computed_in_float32, constant, iota, lift, widened
+from . import return_types
+from .core import TensorCore, broadcast_shape, computed_in_float32, constant, iota, lift, widened
 from .elementwise import where
 
 
@@ -42,43 +41,58 @@ class ReductionMixin:
             out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape)))
         return out
 
-    def sum(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        return self._reduce_axes("SumReduce", axis, keepdims)
+    def sum(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        return _as_type(self, dtype)._reduce_axes("SumReduce", dim, keepdim)
 
-    def max(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        return self._reduce_axes("MaxReduce", axis, keepdims)
+    def amax(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        """torch.amax: the largest values over one dim, several, or all (None or ()); values only, NaN propagates."""
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        return self._reduce_axes("MaxReduce", dim, keepdim)
 
-    def min(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        return -((-self).max(axis, keepdims))
+    def amin(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        return -((-self).amax(dim, keepdim))
+
+    def max(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        """torch.max: no dim, the largest value; one dim (by position, dim= or PyTorch's alias axis=), the
+        named pair (values, indices) along it, indices the float32 positions of the first maximum (NaN
+        counts as the maximum); another tensor, the elementwise maximum."""
+        return _extreme(self, "max", dim, keepdim, axis, keepdims)
+
+    def min(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        return _extreme(self, "min", dim, keepdim, axis, keepdims)
 
     @computed_in_float32
-    def prod(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    def prod(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         """The product as a tree of Mul over halves of each axis (whose length must be concrete)."""
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        axes = range(self.ndim) if axis is None else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
-        out = self
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        out = _as_type(self, dtype)
+        axes = range(self.ndim) if dim is None else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
         for a in sorted(set(axes), reverse=True):
             out = _product(out, a)
-        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape))) if keepdims else out
+        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape))) if keepdim else out
 
-    def any(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        """1.0 where some value along the axes is nonzero (NaN counts), else 0.0."""
-        return self.ne(0.0).max(axis, keepdims, dim=dim, keepdim=keepdim)
+    def any(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        """1.0 where some value along the axes is nonzero (NaN counts), else 0.0 (PyTorch's bool); over
+        dim=() nothing is reduced, as PyTorch's any and all do (unlike its sum)."""
+        if _no_dims(dim, axis):
+            return self.ne(0.0)
+        return self.ne(0.0).amax(dim, keepdim, axis=axis, keepdims=keepdims)._as_bool()
 
-    def all(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        return self.ne(0.0).min(axis, keepdims, dim=dim, keepdim=keepdim)
+    def all(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        if _no_dims(dim, axis):
+            return self.ne(0.0)
+        return self.ne(0.0).amin(dim, keepdim, axis=axis, keepdims=keepdims)._as_bool()
 
     @computed_in_float32
-    def logsumexp(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    def logsumexp(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """log(sum(exp(x))) shifted by the maximum (an infinite maximum is not subtracted)."""
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        top = self.max(axis, keepdims=True)
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        top = self.amax(dim, keepdim=True)
         shift = where(top.isinf(), 0.0, top)
-        out = (self - shift).exp().sum(axis, keepdims=True).log() + shift
-        return out if keepdims else out._drop_axes(axis)
+        out = (self - shift).exp().sum(dim, keepdim=True).log() + shift
+        return out if keepdim else out._drop_axes(dim)
 
     def _count(self, axis) -> object:
         axes = range(self.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else [axis]
@@ -90,75 +104,93 @@ class ReductionMixin:
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
 
     @computed_in_float32
-    def mean(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        count = self._count(axis)
-        return self.sum(axis, keepdims) * _inverse(count)
+    def mean(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        return _as_type(self, dtype).sum(dim, keepdim) * _inverse(self._count(dim))
 
     @computed_in_float32
-    def var(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
-        """Population variance when called the NumPy way (axis=, ddof 0); called the PyTorch way (dim=,
-        keepdim= or unbiased=) the default correction is PyTorch's, 1. `correction` overrides both."""
-        torch_way = dim is not None or keepdim is not None or unbiased is not None
-        axis, keepdims = _torch_axes(axis, keepdims, dim, keepdim)
-        if correction is None:
-            correction = (1 if unbiased is None or unbiased else 0) if torch_way else 0
+    def var(self, dim=None, *args, correction=None, keepdim: bool = False, unbiased=None, axis=None, keepdims=None,
+            ddof=None):
+        """PyTorch's var: positionally (dim, unbiased, keepdim), or var(unbiased); divides by n - correction,
+        correction 1 unless given (unbiased=False: 0). NumPy's ddof= is the correction too. PyTorch reads
+        axis= as dim= (correction 1) where NumPy divides by n, so axis= needs correction= or ddof=."""
+        if isinstance(dim, bool):  # var(unbiased)
+            dim, args = None, (dim,) + args
+        if len(args) > 2 or (args and not isinstance(args[0], bool)):
+            raise ShapeError(f"var of {self.label}: after dim PyTorch takes (unbiased: bool, keepdim: bool) "
+                             f"positionally, got {args!r}")
+        if args:
+            if unbiased is not None:
+                raise ShapeError(f"var of {self.label}: unbiased given twice")
+            unbiased, keepdim = args[0], args[1] if len(args) > 1 else keepdim
+        given = [k for k, v in (("correction", correction), ("unbiased", unbiased), ("ddof", ddof)) if v is not None]
+        if len(given) > 1:
+            raise ShapeError(f"var of {self.label}: give one of correction=, unbiased= and ddof=, not {' and '.join(given)}")
+        if axis is not None and not given:
+            raise ShapeError(f"var of {self.label}: with axis= PyTorch divides by n - 1 and NumPy by n: say which with "
+                             f"correction= (or dim= for PyTorch's default) or ddof=")
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        correction = next((v for v in (correction, ddof) if v is not None), 0 if unbiased is False else 1)
         if not isinstance(correction, numbers.Integral) or isinstance(correction, bool) or correction < 0:
             raise ShapeError(f"var of {self.label}: correction must be a non-negative int, got {correction!r}")
-        centred = self - self.mean(axis, keepdims=True)
-        count = self._count(axis)
-        total = (centred * centred).sum(axis, keepdims) * _inverse(make_dim(count - correction))
-        if isinstance(count, int) or not correction:
-            return total
-        return where(constant(count) > correction, total, math.nan)
+        centred = self - self.mean(dim, keepdim=True)
+        count = self._count(dim)
+        total = (centred * centred).sum(dim, keepdim)
+        if isinstance(count, int):  # n - correction <= 0 divides by 0, as PyTorch: inf, or NaN for 0 / 0
+            return total * (1.0 / (count - correction) if count > correction else math.inf)
+        total = total * _inverse(make_dim(count - correction))
+        return total if not correction else where(constant(count) > correction, total, math.nan)
 
     @computed_in_float32
-    def std(self, axis=None, keepdims: bool = False, correction=None, *, dim=None, keepdim=None, unbiased=None):
-        return self.var(axis, keepdims, correction, dim=dim, keepdim=keepdim, unbiased=unbiased).sqrt()
+    def std(self, dim=None, *args, correction=None, keepdim: bool = False, unbiased=None, axis=None, keepdims=None,
+            ddof=None):
+        return self.var(dim, *args, correction=correction, keepdim=keepdim, unbiased=unbiased, axis=axis,
+                        keepdims=keepdims, ddof=ddof).sqrt()
 
-    def softmin(self, axis: int = -1, *, dim=None):
-        return (-self).softmax(axis if dim is None else dim)
+    def softmin(self, dim: int = -1, dtype=None, *, axis=None):
+        return (-_as_type(self, dtype)).softmax(_one_axis(dim, axis))
 
     @computed_in_float32
-    def softmax(self, axis: int = -1, *, dim=None):
-        axis = axis if dim is None else dim
-        shifted = self - self.max(axis, keepdims=True)
+    def softmax(self, dim: int = -1, dtype=None, *, axis=None):
+        """Along `dim` (default -1; PyTorch's method requires it); `dtype` converts the input first, as PyTorch."""
+        x, dim = _as_type(self, dtype), _one_axis(dim, axis)
+        shifted = x - x.amax(dim, keepdim=True)
         e = shifted.exp()
-        return e / e.sum(axis, keepdims=True)
+        return e / e.sum(dim, keepdim=True)
 
     @computed_in_float32
-    def log_softmax(self, axis: int = -1, *, dim=None):
-        axis = axis if dim is None else dim
-        shifted = self - self.max(axis, keepdims=True)
-        return shifted - shifted.exp().sum(axis, keepdims=True).log()
+    def log_softmax(self, dim: int = -1, dtype=None, *, axis=None):
+        x, dim = _as_type(self, dtype), _one_axis(dim, axis)
+        shifted = x - x.amax(dim, keepdim=True)
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
-    def argmax(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    def argmax(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """Index of the first maximum, as a float (every computed value in refcomp is float32); with no
-        axis (`x.argmax()`, as NumPy and PyTorch) of the flattened tensor.
+        dim (`x.argmax()`, as NumPy and PyTorch) of the flattened tensor.
 
         As in NumPy a NaN is the maximum: where the max is NaN no element equals it, and the NaNs
         are the candidates (where it is not NaN there are none).
         """
-        if dim is not None or keepdim is not None:
-            axis, keepdims = _torch_axes(None, keepdims, dim, keepdim)
-        if axis is None:
+        dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        if dim is None:
             flat = self.reshape((prod(self.shape),))
             out = flat.argmax(0)
-            return out.reshape((1,) * self.ndim) if keepdims else out
-        axis = self._axis(axis)
-        n = self.shape[axis]
-        is_max = self.eq(self.max(axis, keepdims=True)) + self.isnan()
-        index = iota(self.shape, axis)
-        return (index + (1.0 - is_max) * n).min(axis, keepdims)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        dim = self._axis(dim)
+        n = self.shape[dim]
+        is_max = self.eq(self.amax(dim, keepdim=True)) + self.isnan()
+        index = iota(self.shape, dim)
+        return (index + (1.0 - is_max) * n).amin(dim, keepdim)
 
-    def argmin(self, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    def argmin(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """Index of the first minimum (NaN counts as the minimum, as in NumPy and PyTorch)."""
-        return (-self).argmax(axis, keepdims, dim=dim, keepdim=keepdim)
+        return (-self).argmax(dim, keepdim, axis=axis, keepdims=keepdims)
 
-    def cumsum(self, axis: int = -1, *, dim=None):
+    def cumsum(self, dim: int = -1, *, dtype=None, axis=None):
         """Running sums as windows over a zero-padded copy: exact, with no masking arithmetic."""
-        axis = self._axis(axis if dim is None else dim)
-        x = self.transpose(axis, -1) if axis != self.ndim - 1 else self
+        axis = self._axis(_one_axis(dim, axis))
+        x = _as_type(self, dtype)
+        x = x.transpose(axis, -1) if axis != self.ndim - 1 else x
         n, lead = x.shape[-1], x.shape[:-1]
         padded = x.pad([(0, 0)] * (x.ndim - 1) + [(make_dim(n - 1), 0)])
         padded_strides = contiguous_strides(lead + (make_dim(2 * n - 1),))
@@ -192,13 +224,47 @@ class ReductionMixin:
         return lift(other).matmul(self)
 
 
-def _torch_axes(axis, keepdims, dim, keepdim):
-    """PyTorch's dim= / keepdim= beside NumPy's axis= / keepdims=."""
-    if dim is not None:
-        if axis is not None:
+def _torch_axes(dim, keepdim, axis, keepdims):
+    """dim= / keepdim= with PyTorch's aliases axis= / keepdims= (NumPy's names, the same meaning here)."""
+    if axis is not None:
+        if dim is not None:
             raise ShapeError(f"give axis= or dim=, not both (axis={axis!r}, dim={dim!r})")
-        axis = dim
-    return axis, keepdims if keepdim is None else keepdim
+        dim = axis
+    if _no_dims(dim, None):  # PyTorch reduces every axis over dim=() (NumPy: none)
+        dim = None
+    return dim, keepdim if keepdims is None else keepdims
+
+
+def _no_dims(dim, axis) -> bool:
+    """dim=() (or []): every axis for PyTorch's sum, none for its any and all."""
+    dims = dim if axis is None else axis
+    return isinstance(dims, (tuple, list)) and not dims
+
+
+def _one_axis(dim, axis):
+    if axis is not None and dim not in (None, -1):
+        raise ShapeError(f"give axis= or dim=, not both (axis={axis!r}, dim={dim!r})")
+    return dim if axis is None else axis
+
+
+def _as_type(t, dtype):
+    """PyTorch's dtype= of a reduction: the input converted first."""
+    return t if dtype is None else t.to(dtype)
+
+
+def _extreme(t, name: str, dim, keepdim, axis, keepdims):
+    """Tensor.max / Tensor.min in PyTorch's three forms (see max)."""
+    if isinstance(dim, TensorCore):
+        return t.maximum(dim) if name == "max" else t.minimum(dim)
+    dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+    if dim is None:
+        return t.amax(None, keepdim) if name == "max" else t.amin(None, keepdim)
+    if isinstance(dim, (tuple, list)):
+        raise ShapeError(f"{name} of {t.label}: PyTorch's {name} takes one dim and returns (values, indices); "
+                         f"for the {name}imum over dims {tuple(dim)} use a{name}")
+    values = t.amax(dim, keepdim) if name == "max" else t.amin(dim, keepdim)
+    indices = t.argmax(dim, keepdim) if name == "max" else t.argmin(dim, keepdim)
+    return getattr(return_types, name)(values, indices)
 
 
 def _product(t, axis: int):
@@ -232,20 +298,3 @@ def _inverse(count):
 def _batch_of(t):
     """A stand-in tensor whose shape is `t`'s batch axes, used only to broadcast shapes."""
     return constant(0.0).broadcast_to(t.shape[:-2]) if t.ndim > 2 else constant(0.0)
-
-
-@user_op
-def arange(*args):
-    """rc.arange(n) or rc.arange(start, stop, step): start, start + step, ... below stop (ints, or
-    floats as torch.arange takes them: ceil((stop - start) / step) values, each start + i * step)."""
-    if len(args) == 1 and not isinstance(args[0], float):
-        n = make_dim(args[0])
-        return iota((max(n, 0) if isinstance(n, int) else n,), 0)  # NumPy: arange(-1) is empty
-    start, stop, step = ([0] if len(args) == 1 else []) + (list(args) + [1])[:3 if len(args) > 1 else 2]
-    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (start, stop, step)) or step == 0:
-        raise ShapeError(f"arange({', '.join(map(str, args))}): start, stop and step must be numbers, step non-zero")
-    if all(isinstance(v, numbers.Integral) for v in (start, stop, step)):
-        count = max(len(range(start, stop, step)), 0)
-    else:
-        count = max(math.ceil((float(stop) - float(start)) / float(step)), 0)
-    return iota((count,), 0) * float(step) + float(start)

@@ -17,7 +17,7 @@ from .reductions import ReductionMixin
 from .sorting import SortingMixin
 from .special import SpecialMixin
 
-__all__ = ["Tensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
+__all__ = ["Tensor", "BoolTensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
@@ -26,14 +26,30 @@ class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, Lina
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
 
+class BoolTensor(Tensor):
+    """0.0/1.0 values that PyTorch would type torch.bool: what comparisons, the logical operations,
+    isnan/isinf/isfinite, any/all and `.bool()` return, and views of them.
+
+    Values and dtype are those of a float tensor (refcomp computes in float32); the flag only tells a
+    call whose meaning depends on bool-ness which one the user wrote: `attn_mask` selects with a
+    boolean mask and adds a float one, as PyTorch does. Arithmetic gives a plain Tensor."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + " (bool)>"
+
+
 TensorCore.full = Tensor
+TensorCore._boolean = BoolTensor
 
 # Operators are user ops under the names people say: `a + b` builds "add" nodes.
 OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "sub", "__mul__": "mul",
              "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__neg__": "neg", "__pow__": "pow",
              "__rpow__": "pow", "__mod__": "mod", "__rmod__": "mod", "__matmul__": "matmul", "__rmatmul__": "matmul",
              "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne",
-             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide"}
+             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide",
+             "__and__": "logical_and", "__rand__": "logical_and", "__or__": "logical_or", "__ror__": "logical_or",
+             "__xor__": "logical_xor", "__rxor__": "logical_xor", "__invert__": "logical_not", "__abs__": "abs"}
 
 
 def _record_provenance(cls: type) -> None:

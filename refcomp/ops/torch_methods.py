@@ -3,14 +3,17 @@
 Each is a few primitives (or the operators of elementwise.py) with PyTorch's meaning: `div` with a
 `rounding_mode`, `//` as floor division, `sign`/`trunc`/`round` (half to even) from floor and
 comparisons, `copysign`, `logaddexp` without overflow, `lerp` in PyTorch's two-sided form, the
-logical operations and `masked_fill` on 0/1 floats (refcomp's booleans).
+logical operations and `masked_fill` on 0/1 floats (refcomp's booleans), and PyTorch's questions
+about a tensor (`size`, `numel`, `dim`) and its copies (`clone`, `new_zeros`, `type_as`).
 """
 from __future__ import annotations
 
 import math
 
 from ..errors import ShapeError
-from .core import lift
+from ..symbolic.dims import prod
+from .core import is_boolean, lift
+from .creation import _size, full
 from .elementwise import fmod, where
 
 LOG10_2 = math.log10(2.0)
@@ -108,19 +111,68 @@ class TorchMethodsMixin:
         difference = end - self
         return where(weight.abs() < 0.5, self + weight * difference, end - difference * (1.0 - weight))
 
+    def lt(self, other):
+        return self < other
+
+    def le(self, other):
+        return self <= other
+
+    def gt(self, other):
+        return self > other
+
+    def ge(self, other):
+        return self >= other
+
     def logical_not(self):
         return self.eq(0.0)
 
     def logical_and(self, other):
-        return self.ne(0.0) * lift(other).ne(0.0)
+        return (self.ne(0.0) * lift(other).ne(0.0))._as_bool()
 
     def logical_or(self, other):
-        return self.ne(0.0).maximum(lift(other).ne(0.0))
+        return self.ne(0.0).maximum(lift(other).ne(0.0))._as_bool()
 
     def logical_xor(self, other):
         return self.ne(0.0).ne(lift(other).ne(0.0))
 
     def masked_fill(self, mask, value):
-        """`value` where mask is nonzero (True), else x; the result has the broadcast shape."""
+        """`value` where mask is nonzero (True), else x; the result has the broadcast shape (a boolean x
+        stays boolean, the value read as PyTorch casts it: nonzero is True)."""
+        if is_boolean(self) and isinstance(value, (int, float)):
+            return where(lift(mask), float(value != 0), self)._as_bool()
         return where(lift(mask), value, self)
 
+
+    # --- about the tensor, and copies ---------------------------------------------------------------
+    def size(self, dim=None):
+        """torch.Tensor.size: the shape (dims may be symbolic), or one axis's length."""
+        return tuple(self.shape) if dim is None else self.shape[self._axis(dim)]
+
+    def numel(self):
+        return prod(self.shape)
+
+    def dim(self):
+        return self.ndim
+
+    def clone(self, *, memory_format=None):
+        """The same values (a lazy graph never changes a tensor in place, so no copy is needed)."""
+        return type(self)(self.edge)
+
+    def detach(self):
+        return type(self)(self.edge)
+
+    def type_as(self, other):
+        return self.to("bool" if is_boolean(other) else lift(other).dtype)
+
+    def new_full(self, size, fill_value, *, dtype=None):
+        """A tensor of `size` filled with `fill_value`, of this tensor's dtype unless `dtype` says otherwise."""
+        return full(size, fill_value, dtype=self._dtype_or_own(dtype))
+
+    def new_zeros(self, *size, dtype=None):
+        return full(_size(size), 0.0, dtype=self._dtype_or_own(dtype))
+
+    def new_ones(self, *size, dtype=None):
+        return full(_size(size), 1.0, dtype=self._dtype_or_own(dtype))
+
+    def _dtype_or_own(self, dtype):
+        return dtype if dtype is not None else "bool" if is_boolean(self) else self.dtype

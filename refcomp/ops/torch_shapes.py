@@ -1,5 +1,6 @@
-"""PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, diagonal, roll,
-repeat, repeat_interleave, and the running product / maximum / minimum / log-sum-exp.
+"""PyTorch's shape methods and scans on top of the views: view, flatten, unflatten, t, mT, swapaxes,
+split, chunk, diagonal, roll,
+repeat, repeat_interleave, and the running product / maximum / minimum (with their positions) / log-sum-exp.
 
 Every method here is a view (or a concatenation of views) of the same node, so none copies data
 except where PyTorch's result is not a view either (roll, repeat concatenate). The scans read the
@@ -13,9 +14,10 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from ..symbolic.dims import dim as make_dim, prod
+from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
-from .core import iota, lift
+from . import return_types
+from .core import iota, keep_bool, lift
 from .elementwise import where
 from .movement import concat
 from .primitives import make_node
@@ -49,6 +51,59 @@ class TorchShapesMixin:
             n = self.shape[axis]
             sizes = tuple(make_dim(n // known if isinstance(n, int) else n / known) if s == -1 else s for s in sizes)
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
+
+    def t(self):
+        """torch.Tensor.t: a 2-D tensor transposed; 0-D and 1-D as they are; more axes refused, as PyTorch."""
+        if self.ndim > 2:
+            raise ShapeError(f"t() of {self.label}: PyTorch's t() takes at most 2 axes (mT swaps the last two)")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def mT(self):
+        if self.ndim < 2:
+            raise ShapeError(f"mT of {self.label}: needs at least 2 axes")
+        return self.transpose(-2, -1)
+
+    def swapaxes(self, axis0: int, axis1: int):
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0: int, dim1: int):
+        return self.transpose(dim0, dim1)
+
+    def split(self, split_size_or_sections, dim: int = 0):
+        """torch.split: views of `split_size` along dim (the last one shorter), or of the listed sizes
+        (which must add up to the axis). An int size needs a known length: the count of pieces is."""
+        axis = self._axis(dim)
+        n = self.shape[axis]
+        if isinstance(split_size_or_sections, numbers.Integral) and not isinstance(split_size_or_sections, bool):
+            size = int(split_size_or_sections)
+            if not isinstance(n, int):
+                raise ShapeError(f"split of {self.label}: axis {axis} has the symbolic length {n}, so the number of "
+                                 f"pieces of {size} is unknown; give the sizes as a list")
+            if size < 0 or (size == 0 and n):
+                raise ShapeError(f"split of {self.label}: split_size {size} must be positive (0 only for an empty axis)")
+            sizes = [size] * (n // size) + ([n % size] if n % size else []) if n else [0]
+        else:
+            sizes = [make_dim(s) for s in split_size_or_sections]
+            if not dims_equal(make_dim(sum(sizes)), n):
+                raise ShapeError(f"split of {self.label}: sizes {sizes} add up to {sum(sizes)}, not the {n} of axis {axis}")
+        pieces, start = [], 0
+        for size in sizes:
+            index = [slice(None)] * self.ndim
+            index[axis] = slice(start, make_dim(start + size))
+            pieces.append(self[tuple(index)])
+            start = make_dim(start + size)
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0):
+        """torch.chunk: pieces of ceil(n / chunks) along dim, the last smaller, so there may be fewer
+        than `chunks` (an empty axis gives `chunks` empty pieces, as PyTorch)."""
+        chunks = _int(chunks, "chunk's chunks", self.label)
+        axis = self._axis(dim)
+        n = self.shape[axis]
+        if chunks < 1 or not isinstance(n, int):
+            raise ShapeError(f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} of known length ({n})")
+        return self.split([0] * chunks, axis) if n == 0 else self.split(-(-n // chunks), axis)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
         """The diagonal of axes dim1 and dim2 (offset above it, negative below) as the last axis: a
@@ -132,7 +187,7 @@ class TorchShapesMixin:
         picked = type(self).from_node(make_node("Gather", (table.edge, ids.edge))).reshape(tuple(ids.shape) + rest)
         k = ids.ndim
         order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
-        return picked.permute(order) if order != list(range(len(order))) else picked
+        return keep_bool(picked.permute(order) if order != list(range(len(order))) else picked, self)
 
     def gather(self, dim: int, index):
         """torch.gather: out[i][j][k] = self[i][index[i][j][k]][k] for dim=1; the output has the index's
@@ -152,8 +207,8 @@ class TorchShapesMixin:
         order = [i for i in range(self.ndim) if i != axis] + [axis]  # the gathered axis last, then one for the index's
         candidates = rows.permute(order).unsqueeze(axis)  # (..., 1 at axis, ..., n)
         match = index.unsqueeze(-1).eq(iota((1,) * self.ndim + (n,), self.ndim))
-        picked = where(match, candidates, -math.inf).max(-1)  # one candidate matches: its value, -0.0 and NaN kept
-        return where(match.max(-1), picked, math.nan)
+        picked = where(match, candidates, -math.inf).amax(-1)  # one candidate matches: its value, -0.0 and NaN kept
+        return keep_bool(where(match.amax(-1), picked, math.nan), self)
 
     # --- scans ----------------------------------------------------------------------------------
     def _prefixes(self, axis: int, identity: float):
@@ -173,12 +228,25 @@ class TorchShapesMixin:
         return self._scan(dim, 1.0, lambda w: w.prod(-1))
 
     def cummax(self, dim: int = -1):
-        """The running maximum (values only; PyTorch also returns their indices)."""
-        return self._scan(dim, -math.inf, lambda w: w.max(-1))
+        """The running maximum and where it was reached: PyTorch's named pair (values, indices)."""
+        return self._running_extreme(dim, lowest=False)
 
     def cummin(self, dim: int = -1):
-        """The running minimum (values only; PyTorch also returns their indices)."""
-        return self._scan(dim, math.inf, lambda w: w.min(-1))
+        return self._running_extreme(dim, lowest=True)
+
+    def _running_extreme(self, dim, lowest: bool):
+        """Each prefix's maximum (of -x for the minimum) and, as PyTorch, the last position holding it (a NaN
+        is the maximum: the last NaN). Window k of row i holds x[i - (n - 1) + k], -inf in the padding."""
+        axis = self._axis(dim)
+        windows = (-self if lowest else self)._prefixes(axis, -math.inf)
+        top = windows.amax(-1)
+        lead, n = windows.ndim - 2, windows.shape[-1]
+        position = iota(windows.shape, lead) + iota(windows.shape, lead + 1) - (n - 1)
+        hit = windows.eq(top.unsqueeze(-1)) + windows.isnan()
+        indices = where(hit, position, -1.0).amax(-1)
+        if axis != self.ndim - 1:
+            top, indices = top.transpose(axis, -1), indices.transpose(axis, -1)
+        return (return_types.cummin(-top, indices) if lowest else return_types.cummax(top, indices))
 
     def logcumsumexp(self, dim: int = -1):
         return self._scan(dim, -math.inf, lambda w: w.logsumexp(-1))

@@ -1,0 +1,52 @@
+"""Generator steps for calls written the PyTorch way (issue 28): split and chunk pieces, clamp with number
+or tensor bounds, rc.tril/triu, max/min along a dim (the named pair's values, and its indices on exact
+values), and var/std with a positional dim (PyTorch's correction 1). Mixed into `generator.Generator`,
+whose helpers (`pick`, `choice`, `emit`) they use."""
+from __future__ import annotations
+
+from .graph import _max_extent
+
+
+class TorchSteps:
+    def step_torch_api(self) -> None:
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        known = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 2]  # axes whose length is concrete
+        options = []
+        lo_c, hi_c = sorted(round(float(x), 2) for x in self.rng.uniform(-1.5, 1.5, 2))
+        options.append((f"{n}.clamp({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), v.exact, "clamp"))
+        options.append((f"rc.clamp({n}, min={lo_c!r})", max(v.lo, lo_c), max(v.hi, lo_c), v.exact, "clamp"))
+        bound = self.pick(lambda w: w is not v and w.shape == v.shape)
+        if bound is not None:
+            options.append((f"{n}.clamp(max={bound.name})", min(v.lo, bound.lo), min(v.hi, bound.hi), v.exact and bound.exact,
+                            "clamp_tensor"))
+        if nd >= 2:
+            k = int(self.rng.integers(-2, 3))
+            options.append((f"rc.tril({n}, {k})" if self.chance(0.5) else f"{n}.triu(diagonal={k})", min(v.lo, 0.0),
+                            max(v.hi, 0.0), v.exact, "tril"))
+        axis = int(self.rng.integers(-nd, nd))
+        which = self.choice(["max", "min"])
+        keep = ", keepdim=True" if self.chance(0.4) else ""
+        options.append((f"{n}.{which}({axis}{keep}).values", v.lo, v.hi, v.exact, "max_pair"))
+        options.append((f"{n}.{which}(dim={axis})[0]", v.lo, v.hi, v.exact, "max_pair"))
+        if v.exact:  # an index is discontinuous: only where both precisions see the same values
+            extent = float(_max_extent(v.shape[axis]))
+            options.append((f"{n}.{which}({axis}{keep}).indices", 0.0, extent, True, "max_indices"))
+        if known:
+            axis = self.choice(known)
+            length = v.shape[axis]
+            size = int(self.rng.integers(1, length))
+            pieces = -(-length // size)
+            options.append((f"{n}.split({size}, {axis})[{int(self.rng.integers(pieces))}]", v.lo, v.hi, v.exact, "split"))
+            chunks = int(self.rng.integers(2, length + 1))
+            count = -(-length // -(-length // chunks))
+            options.append((f"{n}.chunk({chunks}, dim={axis})[{int(self.rng.integers(count))}]", v.lo, v.hi, v.exact, "chunk"))
+            spread = (v.hi - v.lo) ** 2
+            options.append((f"{n}.var({axis}{keep})", 0.0, spread, False, "var_torch"))
+            options.append((f"{n}.std({axis})", 0.0, v.hi - v.lo, False, "var_torch"))
+        expr, lo, hi, exact, op = options[int(self.rng.integers(len(options)))]
+        out = self.emit(expr, lo, hi, exact, op)
+        if out is not None:
+            self.tame(out)
