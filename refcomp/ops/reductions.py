@@ -15,6 +15,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
+from .dtypes import DTYPES
 from .core import TensorCore, broadcast_shape, computed_in_float32, constant, iota, lift, widened
 from .elementwise import where
 
