@@ -26,7 +26,7 @@ from ..symbolic.dims import prod
 from .bitonic import Network, stages
 from .rounds import lowest_by_rounds
 from .core import constant, iota
-from .elementwise import where
+from .elementwise import fmod, where
 
 MAX_ROUNDS = 64  # the most elements picked by rounds (13 nodes each, two passes over the row)
 
@@ -85,9 +85,15 @@ def _network(x, axis: int, count: int, negate: bool, nan_first: bool):
     if count == 0:
         empty = t[:, :0]  # (its indices read x too, so that the graph keeps x as its input)
         return empty.to(x.dtype), empty * 0.0
-    if count <= MAX_ROUNDS and count <= stages(n, count):
-        key, index = lowest_by_rounds(*_keys(t, n, negate, nan_first), count)
-        return _decode(key, index, n, negate, nan_first, x.dtype)
+    if count <= MAX_ROUNDS and count <= stages(n, count) and 6 * n < 2 ** 24:  # (the codes below stay exact)
+        # The maximum of equal keys may be either zero: the index carries each value's sign bit.
+        key, index = _keys(t, n, negate, nan_first)
+        key, code = lowest_by_rounds(key, (index + float(n)) * 2.0 + (1.0 / t < 0.0), count)
+        negative = fmod(code, 2.0)
+        values, index = _decode(key, (code - negative) * 0.5 - float(n), n, negate, nan_first, "float32")
+        zero = values * values  # +0.0 where values is a zero
+        values = where((values < 0.0) + (0.0 < values), values, where(negative, -zero, zero))
+        return values.to(x.dtype), index
     size = 1 << (n - 1).bit_length()
     fields = Network(_fields(*_keys(t, size, negate, nan_first), size)).sorted(count)
     return _decode(fields[0], fields[1], size, negate, nan_first, x.dtype)
