@@ -2,11 +2,12 @@
 
 Every element carries a key and its original index, compared lexicographically (key, then index).
 The indices are distinct, so no two elements tie and the network's result is the stable order.
-Rows live in one tensor of two *fields*, the keys and then the indices, with the position along
-the row split into its bits: shape (2, rows, 2, 2, ..., 2), the most significant bit first. A
-stage at distance j pairs positions that differ in bit log2(j) only, so the partner is a flip of
-that bit's axis and both halves of a pair are an index on it: every view is a per-axis affine map,
-so whatever the search fuses, code generation sees plain indices. A stage builds:
+Rows live in one tensor of two *fields*, the keys and then the indices: (2, rows, size). A stage
+at distance j pairs positions that differ in bit log2(j) only, so it views the row as (above, 2,
+below j) with that bit as an axis of two: the partner is a flip of the axis and either half of a
+pair an index on it, so every view is a per-axis affine map of a contiguous buffer. (Splitting
+every bit of the position at once makes each fused read unravel a dozen axes, which makes code
+generation, and the search's legality checks, several times slower.) A stage builds:
 
 1. `below = partner < self`, one LessThan over both fields;
 2. `score = where(below[key], 2, below[index])`: of a pair (a, b), a's (key, index) is the larger
@@ -18,7 +19,7 @@ Batcher's network sorts alternate blocks descending before merging them. Here ev
 ascends: a block meant to descend holds its keys and indices negated (negation reverses the
 lexicographic order exactly), and one multiply by a +-1 pattern per merge re-signs the blocks when
 their direction changes. Sorting `size` (a power of two) values thus takes log2(size)(log2(size)
-+ 1) / 2 stages of four nodes and log2(size) multiplies: 324 nodes for 4,096. Keys are never NaN:
++ 1) / 2 stages of four nodes and log2(size) multiplies: 353 nodes for 4,096 with the keys. Keys are never NaN:
 the caller maps NaN to an infinity and orders the NaNs among the infinities by their index.
 
 `select` keeps the lowest `block` elements of every row without sorting the rest: sorted blocks of
@@ -36,18 +37,16 @@ from .core import constant, iota
 from .elementwise import where
 
 
-def to_bits(fields):
-    """(2, rows, size) as (2, rows, 2, ..., 2): one axis per bit of the position."""
+def _split(fields, bits):
+    """The fields (2, rows, size) with the given bits of the position (highest first) split out as
+    axes of 2: (2, rows, above, 2, between, ..., 2, below). Returns the view and each bit's axis."""
     _, rows, size = fields.shape
-    return fields.reshape((2, rows) + (2,) * (size.bit_length() - 1))
-
-
-def from_bits(fields):
-    return fields.reshape(fields.shape[:2] + (2 ** (fields.ndim - 2),))
-
-
-def _bit_axis(fields, bit: int) -> int:
-    return fields.ndim - 1 - bit
+    shape, axes, top = [2, rows], {}, size
+    for bit in bits:
+        shape += [top // (2 << bit), 2]
+        axes[bit] = len(shape) - 1
+        top = 1 << bit
+    return fields.reshape(tuple(shape) + (top,)), axes
 
 
 def _pick(t, axis: int, value: int):
@@ -65,18 +64,18 @@ def stages(n: int, count: int) -> int:
 
 
 class Network:
-    """The stages over fields in bits (to_bits). `sign`: the bit whose set positions hold negated
+    """The stages over fields (2, rows, size). `sign`: the bit whose set positions hold negated
     fields (their blocks descend), or None."""
 
     def __init__(self, fields):
-        self.fields, self.sign = to_bits(fields), None
+        self.fields, self.sign = fields, None
         self.two = constant(2.0)
         self.flip_sign = iota((2,), 0) * -2.0 + 1.0  # (1, -1)
         self.flip_signs = self.flip_sign.unsqueeze(1) * self.flip_sign  # (-1) ** (x + y)
 
     @property
     def size(self) -> int:
-        return 2 ** (self.fields.ndim - 2)
+        return self.fields.shape[2]
 
     def resign(self, bit: Optional[int]) -> None:
         """Negate the fields where the sign pattern changes: from bit `self.sign` to bit `bit`."""
@@ -84,25 +83,25 @@ class Network:
         bits = sorted({b for b in (old, bit) if b is not None}, reverse=True)
         if old == bit or not bits:
             return
+        view, axes = _split(self.fields, bits)
         pattern = self.flip_sign if len(bits) == 1 else self.flip_signs
         if len(bits) == 2:
-            pattern = pattern.reshape((2,) + (1,) * (bits[0] - bits[1] - 1) + (2,))
-        self.fields = self.fields * pattern.reshape(pattern.shape + (1,) * bits[-1])
+            pattern = pattern.reshape((2, 1, 2))
+        self.fields = (view * pattern.reshape(pattern.shape + (1,))).reshape(self.fields.shape)
 
-    def _swaps(self, bit: int):
-        """(1.0 on each pair (a, b) of positions differing in `bit` whose a is the larger, over the
-        pairs: the bit's axis dropped; the partners' view of the fields)."""
-        fields = self.fields
-        axis = _bit_axis(fields, bit)
-        partner = fields.flip(axis)
-        below = partner < fields
+    def _swaps(self, view, axis: int):
+        """(1.0 on each pair (a, b) of positions differing in the bit on `axis` whose a is the larger,
+        over the pairs: that axis dropped; the partners' view)."""
+        partner = view.flip(axis)
+        below = partner < view
         score = where(below[0], self.two, below[1])
         return _pick(score, axis - 1, 1) < _pick(score, axis - 1, 0), partner
 
     def stage(self, bit: int) -> None:
         """Compare-exchange every pair of positions that differ in `bit`, the lower first."""
-        swap, partner = self._swaps(bit)
-        self.fields = where(swap.unsqueeze(_bit_axis(self.fields, bit) - 1), partner, self.fields)
+        view, axes = _split(self.fields, [bit])
+        swap, partner = self._swaps(view, axes[bit])
+        self.fields = where(swap.unsqueeze(axes[bit] - 1), partner, view).reshape(self.fields.shape)
 
     def merge(self, k: int) -> None:
         """Sort each bitonic block of k: ascending where bit log2(k) of the position is 0, else
@@ -125,9 +124,10 @@ class Network:
         one bitonic block: half the data, the bit log2(block) dropped."""
         self.resign(None)
         bit = block.bit_length() - 1
-        swap, _ = self._swaps(bit)
-        axis = _bit_axis(self.fields, bit)
-        self.fields = where(swap, _pick(self.fields, axis, 1), _pick(self.fields, axis, 0))
+        view, axes = _split(self.fields, [bit])
+        swap, _ = self._swaps(view, axes[bit])
+        low, high = _pick(view, axes[bit], 0), _pick(view, axes[bit], 1)
+        self.fields = where(swap, high, low).reshape(self.fields.shape[:2] + (self.size // 2,))
 
     def sorted(self, count: int):
         """The lowest `count` elements of each row in order, as fields (2, rows, count): the whole
@@ -138,4 +138,4 @@ class Network:
             self.keep_lower(block)
             self.merge(block)
         self.resign(None)
-        return from_bits(self.fields)[:, :, :count]
+        return self.fields[:, :, :count]
