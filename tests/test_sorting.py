@@ -142,6 +142,8 @@ def test_errors():
         rc.input("x", ("B", 9)).sort(0)
     with pytest.raises(ShapeError, match="symbolic length"):
         rc.input("x", ("B", 9)).median(0)
+    with pytest.raises(ShapeError, match="more than the 2\\^22"):
+        rc.input("x", (3, 5_000_000)).sort()
     with pytest.raises(ShapeError, match="is empty"):
         rc.input("x", (2, 0)).median(1)
 

@@ -95,6 +95,9 @@ def _network(x, axis: int, count: int, negate: bool, nan_first: bool):
         values = where((values < 0.0) + (0.0 < values), values, where(negative, -zero, zero))
         return values.to(x.dtype), index
     size = 1 << (n - 1).bit_length()
+    if 3 * size > 2 ** 24:  # padding's indices reach 3 size
+        raise ShapeError(f"sorting {x.label}: {n} positions along axis {axis}, more than the 2^22 that float32 "
+                         f"indices count exactly here")
     fields = Network(_fields(*_keys(t, size, negate, nan_first), size)).sorted(count)
     return _decode(fields[0], fields[1], size, negate, nan_first, x.dtype)
 
