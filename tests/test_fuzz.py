@@ -45,7 +45,8 @@ def test_random_graphs_match_the_reference_with_and_without_search():
     missing = expected - set(total.coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",
-                  "std", "atan2", "logaddexp", "cummax", "roll", "logcumsumexp", "sort", "unfold", "gather_sorted"}  # one step draws one of these: several of them, not each, every run
+                  "std", "atan2", "logaddexp", "cummax", "roll", "logcumsumexp", "sort", "unfold", "gather_sorted", "median",
+                  "topk"}  # one step draws one of these: several of them, not each, every run
     assert len(torch_math & set(total.coverage)) >= 6, sorted(torch_math & set(total.coverage))
     torch_api = {"clamp", "clamp_tensor", "tril", "max_pair", "max_indices", "split", "chunk", "var_torch"}  # issue 28's calls
     assert len(torch_api & set(total.coverage)) >= 4, sorted(torch_api & set(total.coverage))

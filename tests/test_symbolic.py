@@ -214,3 +214,15 @@ def test_conflicting_bindings_are_errors():
         rc.evaluate(a + b, {"a": np.ones(3, np.float32), "b": np.ones((2, 4), np.float32)})
     with pytest.raises(rc.BindingError, match=r"dimension T is 2 from dims= but 3 from axis 0 of input 'a'"):
         rc.evaluate(a, {"a": np.ones(3, np.float32)}, dims={"T": 2})
+
+
+def test_a_constant_offset_carries_its_multiples_of_the_divisor():
+    """A read at fixed indices of two axes (offset 1026 = 1024 + 2) unravels exactly, without an idiv
+    left over: the sorting network reads its fields that way."""
+    from refcomp.symbolic.simplify import simplify_index
+    o = [sympy.Symbol(f"o{k}", integer=True, nonnegative=True) for k in range(3)]
+    flat = 512 * o[0] + 4 * o[1] + o[2] + 1026
+    bounds = {o[0]: 2, o[1]: 128, o[2]: 2}
+    assert simplify_index(idiv(flat, 1024), bounds) == 1
+    assert simplify_index(imod(idiv(flat, 2), 2), bounds) == 1
+    assert simplify_index(imod(flat, 1024), bounds) == 512 * o[0] + 4 * o[1] + o[2] + 2

@@ -200,9 +200,14 @@ class ModelSteps:
             options.append((f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp"))
             if v.shape[-1] >= 2:
                 options.append((f"{n}.unfold(-1, 2, 1)", lo, hi, v.exact, "unfold"))
-            if v.shape[-1] <= 4:  # a sorting network: log2(n)(log2(n) + 1) / 2 stages of selects
+            row = v.shape[-1]
+            if row <= 16:  # a sorting network: log2(n)(log2(n) + 1) / 2 stages of four nodes
                 options.append((f"{n}.sort(-1, descending=True)[0]", lo, hi, v.exact, "sort"))
                 options.append((f"{n}.gather(-1, {n}.argsort(-1))", lo, hi, v.exact, "gather_sorted"))
+                options.append((f"{n}.median(-1, keepdim=True)[0]", lo, hi, v.exact, "median"))
+            if row <= 64:  # k rounds of two row maxima (or the network's selection where it has fewer stages)
+                k, largest = 1 + self.counter % min(row, 3), self.counter % 2 == 0  # (drawing nothing more)
+                options.append((f"{n}.topk({k}, -1, largest={largest})[0]", lo, hi, v.exact, "topk"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
             extent = _max_extent(v.shape[-1])
             options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))

@@ -1,98 +1,181 @@
-"""sort, argsort and topk along an axis of known length: a bitonic sorting network of Where selects.
+"""sort, argsort, topk, kthvalue and median along an axis of known length, as PyTorch names them.
 
-Each element carries a key (group, value, original index), compared lexicographically: group 1 holds
-the NaNs (after every number ascending, before every number descending, as PyTorch sorts them),
-group 2 the padding up to a power of two, and a descending sort compares the negated values. The
-index makes every key distinct, so the network's result is the stable sort. log2(n)(log2(n) + 1)/2
-compare-exchange stages run, each pairing positions i and i + j inside blocks of 2j through a
-reshape of the axis, the smaller key first where i's block of size k sorts ascending. Every stage
-is a select, never arithmetic on the values, so the results are the input's own values.
+The graph grows with log² of the length, or with k, never with the length itself. Each element
+becomes a (key, index) pair and the pairs are ordered lexicographically, so no two tie:
+
+- the bitonic network (`bitonic.py`) sorts rows padded to a power of two in log² stages of four
+  nodes (`sort` of 4,096 values: 78 stages), or selects the lowest k by sorting blocks of the next
+  power of two above k and keeping the lower half of each two neighbours;
+- `rounds.py` picks the lowest k one at a time, two row reductions per pick: chosen for k up to
+  `MAX_ROUNDS` where that is fewer rounds than the network has stages (`topk(50)` of 50,257 logits:
+  50 rounds against 91 stages over 65,536 padded positions).
+
+Ties keep the input's order (the index decides), as `torch.sort(stable=True)`; where PyTorch leaves
+the order of ties unspecified (`sort` without `stable`, `topk`, `kthvalue`), refcomp's answer is
+still that one. NaN is ordered as PyTorch orders it: after +inf ascending, before it descending and
+in `topk(largest=True)`; `median` returns NaN (and the first NaN's index) for a row holding one.
+Indices are float32 values, as `argmax`'s (exact below 2^24).
 """
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..errors import ShapeError
-from .core import iota
-from .elementwise import where
-from .movement import concat
+from ..symbolic.dims import prod
+from .bitonic import Network, stages
+from .rounds import lowest_by_rounds
+from .core import constant, iota
+from .elementwise import fmod, where
+
+MAX_ROUNDS = 64  # the most elements picked by rounds (13 nodes each, two passes over the row)
 
 
-def _greater(a: list, b: list):
-    """1.0 where key a > key b lexicographically (each key a list of same-shaped fields)."""
-    out = a[-1] > b[-1]
-    for x, y in zip(reversed(a[:-1]), reversed(b[:-1])):
-        out = (x > y) + x.eq(y) * out
-    return out
+def _rows(x, axis: int):
+    """x with `axis` last and the others merged into one: (rows, n)."""
+    t = x.transpose(axis, -1) if axis != x.ndim - 1 else x
+    return t.reshape((prod(t.shape[:-1]), t.shape[-1]))
 
 
-def _stage(fields: list, keys: int, j: int, k: int):
-    """One compare-exchange stage of the network over the last axis (its length a power of two); the
-    first `keys` fields are the key, the rest travel along."""
-    shape = fields[0].shape
-    n = shape[-1]
-    lead = shape[:-1]
-    grid = lead + (n // (2 * j), j)
-    position = iota(grid, len(lead)) * float(2 * j) + iota(grid, len(lead) + 1)
-    ascending = (position - (position * (1.0 / (2 * k))).floor() * float(2 * k)) < float(k)  # (i mod 2k) < k
-    halves = [f.reshape(lead + (n // (2 * j), 2, j)) for f in fields]
-    first, second = [h[..., 0, :] for h in halves], [h[..., 1, :] for h in halves]
-    swap = where(ascending, _greater(first[:keys], second[:keys]), _greater(second[:keys], first[:keys]))
-    out = []
-    for a, b in zip(first, second):
-        low, high = where(swap, b, a), where(swap, a, b)
-        out.append(concat([low.unsqueeze(-2), high.unsqueeze(-2)], -2).reshape(shape))
-    return out
+def _unrows(t, x, axis: int):
+    """A (rows, m) result back in x's layout, with `axis` of length m."""
+    lead = tuple(n for i, n in enumerate(x.shape) if i != axis)
+    t = t.reshape(lead + (t.shape[-1],))
+    return t.transpose(axis, -1) if axis != x.ndim - 1 else t
+
+
+def _keys(t, size: int, negate: bool, nan_first: bool):
+    """(keys, indices) (rows, n) of rows t (rows, n), which the network and the rounds order.
+
+    The key is the value (negated for a descending order); a NaN's key is -inf when NaN comes first,
+    else +inf, and its index is moved by -size or +size, so that the NaNs order among themselves by
+    position but before (after) every equal key."""
+    inf, minus_inf = constant(math.inf), constant(-math.inf)
+    ordered = (t < inf) + (minus_inf < t)  # 0 only for NaN
+    key = where(ordered, -t if negate else t, minus_inf if nan_first else inf)
+    position = iota((t.shape[-1],), 0)
+    return key, where(ordered, position, position + float(-size if nan_first else size))
+
+
+def _fields(key, index, size: int):
+    """The network's fields (2, rows, size): keys, then indices. Padding up to `size` has key +inf
+    and index position + 2 size: it sorts after everything."""
+    n = key.shape[-1]
+    first = iota((2, 1, 1), 0) < 0.5  # field 0: the key
+    fields = where(first, key, index)
+    if size == n:
+        return fields
+    padded = fields.pad([(0, 0), (0, 0), (0, size - n)])
+    padding = where(first, math.inf, iota((size,), 0) + float(2 * size))
+    return where(iota((size,), 0) < n - 0.5, padded, padding)
+
+
+def _decode(key, index, size: int, negate: bool, nan_first: bool, dtype: str):
+    """(values, indices) of sorted keys and indices."""
+    nan = index < -0.5 if nan_first else index > size - 0.5
+    values = where(nan, math.nan, -key if negate else key).to(dtype)
+    return values, where(nan, index + float(size if nan_first else -size), index)
+
+
+def _network(x, axis: int, count: int, negate: bool, nan_first: bool):
+    """The lowest `count` elements along `axis` in (key, index) order, as (values, indices) of shape
+    (rows, count): by rounds of row maxima for a small count, else by the bitonic network."""
+    t = _rows(x, axis).float()
+    n = t.shape[-1]
+    if count == 0:
+        empty = t[:, :0]  # (its indices read x too, so that the graph keeps x as its input)
+        return empty.to(x.dtype), empty * 0.0
+    if count <= MAX_ROUNDS and count <= stages(n, count) and 6 * n < 2 ** 24:  # (the codes below stay exact)
+        # The maximum of equal keys may be either zero: the index carries each value's sign bit.
+        key, index = _keys(t, n, negate, nan_first)
+        key, code = lowest_by_rounds(key, (index + float(n)) * 2.0 + (1.0 / t < 0.0), count)
+        negative = fmod(code, 2.0)
+        values, index = _decode(key, (code - negative) * 0.5 - float(n), n, negate, nan_first, "float32")
+        zero = values * values  # +0.0 where values is a zero
+        values = where((values < 0.0) + (0.0 < values), values, where(negative, -zero, zero))
+        return values.to(x.dtype), index
+    size = 1 << (n - 1).bit_length()
+    if 3 * size > 2 ** 24:  # padding's indices reach 3 size
+        raise ShapeError(f"sorting {x.label}: {n} positions along axis {axis}, more than the 2^22 that float32 "
+                         f"indices count exactly here")
+    fields = Network(_fields(*_keys(t, size, negate, nan_first), size)).sorted(count)
+    return _decode(fields[0], fields[1], size, negate, nan_first, x.dtype)
+
+
+def _along(x, dim, what: str):
+    """(x with at least one axis, the axis, its length): a 0-d tensor is one value along axis 0."""
+    if x.ndim == 0:
+        x = x.reshape((1,))
+    axis = x._axis(dim)
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        raise ShapeError(f"{what} of {x.label}: axis {axis} has the symbolic length {n}; it needs a known length")
+    return x, axis, n
 
 
 def sort_with_indices(x, axis: int = -1, descending: bool = False):
     """(values, original indices as floats) of x sorted along `axis`; stable."""
-    axis = x._axis(axis)
-    n = x.shape[axis]
-    if not isinstance(n, int):
-        raise ShapeError(f"sort of {x.label}: axis {axis} has the symbolic length {n}; sorting needs a known length")
-    t = x.transpose(axis, -1) if axis != x.ndim - 1 else x
-    nan = t.isnan()
-    group = nan
-    value = where(nan, 0.0, -t if descending else t)
-    if descending:  # NaN first: the numbers are group 1
-        group = 1.0 - nan
-    index = iota(t.shape, t.ndim - 1)
-    size = 1 << math.ceil(math.log2(n)) if n > 1 else max(n, 1)
-    if size > n:
-        widths = [(0, 0)] * (t.ndim - 1) + [(0, size - n)]
-        group, value, index, t = group.pad(widths, value=2.0), value.pad(widths), index.pad(widths, value=float(size)), t.pad(widths)
-    fields = [group, value, index, t]
-    k = 2
-    while k <= size:
-        j = k // 2
-        while j >= 1:
-            fields = _stage(fields, 3, j, k)
-            j //= 2
-        k *= 2
-    values, indices = fields[3][..., :n], fields[2][..., :n]
-    if axis != x.ndim - 1:
-        values, indices = values.transpose(axis, -1), indices.transpose(axis, -1)
-    return values, indices
+    t, axis, n = _along(x, axis, "sort")
+    values, indices = _network(t, axis, n, descending, descending)
+    return _unrows(values, t, axis).reshape(x.shape), _unrows(indices, t, axis).reshape(x.shape)
+
+
+def _check_k(x, k, axis: int, n: int, what: str, low: int) -> None:
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or not low <= k <= n:
+        raise ShapeError(f"{what} of {x.label}: k = {k!r} must be an int in [{low}, {n}] along axis {axis}")
 
 
 class SortingMixin:
     __slots__ = ()
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
-        """(values, indices) as torch.sort; always stable (indices are floats, as every refcomp value)."""
+        """(values, indices) as torch.sort; always stable."""
         return sort_with_indices(self, dim, descending)
 
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
         return sort_with_indices(self, dim, descending)[1]
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-        """(values, indices) of the k largest (or smallest) along dim, in order; ties by position."""
-        axis = self._axis(dim)
-        n = self.shape[axis]
-        if not isinstance(k, int) or isinstance(k, bool) or not (isinstance(n, int) and 0 <= k <= n):
-            raise ShapeError(f"topk of {self.label}: k = {k!r} must be an int in [0, {n}] along axis {axis}")
-        values, indices = sort_with_indices(self, axis, descending=largest)
-        index = [slice(None)] * self.ndim
-        index[axis] = slice(0, k)
-        return values[tuple(index)], indices[tuple(index)]
+        """(values, indices) of the k largest (or smallest) along dim, in order, ties by position.
+        `sorted=False` returns them sorted as well (PyTorch's order is then unspecified)."""
+        t, axis, n = _along(self, dim, "topk")
+        _check_k(t, k, axis, n, "topk", 0)
+        values, indices = _network(t, axis, int(k), largest, largest)
+        values, indices = _unrows(values, t, axis), _unrows(indices, t, axis)
+        if self.ndim == 0 and k == 1:
+            return values.reshape(()), indices.reshape(())
+        return values, indices
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+        """(value, index) of the k-th smallest along dim (k from 1) in the stable ascending order."""
+        t, axis, n = _along(self, dim, "kthvalue")
+        _check_k(t, k, axis, n, "kthvalue", 1)
+        values, indices = _network(t, axis, int(k), False, False)
+        return _pick(self, t, axis, values[:, int(k) - 1:int(k)], indices[:, int(k) - 1:int(k)], keepdim)
+
+    def median(self, dim=None, keepdim: bool = False):
+        """The lower median: of the flattened tensor without `dim` (NaN when empty), else (values,
+        indices) along `dim`; NaN where the row holds a NaN, with the index of its first NaN."""
+        if dim is None:
+            if prod(self.shape) == 0:
+                return constant(math.nan)
+            return self.reshape((prod(self.shape),)).median(0)[0]
+        t, axis, n = _along(self, dim, "median")
+        if n == 0:
+            raise ShapeError(f"median of {self.label}: axis {axis} is empty")
+        middle = (n - 1) // 2
+        values, indices = _network(t, axis, middle + 1, False, True)  # NaNs first: the first one at 0
+        nan = values[:, :1].isnan()
+        values = where(nan, values[:, :1], values[:, middle:middle + 1])
+        indices = where(nan, indices[:, :1], indices[:, middle:middle + 1])
+        return _pick(self, t, axis, values, indices, keepdim)
+
+
+def _pick(x, t, axis: int, values, indices, keepdim: bool):
+    """(rows, 1) results shaped as a reduction of x (viewed as t, at least 1-d) along `axis`."""
+    lead = tuple(n for i, n in enumerate(t.shape) if i != axis)
+    out = []
+    for r in (values, indices):
+        r = r.reshape(lead)
+        out.append(r.unsqueeze(axis) if keepdim and x.ndim else r)
+    return tuple(out)

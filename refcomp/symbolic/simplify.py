@@ -124,7 +124,14 @@ def _split(a, c):
             return q.as_expr() if hasattr(q, "as_expr") else q, b.as_expr() if hasattr(b, "as_expr") else b
         except (sympy.PolynomialError, sympy.CoercionFailed, sympy.GeneratorsError):
             pass
-    return split_multiple(a, c)
+    q, b = split_multiple(a, c)
+    constant, rest = b.as_coeff_Add()
+    if c.is_Integer and c > 0 and constant.is_Integer and abs(constant) >= c:
+        # a constant offset past c (a read at a fixed index of an outer axis, say 1026 = 1024 + 2)
+        # carries its whole multiples of c into q: floor((k c + r + x) / c) = k + floor((r + x) / c)
+        carry = int(constant) // int(c)
+        q, b = expand(q + carry), expand(rest + (int(constant) - carry * int(c)))
+    return q, b
 
 
 def _in_range(b, c, ranges_items: frozenset) -> bool:
