@@ -91,3 +91,7 @@ case("Tensor.sort", lambda x: x.sort(), lambda t: t.sort(stable=True), a(3, 7), 
 case("Tensor.argsort", lambda x: x.argsort(0), lambda t: t.argsort(dim=0, stable=True), a(5, 3), exact=True)
 case("Tensor.topk", lambda x: x.topk(3), lambda t: t.topk(3), a(4, 9), exact=True)
 case("Tensor.topk", lambda x: x.topk(2, 0, False), lambda t: t.topk(2, 0, False), a(4, 9), exact=True)
+case("Tensor.kthvalue", lambda x: x.kthvalue(3), lambda t: t.kthvalue(3), a(4, 9), exact=True)
+case("Tensor.kthvalue", lambda x: x.kthvalue(2, 0, True), lambda t: t.kthvalue(2, 0, True), a(5, 3), exact=True)
+case("Tensor.median", lambda x: x.median(), lambda t: t.median(), a(4, 9), exact=True)
+case("Tensor.median", lambda x: x.median(1), lambda t: t.median(1), a(4, 8), exact=True)

@@ -33,9 +33,9 @@ def lowest_by_rounds(key, index, count: int):
         else:
             after = where(key < m, one, where(m < key, zero, index < q))
             candidates = where(after, key, minus_inf)
-        m = candidates.max(-1, keepdims=True)
+        m = candidates.amax(-1, keepdim=True)
         holders = index if after is None else where(after, index, minus_inf)
-        q = where(key < m, minus_inf, holders).max(-1, keepdims=True)
+        q = where(key < m, minus_inf, holders).amax(-1, keepdim=True)
         if keys is None:
             shape = key.shape[:-1] + (count,)
             keys, indices = m.broadcast_to(shape), q.broadcast_to(shape)
