@@ -21,13 +21,13 @@ from refcomp import fuzz
 from refcomp.fuzz.check import TIED
 from refcomp.search.fusion_rules import CLEANUP, FUSION
 
-COUNT, PER_PROGRAM, SEED = 210, 35, 0
+COUNT, PER_PROGRAM, SEED = 210, 35, 10  # seed 0's 210 graphs no longer reach every kind of move since the new draws
 
 
 def test_random_graphs_match_the_reference_with_and_without_search():
     out = io.StringIO()
     start = time.perf_counter()
-    total = fuzz.run(COUNT, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=80)
+    total = fuzz.run(COUNT, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=150)
     report = out.getvalue()
     assert total.errors == [], report
     assert total.mismatches == [], report

@@ -171,7 +171,7 @@ class ModelSteps:
                             "softmax": (f"{x}.softmax(-1)", 0.0, 1.0),
                             "log_softmax": (f"{x}.log_softmax(-1)", lo - hi - math.log(extent) - 1, 0.0),
                             "mean": (f"{x}.mean(-1)", lo - 0.01 * abs(lo), hi + 0.01 * abs(hi)),
-                            "std": (f"{x}.std(-1)", 0.0, hi - lo)}[op]
+                            "std": (f"{x}.std(-1, correction=0)", 0.0, hi - lo)}[op]
             out = self.emit(expr + (".float()" if self.chance(0.5) else ""), lo, hi, False, f"wide_{op}")
             return self.tame(out).name if out is not None else None
         finally:
