@@ -42,7 +42,7 @@ COMPENSATION_FLOPS = 3  # rc_sum_add's extra flops per value added (4 in all, ag
 def long_chain(extent: Dim, stride: int = 1) -> bool:
     """Whether a thread that takes every `stride`-th of `extent` values may add more than
     SERIAL_SUM_LIMIT of them (a symbolic extent may)."""
-    value = sympy.sympify(extent)
+    value = sympy.sympify(extent, strict=True)  # a dim: an int or an expression, never text
     if not value.is_number:
         return True
     return math.ceil(int(value) / stride) > SERIAL_SUM_LIMIT
