@@ -10,6 +10,8 @@ from .ops.trigonometry import atan2
 from .ops.special import ceil, erf, erfc, expm1, floor, log1p, tanh
 from .ops.functions import DTYPES as _DTYPES, FUNCTIONS as _FUNCTIONS
 from .ops import nn, return_types
+from .ops.philox import Generator, default_generator, manual_seed
+from .ops.random_tensors import FUNCTIONS as _RANDOM
 from .exec.reference import evaluate
 from .exec.program import Program, load_program
 from .compiler import compile
@@ -17,6 +19,7 @@ from . import onnx  # the onnx package itself is imported only when a model is f
 from . import spmd
 from .spmd import Mesh, shard
 
+globals().update(_RANDOM)  # rc.rand, rc.randn, rc.randint, rc.normal, rc.multinomial, ...
 globals().update(_FUNCTIONS)  # rc.exp(x), rc.softmax(x, -1), rc.matmul(a, b), ...: the Tensor methods as functions
 globals().update(_DTYPES)  # rc.float32, rc.int64, rc.bool, ...: dtype names
 _BUILTINS = {"abs", "max", "min", "sum", "round", "pow", "bool"}  # rc.max, but `from refcomp import *` keeps Python's
@@ -24,6 +27,6 @@ _BUILTINS = {"abs", "max", "min", "sum", "round", "pow", "bool"}  # rc.max, but 
 __all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack", "where", "maximum", "minimum", "fmod",
            "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
            "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
-           "zeros_like", *sorted(set(_FUNCTIONS) - _BUILTINS), *sorted(set(_DTYPES) - _BUILTINS), "nn", "return_types", "evaluate", "Program", "compile", "load_program",
+           "zeros_like", *sorted(set(_FUNCTIONS) - _BUILTINS), *sorted(_RANDOM), "Generator", "default_generator", "manual_seed", *sorted(set(_DTYPES) - _BUILTINS), "nn", "return_types", "evaluate", "Program", "compile", "load_program",
            "onnx", "spmd", "Mesh", "shard", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
            "CacheError"]

@@ -36,7 +36,6 @@ same("dropout", kwargs={"training": False}, inputs=(V,), exact=True)
 same("dropout", (0.0,), inputs=(V,), exact=True)
 same("dropout", (1.0,), inputs=(V,), exact=True)
 same("dropout", (0.3, False), inputs=(V,), exact=True)
-refusal("nn.dropout", lambda x: nn.dropout(x), "random", "training=False", inputs=(V,))
 refusal("nn.dropout", lambda x: nn.dropout(x, 1.5, False), "probability", inputs=(V,))
 
 same("linear", inputs=(a(2, 5, 4), a(3, 4), a(3)), rtol=1e-6, emulate=True)
@@ -91,8 +90,7 @@ for causal in (False, True):
          lambda q, k, v, m, c=causal: F.scaled_dot_product_attention(q, k, v, m > 0.5, is_causal=c), Q, K, K,
          a(4, 6, lo=0, hi=1, values=(0.9,) * 6 + (0.0,) * 6 + tuple(i / 12 for i in range(12))), rtol=1e-5, atol=1e-6,
          emulate=causal)  # a row kept whole, one blocked whole (zeros), random ones
-refusal("nn.scaled_dot_product_attention", lambda q, k: nn.scaled_dot_product_attention(q, k, k, None, 0.1), "dropout_p",
-        inputs=(Q, K))
+same("scaled_dot_product_attention", (None, 1.0), inputs=(Q, K, K), exact=True)  # dropout_p applies in eval too: all dropped
 refusal("nn.scaled_dot_product_attention", lambda q, k: nn.scaled_dot_product_attention(q, k, k, True), "is_causal=True",
         inputs=(Q, K))
 

@@ -23,7 +23,7 @@ import refcomp as rc
 from refcomp.ops.graph import toposort
 from api_helpers import torch
 
-MODULES = ("torch_cases_math", "torch_cases_reduce", "torch_cases_shapes", "torch_cases_rc", "torch_cases_nn")
+MODULES = ("torch_cases_math", "torch_cases_reduce", "torch_cases_shapes", "torch_cases_rc", "torch_cases_nn", "torch_cases_random")
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 SECTIONS = {"Creation and functions": "rc", "Tensor methods": "Tensor", "`rc.nn`": "nn"}

@@ -17,6 +17,8 @@ from ..ops.primitives import Edge, Node
 from ..symbolic.dims import check_dim_values, evaluate_dim, evaluate_size, idiv, imod
 from ..symbolic.view import View
 
+EXACT_FLOAT_INTEGERS = 1 << 24  # float32 holds every integer up to here
+
 
 def check_feed(node: Node, value) -> np.ndarray:
     name = node.attrs["name"]
@@ -91,6 +93,8 @@ def check_binding(nodes: Sequence[Node], outputs: Sequence[Edge], bindings: Mapp
     key = tuple(sorted(bindings.items()))
     for node in nodes:
         _raise_if(_dims_problem(node.shape, key), node.label)
+        if node.op.name == "Iota":
+            _raise_if(_index_problem(node.attrs["shape"][node.attrs["axis"]], key), f"{node.label} (an arange or a random draw's counter)")
         for edge in node.srcs:
             _raise_if(_edge_problem(edge.node.shape, edge.views, key), f"{node.label} reading {edge.node.label}")
     for k, edge in enumerate(outputs):
@@ -145,6 +149,17 @@ def _dims_problem(dims: tuple, key: tuple) -> Optional[str]:
             if evaluate_dim(dividend, bindings) < 0:
                 return (f"the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
                         f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims")
+    return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _index_problem(extent, key: tuple) -> Optional[str]:
+    """An index counted in float32 is exact below 2**24; past it, neighbouring indices (and random draws
+    counted by them) would coincide."""
+    n = evaluate_dim(extent, dict(key))
+    if n > EXACT_FLOAT_INTEGERS:
+        return (f"it counts {n:,} positions at {show_binding(dict(key))}, and float32 holds every index only "
+                f"below 2**24 = {EXACT_FLOAT_INTEGERS:,}")
     return None
 
 

@@ -64,6 +64,7 @@ RCP_MATH1(expm1f) RCP_MATH1(log1pf)
 RCP_MATH2(fmodf) RCP_MATH2(powf) RCP_MATH2(fminf) RCP_MATH2(fmaxf)
 #undef RCP_MATH1
 #undef RCP_MATH2
+static inline rcp_f32 __fmul_rn(rcp_f32 a, rcp_f32 b) { ++rcp_flop_count; return a.v * b.v; }
 static inline rcp_f32 fmaf(rcp_f32 a, rcp_f32 b, rcp_f32 c) { rcp_flop_count += 2; return ::fmaf(a.v, b.v, c.v); }
 static inline rcp_f32 min(rcp_f32 a, rcp_f32 b) { return fminf(a.v, b.v); }
 static inline rcp_f32 max(rcp_f32 a, rcp_f32 b) { return fmaxf(a.v, b.v); }

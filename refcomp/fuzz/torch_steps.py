@@ -1,7 +1,7 @@
 """Generator steps for calls written the PyTorch way (issue 28): split and chunk pieces, clamp with number
 or tensor bounds, rc.tril/triu, max/min along a dim (the named pair's values, and its indices on exact
-values), and var/std with a positional dim (PyTorch's correction 1). Mixed into `generator.Generator`,
-whose helpers (`pick`, `choice`, `emit`) they use."""
+values), var/std with a positional dim (PyTorch's correction 1), and random draws with fixed seeds.
+Mixed into `generator.Generator`, whose helpers (`pick`, `choice`, `emit`) they use."""
 from __future__ import annotations
 
 from .graph import _max_extent
@@ -46,7 +46,20 @@ class TorchSteps:
             spread = (v.hi - v.lo) ** 2
             options.append((f"{n}.var({axis}{keep})", 0.0, spread, False, "var_torch"))
             options.append((f"{n}.std({axis})", 0.0, v.hi - v.lo, False, "var_torch"))
+        options.extend(self._random_options(v))
         expr, lo, hi, exact, op = options[int(self.rng.integers(len(options)))]
         out = self.emit(expr, lo, hi, exact, op)
         if out is not None:
             self.tame(out)
+
+    def _random_options(self, v) -> list:
+        """Random draws (issue 28) beside v's values: every backend must give the reference's bits."""
+        n, seed = v.name, int(self.rng.integers(0, 1 << 30))
+        gen = f"generator=rc.Generator({seed})"
+        p = self.choice([0.25, 0.5])
+        scale = 1.0 / (1.0 - p)
+        return [(f"{n} * rc.rand_like({n}, {gen})", min(v.lo, 0.0), max(v.hi, 0.0), False, "random_rand"),
+                (f"{n} + rc.randn_like({n}, {gen})", v.lo - 6.0, v.hi + 6.0, False, "random_randn"),
+                (f"rc.randint_like({n}, -3, 4, {gen})", -3.0, 3.0, True, "random_randint"),
+                (f"rc.nn.dropout({n}, {p}, {gen})", min(v.lo * scale, 0.0), max(v.hi * scale, 0.0), v.exact and p == 0.5,
+                 "random_dropout")]

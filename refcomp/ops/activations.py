@@ -1,7 +1,7 @@
 """Activation functions with torch.nn.functional's names, signatures and edge behaviour.
 
-gelu, relu, silu and the softmax family are the Tensor methods of the same names called as functions;
-dropout is the identity outside training (refcomp has no random tensors yet).
+gelu, relu, silu and the softmax family are the Tensor methods of the same names called as functions
+(dropout draws a random mask: ops.random_tensors).
 
 The exponential ones take expm1 of min(x, 0) only (elu, selu, celu), so the branch not taken never
 overflows; softplus is relu(x) + log1p(exp(-|x|)), which neither overflows nor loses its small
@@ -136,19 +136,3 @@ def log_softmax(input, dim=None, _stacklevel: int = 3, dtype=None):
 def softmin(input, dim=None, _stacklevel: int = 3, dtype=None):
     x = lift(input)
     return x.softmin(_softmax_dim(x, dim, "softmin"), dtype)
-
-
-@user_op
-def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """torch.nn.functional.dropout. Outside training, or with p = 0, the input itself; p = 1 in training
-    zeroes everything (x * 0, so NaN stays NaN, as PyTorch). Other p in training draw a random mask,
-    which refcomp cannot do yet: an error, not a silently missing dropout."""
-    x = lift(input)
-    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
-        raise ShapeError(f"dropout of {x.label}: p must be a probability in [0, 1], got {p!r}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    raise ShapeError(f"dropout of {x.label}: training=True (PyTorch's default for F.dropout) drops at random with "
-                     f"p={p}, and refcomp has no random tensors yet; pass training=False for inference")

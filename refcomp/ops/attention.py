@@ -16,18 +16,19 @@ from ..errors import ShapeError
 from ..symbolic.dims import dims_equal
 from .core import TensorCore, computed_in_float32, constant, iota, is_boolean, lift
 from .elementwise import where
+from .random_tensors import dropout
 from .provenance import user_op
 
 
 @user_op
 @computed_in_float32
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
-                                 scale=None, enable_gqa: bool = False, causal=None, mask=None):
+                                 scale=None, enable_gqa: bool = False, causal=None, mask=None, generator=None):
     """torch.nn.functional.scaled_dot_product_attention. `is_causal` lets query i see keys j <= i (top-left
     aligned; with attn_mask too, both apply); `scale` defaults to 1/sqrt(d); `enable_gqa`: k and v may
     have fewer heads (axis -3) than q, each shared by q's heads in groups. `causal=` and `mask=` are
-    refcomp's older names of is_causal and attn_mask. dropout_p must be 0: PyTorch applies attention
-    dropout whenever it is not (there is no training flag), and refcomp has no random tensors yet."""
+    refcomp's older names of is_causal and attn_mask. dropout_p drops attention weights whenever it is
+    not 0, as PyTorch does (there is no training flag), from the default generator or `generator=`."""
     q, k, v = lift(query), lift(key), lift(value)
     is_causal = _alias(is_causal, False, causal, "is_causal", "causal")
     attn_mask = _alias(attn_mask, None, mask, "attn_mask", "mask")
@@ -39,9 +40,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise ShapeError(f"scaled_dot_product_attention: is_causal must be a bool, got {is_causal!r}")
     if not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p <= 1.0:
         raise ShapeError(f"scaled_dot_product_attention: dropout_p must be a number in [0, 1], got {dropout_p!r}")
-    if dropout_p:
-        raise ShapeError(f"scaled_dot_product_attention: dropout_p={dropout_p} drops weights at random, and refcomp has "
-                         f"no random tensors yet; pass dropout_p=0.0 (PyTorch applies it even in eval)")
     if enable_gqa and q.ndim >= 3 and not dims_equal(q.shape[-3], k.shape[-3]):
         heads, groups = q.shape[-3], k.shape[-3]
         if not (isinstance(heads, int) and isinstance(groups, int) and heads % groups == 0):
@@ -58,7 +56,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     boolean = is_boolean(attn_mask)
     if attn_mask is not None:
         scores = where(attn_mask, scores, -math.inf) if boolean else scores + attn_mask
-    out = scores.softmax(-1) @ v
+    weights = scores.softmax(-1)
+    out = (dropout(weights, dropout_p, generator=generator) if dropout_p else weights) @ v
     if attn_mask is None:  # no row is blocked whole: causal rows see at least key 0
         return out
     if boolean:

@@ -13,9 +13,10 @@ import numbers
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, prod
-from .activations import (celu, dropout, elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, log_softmax, logsigmoid,
+from .activations import (celu, elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, log_softmax, logsigmoid,
                           mish, relu, relu6, selu, silu, softmax, softmin, softplus, softsign)
 from .attention import scaled_dot_product_attention
+from .random_tensors import dropout
 from .losses import binary_cross_entropy, cross_entropy, one_hot
 from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import SHORT_REDUCE, make_node

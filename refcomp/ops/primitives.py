@@ -74,7 +74,9 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})", safe_under_pad=True),
     OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
     OpDef("Add", BINARY, lambda a, attrs, dt: a[0] + a[1], "({0} + {1})", commutative=True, safe_under_pad=True),
-    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "({0} * {1})", commutative=True, safe_under_pad=True),
+    # __fmul_rn: a product is rounded before any addition reads it, as NumPy rounds it (nvcc would
+    # otherwise fuse `a * b + c` into one FMA, rounding once): exact steps give the same bits everywhere
+    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "__fmul_rn({0}, {1})", commutative=True, safe_under_pad=True),
     OpDef("Mod", BINARY, lambda a, attrs, dt: np.fmod(a[0], a[1]), "fmodf({0}, {1})",
           doc="remainder with the sign of the dividend, as C's fmodf"),
     OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", safe_under_pad=True, doc="1.0 where a < b, else 0.0"),

@@ -13,6 +13,7 @@ from .torch_shapes import TorchShapesMixin
 from .trigonometry import TrigonometryMixin
 from .movement import MovementMixin
 from .provenance import user_op
+from .random_tensors import RandomMixin
 from .reductions import ReductionMixin
 from .sorting import SortingMixin
 from .special import SpecialMixin
@@ -21,7 +22,7 @@ __all__ = ["Tensor", "BoolTensor", "DTYPES", "broadcast", "broadcast_shape", "co
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-             TorchShapesMixin, TrigonometryMixin, SortingMixin, TensorCore):
+             TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -55,7 +56,7 @@ OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
     for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-                  TorchShapesMixin, TrigonometryMixin, SortingMixin):
+                  TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):
