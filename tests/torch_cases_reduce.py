@@ -75,6 +75,16 @@ case("Tensor.softmin", lambda x: x.softmin(dim=0), lambda t: F.softmin(t, dim=0)
 case("Tensor.softmin", lambda x: x.softmin(1), lambda t: F.softmin(t, 1), a(3, 4), rtol=1e-6)
 
 case("Tensor.cumsum", lambda x: x.cumsum(1), lambda t: t.cumsum(1), R, rtol=1e-5, atol=1e-5, emulate=True)
+# dtype=: the input converted first, the result of that type (tests/test_reduction_dtypes.py checks the types)
+P = a(3, 4, lo=0.5, hi=1.5)  # positive: a 16-bit sum without cancellation
+for name, call in (("sum", lambda x, d: x.sum(1, dtype=d)), ("mean", lambda x, d: x.mean(dtype=d)),
+                   ("prod", lambda x, d: x.prod(0, dtype=d)), ("cumsum", lambda x, d: x.cumsum(1, dtype=d)),
+                   ("cumprod", lambda x, d: x.cumprod(1, dtype=d))):
+    case(f"Tensor.{name}", lambda x, c=call: c(x, "float16"), lambda t, c=call: c(t, torch.float16), P, rtol=4e-3, atol=1e-3,
+         emulate=name == "mean")
+    refusal(f"Tensor.{name}", lambda x, c=call: c(x, "int64"), "dtype=", "int64", "float types only", inputs=(P,))
+refusal("Tensor.softmax", lambda x: x.softmax(1, torch.float64), "dtype=", "float64", inputs=(P,))
+refusal("Tensor.sum", lambda x: x.sum(dtype=torch.bool), "bool", "any()", inputs=(P,))
 case("Tensor.cumsum", lambda x: x.cumsum(dim=0), lambda t: t.cumsum(dim=0), X, rtol=1e-5, atol=1e-5)
 case("Tensor.cumprod", lambda x: x.cumprod(1), lambda t: t.cumprod(1), a(3, 6, lo=0.5, hi=1.5), rtol=1e-6)
 case("Tensor.logcumsumexp", lambda x: x.logcumsumexp(0), lambda t: t.logcumsumexp(0), a(3, 6), rtol=1e-6)

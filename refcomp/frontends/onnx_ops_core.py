@@ -109,6 +109,8 @@ class Value:
         # an int or a SymPy symbol: a static value is always an array, 0-d for a scalar
         if self.static is not None and not isinstance(self.static, np.ndarray):
             self.static = np.asarray(self.static, dtype=object if isinstance(self.static, sympy.Basic) else None)
+        if self.static is not None and self.static.dtype == object:
+            self.static = concrete_ints(self.static)
 
     @property
     def is_static(self) -> bool:
@@ -147,6 +149,17 @@ def bool_value(t: Tensor) -> Value:
 
 def is_int_array(array: np.ndarray) -> bool:
     return array.dtype == object or array.dtype.kind in "iu"
+
+
+def concrete_ints(array: np.ndarray) -> np.ndarray:
+    """An array of dims (dtype object) as int64 when every entry is a concrete int, else as it is.
+    Slicing a shape (its last dim, to scale attention) drops the symbolic dims but would keep NumPy's
+    object dtype, and an op that refuses symbolic dims (Cast to FLOAT) would refuse these plain ints."""
+    flat = array.reshape(-1)
+    if array.dtype == object and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) or
+                                     isinstance(x, sympy.Basic) and x.is_Integer for x in flat):
+        return np.array([int(x) for x in flat], dtype=np.int64).reshape(array.shape)
+    return array
 
 
 def as_dim(x):

@@ -10,6 +10,7 @@ built on it, so the ops package imports in one direction.
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from typing import Callable, Sequence
 
@@ -195,9 +196,18 @@ def computed_in_float32(composite: Callable) -> Callable:
     CUDA kernels accumulate. Rounding each primitive instead overflows float16 between an input and
     a result that both fit (the squares in a layer norm of [300, -300] rows, the sum in a mean of
     70,000 ones) and moves a bfloat16 row's mean by half its last place. The result's dtype is the
-    promotion of the float tensor arguments, as before; without a 16-bit argument nothing changes."""
+    promotion of the float tensor arguments, as before; without a 16-bit argument nothing changes.
+
+    A composite taking PyTorch's `dtype=` (softmax, mean, prod) gets its first argument converted to
+    that type here, before the widening, so the requested type is the result's (PyTorch's meaning),
+    not the input's: the composite itself then sees dtype=None."""
+    signature = inspect.signature(composite)
+    takes_dtype = "dtype" in signature.parameters
+
     @functools.wraps(composite)
     def call(*args, **kwargs):
+        if takes_dtype:
+            args, kwargs = _convert_first(composite.__name__, signature, args, kwargs)
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, TensorCore)]
         if not any(DTYPES[t.dtype].is_narrow for t in tensors):
             return composite(*args, **kwargs)
@@ -207,6 +217,48 @@ def computed_in_float32(composite: Callable) -> Callable:
         return tuple(_narrow(t, dtype) for t in out) if isinstance(out, tuple) else _narrow(out, dtype)
 
     return call
+
+
+def _convert_first(who: str, signature, args, kwargs):
+    """(args, kwargs) with a given dtype= applied to the first argument (the tensor) and then dropped."""
+    bound = signature.bind(*args, **kwargs)
+    requested = bound.arguments.get("dtype")
+    if requested is None:
+        return args, kwargs
+    first = next(iter(bound.arguments))
+    bound.arguments[first] = as_requested(lift(bound.arguments[first]), requested, who)
+    bound.arguments["dtype"] = None
+    return bound.args, bound.kwargs
+
+
+def as_requested(t: "TensorCore", dtype, who: str) -> "TensorCore":
+    """PyTorch's `dtype=` of a reduction or softmax: the input converted first, so the result has that
+    type. refcomp computes float types only, so an integer, bool or float64 request is refused here
+    rather than answered in another type."""
+    if dtype is None:
+        return t
+    what = f"{who} of {t.label} with dtype={dtype!r}"
+    if is_bool_dtype(dtype):
+        raise ShapeError(f"{what}: PyTorch converts to bool and returns a bool tensor; refcomp's reductions "
+                         f"compute float types only (for a bool result use any()/all() on x.bool())")
+    try:
+        name = dtype_name(dtype, what)
+    except ShapeError:  # int64, float64, uint8, ...: a type PyTorch has and refcomp does not
+        name = _numpy_name(dtype)
+        if name is None:
+            raise
+    if name not in FLOAT_DTYPES:
+        raise ShapeError(f"{what}: PyTorch's result would be {name}, and refcomp computes float types only "
+                         f"({', '.join(FLOAT_DTYPES)}): ask for one of them")
+    return t.to(name)
+
+
+def _numpy_name(dtype):
+    """NumPy's name of a dtype (torch's and NumPy's agree), or None for what is no dtype at all."""
+    try:
+        return np.dtype(str(getattr(dtype, "__name__", dtype)).replace("torch.", "")).name
+    except TypeError:
+        return None
 
 
 def _wide(value):

@@ -16,7 +16,7 @@ from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
 from .dtypes import DTYPES
-from .core import TensorCore, broadcast_shape, computed_in_float32, constant, iota, lift, widened
+from .core import TensorCore, as_requested, broadcast_shape, computed_in_float32, constant, iota, lift, widened
 from .elementwise import where
 
 
@@ -44,7 +44,7 @@ class ReductionMixin:
 
     def sum(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
-        return _as_type(self, dtype)._reduce_axes("SumReduce", dim, keepdim)
+        return as_requested(self, dtype, "sum")._reduce_axes("SumReduce", dim, keepdim)
 
     def amax(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """torch.amax: the largest values over one dim, several, or all (None or ()); values only, NaN propagates."""
@@ -66,9 +66,10 @@ class ReductionMixin:
 
     @computed_in_float32
     def prod(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
-        """The product as a tree of Mul over halves of each axis (whose length must be concrete)."""
+        """The product as a tree of Mul over halves of each axis (whose length must be concrete); dtype= is
+        applied by computed_in_float32, as for mean and softmax."""
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
-        out = _as_type(self, dtype)
+        out = self
         axes = range(self.ndim) if dim is None else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
         for a in sorted(set(axes), reverse=True):
             out = _product(out, a)
@@ -107,7 +108,7 @@ class ReductionMixin:
     @computed_in_float32
     def mean(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
-        return _as_type(self, dtype).sum(dim, keepdim) * _inverse(self._count(dim))
+        return self.sum(dim, keepdim) * _inverse(self._count(dim))
 
     @computed_in_float32
     def var(self, dim=None, *args, correction=None, keepdim: bool = False, unbiased=None, axis=None, keepdims=None,
@@ -149,19 +150,20 @@ class ReductionMixin:
                         keepdims=keepdims, ddof=ddof).sqrt()
 
     def softmin(self, dim: int = -1, dtype=None, *, axis=None):
-        return (-_as_type(self, dtype)).softmax(_one_axis(dim, axis))
+        return (-as_requested(self, dtype, "softmin")).softmax(_one_axis(dim, axis))
 
     @computed_in_float32
     def softmax(self, dim: int = -1, dtype=None, *, axis=None):
-        """Along `dim` (default -1; PyTorch's method requires it); `dtype` converts the input first, as PyTorch."""
-        x, dim = _as_type(self, dtype), _one_axis(dim, axis)
+        """Along `dim` (default -1; PyTorch's method requires it); `dtype` converts the input first, as PyTorch
+        (computed_in_float32 does it, so the result has that type)."""
+        x, dim = self, _one_axis(dim, axis)
         shifted = x - x.amax(dim, keepdim=True)
         e = shifted.exp()
         return e / e.sum(dim, keepdim=True)
 
     @computed_in_float32
     def log_softmax(self, dim: int = -1, dtype=None, *, axis=None):
-        x, dim = _as_type(self, dtype), _one_axis(dim, axis)
+        x, dim = self, _one_axis(dim, axis)
         shifted = x - x.amax(dim, keepdim=True)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
@@ -190,7 +192,7 @@ class ReductionMixin:
     def cumsum(self, dim: int = -1, *, dtype=None, axis=None):
         """Running sums as windows over a zero-padded copy: exact, with no masking arithmetic."""
         axis = self._axis(_one_axis(dim, axis))
-        x = _as_type(self, dtype)
+        x = as_requested(self, dtype, "cumsum")
         x = x.transpose(axis, -1) if axis != self.ndim - 1 else x
         n, lead = x.shape[-1], x.shape[:-1]
         padded = x.pad([(0, 0)] * (x.ndim - 1) + [(make_dim(n - 1), 0)])
@@ -246,11 +248,6 @@ def _one_axis(dim, axis):
     if axis is not None and dim not in (None, -1):
         raise ShapeError(f"give axis= or dim=, not both (axis={axis!r}, dim={dim!r})")
     return dim if axis is None else axis
-
-
-def _as_type(t, dtype):
-    """PyTorch's dtype= of a reduction: the input converted first."""
-    return t if dtype is None else t.to(dtype)
 
 
 def _extreme(t, name: str, dim, keepdim, axis, keepdims):
