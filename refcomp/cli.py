@@ -10,6 +10,9 @@ RefcompError or an OSError (a path that cannot be read or written), printed as o
 instead), 141 when stdout is closed early (`refcomp explain X | head -1`): the status a shell
 gives a C tool killed by SIGPIPE, so a pipeline under `set -o pipefail` sees the output was cut.
 The progress display (refcomp.progress) is on here, in a pipe too, unless REFCOMP_PROGRESS=0.
+
+`refcomp --version` and `--help` import nothing of the compiler (issue 32: start-up): each command
+imports what it needs inside its function, cli_run (NumPy, the golden cases) included.
 """
 from __future__ import annotations
 
@@ -19,7 +22,6 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from . import progress
-from .cli_run import UNBOUND_DIM, UsageError, choose_names, load_target, parse_dims
 from .errors import RefcompError
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
@@ -32,10 +34,24 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
+        from .cli_run import UsageError
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Fills `{unbound_dim}` in a help text when the help is printed, not when the parser is built:
+    the value lives in cli_run, which `refcomp --version` must not import."""
+
+    def _get_help_string(self, action) -> str:
+        text = super()._get_help_string(action) or ""
+        if "{unbound_dim}" in text:
+            from .cli_run import UNBOUND_DIM
+            text = text.replace("{unbound_dim}", str(UNBOUND_DIM))
+        return text
 
 
 # --- refcomp golden ... ---------------------------------------------------------------------------
@@ -49,11 +65,13 @@ def _golden_options(parser: argparse.ArgumentParser) -> None:
 
 def _chosen(args, names, what: str = "golden case"):
     """The case names --case and -k select (None: all), refused with a suggestion when they select none."""
+    from .cli_run import choose_names
     return choose_names(list(names), args.cases, args.keywords, what)
 
 
 def _with_golden_dir(args, run: Callable[[], int]) -> int:
     """Run with $REFCOMP_GOLDEN_DIR set from --golden-dir (restored after); an unknown case exits 2."""
+    from .cli_run import UsageError
     from .golden import UnknownCaseError
     old = os.environ.get("REFCOMP_GOLDEN_DIR")
     if args.golden_dir:
@@ -71,6 +89,7 @@ def _with_golden_dir(args, run: Callable[[], int]) -> int:
 
 def _golden_check(args) -> int:
     from . import golden
+    from .cli_run import UsageError
     if args.dir is not None:
         return _golden_check_dir(args)
     if args.backend is not None or args.no_search:
@@ -100,6 +119,7 @@ def _golden_check(args) -> int:
 def _golden_check_dir(args) -> int:
     """`golden check --dir DIR`: the user's own cases (refcomp.user_golden)."""
     from . import user_golden
+    from .cli_run import UsageError
     if args.oracle or args.golden_dir:
         raise UsageError("--oracle and --golden-dir apply to refcomp's own golden cases, not to --dir")
     precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
@@ -113,6 +133,7 @@ def _golden_check_dir(args) -> int:
 
 def _golden_add(args) -> int:
     from . import user_golden
+    from .cli_run import parse_dims
     print(user_golden.add(args.target, args.name, args.dir, parse_dims(args.dims), args.force))
     return 0
 
@@ -172,6 +193,7 @@ def _setup_golden(parser: argparse.ArgumentParser) -> None:
 
 # --- compile / explain / profile / run / doctor -----------------------------------------------------
 def _compile_target(args):
+    from .cli_run import load_target, parse_dims
     from .compiler import compile as compile_program
     dims_hint = parse_dims(args.dims_hint, "--dims-hint")
     return compile_program(load_target(args.target).outputs, search=not args.no_search, dims_hint=dims_hint)
@@ -179,6 +201,7 @@ def _compile_target(args):
 
 def _spmd_target(args):
     """rc.spmd.compile of TARGET on --mesh dp=2,tp=4 with --shard NAME=dp,-,- (- or none: whole)."""
+    from .cli_run import UsageError, load_target, parse_dims
     from .spmd import Mesh, compile as compile_spmd
     mesh = Mesh(parse_dims(args.mesh, "--mesh"))
     shardings = {}
@@ -212,6 +235,7 @@ def _explain(args) -> int:
         return 0
     explorer = getattr(program, "explorer", None)
     if explorer is None:
+        from .cli_run import UsageError
         raise UsageError("--html needs Program.explorer, which this version of refcomp does not have yet")
     explorer(args.html)
     print(f"wrote {args.html}")
@@ -227,7 +251,7 @@ def _profile(args) -> int:
     """Profile TARGET once at the binding `run` would use (a golden case's stored binding --binding,
     else every dim left out of --dims at cli_run.UNBOUND_DIM), on the same feeds; the program is
     compiled for that binding (unless --dims-hint), so the cost model's figures are at it too."""
-    from .cli_run import feeds_for, target_dims
+    from .cli_run import feeds_for, load_target, parse_dims, target_dims
     from .compiler import compile as compile_program
     target = load_target(args.target)
     feeds, dims, origin = feeds_for(target, None, target_dims(target, args.dims), args.binding)
@@ -251,7 +275,7 @@ def _setup_program(func):
         parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
         if func is _profile:
             parser.add_argument("--dims", nargs="+", metavar="NAME=INT",
-                                help=f"profile at this binding (B=2,T=7; dims left out: {UNBOUND_DIM}, as `run`)")
+                                help="profile at this binding (B=2,T=7; dims left out: {unbound_dim}, as `run`)")
             parser.add_argument("--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)")
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
@@ -297,9 +321,20 @@ def version() -> str:
         return __version__
 
 
+class _Version(argparse.Action):
+    """--version, looked up only when asked: importlib.metadata costs every other command 50 ms."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"refcomp {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="refcomp", description="refcomp: a reference compiler for tensor programs")
-    parser.add_argument("--version", action="version", version=f"refcomp {version()}")
+    parser.add_argument("--version", action=_Version, help="show refcomp's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, setup) in COMMANDS.items():
         setup(sub.add_parser(name, help=help_text, description=help_text))

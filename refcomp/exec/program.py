@@ -9,7 +9,7 @@ through the `codegen.abi.Backend` protocol (and GPU timing, exec.timing, through
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 
@@ -30,12 +30,12 @@ from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
 from .backends import get_backend
 from .bindings import bind_dims, check_binding, check_ids, show_binding
-from .explorer import program_html, write_explorer
-from .nvcc import nvcc_check
-from .profile import Profile, profile_program
 from .reference import evaluate, read_edge
 from .saved import ProgramFileError, kernel_listing, read_program, rebuild_parts, structure_json, write_program
 from .cache import TemplateCache
+
+if TYPE_CHECKING:  # the profiler, the explorer and nvcc load when a program first asks for them (start-up)
+    from .profile import Profile
 
 keep_compiled_templates(TemplateCache())  # every program's source is rendered from the templates
 
@@ -211,6 +211,7 @@ class Program:
         """Run once in the profile build (the same source, instrumented, on the host) and count, per
         kernel, what Nsight Compute reports for memory: global requests and sectors, shared-memory
         wavefronts and bank conflicts, barriers, flops, beside the cost model (see exec.profile)."""
+        from .profile import profile_program
         return profile_program(self, feeds, dims)
 
     # --- reports -------------------------------------------------------------------------------
@@ -225,10 +226,12 @@ class Program:
         `dims` bind the profiled run (as in `profile`), so they need `feeds`."""
         if dims is not None and feeds is None:
             raise RefcompError("Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)")
+        from .explorer import write_explorer
         return write_explorer(self, path, self.profile(feeds, dims) if feeds is not None else None)
 
     def _repr_html_(self) -> str:
         """Jupyter's view of a program: its kernels and the compiled graph."""
+        from .explorer import program_html
         return program_html(self)
 
     # --- files ---------------------------------------------------------------------------------
@@ -245,6 +248,7 @@ class Program:
 
     def report(self) -> str:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
+        from .nvcc import nvcc_check
         resources = nvcc_check(self.source).kernels
         lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spill B':>8}"]
         for k in self.kernels:

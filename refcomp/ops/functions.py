@@ -8,20 +8,12 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..symbolic.dims import dims_equal
+from . import names
 from .core import lift
 from .provenance import user_op
 
-METHODS = ("abs", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "neg", "sigmoid", "relu",
-           "sin", "cos", "tan", "sign", "trunc", "round", "isnan", "isinf", "isfinite",
-           "add", "sub", "mul", "div", "pow", "lerp", "eq", "ne", "lt", "le", "gt", "ge",
-           "logical_and", "logical_or", "logical_xor", "logical_not", "clamp", "clip", "masked_fill",
-           "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
-           "softmax", "log_softmax", "cumsum", "matmul", "tril", "triu", "numel",
-           "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "t", "flip",
-           "split", "chunk", "gather", "index_select", "diagonal")
-
-DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64",
-          "int32": "int32", "int64": "int64", "bool": "bool"}
+METHODS = names.METHODS
+DTYPES = {name: name for name in names.DTYPES}
 
 
 def _function(name: str):

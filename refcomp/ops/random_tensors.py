@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ..errors import ShapeError
+from . import names
 from .core import TensorCore, broadcast_shape, dtype_name, is_bool_dtype, lift
 from .creation import _size, is_integer_dtype
 from .elementwise import fmod, minimum, where
@@ -204,5 +205,4 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     return RandomMixin.multinomial(lift(input), num_samples, replacement, generator=generator)
 
 
-FUNCTIONS = {f.__name__: f for f in (rand, randn, randint, rand_like, randn_like, randint_like, normal, bernoulli,
-                                     multinomial)}
+FUNCTIONS = {name: globals()[name] for name in names.RANDOM}  # the names are listed there for `import refcomp`
