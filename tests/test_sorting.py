@@ -1,15 +1,15 @@
 """sort, argsort, topk, kthvalue and median against PyTorch on the CPU: random values with ties,
-+-inf, NaN and +-0, lengths that are not powers of two, both of topk's algorithms (rounds and the
++-inf, NaN and +-0, lengths that are not powers of two, both algorithms (the tournament and the
 network), on the reference and on the emulator; and the graph's size, which must grow with log² of
-the length or with k, never with the length."""
+the length, or with its log, never with the length."""
 import numpy as np
 import pytest
 
 import refcomp as rc
 from refcomp.errors import ShapeError
-from refcomp.ops.bitonic import stages
 from refcomp.ops.graph import toposort
-from refcomp.ops.sorting import MAX_ROUNDS
+from refcomp.ops.sorting import MAX_COUNTED, counted
+from refcomp.ops.tournament import MAX_CANDIDATES, sizes
 from api_helpers import needs_torch, torch
 
 pytestmark = needs_torch
@@ -59,9 +59,10 @@ def test_sort_is_torchs_stable_sort(rng, shape, dim, descending):
     np.testing.assert_array_equal(got_values, torch.sort(torch.from_numpy(x), dim=dim, descending=descending).values)
 
 
-@pytest.mark.parametrize("n,k", [(9, 1), (9, 4), (65, 5), (40, 40), (200, 3), (200, 70), (129, 100)])
+@pytest.mark.parametrize("n,k", [(9, 1), (9, 4), (65, 5), (40, 40), (200, 3), (200, 70), (257, 64), (1030, 7),
+                                 (300, 70), (520, 100)])
 @pytest.mark.parametrize("largest", [True, False])
-def test_topk_by_rounds_and_by_the_network(rng, n, k, largest):
+def test_topk_by_counting_and_by_the_network(rng, n, k, largest):
     """Values are PyTorch's; ties come in input order (PyTorch's order of ties is unspecified), so the
     indices are those of the stable sort, and PyTorch's own where no two values tie."""
     x = values(rng, (3, n))
@@ -77,8 +78,32 @@ def test_topk_by_rounds_and_by_the_network(rng, n, k, largest):
 
 
 def test_topk_picks_both_algorithms():
-    assert 50 <= MAX_ROUNDS and 50 <= stages(50257, 50)  # topk(50) of a GPT-2 vocabulary: rounds
-    assert 70 > MAX_ROUNDS and 3 <= stages(200, 3)  # the test above covers the network for 70 of 200
+    assert counted(8, 50257, 50) and len(sizes(50257)) == 5  # topk(50) of a GPT-2 vocabulary: 4 levels of minima
+    assert counted(3, 200, 70) and counted(3, 257, 64) and counted(3, 1030, 7)  # the tournament, above
+    assert 70 > MAX_COUNTED and 300 > MAX_CANDIDATES and not counted(3, 300, 70)  # the network, above
+    assert not counted(400, 50257, 50) and not counted("B", 65, 5)  # positions past 2^24, or an unknown batch
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_long_rows_with_ties_on_the_emulator(rng, largest):
+    """topk(50) and topk(7) of rows of 5,000 (three levels of minima) with many ties, NaN, +-inf and
+    +-0 (a run of NaN in one row; the other NaN but for 30 +inf and 10 -0.0): PyTorch's values, the
+    stable order's indices, on the reference and on the emulator, bit for bit."""
+    x = values(rng, (2, 5000))
+    x[0, 100:180] = np.nan
+    x[1] = np.nan
+    x[1, 4000:4030] = np.inf
+    x[1, 10:20] = -0.0
+    a = rc.input("x", (2, 5000))
+    outputs = list(a.topk(50, -1, largest)) + list(a.topk(7, -1, not largest))
+    want = rc.evaluate(outputs, {"x": x})
+    for got, k, descending in ((want[:2], 50, largest), (want[2:], 7, not largest)):
+        want_values, want_indices = stable(x, -1, descending)
+        same(got[0], want_values[:, :k])
+        same(got[1], want_indices[:, :k])
+    np.testing.assert_array_equal(want[0], torch.topk(torch.from_numpy(x), 50, -1, largest).values)
+    for got, expected in zip(rc.compile(outputs).run({"x": x}, backend="emulator"), want):
+        same(got, expected)
 
 
 @pytest.mark.parametrize("shape,dim,k", [((4, 9), 1, 1), ((4, 9), 1, 5), ((4, 9), 0, 2), ((3, 70), -1, 66), ((2, 300), 1, 150)])
@@ -148,26 +173,29 @@ def test_errors():
         rc.input("x", (2, 0)).median(1)
 
 
-def test_the_graph_grows_with_log_squared_n_or_with_k():
+def test_the_graph_grows_with_log_squared_n_or_with_log_n():
     sort = {n: nodes(*rc.input("x", (n,)).sort()) for n in (1024, 4096, 8192)}
     assert sort[4096] <= 400  # 78 stages of 4 nodes, 12 re-signings and the keys (was 17,871)
     assert sort[8192] - sort[4096] == 4 * 13 + 1  # one more merge: 13 stages and its re-signing
-    logits = rc.input("logits", (8, 50257))
-    top = nodes(*logits.topk(50))
-    assert top <= 14 * 50 + 20  # 13 nodes a round (topk(5) of 65 was 6,431 nodes)
-    assert nodes(*rc.input("x", (8, 20000)).topk(50)) == top  # the row's length does not count
+    top = {n: nodes(*rc.input("x", (8, n)).topk(50)) for n in (20000, 50257, 201028)}
+    assert top[50257] <= 500  # 4 levels (topk(5) of 65 was 6,431 nodes; 50 rounds of row maxima, 714)
+    assert top[20000] == top[50257]  # as many levels: the row's length does not count
+    assert top[201028] - top[50257] <= 100  # one more level
+    assert nodes(*rc.input("x", (8, 50257)).topk(64)) == top[50257]  # nor does k
     assert nodes(*rc.input("x", (8, 50257)).topk(100)) <= 4 * (36 + 9 * 8) + 60  # the network: 36 + 9 x 8 stages
 
 
-@pytest.mark.parametrize("build", [
-    lambda a: list(a.sort(-1, descending=True)),
-    lambda a: list(a.topk(3, largest=False)),
-    lambda a: list(a.median(-1)) + list(a.kthvalue(11, 0)),
+@pytest.mark.parametrize("shape,build", [
+    ((13, 13), lambda a: list(a.sort(-1, descending=True))),
+    ((13, 13), lambda a: list(a.topk(3, largest=False))),
+    ((13, 13), lambda a: list(a.median(-1)) + list(a.kthvalue(11, 0))),
+    ((3, 300), lambda a: list(a.sort(-1)) + list(a.topk(70))),  # the network
+    ((3, 300), lambda a: list(a.topk(9, largest=False)) + list(a.median(0))),  # a level of minima
 ])
-def test_emulator_agrees_with_the_reference(rng, build):
-    """The compiled network and rounds, fused as the search likes, give the reference's bits."""
-    x = values(rng, (13, 13))
-    a = rc.input("x", (13, 13))
+def test_emulator_agrees_with_the_reference(rng, shape, build):
+    """The compiled tournament and network, fused as the search likes, give the reference's bits."""
+    x = values(rng, shape)
+    a = rc.input("x", shape)
     outputs = build(a)
     got = rc.compile(outputs).run({"x": x}, backend="emulator")
     for g, want in zip(got, rc.evaluate(outputs, {"x": x})):

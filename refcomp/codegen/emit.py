@@ -302,7 +302,12 @@ class KernelBody:
         return index_of(edge.views, tuple(idx), self.ranges)
 
     def int_at(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
-        """An int32 id read through a view (out-of-mask positions read id 0)."""
+        """An id read through a view (out-of-mask positions read id 0): an int32 input, a float32 buffer
+        of exact integers (positions a graph computes), or an Iota written into the kernel."""
+        if edge.node.op.literal:
+            name = self.fresh("id")
+            self.statements.append(f"const long long {name} = (long long)({self.load_expr(edge, idx)});")
+            return name
         flat, valid = index_of(edge.views, tuple(idx), self.ranges)
         value = f"(long long){self.buffer(edge.node)}[{self.printer.int(flat)}]"
         self.access(self.buffer(edge.node), flat, valid)

@@ -117,7 +117,7 @@ class Program:
             limits.require_indexable(self._nodes, [], bindings)
             self._accepted.add(key)
         for node in self._user_nodes:  # in the reference's order, so the first bad lookup is the one it names
-            if node.op.name == "Gather":
+            if node.op.name == "Gather" and node.srcs[1].node.op.name == "Input":
                 ids = node.srcs[1]
                 check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
         return arrays, bindings

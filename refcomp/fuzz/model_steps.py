@@ -201,11 +201,11 @@ class ModelSteps:
             if v.shape[-1] >= 2:
                 options.append((f"{n}.unfold(-1, 2, 1)", lo, hi, v.exact, "unfold"))
             row = v.shape[-1]
-            if row <= 16:  # a sorting network: log2(n)(log2(n) + 1) / 2 stages of four nodes
+            if row <= 16:  # one count of ranks over the row (a sorting network where the batch is symbolic)
                 options.append((f"{n}.sort(-1, descending=True)[0]", lo, hi, v.exact, "sort"))
                 options.append((f"{n}.gather(-1, {n}.argsort(-1))", lo, hi, v.exact, "gather_sorted"))
                 options.append((f"{n}.median(-1, keepdim=True)[0]", lo, hi, v.exact, "median"))
-            if row <= 64:  # k rounds of two row maxima (or the network's selection where it has fewer stages)
+            if row <= 64:  # counts of ranks down a tree of minima (the network's selection where the batch is symbolic)
                 k, largest = 1 + self.counter % min(row, 3), self.counter % 2 == 0  # (drawing nothing more)
                 options.append((f"{n}.topk({k}, -1, largest={largest})[0]", lo, hi, v.exact, "topk"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):

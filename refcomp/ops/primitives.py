@@ -89,7 +89,8 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
           doc="the same value in the dtype `to`: rounded to a 16-bit float's values, or widened exactly"),
     OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}", safe_under_pad=True,
           doc="materialise a view into a fresh buffer"),
-    OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by int32 ids"),
+    OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by ids: int32 inputs (checked at run time), or "
+          "float32 positions the graph computes in range (sorting's tournament), or an Iota"),
 ]}
 
 _ids = itertools.count()

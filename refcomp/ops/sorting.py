@@ -1,14 +1,15 @@
 """sort, argsort, topk, kthvalue and median along an axis of known length, as PyTorch names them.
 
-The graph grows with log² of the length, or with k, never with the length itself. Each element
-becomes a (key, index) pair and the pairs are ordered lexicographically, so no two tie:
+The graph grows with log² of the length, or with log of it, never with the length itself. Each
+element becomes a (key, index) pair and the pairs are ordered lexicographically, so no two tie:
 
+- `tournament.py` picks the lowest k of each row by counting ranks down a 4-ary tree of minima,
+  reading the candidates with gathers: for k up to `MAX_COUNTED` (its 4 k candidates are ranked at
+  once), or any k of a row of at most `MAX_CANDIDATES` (one count over the whole row);
 - the bitonic network (`bitonic.py`) sorts rows padded to a power of two in log² stages of four
   nodes (`sort` of 4,096 values: 78 stages), or selects the lowest k by sorting blocks of the next
-  power of two above k and keeping the lower half of each two neighbours;
-- `rounds.py` picks the lowest k one at a time, two row reductions per pick: chosen for k up to
-  `MAX_ROUNDS` where that is fewer rounds than the network has stages (`topk(50)` of 50,257 logits:
-  50 rounds against 91 stages over 65,536 padded positions).
+  power of two above k and keeping the lower half of each two neighbours: for the rest, and for a
+  batch of rows too large (or symbolic) for the tournament's float32 positions.
 
 Ties keep the input's order (the index decides), as `torch.sort(stable=True)`; where PyTorch leaves
 the order of ties unspecified (`sort` without `stable`, `topk`, `kthvalue`), refcomp's answer is
@@ -23,12 +24,19 @@ import numbers
 
 from ..errors import ShapeError
 from ..symbolic.dims import prod
-from .bitonic import Network, stages
-from .rounds import lowest_by_rounds
+from .bitonic import Network
+from .tournament import ARITY, MAX_CANDIDATES, lowest, sizes
 from .core import constant, iota
-from .elementwise import fmod, where
+from .elementwise import where
 
-MAX_ROUNDS = 64  # the most elements picked by rounds (13 nodes each, two passes over the row)
+MAX_COUNTED = MAX_CANDIDATES // ARITY  # the largest k the tournament picks from a longer row
+
+
+def counted(rows, n: int, count: int) -> bool:
+    """Whether the tournament takes the lowest `count` of `rows` rows of n: a small count (or a short
+    row), and every flat position rows * padded n an exact float32."""
+    return ((count <= MAX_COUNTED or n <= MAX_CANDIDATES) and isinstance(rows, int)
+            and rows * sizes(n)[-1] < 2 ** 24)
 
 
 def _rows(x, axis: int):
@@ -45,7 +53,7 @@ def _unrows(t, x, axis: int):
 
 
 def _keys(t, size: int, negate: bool, nan_first: bool):
-    """(keys, indices) (rows, n) of rows t (rows, n), which the network and the rounds order.
+    """(keys, indices) (rows, n) of rows t (rows, n), which the network orders.
 
     The key is the value (negated for a descending order); a NaN's key is -inf when NaN comes first,
     else +inf, and its index is moved by -size or +size, so that the NaNs order among themselves by
@@ -79,21 +87,15 @@ def _decode(key, index, size: int, negate: bool, nan_first: bool, dtype: str):
 
 def _network(x, axis: int, count: int, negate: bool, nan_first: bool):
     """The lowest `count` elements along `axis` in (key, index) order, as (values, indices) of shape
-    (rows, count): by rounds of row maxima for a small count, else by the bitonic network."""
+    (rows, count): by the tournament where `counted`, else by the bitonic network."""
     t = _rows(x, axis).float()
     n = t.shape[-1]
     if count == 0:
         empty = t[:, :0]  # (its indices read x too, so that the graph keeps x as its input)
         return empty.to(x.dtype), empty * 0.0
-    if count <= MAX_ROUNDS and count <= stages(n, count) and 6 * n < 2 ** 24:  # (the codes below stay exact)
-        # The maximum of equal keys may be either zero: the index carries each value's sign bit.
-        key, index = _keys(t, n, negate, nan_first)
-        key, code = lowest_by_rounds(key, (index + float(n)) * 2.0 + (1.0 / t < 0.0), count)
-        negative = fmod(code, 2.0)
-        values, index = _decode(key, (code - negative) * 0.5 - float(n), n, negate, nan_first, "float32")
-        zero = values * values  # +0.0 where values is a zero
-        values = where((values < 0.0) + (0.0 < values), values, where(negative, -zero, zero))
-        return values.to(x.dtype), index
+    if counted(t.shape[0], n, count):
+        indices, values = lowest(t, -1.0 if negate else 1.0, count, nan_first)
+        return values.to(x.dtype), indices
     size = 1 << (n - 1).bit_length()
     if 3 * size > 2 ** 24:  # padding's indices reach 3 size
         raise ShapeError(f"sorting {x.label}: {n} positions along axis {axis}, more than the 2^22 that float32 "
