@@ -14,6 +14,7 @@ from .exec.reference import evaluate
 from .exec.program import Program, load_program
 from .compiler import compile
 from . import onnx  # the onnx package itself is imported only when a model is first imported
+from . import torch  # rc.torch: torch itself is imported only when a model is exported
 from . import spmd
 from .spmd import Mesh, shard
 
@@ -25,5 +26,5 @@ __all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack"
            "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
            "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
            "zeros_like", *sorted(set(_FUNCTIONS) - _BUILTINS), *sorted(set(_DTYPES) - _BUILTINS), "nn", "return_types", "evaluate", "Program", "compile", "load_program",
-           "onnx", "spmd", "Mesh", "shard", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
+           "onnx", "torch", "spmd", "Mesh", "shard", "RefcompError", "ShapeError", "BindingError", "FeedError", "AllocationError",
            "CacheError"]

@@ -1,0 +1,230 @@
+"""One ATen node's import: the context a converter works in, and the integer rules around it.
+
+`Call.run` gives every node the same treatment before and after its row's converter
+(frontends/aten_table.py) runs:
+
+1. an integer or boolean result whose inputs are all static is **folded**: the ATen op itself runs
+   on the concrete values (torch is at hand), as any shape computation is;
+2. an integer result of a row with an `affine` rule, whose integer inputs are all affine, stays
+   **positions** (aten_values);
+3. otherwise the converter builds refcomp tensors: integer inputs reach it as exact float32
+   tensors, except the arguments its row lists in `raw` (indices), which it takes as they are; a fed
+   integer input moved by a view op keeps its int32 ids beside its float32 values;
+4. the result is checked against the node's own `meta["val"]`: float results take the node's
+   16-bit dtype, boolean results become 0/1 BoolTensors, integer results become IntValues whose
+   bound (the row's `ints` rule) must stay within 2^24 at the dims' largest sizes, and the shape
+   must be torch's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import sympy
+
+from ..errors import RefcompError
+from ..ops.tensor import BoolTensor, Tensor
+from ..symbolic.dims import dims_equal
+from .aten_values import MAX_EXACT, UNKNOWN, IntValue, address_view, addresses, bound_of, indexed, largest
+from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
+
+MAX_FOLD_ELEMENTS = 2 ** 24  # the most elements an integer result folded at import time may hold
+
+
+class Call:
+    """The node being imported, for its converter: errors that name it, tensors from its arguments."""
+
+    def __init__(self, importer, node, row):
+        self.importer, self.node, self.row = importer, node, row
+        self.name = row.name
+        self.out = node.meta.get("val")
+
+    # --- errors ----------------------------------------------------------------------------------
+    def where(self) -> str:
+        line = source_line(self.node)
+        return f"{self.name} (node {self.node.name!r}" + (f", {line})" if line else ")")
+
+    def error(self, message: str) -> RefcompError:
+        return RefcompError(f"{self.where()}: {message}")
+
+    def located(self, exc: RefcompError) -> RefcompError:
+        """A refcomp error raised inside the converter, prefixed with this node (same class)."""
+        if str(exc).startswith(self.where()):
+            return exc
+        located = type(exc)(f"{self.where()}: {exc}")
+        located.__cause__ = exc
+        return located
+
+    # --- the rules around the converter -----------------------------------------------------------
+    def run(self, args: tuple, kwargs: dict):
+        ints = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, IntValue)]
+        if self._integral_out() and self._foldable(args, kwargs):
+            return self._fold(args, kwargs)
+        if self.row.affine is not None and self._integral_out() and all(v.affine() is not None for v in ints) \
+                and not any(isinstance(v, Tensor) for v in _flat(args)):
+            p = self.row.affine(self, *args, **kwargs)
+            if p is not None:
+                return self.finish(IntValue(p.shape, dtype_name(self.out.dtype), positions=p))
+        fed = [v for v in ints if v.ids is not None]
+        if self.row.view and fed and self._integral_out("int"):
+            return self._moved_ids(args, kwargs, fed[0].fed)
+        bound = self.row.ints(self, *args, **kwargs) if self.row.ints is not None else None
+        result = self.row.fn(self, *self._floats(args, skip=self.row.raw), **self._floats_kw(kwargs))
+        return self.finish(result, bound)
+
+    def _integral_out(self, *kinds: str) -> bool:
+        """Every result is an integer (or boolean) tensor."""
+        outs = list(self.out) if isinstance(self.out, (list, tuple)) else [self.out]
+        return bool(outs) and all(_is_tensor(o) and kind_of(o.dtype) in (kinds or ("int", "bool")) for o in outs)
+
+    def _foldable(self, args, kwargs) -> bool:
+        values = _flat(args) + _flat(tuple(kwargs.values()))
+        if any(isinstance(v, Tensor) or isinstance(v, sympy.Basic) for v in values):
+            return False
+        if any(isinstance(v, IntValue) and (v.static is None or v.static.dtype == object) for v in values):
+            return False
+        outs = list(self.out) if isinstance(self.out, (list, tuple)) else [self.out]
+        return all(all(isinstance(n, int) for n in o.shape) and math.prod(o.shape) <= MAX_FOLD_ELEMENTS for o in outs)
+
+    def _fold(self, args, kwargs):
+        """Run the ATen op on the static values themselves."""
+        import torch
+        convert = lambda v: torch.from_numpy(np.array(v.static)) if isinstance(v, IntValue) else v  # noqa: E731
+        result = self.node.target(*_mapped(args, convert), **{k: _mapped(v, convert) for k, v in kwargs.items()})
+        as_value = lambda t: IntValue(tuple(t.shape), dtype_name(t.dtype), static=t.numpy().copy())  # noqa: E731
+        return tuple(as_value(t) for t in result) if isinstance(result, (list, tuple)) else as_value(result)
+
+    def _moved_ids(self, args, kwargs, fed: str) -> IntValue:
+        """A view op on a fed integer input, applied to its int32 ids and to its float32 values alike."""
+        ids = self.row.fn(self, *_mapped(args, lambda v: v.ids if isinstance(v, IntValue) else v), **kwargs)
+        floats = self.row.fn(self, *self._floats(args), **self._floats_kw(kwargs))
+        value = self.finish(floats, MAX_EXACT)
+        value.ids, value.fed = ids, fed
+        return value
+
+    def _floats(self, args: tuple, skip: tuple = ()) -> tuple:
+        return tuple(a if k in skip else _mapped(a, self.importer.float_tensor) for k, a in enumerate(args))
+
+    def _floats_kw(self, kwargs: dict) -> dict:
+        return {k: _mapped(v, self.importer.float_tensor) for k, v in kwargs.items()}
+
+    # --- the result -------------------------------------------------------------------------------
+    def finish(self, result, bound=None):
+        if isinstance(self.out, (list, tuple)):
+            if not isinstance(result, (list, tuple)) or len(result) != len(self.out):
+                raise self.error(f"gives {type(result).__name__} where torch gives {len(self.out)} results")
+            bounds = bound if isinstance(bound, tuple) else (bound,) * len(self.out)  # one per result, or shared
+            return tuple(self._one(r, o, b) for r, o, b in zip(result, self.out, bounds))
+        return self._one(result, self.out, bound)
+
+    def _one(self, result, meta, bound):
+        if not _is_tensor(meta):
+            return result
+        kind = kind_of(meta.dtype)
+        if kind == "int":
+            result = self._integer(result, meta, bound)
+        elif kind == "bool" and isinstance(result, Tensor) and not isinstance(result, BoolTensor):
+            result = result.ne(0.0)
+        elif kind == "float":
+            if isinstance(result, IntValue):
+                result = self.importer.float_tensor(result)
+            want = FLOATS[dtype_name(meta.dtype)]
+            if result.dtype != want:
+                result = result.to(want)
+        self._check_shape(result, meta)
+        return result
+
+    def _integer(self, result, meta, bound) -> IntValue:
+        if isinstance(result, IntValue):
+            return result
+        if not isinstance(result, Tensor):
+            raise self.error(f"gives {type(result).__name__} where torch gives an integer tensor")
+        if bound is None:
+            raise self.error("computes an integer tensor at run time, which refcomp cannot compute exactly yet "
+                             "(its integers are static values, positions, fed ids, or exact float32 values)")
+        self.exact(bound)
+        return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
+
+    def exact(self, bound, what: str = "an integer tensor") -> None:
+        """Refuse integers that may pass 2^24 (float32 holds every integer up to it, not beyond); a dim
+        with no max that the bound grows with is given one (Importer.cap), else the model is refused."""
+        ranges = self.importer.dims.ranges
+        if largest(bound, ranges) <= MAX_EXACT:
+            return
+        free = [s for s in sympy.sympify(bound).free_symbols if ranges.get(s.name, (0, None))[1] is None] \
+            if bound is not UNKNOWN else []
+        if len(free) == 1 and self.importer.cap(free[0].name, bound):
+            return
+        shown = "values nothing bounds" if bound is UNKNOWN else f"values up to {bound}"
+        raise self.error(f"computes {what} at run time with {shown}, beyond 2^24 at the dims' largest sizes, where "
+                         f"float32 stops holding every integer; refcomp has no integer arithmetic at run time yet "
+                         f"(give the dims a smaller max with torch.export.Dim(..., max=...))")
+
+    def _check_shape(self, result, meta) -> None:
+        shape = tuple(result.shape) if isinstance(result, (Tensor, IntValue)) else None
+        if shape is None:
+            raise self.error(f"gives {type(result).__name__} where torch gives a tensor")
+        want = [self.importer.dims.translate(size_expr(n)) for n in meta.shape]
+        if len(shape) != len(want) or any(w is not None and not dims_equal(w, n) for w, n in zip(want, shape)):
+            raise self.error(f"refcomp's result has shape {tuple(map(str, shape))} where torch's has "
+                             f"{tuple(str(n) for n in meta.shape)}")
+
+    # --- helpers for converters ---------------------------------------------------------------------
+    def tensor(self, value) -> Tensor:
+        """A tensor argument (an IntValue as exact float32 values) or a number as a scalar tensor."""
+        from ..ops.tensor import constant
+        if isinstance(value, IntValue):
+            return self.importer.float_tensor(value)
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, (bool, np.bool_)):
+            return constant(float(value))
+        return constant(value)
+
+    def index(self, data: Tensor, indices: list) -> Tensor:
+        """aten.index.Tensor's advanced indexing of a float tensor: by positions, a strided view; by one
+        fed or static index tensor, index_select; None leaves an axis whole."""
+        picked = [k for k, ix in enumerate(indices) if ix is not None]
+        if not picked:
+            return data
+        if any(isinstance(indices[k], BoolTensor) for k in picked):
+            raise self.error("indexing by a boolean mask is not supported (its result's shape depends on the data)")
+        if all(isinstance(indices[k], IntValue) and indices[k].affine() is not None for k in picked):
+            p = indexed(addresses(data.shape), [None if ix is None else ix.affine() for ix in indices])
+            return address_view(data, p)
+        if len(picked) == 1:
+            axis = picked[0]
+            ids = self.importer.ids_tensor(indices[axis], data.shape[axis], self)
+            if ids is not None:
+                flat = data.index_select(axis, ids.reshape(-1))
+                return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
+        raise self.error("refcomp indexes by positions (affine integer tensors), or by one fed or static index "
+                         "tensor; these index tensors are computed at run time")
+
+    def out_shape(self, k: Optional[int] = None) -> tuple:
+        """torch's shape of the (k-th) result, as refcomp dims."""
+        meta = self.out if k is None else self.out[k]
+        return self.importer.dims.shape(meta.shape, self.where())
+
+
+def _is_tensor(meta) -> bool:
+    return hasattr(meta, "dtype") and hasattr(meta, "shape")
+
+
+def _flat(values: tuple) -> list:
+    out = []
+    for v in values:
+        out.extend(_flat(tuple(v)) if isinstance(v, (list, tuple)) else [v])
+    return out
+
+
+def _mapped(value, fn):
+    """`fn` applied to every IntValue inside lists and tuples (other values kept)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mapped(v, fn) for v in value)
+    return fn(value) if isinstance(value, IntValue) else value
+
+
+def first(values, default=None) -> Optional[object]:
+    return next(iter(values), default)
