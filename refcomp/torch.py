@@ -37,7 +37,7 @@ class TorchModel(ExportedModel):
         """Every output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
         if backend == "numpy":
             return self.evaluate(feeds, dims)
-        merged = self.feeds(feeds)
+        merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)
         results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
         return self.finish(results, merged, dims)
 

@@ -19,6 +19,7 @@ from ..ops.tensor import BoolTensor, Tensor, lift
 from ..symbolic.dims import dim, idiv
 from .aten_values import UNKNOWN, bound_max, bound_of, full_positions
 from .onnx_positions import Positions
+from .torch_graph import size_expr
 
 
 def number(v):
@@ -245,7 +246,8 @@ def arange_affine(ctx, start, end=None, step=1, **kwargs):
     if not all(isinstance(v, (int, sympy.Basic)) for v in (start, end, step)) or not isinstance(step, int) or step == 0:
         return None
     span = dim(end - start) if step > 0 else dim(start - end)
-    count = span if abs(step) == 1 else dim(idiv(span + abs(step) - 1, abs(step)))
+    count = ctx.importer.dims.translate(size_expr(ctx.out.shape[0]))  # torch's count simplifies ceil(span / step)
+    count = count if count is not None else span if abs(step) == 1 else dim(idiv(span + abs(step) - 1, abs(step)))
     return Positions.arange(count, dim(start), step)
 
 

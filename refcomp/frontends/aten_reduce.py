@@ -69,9 +69,13 @@ def extreme_all(name: str):
     return convert
 
 
-def pair_bound(ctx, x, axis, *args, **kwargs):
+def pair_bound(ctx, x, axis=-1, *args, **kwargs):
     """(values: x's bound, indices: below the axis length)."""
     return bound_of(x), x.shape[axis % x.ndim] if x.ndim else 1
+
+
+def topk_bound(ctx, x, k, axis=-1, *args, **kwargs):
+    return pair_bound(ctx, x, axis)
 
 
 def arg_extreme(name: str):

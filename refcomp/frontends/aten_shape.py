@@ -225,8 +225,3 @@ def embedding(ctx, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse
 def sym_size(ctx, x, axis):
     return x.shape[_axis(axis, len(x.shape))]
 
-
-def sym_numel(ctx, x):
-    from ..symbolic.dims import prod
-    return prod(x.shape)
-

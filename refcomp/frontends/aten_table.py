@@ -192,7 +192,6 @@ ROWS = [
         affine=s.gather_affine),
     Row("aten.embedding.default", s.embedding, "fed int64 ids become int32 ids; positions a view", raw=(1,)),
     Row("aten.sym_size.int", s.sym_size, "a dim", raw=(0,)),
-    Row("aten.sym_numel.default", s.sym_numel, "a dim", raw=(0,)),
     # contractions, convolutions, pools
     Row("aten.addmm.default", n.addmm, "beta and alpha too"),
     Row("aten.mm.default", n.mm, ""),
@@ -238,7 +237,7 @@ ROWS = [
     Row("aten.all.dim", r.all_, "a boolean"),
     Row("aten.all.default", r.all_, "a boolean"),
     Row("aten.cumsum.default", r.cumsum, "", ints=r.cumsum_bound),
-    Row("aten.topk.default", r.topk, "(values, indices); ties by position", ints=r.pair_bound),
+    Row("aten.topk.default", r.topk, "(values, indices); ties by position", ints=r.topk_bound),
     Row("aten.sort.default", r.sort, "(values, indices); stable", ints=r.pair_bound),
 ]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import FeedError, RefcompError
 from ..exec.reference import evaluate
-from ..ops.graph import toposort
+from ..ops.graph import symbols_of, toposort
 from .aten_values import MAX_EXACT
 from .torch_graph import dim_names
 from .torch_import import Importer
@@ -48,9 +48,12 @@ class ExportedModel:
         self.weights = importer.weights
         self.dims = dict(importer.dims.ranges)
         self._sources = importer.sources
-        nodes = [n for n in toposort([t.node for t in self.outputs.values()]) if n.op.name == "Input"]
-        self.used_inputs = [n.attrs["name"] for n in nodes]
-        self._shapes = {n.attrs["name"]: n.attrs["shape"] for n in nodes}
+        nodes = toposort([t.node for t in self.outputs.values()])
+        inputs = [n for n in nodes if n.op.name == "Input"]
+        self.used_inputs = [n.attrs["name"] for n in inputs]
+        self._shapes = {n.attrs["name"]: n.attrs["shape"] for n in inputs}
+        self._symbols = {s.name for s in symbols_of(nodes, [t.edge for t in self.outputs.values()])}
+        self._symbols -= {d.name for shape in self._shapes.values() for d in shape if hasattr(d, "name")}
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}: inputs {list(self.inputs)}, outputs {self.output_names}, "
@@ -73,9 +76,20 @@ class ExportedModel:
             out[name] = _converted(user, feeds[user], conversion, self.input_types[user])
         return out
 
+    def dims_for(self, feeds: Optional[Mapping[str, object]], dims: Optional[Mapping[str, int]] = None) -> dict:
+        """`dims` plus the sizes fed inputs show of dims no input the outputs read has: a position
+        tensor computed from x.shape[0] alone still runs at the size of the x fed."""
+        out = dict(dims or {})
+        for name, value in (feeds or {}).items():
+            t = self.inputs.get(name)
+            for want, got in zip(getattr(t, "shape", ()), np.shape(_array(value))):
+                if getattr(want, "name", None) in self._symbols:
+                    out.setdefault(want.name, int(got))
+        return out
+
     def evaluate(self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None) -> dict:
         """Every output, by the NumPy reference interpreter, with torch's dtype."""
-        merged = self.feeds(feeds)
+        merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
         return self.finish(results, merged, dims)
 
@@ -127,13 +141,13 @@ def _converted(user: str, array: np.ndarray, conversion: str, dtype: str) -> np.
             if array.size and np.abs(array.astype(np.int64)).max() > MAX_EXACT:
                 raise FeedError(f"input {user!r} is read as float32 (compared or cast), but holds "
                                 f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)")
-            return np.ascontiguousarray(array, dtype=np.float32)
+            return np.array(array, dtype=np.float32, order="C")
         if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
             raise FeedError(f"input {user!r}: indices do not fit in int32")
-        return np.ascontiguousarray(array, dtype=np.int32)
+        return np.array(array, dtype=np.int32, order="C")
     if array.dtype.kind != "f":
         raise FeedError(f"input {user!r} is {dtype}, but the fed array has dtype {array.dtype}")
-    return np.ascontiguousarray(array if array.dtype == np.float16 and dtype == "float16" else array.astype(np.float32))
+    return np.array(array, dtype=np.float16 if array.dtype == np.float16 and dtype == "float16" else np.float32, order="C")
 
 
 def export_program(module, args=(), kwargs=None, dynamic_shapes=None, strict: bool = False):

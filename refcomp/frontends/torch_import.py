@@ -104,7 +104,7 @@ class Importer:
             if name == "bfloat16":  # NumPy has no bfloat16: its values as float32 (exact), stored as bfloat16
                 array = array.float()
             name_in = self.unique_name(target)
-            self.weights[name_in] = np.ascontiguousarray(array.numpy())
+            self.weights[name_in] = np.array(array.numpy(), order="C")  # (ascontiguousarray would make 0-d 1-d)
             return rc_input(name_in, tuple(array.shape), dtype_name(value.dtype))
         return IntValue(tuple(array.shape), name, static=array.numpy().copy())
 
@@ -166,7 +166,7 @@ class Importer:
     def static_weight(self, array: np.ndarray) -> Tensor:
         """A float32 array the import computed (a static integer tensor, an averaging matrix) as a weight."""
         name = self.unique_name("constant")
-        self.weights[name] = np.ascontiguousarray(array, dtype=np.float32)
+        self.weights[name] = np.array(array, dtype=np.float32, order="C")
         return rc_input(name, array.shape)
 
     def ids_tensor(self, v, rows, call) -> Optional[Tensor]:
