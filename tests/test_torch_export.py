@@ -93,6 +93,23 @@ def test_dim_auto_keeps_torch_names_and_a_binding_outside_the_range_is_refused()
         ranged.evaluate({"input": x[:1]})
 
 
+def test_input_ranges_are_checked_at_every_binding_and_kept_in_saved_programs(tmp_path):
+    x = rc.input("x", ("N", 4), ranges={"N": (2, 8)})
+    program = rc.compile((x * 2.0).sum(-1))
+    program.save(str(tmp_path / "p.json"))
+    loaded = rc.load_program(str(tmp_path / "p.json"))
+    feeds = {"x": np.ones((9, 4), np.float32)}
+    for run in (lambda: rc.evaluate(x.sum(-1), feeds), lambda: program.run(feeds, backend="numpy"),
+                lambda: loaded.run(feeds, backend="emulator")):
+        with pytest.raises(BindingError, match=r"N = 9 \(from input 'x'\) is outside the range \[2, 8\]"):
+            run()
+    assert loaded.run({"x": np.ones((8, 4), np.float32)}, backend="emulator").tolist() == [8.0] * 8
+    with pytest.raises(rc.ShapeError, match="ranges names 'M'"):
+        rc.input("y", ("N",), ranges={"M": (1, 2)})
+    with pytest.raises(rc.ShapeError, match="min <= max"):
+        rc.input("y", ("N",), ranges={"N": (3, 2)})
+
+
 class Positions(nn.Module):
     """A running count over positions computed at run time: exact while it stays below 2^24."""
 

@@ -39,7 +39,7 @@ def mask(*shape):
 class Case:
     fn: Callable
     inputs: tuple
-    dynamic: bool = False
+    dynamic: object = False  # True: every input's first dim is Dim.AUTO; a tuple: those inputs' only
     rtol: float = 1e-5
     atol: float = 1e-6
     emulator: bool = False  # also run the compiled program on the host emulator
@@ -167,7 +167,8 @@ add("aten.squeeze.dims", case(lambda x: A.squeeze.dims(x, [0, 2]), f(1, 3, 1)))
 add("aten.squeeze.default", case(lambda x: A.squeeze.default(x), f(1, 3, 1)))
 add("aten.slice.Tensor", case(lambda x: A.slice.Tensor(x, 1, 1, 9223372036854775807, 2), f(3, 7)),
     case(lambda x: A.slice.Tensor(x, 0, -2), f(5, 2)), case(lambda x: A.slice.Tensor(x, 0, 1, x.shape[0]), f(5, 2), dynamic=True))
-add("aten.select.int", case(lambda x: A.select.int(x, 1, -1), f(3, 4)), case(lambda x: A.select.int(x, 0, 1), f(4, 2), dynamic=True))
+add("aten.select.int", case(lambda x: A.select.int(x, 1, -1), f(3, 4)), case(lambda x: A.select.int(x, 0, 1), f(4, 2), dynamic=True),
+    case(lambda x: A.select.int(x, 0, x.shape[0] - 1), f(4, 2), dynamic=True))
 add("aten.split_with_sizes.default", case(lambda x: A.split_with_sizes.default(x, [1, 3], 1), f(2, 4)))
 add("aten.split.Tensor", case(lambda x: A.split.Tensor(x, 2, 0), f(5, 3)))
 add("aten.unbind.int", case(lambda x: A.unbind.int(x, 1), f(2, 3)))
@@ -177,4 +178,10 @@ add("aten.repeat.default", case(lambda x: A.repeat.default(x, [2, 1, 3]), f(3, 2
 add("aten.constant_pad_nd.default", case(lambda x: A.constant_pad_nd.default(x, [1, 2, -1, 0], 0.5), f(3, 4)))
 add("aten.reflection_pad1d.default", case(lambda x: A.reflection_pad1d.default(x, [2, 1]), f(2, 3, 5)))
 add("aten.reflection_pad2d.default", case(lambda x: A.reflection_pad2d.default(x, [1, 1, 2, 0]), f(1, 2, 4, 5)))
+add("aten.reflection_pad3d.default", case(lambda x: A.reflection_pad3d.default(x, [1, 0, 0, 2, 1, 1]), f(1, 2, 3, 4, 4)))
+add("aten.replication_pad3d.default", case(lambda x: A.replication_pad3d.default(x, [1, 0, 0, 2, 1, 1]), f(1, 2, 3, 4, 4)))
+add("aten.diagonal.default", case(lambda x: A.diagonal.default(x, 1, 0, 2), f(4, 2, 5)))
+add("aten.slice_scatter.default", case(lambda x, y: A.slice_scatter.default(x, y, 1, 1, 3), f(3, 5), f(3, 2)),
+    case(lambda x, y: A.slice_scatter.default(x, y, 0, 2, 5), f(6, 2), f(3, 2), dynamic=(0,)))
+add("aten.select_scatter.default", case(lambda x, y: A.select_scatter.default(x, y, 1, -1), f(3, 4), f(3)))
 add("aten.replication_pad2d.default", case(lambda x: A.replication_pad2d.default(x, [2, 0, 1, 1]), f(1, 2, 4, 5)))

@@ -27,6 +27,12 @@ add("aten.addmm.default", case(lambda b, x, w: A.addmm.default(b, x, w), f(5), f
     case(lambda b, x, w: A.addmm.default(b, x, w, beta=0.5, alpha=2.0), f(3, 5), f(3, 4), f(4, 5)))
 add("aten.mm.default", case(lambda x, w: A.mm.default(x, w), f(3, 4), f(4, 5)))
 add("aten.bmm.default", case(lambda x, w: A.bmm.default(x, w), f(2, 3, 4), f(2, 4, 5)))
+add("aten.linear.default", case(lambda x, w, b: A.linear.default(x, w, b), f(2, 3, 4), f(5, 4), f(5)))
+add("aten.scaled_dot_product_attention.default",
+    case(lambda q, k, v, m: A.scaled_dot_product_attention.default(q, k, v, m), f(2, 2, 3, 4), f(2, 2, 5, 4), f(2, 2, 5, 4),
+         mask(2, 1, 3, 5)),
+    case(lambda q, k, v: A.scaled_dot_product_attention.default(q, k, v, is_causal=True, scale=0.3), f(1, 2, 4, 8),
+         f(1, 2, 4, 8), f(1, 2, 4, 8)))
 add("aten.convolution.default",
     case(lambda x, w, b: A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), f(2, 3, 6, 6), f(4, 3, 3, 3),
          f(4), emulator=True),
@@ -36,11 +42,15 @@ add("aten.convolution.default",
 add("aten.max_pool2d_with_indices.default", case(lambda x: A.max_pool2d_with_indices.default(x, [2, 2]), f(2, 3, 6, 6)),
     case(lambda x: A.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], True), f(1, 2, 7, 7)))
 add("aten.max_pool3d_with_indices.default", case(lambda x: A.max_pool3d_with_indices.default(x, [2, 2, 2]), f(1, 2, 4, 4, 4)))
+add("aten.avg_pool1d.default", case(lambda x: A.avg_pool1d.default(x, [3], [2], [1], False, False), f(2, 3, 8)))
+add("aten.adaptive_avg_pool1d.default", case(lambda x: A.adaptive_avg_pool1d.default(x, [3]), f(2, 3, 7)),
+    case(lambda x: A.adaptive_avg_pool1d.default(x, [2]), f(3, 8)))
 add("aten.avg_pool2d.default", case(lambda x: A.avg_pool2d.default(x, [2, 2]), f(2, 3, 6, 6)),
     case(lambda x: A.avg_pool2d.default(x, [3, 3], [2, 2], [1, 1], True, False), f(1, 2, 7, 7)))
 add("aten.avg_pool3d.default", case(lambda x: A.avg_pool3d.default(x, [2, 2, 2]), f(1, 2, 4, 4, 4)))
 add("aten._adaptive_avg_pool2d.default", case(lambda x: A._adaptive_avg_pool2d.default(x, [1, 1]), f(2, 3, 6, 6)),
     case(lambda x: A._adaptive_avg_pool2d.default(x, [3, 2]), f(1, 2, 7, 5)))
+add("aten._adaptive_avg_pool3d.default", case(lambda x: A._adaptive_avg_pool3d.default(x, [2, 1, 3]), f(1, 2, 4, 3, 5)))
 add("aten.upsample_nearest2d.vec", case(lambda x: A.upsample_nearest2d.vec(x, [6, 4], None), f(1, 2, 3, 2)))
 add("aten.upsample_bilinear2d.vec", case(lambda x: A.upsample_bilinear2d.vec(x, [5, 7], False, None), f(1, 2, 3, 4)),
     case(lambda x: A.upsample_bilinear2d.vec(x, None, True, [2.0, 2.0]), f(1, 2, 3, 4)))

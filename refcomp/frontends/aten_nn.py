@@ -38,6 +38,19 @@ def bmm(ctx, a, b):
     return rc_bmm(ctx.tensor(a), ctx.tensor(b))
 
 
+def linear(ctx, x, weight, bias=None):
+    """aten.linear, as a program exported without decompositions holds it."""
+    return nn.linear(ctx.tensor(x), ctx.tensor(weight), _maybe(ctx, bias))
+
+
+def attention(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """aten.scaled_dot_product_attention, before decompositions: a boolean mask selects, a float one adds."""
+    if dropout_p:
+        raise ctx.error("dropout inside attention is not supported (export the model in eval mode)")
+    return nn.scaled_dot_product_attention(ctx.tensor(q), ctx.tensor(k), ctx.tensor(v), _maybe(ctx, attn_mask), 0.0,
+                                           is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
 def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     x, weight = ctx.tensor(x), ctx.tensor(weight)
     bias = None if bias is None else ctx.tensor(bias)
@@ -84,7 +97,8 @@ def adaptive_avg_pool(ctx, x, output_size):
         raise ctx.error(f"adaptive pooling needs known spatial sizes, not {sizes}")
     if all(n % m == 0 for n, m in zip(sizes, output_size)):
         kernel = tuple(n // m for n, m in zip(sizes, output_size))
-        return avg_pool(x, kernel, kernel, [(0, 0)] * d)
+        batched = x.reshape((1, -1) + tuple(sizes)) if x.ndim != d + 2 else x  # (C, *spatial) as one sample
+        return avg_pool(batched, kernel, kernel, [(0, 0)] * d).reshape(tuple(x.shape[:-d]) + tuple(output_size))
     out = x
     for k, (n, m) in enumerate(zip(sizes, output_size)):
         matrix = np.zeros((m, n), np.float32)

@@ -122,8 +122,13 @@ def slice_affine(ctx, x, axis=0, start=None, end=None, step=1):
 
 
 def select(ctx, x, axis, index):
+    """x[..., index, ...]; a symbolic index (a SymInt, as T - 1) is a slice of one, dropped."""
     x = ctx.tensor(x)
-    return x[(slice(None),) * _axis(axis, x.ndim) + (index,)]
+    axis = _axis(axis, x.ndim)
+    if isinstance(index, numbers.Integral):
+        return x[(slice(None),) * axis + (int(index),)]
+    one = x[(slice(None),) * axis + (slice(index, dim(index + 1)),)]
+    return one.reshape(tuple(n for k, n in enumerate(one.shape) if k != axis))
 
 
 def select_affine(ctx, x, axis, index):
@@ -162,6 +167,31 @@ def cat(ctx, tensors, axis=0):
     tensors = [ctx.tensor(x) for x in tensors]
     kept = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)] or tensors[:1]  # ATen skips legacy empty (0,)
     return rc_cat(kept, _axis(axis, kept[0].ndim))
+
+
+def slice_scatter(ctx, x, src, axis=0, start=None, end=None, step=1):
+    """x with x[start:end] along the axis replaced by src (an in-place slice write, functionalized):
+    the pieces before and after, concatenated around src."""
+    x, src = ctx.tensor(x), ctx.tensor(src)
+    axis = _axis(axis, x.ndim)
+    start, end = _slice_args(x.shape[axis], start, end, step)
+    if step != 1:
+        raise ctx.error(f"a slice write with step {step} is not supported (step 1 is)")
+    before = x[(slice(None),) * axis + (slice(0, start),)]
+    after = x[(slice(None),) * axis + (slice(end, None),)]
+    return rc_cat([before, src.to(x.dtype), after], axis)
+
+
+def select_scatter(ctx, x, src, axis, index):
+    """x with x[index] along the axis replaced by src (one more axis than src)."""
+    x = ctx.tensor(x)
+    axis = _axis(axis, x.ndim)
+    index = dim(x.shape[axis] + index) if isinstance(index, int) and index < 0 else index
+    return slice_scatter(ctx, x, ctx.tensor(src).unsqueeze(axis), axis, index, dim(index + 1))
+
+
+def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    return ctx.tensor(x).diagonal(offset, dim1, dim2)
 
 
 def flip(ctx, x, dims):

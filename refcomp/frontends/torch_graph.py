@@ -92,8 +92,10 @@ def dim_names(module, args, kwargs, dynamic_shapes, ep) -> dict[str, str]:
     for value, spec in specs:
         _pair(value, spec, declared)
     leaves = [x for x in _pytree.tree_leaves((tuple(args), dict(kwargs or {}))) if isinstance(x, torch.Tensor)]
-    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    tensor_input = lambda name: isinstance(getattr(placeholders.get(name), "meta", {}).get("val"), torch.Tensor)  # noqa: E731
+    users = [s.arg.name for s in ep.graph_signature.input_specs
+             if s.kind.name == "USER_INPUT" and tensor_input(getattr(s.arg, "name", None))]
     names: dict[str, str] = {}
     for leaf, name in zip(leaves, users):
         spec = declared.get(id(leaf))

@@ -18,7 +18,7 @@ import numpy as np
 import sympy
 
 from ..errors import RefcompError
-from ..ops.provenance import building
+from ..ops.provenance import Origin, building
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
 from ..symbolic.dims import dim, idiv, imod
@@ -54,11 +54,13 @@ class Importer:
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
-                self.values[node.name] = self._placeholder(node, specs.get(node.name))
+                with building(Origin(node.name, "")):
+                    self.values[node.name] = self._placeholder(node, specs.get(node.name))
             elif node.op == "call_function":
                 self.values[node.name] = self._call(node)
             elif node.op == "output":
-                self._outputs(node)
+                with building(Origin("output", "")):
+                    self._outputs(node)
             else:
                 raise RefcompError(f"node {node.name!r} ({node.op} {node.target}) is not supported by refcomp's importer")
         return self
@@ -100,7 +102,11 @@ class Importer:
         """A parameter, buffer or constant: float ones are weight inputs, others static values."""
         array = value.detach().cpu()
         name = dtype_name(array.dtype)
-        if kind_of(array.dtype) == "float":
+        try:
+            kind = kind_of(array.dtype)
+        except RefcompError as exc:
+            raise RefcompError(f"weight {target!r}: {exc}") from None
+        if kind == "float":
             if name == "bfloat16":  # NumPy has no bfloat16: its values as float32 (exact), stored as bfloat16
                 array = array.float()
             name_in = self.unique_name(target)
