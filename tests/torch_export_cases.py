@@ -56,7 +56,7 @@ def add(name: str, *cases: Case) -> None:
     CASES.setdefault(name, []).extend(cases)
 
 
-IDX = torch.tensor([2, 0, 1, 2])
+IDX, NEG = torch.tensor([2, 0, 1, 2]), torch.tensor([-1, 0, -3])
 IDX2 = torch.tensor([[0, 1], [3, 3]])
 INTS, INTS_B = torch.tensor([6, 3, 5]), torch.tensor([3, 5, 6])
 ZERO = torch.zeros(())

@@ -2,13 +2,13 @@
 elementwise and view rows are in torch_export_cases.py, whose helpers these use)."""
 from __future__ import annotations
 
-import torch
-
-from torch_export_cases import A, IDX, IDX2, INTS, ZERO, add, case, f, ints, mask
+from torch_export_cases import A, IDX, IDX2, NEG, ZERO, add, case, f, ints, mask
 
 # --- indexing ----------------------------------------------------------------------------------------
 add("aten.index.Tensor", case(lambda x: A.index.Tensor(x, [IDX]), f(3, 4)),
     case(lambda x: A.index.Tensor(x, [None, IDX2]), f(2, 4, 3)),
+    case(lambda x: A.index.Tensor(x, [NEG, None, NEG]), f(3, 2, 4)),
+    case(lambda x: A.add.Tensor(x, A.index.Tensor(IDX2, [NEG[:2]])), f(2)),
     case(lambda x, i: A.index.Tensor(x, [i]), f(10, 3), ints(2, 5, hi=10)),
     case(lambda x: A.index.Tensor(x, [A.arange.start_step(0, x.shape[0]), A.arange.start_step(0, x.shape[0])]),
          f(4, 4), dynamic=True),

@@ -26,7 +26,7 @@ import sympy
 from ..errors import RefcompError
 from ..ops.tensor import BoolTensor, Tensor
 from ..symbolic.dims import dims_equal
-from .aten_values import MAX_EXACT, UNKNOWN, IntValue, address_view, addresses, bound_of, indexed, largest
+from .aten_values import MAX_EXACT, IntValue, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
 
 MAX_FOLD_ELEMENTS = 2 ** 24  # the most elements an integer result folded at import time may hold
@@ -82,7 +82,7 @@ class Call:
         values = _flat(args) + _flat(tuple(kwargs.values()))
         if any(isinstance(v, Tensor) or isinstance(v, sympy.Basic) for v in values):
             return False
-        if any(isinstance(v, IntValue) and (v.static is None or v.static.dtype == object) for v in values):
+        if any(isinstance(v, IntValue) and v.static is None for v in values):
             return False
         outs = list(self.out) if isinstance(self.out, (list, tuple)) else [self.out]
         return all(all(isinstance(n, int) for n in o.shape) and math.prod(o.shape) <= MAX_FOLD_ELEMENTS for o in outs)
@@ -143,23 +143,8 @@ class Call:
         if bound is None:
             raise self.error("computes an integer tensor at run time, which refcomp cannot compute exactly yet "
                              "(its integers are static values, positions, fed ids, or exact float32 values)")
-        self.exact(bound)
+        self.importer.exact(bound)
         return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
-
-    def exact(self, bound, what: str = "an integer tensor") -> None:
-        """Refuse integers that may pass 2^24 (float32 holds every integer up to it, not beyond); a dim
-        with no max that the bound grows with is given one (Importer.cap), else the model is refused."""
-        ranges = self.importer.dims.ranges
-        if largest(bound, ranges) <= MAX_EXACT:
-            return
-        free = [s for s in sympy.sympify(bound).free_symbols if ranges.get(s.name, (0, None))[1] is None] \
-            if bound is not UNKNOWN else []
-        if len(free) == 1 and self.importer.cap(free[0].name, bound):
-            return
-        shown = "values nothing bounds" if bound is UNKNOWN else f"values up to {bound}"
-        raise self.error(f"computes {what} at run time with {shown}, beyond 2^24 at the dims' largest sizes, where "
-                         f"float32 stops holding every integer; refcomp has no integer arithmetic at run time yet "
-                         f"(give the dims a smaller max with torch.export.Dim(..., max=...))")
 
     def _check_shape(self, result, meta) -> None:
         shape = tuple(result.shape) if isinstance(result, (Tensor, IntValue)) else None
@@ -185,6 +170,7 @@ class Call:
     def index(self, data: Tensor, indices: list) -> Tensor:
         """aten.index.Tensor's advanced indexing of a float tensor: by positions, a strided view; by one
         fed or static index tensor, index_select; None leaves an axis whole."""
+        indices = self.wrapped(indices, data.shape)
         picked = [k for k, ix in enumerate(indices) if ix is not None]
         if not picked:
             return data
@@ -193,14 +179,44 @@ class Call:
         if all(isinstance(indices[k], IntValue) and indices[k].affine() is not None for k in picked):
             p = indexed(addresses(data.shape), [None if ix is None else ix.affine() for ix in indices])
             return address_view(data, p)
-        if len(picked) == 1:
-            axis = picked[0]
-            ids = self.importer.ids_tensor(indices[axis], data.shape[axis], self)
-            if ids is not None:
-                flat = data.index_select(axis, ids.reshape(-1))
-                return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
-        raise self.error("refcomp indexes by positions (affine integer tensors), or by one fed or static index "
-                         "tensor; these index tensors are computed at run time")
+        if len(picked) == 1 and isinstance(indices[picked[0]], IntValue) and indices[picked[0]].ids is not None:
+            axis, ids = picked[0], indices[picked[0]].ids
+            flat = data.index_select(axis, ids.reshape(-1))
+            return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
+        if all(isinstance(indices[k], IntValue) and indices[k].static is not None for k in picked):
+            return self._static_index(data, picked, [indices[k].static for k in picked])
+        raise self.error("refcomp indexes by positions (affine integer tensors), by static index tensors or by one "
+                         "fed one; these index tensors are computed at run time")
+
+    def _static_index(self, data: Tensor, picked: list, arrays: list) -> Tensor:
+        """Static index arrays (not affine): the indexed axes moved together (to the front unless they are
+        adjacent, NumPy's layout), merged into one, and read by index_select at the static flat positions."""
+        sizes = [data.shape[k] for k in picked]
+        if not all(isinstance(n, int) for n in sizes):
+            raise self.error(f"static indices into axes of sizes {sizes} need known sizes")
+        arrays = np.broadcast_arrays(*arrays)
+        if any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrays, sizes)):
+            raise self.error(f"static indices out of range for axes of sizes {sizes}")
+        rest = [k for k in range(data.ndim) if k not in picked]
+        at = picked[0] if picked == list(range(picked[0], picked[-1] + 1)) else 0
+        order = rest[:at] + picked + rest[at:]
+        moved = data.permute(*order)
+        merged = moved.reshape(tuple(moved.shape[:at]) + (math.prod(sizes),) + tuple(moved.shape[at + len(picked):]))
+        flat = np.ravel_multi_index(arrays, sizes) if arrays[0].size else np.zeros(arrays[0].shape, np.int64)
+        ids = self.importer.ids_tensor(IntValue(flat.shape, "int64", static=flat.reshape(-1)), merged.shape[at], self)
+        out = merged.index_select(at, ids)
+        return out.reshape(tuple(merged.shape[:at]) + flat.shape + tuple(merged.shape[at + 1:]))
+
+    def wrapped(self, indices: list, shape: tuple) -> list:
+        """aten.index's static indices with negatives counted from the end of their axis (PyTorch's)."""
+        out = list(indices)
+        for k, ix in enumerate(indices):
+            if isinstance(ix, IntValue) and ix.static is not None and ix.static.size and ix.static.min() < 0:
+                if not isinstance(shape[k], int):
+                    raise self.error(f"negative indices need a known axis length, not {shape[k]}")
+                values = np.where(ix.static < 0, ix.static + shape[k], ix.static)
+                out[k] = IntValue(ix.shape, ix.dtype, static=values)
+        return out
 
     def out_shape(self, k: Optional[int] = None) -> tuple:
         """torch's shape of the (k-th) result, as refcomp dims."""
@@ -225,6 +241,3 @@ def _mapped(value, fn):
         return type(value)(_mapped(v, fn) for v in value)
     return fn(value) if isinstance(value, IntValue) else value
 
-
-def first(values, default=None) -> Optional[object]:
-    return next(iter(values), default)

@@ -221,6 +221,9 @@ def index(ctx, x, indices):
 def index_affine(ctx, x, indices):
     if any(ix is not None and not isinstance(ix, IntValue) for ix in indices):
         return None
+    indices = ctx.wrapped(indices, x.shape)
+    if any(ix is not None and ix.affine() is None for ix in indices):
+        return None
     return indexed(x.affine(), [None if ix is None else ix.affine() for ix in indices])
 
 

@@ -54,7 +54,7 @@ class IntValue:
 
     def affine(self) -> Optional[Positions]:
         """The values as Positions, if they are affine in their indices."""
-        if self.positions is None and self.static is not None and self.static.dtype != object:
+        if self.positions is None and self.static is not None:
             from .onnx_positions import positions_of
             self.positions = positions_of(self.static.astype(np.int64)) if self.static.size else None
         return self.positions
@@ -108,8 +108,6 @@ def bound_of(v) -> object:
         if v.tensor is not None:
             return v.bound
         if v.static is not None:
-            if v.static.dtype == object:
-                return sympy.Max(*[magnitude(x) for x in v.static.reshape(-1)]) if v.static.size else 0
             return int(np.abs(v.static.astype(np.int64)).max()) if v.static.size else 0
         if v.positions is not None:
             return positions_bound(v.positions)

@@ -10,7 +10,6 @@ refused in one error that counts them and names the user's lines.
 """
 from __future__ import annotations
 
-import math
 import operator
 from typing import Optional
 
@@ -24,7 +23,7 @@ from ..ops.tensor import input as rc_input
 from ..symbolic.dims import dim, idiv, imod
 from .aten_call import Call
 from .aten_table import IGNORED, TABLE, op_name
-from .aten_values import MAX_EXACT, IntValue, bound_of, positions_bound
+from .aten_values import MAX_EXACT, UNKNOWN, IntValue, bound_of, largest, positions_bound
 from .torch_graph import DimTable, dtype_name, kind_of, origin, source_line
 
 SYMBOLIC = {operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
@@ -147,11 +146,9 @@ class Importer:
     def float_tensor(self, v: IntValue) -> Tensor:
         """An integer value as float32 tensor holding it exactly (checked), made once."""
         if v.tensor is None:
-            if v.positions is not None or (v.static is not None and v.static.dtype == object):
-                p = v.affine() if v.positions is None else v.positions
-                if p is None:
-                    raise RefcompError(f"an integer tensor holding sizes {v.static.tolist()} cannot be a float tensor")
-                self._exact(positions_bound(p))
+            if v.positions is not None:
+                p = v.positions
+                self.exact(positions_bound(p), "integer positions")
                 v.tensor, v.bound = p.tensor(), positions_bound(p)
             else:
                 v.tensor, v.bound = self._static_tensor(v.static), bound_of(v)
@@ -182,7 +179,7 @@ class Importer:
             return None
         if v.ids is not None:
             return v.ids
-        if v.static is None or v.static.dtype == object:
+        if v.static is None:
             return None
         array = v.static.astype(np.int64)
         if array.size and array.min() < 0:
@@ -195,14 +192,19 @@ class Importer:
         self.weights[name] = array.astype(np.int32)
         return rc_input(name, array.shape, "int32")
 
-    def _exact(self, bound) -> None:
-        if bound is not None and bound != 0 and not isinstance(bound, int):
-            from .aten_values import largest
-            if math.isinf(largest(bound, self.dims.ranges)):
-                free = [s.name for s in sympy.sympify(bound).free_symbols if self.dims.ranges.get(s.name, (0, None))[1] is None]
-                if len(free) == 1 and self.cap(free[0], bound):
-                    return
-                raise RefcompError(f"integer positions reach {bound}, which no max bounds; give the dims a max")
+    def exact(self, bound, what: str = "an integer tensor") -> None:
+        """Refuse integers that may pass 2^24 at the dims' largest sizes (float32 holds every integer up to
+        it, not beyond); where the bound grows with one dim that has no max, that dim is given one (cap)."""
+        ranges = self.dims.ranges
+        if largest(bound, ranges) <= MAX_EXACT:
+            return
+        free = [] if bound is UNKNOWN else [s.name for s in sympy.sympify(bound).free_symbols if ranges[s.name][1] is None]
+        if len(free) == 1 and self.cap(free[0], bound):
+            return
+        shown = "values nothing bounds" if bound is UNKNOWN else f"values up to {bound}"
+        raise RefcompError(f"computes {what} at run time with {shown}, beyond 2^24 at the dims' largest sizes, where "
+                           f"float32 stops holding every integer; refcomp has no integer arithmetic at run time yet "
+                           f"(a smaller max for the dims, torch.export.Dim(..., max=...), may help)")
 
     def cap(self, name: str, bound) -> bool:
         """Give dim `name`, which has no max, the largest max that keeps `bound` within 2^24 (the other dims
@@ -278,7 +280,7 @@ def refuse_missing(ep) -> None:
         return
     parts = []
     for name, lines in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        shown = ", ".join(dict.fromkeys(lines[:3])) + (f", ..." if len(lines) > 3 else "")
+        shown = ", ".join(dict.fromkeys(lines[:3])) + (", ..." if len(lines) > 3 else "")
         parts.append(f"{name} x{len(lines)} ({shown})")
     raise RefcompError(f"the exported program uses {len(missing)} ATen op{'s' if len(missing) > 1 else ''} refcomp "
                        f"does not implement: {'; '.join(parts)} (see docs/torch.md for the op table)")
