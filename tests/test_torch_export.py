@@ -152,8 +152,14 @@ def test_missing_ops_are_listed_in_one_error_with_counts_and_lines():
         rc.torch.export(Unsupported(), (torch.rand(2, 3), torch.tensor([[0, 1, 2], [2, 1, 0]])))
     message = str(info.value)
     assert "2 ATen ops refcomp does not implement" in message
-    assert f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, test_torch_export.py:{at['y.scatter_add']})" in message
+    assert f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, test_torch_export.py:{at['y.scatter_add']}): " \
+           f"writes at indices computed at run time" in message
     assert f"aten.digamma.default x1 (test_torch_export.py:{at['digamma']})" in message
+
+
+def test_a_module_exported_in_training_mode_is_told_to_use_eval():
+    with pytest.raises(RefcompError, match=r"_native_batch_norm_legit_functional.* export the module in eval mode"):
+        rc.torch.export(nn.Sequential(nn.BatchNorm1d(4), nn.Dropout(0.5)).train(), (torch.randn(3, 4),))
 
 
 class Block(nn.Module):

@@ -13,7 +13,7 @@ import numbers
 import sympy
 
 from ..ops import nn
-from ..ops.creation import arange as rc_arange, full as rc_full
+from ..ops.creation import arange as rc_arange
 from ..ops.elementwise import fmod, maximum, minimum, where
 from ..ops.tensor import BoolTensor, Tensor, lift
 from ..symbolic.dims import dim, idiv
@@ -202,28 +202,34 @@ def copy(ctx, dst, src, non_blocking=False):
 
 
 # --- creation ------------------------------------------------------------------------------------------
+def filled(shape, value) -> Tensor:
+    """`value` (a number, or a dim such as T) everywhere in `shape`."""
+    value = lift(float(value) if isinstance(value, (bool, int, float)) else value)
+    return value.reshape((1,) * len(shape)).broadcast_to(tuple(shape)) if shape else value
+
+
 def scalar_tensor(ctx, value, **kwargs):
-    return rc_full((), float(value))
+    return filled((), value)
 
 
 def full_(ctx, size, value, **kwargs):
-    return rc_full(tuple(dim(n) for n in size), float(value))
+    return filled([dim(n) for n in size], value)
 
 
 def full_like(ctx, x, value, **kwargs):
-    return rc_full(t(ctx, x).shape, float(value))
+    return filled(t(ctx, x).shape, value)
 
 
 def fill(ctx, x, value):
     """fill.Scalar and fill.Tensor: x's shape, the value everywhere."""
     shape = t(ctx, x).shape
-    return value.reshape(()).broadcast_to(shape) if isinstance(value, Tensor) else rc_full(shape, float(value))
+    return value.reshape(()).broadcast_to(shape) if isinstance(value, Tensor) else filled(shape, value)
 
 
 def full_affine(ctx, size, value, **kwargs):
     if isinstance(value, float) and not value.is_integer():
         return None
-    return full_positions(tuple(dim(n) for n in size), int(value))
+    return full_positions(tuple(dim(n) for n in size), int(value) if isinstance(value, (bool, int, float)) else value)
 
 
 def full_like_affine(ctx, x, value, **kwargs):
@@ -231,8 +237,9 @@ def full_like_affine(ctx, x, value, **kwargs):
 
 
 def value_bound(ctx, *args, **kwargs):
+    """The fill value's magnitude (full's second argument, scalar_tensor's first)."""
     value = args[1] if len(args) > 1 else kwargs.get("fill_value", args[0])
-    return abs(value) if isinstance(value, numbers.Real) and math.isfinite(value) else UNKNOWN
+    return UNKNOWN if isinstance(value, float) and not math.isfinite(value) else bound_of(value)
 
 
 def arange_(ctx, start, end=None, step=1, **kwargs):

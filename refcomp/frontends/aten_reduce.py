@@ -37,7 +37,11 @@ def mean(ctx, x, axis=None, keepdim=False, dtype=None):
 
 
 def var(ctx, x, axis=None, correction=None, keepdim=False):
-    return ctx.tensor(x).var(_dims(axis), correction=1 if correction is None else correction, keepdim=keepdim)
+    """correction None is 1 (Bessel's); ATen passes it as a number, refcomp takes an int."""
+    correction = 1 if correction is None else correction
+    if float(correction) != int(correction) or correction < 0:
+        raise ctx.error(f"a correction of {correction} is not supported (non-negative whole numbers are)")
+    return ctx.tensor(x).var(_dims(axis), correction=int(correction), keepdim=keepdim)
 
 
 def var_unbiased(ctx, x, axis=None, unbiased=True, keepdim=False):

@@ -22,14 +22,14 @@ def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
 
 
-def _resolve_shape(x_shape, size) -> tuple:
-    """A view's size with -1 resolved (refcomp's reshape resolves it, symbolic too)."""
+def _sizes(size) -> tuple:
+    """A view's size as dims, -1 kept (refcomp's reshape and expand resolve it, symbolic too)."""
     return tuple(n if isinstance(n, numbers.Integral) and n == -1 else dim(n) for n in size)
 
 
 # --- views -------------------------------------------------------------------------------------------
 def view(ctx, x, size):
-    return ctx.tensor(x).reshape(_resolve_shape(x.shape, size))
+    return ctx.tensor(x).reshape(_sizes(size))
 
 
 def view_affine(ctx, x, size):
@@ -37,7 +37,7 @@ def view_affine(ctx, x, size):
 
 
 def expand(ctx, x, size, implicit=False):
-    return ctx.tensor(x).expand(*_resolve_shape(x.shape, size))
+    return ctx.tensor(x).expand(*_sizes(size))
 
 
 def expand_affine(ctx, x, size, implicit=False):

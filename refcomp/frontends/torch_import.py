@@ -22,7 +22,7 @@ from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
 from ..symbolic.dims import dim, idiv, imod
 from .aten_call import Call
-from .aten_table import IGNORED, TABLE, op_name
+from .aten_table import IGNORED, NOT_MAPPED, TABLE, op_name
 from .aten_values import MAX_EXACT, UNKNOWN, IntValue, bound_of, largest, positions_bound
 from .torch_graph import DimTable, dtype_name, kind_of, origin, source_line
 
@@ -281,7 +281,10 @@ def refuse_missing(ep) -> None:
     parts = []
     for name, lines in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         shown = ", ".join(dict.fromkeys(lines[:3])) + (", ..." if len(lines) > 3 else "")
-        parts.append(f"{name} x{len(lines)} ({shown})")
+        why = f": {NOT_MAPPED[name]}" if name in NOT_MAPPED else ""
+        parts.append(f"{name} x{len(lines)} ({shown}){why}")
+    training = any(word in name for name in missing for word in ("backward", "_functional", "dropout", "_legit."))
     raise RefcompError(f"the exported program uses {len(missing)} ATen op{'s' if len(missing) > 1 else ''} refcomp "
-                       f"does not implement: {'; '.join(parts)} (see docs/torch.md for the op table)")
+                       f"does not implement: {'; '.join(parts)} (see docs/torch.md for the op table"
+                       f"{'; export the module in eval mode' if training else ''})")
 
