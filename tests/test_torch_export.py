@@ -131,10 +131,17 @@ class RunTimeInts(nn.Module):
         return x * (ids * 3).float()
 
 
+class CastInts(nn.Module):
+    def forward(self, x):
+        return (x * 100).long().clamp(-5, 5), (x * 100).long() + 1
+
+
 def test_run_time_integer_arithmetic_is_refused_clearly():
     with pytest.raises(RefcompError, match=r"aten\.mul\.Tensor \(node 'mul', test_torch_export\.py:\d+\): computes an "
                                            r"integer tensor at run time with values up to"):
         rc.torch.export(RunTimeInts(), (torch.randn(2, 3), torch.randint(0, 5, (2, 3))))
+    with pytest.raises(RefcompError, match=r"aten\.add\.Tensor .*no known magnitude"):  # a cast is exact, a sum of it not
+        rc.torch.export(CastInts(), (torch.randn(2, 3),))
 
 
 class Unsupported(nn.Module):

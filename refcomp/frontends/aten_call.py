@@ -11,8 +11,9 @@
    tensors, except the arguments its row lists in `raw` (indices), which it takes as they are; a fed
    integer input moved by a view op keeps its int32 ids beside its float32 values;
 4. the result is checked against the node's own `meta["val"]`: float results take the node's
-   16-bit dtype, boolean results become 0/1 BoolTensors, integer results become IntValues whose
-   bound (the row's `ints` rule) must stay within 2^24 at the dims' largest sizes, and the shape
+   16-bit dtype, boolean results become 0/1 BoolTensors, integer results become IntValues with the
+   bound of the row's `ints` rule, which must stay within 2^24 at the dims' largest sizes where the
+   op does arithmetic (a selection or a cast of exact integers is exact at any size), and the shape
    must be torch's.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sympy
 from ..errors import RefcompError
 from ..ops.tensor import BoolTensor, Tensor
 from ..symbolic.dims import dims_equal
+from .aten_math import SELECTIONS
 from .aten_values import MAX_EXACT, IntValue, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
 
@@ -143,7 +145,8 @@ class Call:
         if bound is None:
             raise self.error("computes an integer tensor at run time, which refcomp cannot compute exactly yet "
                              "(its integers are static values, positions, fed ids, or exact float32 values)")
-        self.importer.exact(bound)
+        if self.row.ints not in SELECTIONS:
+            self.importer.exact(bound)
         return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
 
     def _check_shape(self, result, meta) -> None:

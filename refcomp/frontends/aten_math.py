@@ -88,6 +88,11 @@ def neg_bound(ctx, x):
     return bound_of(x)
 
 
+# Rules of ops whose integers are some of their inputs' (moved, picked, negated, cast): exact whatever
+# their magnitude, so no bound need hold for them; arithmetic must stay within 2^24 (Importer.exact).
+SELECTIONS = frozenset({same_bound, first_bound, neg_bound})
+
+
 # --- unary, activations ------------------------------------------------------------------------------
 def method(name: str):
     """A converter calling the Tensor method `name` on the first argument."""
@@ -192,8 +197,12 @@ def to_copy(ctx, x, dtype=None, **kwargs):
 
 
 def to_copy_bound(ctx, x, dtype=None, **kwargs):
-    """Integers cast to integers keep their bound; a float truncated to an integer has none refcomp knows."""
+    """Integers cast to integers keep their bound; a float truncated to an integer is exact (float32 holds
+    every integer it truncates to) but of no magnitude refcomp knows, so no arithmetic may follow."""
     return bound_of(x)
+
+
+SELECTIONS = SELECTIONS | {to_copy_bound}
 
 
 def copy(ctx, dst, src, non_blocking=False):

@@ -201,10 +201,13 @@ class Importer:
         free = [] if bound is UNKNOWN else [s.name for s in sympy.sympify(bound).free_symbols if ranges[s.name][1] is None]
         if len(free) == 1 and self.cap(free[0], bound):
             return
-        shown = "values nothing bounds" if bound is UNKNOWN else f"values up to {bound}"
-        raise RefcompError(f"computes {what} at run time with {shown}, beyond 2^24 at the dims' largest sizes, where "
-                           f"float32 stops holding every integer; refcomp has no integer arithmetic at run time yet "
-                           f"(a smaller max for the dims, torch.export.Dim(..., max=...), may help)")
+        if bound is UNKNOWN:
+            raise RefcompError(f"computes {what} at run time by arithmetic on integers of no known magnitude (cast from "
+                               f"floats, say), which float32 may not hold exactly; refcomp has no integer arithmetic at "
+                               f"run time yet")
+        raise RefcompError(f"computes {what} at run time with values up to {bound}, beyond 2^24 at the dims' largest "
+                           f"sizes, where float32 stops holding every integer; refcomp has no integer arithmetic at run "
+                           f"time yet (a smaller max for the dims, torch.export.Dim(..., max=...), may help)")
 
     def cap(self, name: str, bound) -> bool:
         """Give dim `name`, which has no max, the largest max that keeps `bound` within 2^24 (the other dims
