@@ -99,8 +99,8 @@ DOMAINS = {"log": (0.05, 5), "log2": (0.05, 5), "log10": (0.05, 5), "log1p": (-0
            "asin": (-0.95, 0.95), "acos": (-0.95, 0.95), "atanh": (-0.9, 0.9), "acosh": (1.05, 5), "tan": (-1.2, 1.2),
            "exp": (-5, 5), "expm1": (-5, 5), "sinh": (-5, 5), "cosh": (-5, 5)}
 for _name in ("exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-              "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "sigmoid", "floor", "ceil", "trunc", "sign", "silu",
-              "relu"):
+              "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "sigmoid", "floor", "ceil", "trunc", "sign",
+              "silu", "relu"):
     _lo, _hi = DOMAINS.get(_name, (-4, 4))
     _op = getattr(A, _name).default
     add(f"aten.{_name}.default", case(lambda x, op=_op: op(x), f(4, 6, lo=_lo, hi=_hi), rtol=2e-5),

@@ -42,6 +42,7 @@ add("aten.convolution.default",
 add("aten.max_pool2d_with_indices.default", case(lambda x: A.max_pool2d_with_indices.default(x, [2, 2]), f(2, 3, 6, 6)),
     case(lambda x: A.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], True), f(1, 2, 7, 7)))
 add("aten.max_pool3d_with_indices.default", case(lambda x: A.max_pool3d_with_indices.default(x, [2, 2, 2]), f(1, 2, 4, 4, 4)))
+add("aten.adaptive_max_pool2d.default", case(lambda x: A.adaptive_max_pool2d.default(x, [2, 3]), f(1, 2, 6, 6)))
 add("aten.avg_pool1d.default", case(lambda x: A.avg_pool1d.default(x, [3], [2], [1], False, False), f(2, 3, 8)))
 add("aten.adaptive_avg_pool1d.default", case(lambda x: A.adaptive_avg_pool1d.default(x, [3]), f(2, 3, 7)),
     case(lambda x: A.adaptive_avg_pool1d.default(x, [2]), f(3, 8)))
@@ -68,6 +69,13 @@ add("aten._native_batch_norm_legit_no_training.default",
          f(3), f(3), f(3, lo=0.5, hi=2)))
 add("aten.native_batch_norm.default",
     case(lambda x, m, v: A.native_batch_norm.default(x, None, None, m, v, False, 0.1, 1e-3), f(2, 3, 5), f(3), f(3, lo=0.5)))
+add("aten._native_batch_norm_legit.default",
+    case(lambda x, m, v: A._native_batch_norm_legit.default(x, None, None, m, v, False, 0.1, 1e-5), f(2, 3, 4), f(3),
+         f(3, lo=0.5)),
+    case(lambda x, w, m, v: A._native_batch_norm_legit.default(x, w, None, m, v, True, 0.1, 1e-5), f(2, 3, 4), f(3), f(3),
+         f(3, lo=0.5)))
+add("aten._native_batch_norm_legit.no_stats",
+    case(lambda x, w, b: A._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5), f(2, 3, 4, 5), f(3), f(3)))
 add("aten.native_dropout.default", case(lambda x: A.native_dropout.default(x, 0.5, False), f(3, 4)))
 
 # --- reductions and scans --------------------------------------------------------------------------------------
@@ -88,6 +96,10 @@ add("aten.max.default", case(lambda x: A.max.default(x), f(3, 5)))
 add("aten.min.default", case(lambda x: A.min.default(x), f(3, 5)))
 add("aten.argmax.default", case(lambda x: A.argmax.default(x, 1), f(3, 5)), case(lambda x: A.argmax.default(x), f(3, 5)))
 add("aten.argmin.default", case(lambda x: A.argmin.default(x, 0, True), f(3, 5)))
+add("aten.linalg_vector_norm.default", case(lambda x: A.linalg_vector_norm.default(x, 2, [-1]), f(3, 5)),
+    case(lambda x: A.linalg_vector_norm.default(x, 1, [0], True), f(3, 5)),
+    case(lambda x: A.linalg_vector_norm.default(x, float("inf")), f(3, 5)),
+    case(lambda x: A.linalg_vector_norm.default(x, 3.0, [1]), f(3, 5)), case(lambda x: A.linalg_vector_norm.default(x, 0), f(6, special=True)))
 add("aten.prod.dim_int", case(lambda x: A.prod.dim_int(x, 1), f(3, 5)))
 add("aten.prod.default", case(lambda x: A.prod.default(x), f(2, 3)))
 add("aten.any.dim", case(lambda m: A.any.dim(m, 1), mask(3, 4)))

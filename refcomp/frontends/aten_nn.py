@@ -112,6 +112,17 @@ def adaptive_avg_pool(ctx, x, output_size):
     return out
 
 
+def adaptive_max_pool(ctx, x, output_size):
+    """(values, indices) where the output divides the input (each window a pool's): PyTorch's windows."""
+    x = ctx.tensor(x)
+    d = len(output_size)
+    sizes = x.shape[-d:]
+    if not all(isinstance(n, int) and n % m == 0 for n, m in zip(sizes, output_size)):
+        raise ctx.error(f"adaptive max pooling of {sizes} to {tuple(output_size)} needs sizes the output divides")
+    kernel = tuple(n // m for n, m in zip(sizes, output_size))
+    return max_pool(x, kernel, kernel, [(0, 0)] * d, (1,) * d, False, True)
+
+
 def upsample(mode: str):
     def convert(ctx, x, output_size, *args):
         align_corners = args[0] if mode != "nearest" and args else None
@@ -170,6 +181,30 @@ def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, moment
     if bias is not None:
         out = out + ctx.tensor(bias).reshape(channel)
     return out, full((0,), 0.0), full((0,), 0.0)
+
+
+def batch_norm_batch_statistics(ctx, x, weight, bias, training=True, momentum=0.1, eps=1e-5):
+    """_native_batch_norm_legit.no_stats: each channel normalised by its own mean and (biased) variance over
+    the batch and positions, as InstanceNorm needs in inference too; (out, mean, rstd), statistics (C,)."""
+    x = ctx.tensor(x)
+    axes = (0,) + tuple(range(2, x.ndim))
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    mean = x.mean(axes, keepdim=True)
+    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * ctx.tensor(weight).reshape(channel)
+    if bias is not None:
+        out = out + ctx.tensor(bias).reshape(channel)
+    return out, mean.reshape(x.shape[1]), rstd.reshape(x.shape[1])
+
+
+def batch_norm_legit(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """_native_batch_norm_legit: the batch's statistics in training (the running ones' update is a
+    mutation refcomp's outputs do not include), else the running ones."""
+    if training:
+        return batch_norm_batch_statistics(ctx, x, weight, bias, training, momentum, eps)
+    return batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
 
 
 def native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):

@@ -93,6 +93,21 @@ def index_bound(ctx, x, axis=None, *args, **kwargs):
     return prod(x.shape) if axis is None else (x.shape[axis % x.ndim] if x.ndim else 1)
 
 
+def vector_norm(ctx, x, order=2, axis=None, keepdim=False, dtype=None):
+    """linalg_vector_norm: (sum |x|^p)^(1/p); p = inf, -inf: the largest, smallest |x|; p = 0: the count
+    of nonzeros; p = 2 and 1 without a power."""
+    x, axes = ctx.tensor(x), _dims(axis)
+    if order == float("inf") or order == float("-inf"):
+        return getattr(x.abs(), "amax" if order > 0 else "amin")(axes, keepdim)
+    if order == 0:
+        return x.ne(0.0).float().sum(axes, keepdim)
+    if order == 1:
+        return x.abs().sum(axes, keepdim)
+    if order == 2:
+        return (x * x).sum(axes, keepdim).sqrt()
+    return (x.abs() ** float(order)).sum(axes, keepdim) ** (1.0 / order)
+
+
 def prod_(ctx, x, axis=None, keepdim=False, dtype=None):
     return ctx.tensor(x).prod(axis, keepdim)
 

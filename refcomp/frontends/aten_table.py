@@ -125,7 +125,8 @@ ROWS = [
     # functions
     *[Row(f"aten.{name}.default", m.method(name), "") for name in (
         "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-        "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "sigmoid", "floor", "ceil", "trunc", "sign", "silu")],
+        "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "sigmoid", "floor", "ceil", "trunc", "sign",
+        "silu")],
     Row("aten.relu.default", m.method("relu"), "", ints=m.first_bound),
     Row("aten.gelu.default", m.gelu, "approximate none (erf) or tanh"),
     Row("aten.hardtanh.default", m.hardtanh, ""),
@@ -209,6 +210,8 @@ ROWS = [
         ints=n.max_pool_bound),
     Row("aten.max_pool3d_with_indices.default", n.max_pool_with_indices, "indices in the flattened volume",
         ints=n.max_pool_bound),
+    Row("aten.adaptive_max_pool2d.default", n.adaptive_max_pool, "(values, indices); sizes the output divides",
+        ints=n.max_pool_bound),
     Row("aten.avg_pool1d.default", n.avg_pool_, "ceil_mode, count_include_pad"),
     Row("aten.avg_pool2d.default", n.avg_pool_, "ceil_mode, count_include_pad, divisor_override"),
     Row("aten.avg_pool3d.default", n.avg_pool_, "ceil_mode, count_include_pad, divisor_override"),
@@ -224,6 +227,8 @@ ROWS = [
     Row("aten.native_group_norm.default", n.native_group_norm, "(out, mean, rstd)"),
     Row("aten._native_batch_norm_legit_no_training.default", n.batch_norm_inference, "running statistics"),
     Row("aten.native_batch_norm.default", n.native_batch_norm, "training=False only"),
+    Row("aten._native_batch_norm_legit.default", n.batch_norm_legit, "training: the batch's statistics (no update)"),
+    Row("aten._native_batch_norm_legit.no_stats", n.batch_norm_batch_statistics, "the batch's statistics (InstanceNorm)"),
     Row("aten.native_dropout.default", n.native_dropout, "outside training only"),
     # reductions and scans
     Row("aten.sum.dim_IntList", r.sum_, "an empty dim list: every axis", ints=r.sum_bound),
@@ -240,6 +245,7 @@ ROWS = [
     Row("aten.min.default", r.extreme_all("min"), "", ints=m.first_bound),
     Row("aten.argmax.default", r.arg_extreme("argmax"), "NaN counts as the maximum", ints=r.index_bound),
     Row("aten.argmin.default", r.arg_extreme("argmin"), "NaN counts as the minimum", ints=r.index_bound),
+    Row("aten.linalg_vector_norm.default", r.vector_norm, "any ord (inf, -inf, 0 too)"),
     Row("aten.prod.dim_int", r.prod_, "a known length"),
     Row("aten.prod.default", r.prod_, "known lengths"),
     Row("aten.any.dim", r.any_, "a boolean"),
@@ -262,7 +268,7 @@ NOT_MAPPED = {
     **{f"aten.{name}": _TRAINING for name in (
         "_adaptive_avg_pool2d_backward.default", "avg_pool2d_backward.default", "convolution_backward.default",
         "embedding_dense_backward.default", "max_pool2d_with_indices_backward.default", "native_group_norm_backward.default",
-        "native_layer_norm_backward.default", "_native_batch_norm_legit.default", "_native_batch_norm_legit.no_stats")},
+        "native_layer_norm_backward.default")},
     **{f"aten.{name}": "random values (refcomp has no random tensors yet)" for name in (
         "rand.default", "randn.default", "randperm.default")},
     **{f"aten.{name}": "writes at indices computed at run time (integer tensors at run time come later)" for name in (
