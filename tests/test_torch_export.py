@@ -223,6 +223,19 @@ def test_fed_int64_ids_and_masks():
     check(m, net, make)
 
 
+class Sizes(nn.Module):
+    def forward(self, x):
+        return x.relu(), x.shape[0] * 2, None
+
+
+def test_outputs_known_at_import_time_and_export_errors():
+    m = rc.torch.export(Sizes(), (torch.randn(3, 2),), dynamic_shapes={"x": {0: B}})
+    out = m.run({"x": np.ones((5, 2), np.float32)}, backend="emulator")
+    assert list(out) == ["output0", "output1", "output2"] and out["output1"] == 10 and out["output2"] is None
+    with pytest.raises(RefcompError, match="torch.export could not export the module"):
+        rc.torch.export(Sizes(), (torch.randn(3, 2),), dynamic_shapes={"y": {0: B}})
+
+
 def test_importing_refcomp_does_not_import_torch():
     code = "import sys, refcomp; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -93,7 +93,10 @@ class Call:
         """Run the ATen op on the static values themselves."""
         import torch
         convert = lambda v: torch.from_numpy(np.array(v.static)) if isinstance(v, IntValue) else v  # noqa: E731
-        result = self.node.target(*_mapped(args, convert), **{k: _mapped(v, convert) for k, v in kwargs.items()})
+        try:
+            result = self.node.target(*_mapped(args, convert), **{k: _mapped(v, convert) for k, v in kwargs.items()})
+        except RuntimeError as exc:  # torch refuses the static values (an index out of range, say)
+            raise self.error(f"fails on its static values: {exc}") from exc
         as_value = lambda t: IntValue(tuple(t.shape), dtype_name(t.dtype), static=t.numpy().copy())  # noqa: E731
         return tuple(as_value(t) for t in result) if isinstance(result, (list, tuple)) else as_value(result)
 

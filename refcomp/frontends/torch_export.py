@@ -106,9 +106,7 @@ class ExportedModel:
             kind = self.output_types[name]
             if name in self.static_outputs:
                 value = self.static_outputs[name]
-                out[name] = (np.vectorize(lambda d: evaluate_dim(d, bindings), otypes=[np.int64])(value)
-                             if isinstance(value, np.ndarray) and value.dtype == object else
-                             np.asarray(value) if isinstance(value, np.ndarray) else evaluate_dim(value, bindings))
+                out[name] = value if value is None or isinstance(value, (np.ndarray, float)) else evaluate_dim(value, bindings)
             elif kind == "bool":
                 out[name] = np.asarray(results[name]) != 0
             elif kind in ("float16",):
@@ -158,7 +156,12 @@ def export_program(module, args=(), kwargs=None, dynamic_shapes=None, strict: bo
     except ImportError:  # pragma: no cover - torch is an optional dependency
         raise RefcompError("rc.torch needs PyTorch (pip install torch)") from None
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
-    ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict).run_decompositions()
+    try:
+        ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict).run_decompositions()
+    except Exception as exc:  # noqa: BLE001 - torch's own errors (UserError, RuntimeError, ...): the user's to fix
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RefcompError(f"torch.export could not export the module ({type(exc).__name__}: {first}); refcomp imports "
+                           f"what torch.export gives (its own message, chained below, says more)") from exc
     return ep, dim_names(module, args, kwargs, dynamic_shapes, ep)
 
 

@@ -235,28 +235,21 @@ class Importer:
 
     # --- outputs ---------------------------------------------------------------------------------
     def _outputs(self, node) -> None:
-        from torch.utils import _pytree
-        results = _pytree.tree_leaves(_resolve(node.args[0], self.values))
-        specs = [s for s in self.ep.graph_signature.output_specs]
-        metas = [getattr(a, "meta", {}).get("val") for a in _pytree.tree_leaves(node.args[0])]
-        k = 0
-        for spec, value, meta in zip(specs, results, metas):
-            if spec.kind.name != "USER_OUTPUT":
-                continue  # buffer mutations and the like: the inference outputs are the user outputs
-            name = f"output{k}" if len([s for s in specs if s.kind.name == "USER_OUTPUT"]) > 1 else "output"
-            k += 1
-            if isinstance(value, IntValue):
-                if value.static is not None:
-                    self.static_outputs[name], self.output_types[name] = value.static, value.dtype
-                    continue
-                value = self.float_tensor(value)
-                self.output_types[name] = dtype_name(meta.dtype) if meta is not None else "int64"
-            elif isinstance(value, Tensor):
-                self.output_types[name] = dtype_name(meta.dtype) if meta is not None else value.dtype
-            else:  # a size, or a number
-                self.static_outputs[name], self.output_types[name] = value, "int64"
-                continue
-            self.outputs[name] = value
+        """The user outputs, flat as the output node lists them (beside buffer mutations, which inference
+        drops): tensors to compute, and what is known at import time (static integers, sizes, None)."""
+        specs = list(self.ep.graph_signature.output_specs)
+        users = [(spec, arg) for spec, arg in zip(specs, node.args[0]) if spec.kind.name == "USER_OUTPUT"]
+        for k, (spec, arg) in enumerate(users):
+            name = f"output{k}" if len(users) > 1 else "output"
+            value = _resolve(arg, self.values)
+            meta = getattr(arg, "meta", {}).get("val")
+            if isinstance(value, IntValue) and value.static is not None:
+                self.static_outputs[name], self.output_types[name] = value.static, value.dtype
+            elif isinstance(value, (IntValue, Tensor)):
+                self.outputs[name] = self.float_tensor(value) if isinstance(value, IntValue) else value
+                self.output_types[name] = dtype_name(meta.dtype) if hasattr(meta, "dtype") else self.outputs[name].dtype
+            else:  # a size, a number or None
+                self.static_outputs[name], self.output_types[name] = value, type(value).__name__
 
 
 def _resolve(value, values: dict):
