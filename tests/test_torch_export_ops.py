@@ -5,7 +5,6 @@ exported without decompositions so that the program holds that very op, imported
 the reference (a few also compiled and run on the emulator) and compared with PyTorch's result:
 floats to 1e-5 relative, integers and booleans exactly. A row with no case fails.
 """
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch.export frontend tests need PyTorch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_export_cases  # noqa: E402
 import torch_export_cases_nn  # noqa: E402,F401  (adds its cases to CASES)
 
