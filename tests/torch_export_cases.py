@@ -140,6 +140,7 @@ add("aten._to_copy.default", case(lambda x: A._to_copy.default(x, dtype=torch.fl
     case(lambda m: A._to_copy.default(m, dtype=torch.float32), mask(3, 4)),
     case(lambda i: A._to_copy.default(i, dtype=torch.float32), ints(3, 4)),
     case(lambda x: A._to_copy.default(x, dtype=torch.int64), f(3, 4, lo=-50, hi=50)),
+    case(lambda x: A._to_copy.default(A.arange.start_step(-1, x.shape[0] - 1), dtype=torch.bool), f(4), dynamic=True),
     case(lambda x: A._to_copy.default(A._to_copy.default(x, dtype=torch.bfloat16), dtype=torch.float32), f(3, 4)))
 for _name in ("clone", "alias", "detach", "lift_fresh_copy"):
     add(f"aten.{_name}.default", case(lambda x, op=getattr(A, _name).default: op(x), f(3, 4)))

@@ -5,8 +5,8 @@
 
 1. an integer or boolean result whose inputs are all static is **folded**: the ATen op itself runs
    on the concrete values (torch is at hand), as any shape computation is;
-2. an integer result of a row with an `affine` rule, whose integer inputs are all affine, stays
-   **positions** (aten_values);
+2. an integer (not boolean) result of a row with an `affine` rule, whose integer inputs are all
+   affine, stays **positions** (aten_values);
 3. otherwise the converter builds refcomp tensors: integer inputs reach it as exact float32
    tensors, except the arguments its row lists in `raw` (indices), which it takes as they are; a fed
    integer input moved by a view op keeps its int32 ids beside its float32 values;
@@ -63,7 +63,7 @@ class Call:
         ints = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, IntValue)]
         if self._integral_out() and self._foldable(args, kwargs):
             return self._fold(args, kwargs)
-        if self.row.affine is not None and self._integral_out() and all(v.affine() is not None for v in ints) \
+        if self.row.affine is not None and self._integral_out("int") and all(v.affine() is not None for v in ints) \
                 and not any(isinstance(v, Tensor) for v in _flat(args)):
             p = self.row.affine(self, *args, **kwargs)
             if p is not None:

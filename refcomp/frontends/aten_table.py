@@ -91,6 +91,8 @@ def _same(call, x, *args, **kwargs):
     return x.affine()
 
 
+
+
 _VIEW = dict(view=True, ints=m.first_bound)
 _MOVE = "a view of the same node (no copy)"
 
