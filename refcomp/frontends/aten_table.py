@@ -281,6 +281,7 @@ NOT_MAPPED = {
     "aten.empty.memory_format": "uninitialised memory", "aten.empty_strided.default": "uninitialised memory",
     "aten.as_strided.default": "strides of torch's storage, which a refcomp graph does not have",
     "aten.sym_stride.int": "strides of torch's storage", "aten.sym_storage_offset.default": "torch's storage",
+    "aten.sym_is_contiguous.default": "torch's storage", "aten.resize_.default": "an in-place resize of torch's storage",
     "aten.sym_numel.default": "torch.export writes sizes' products as Python arithmetic on sym_size",
     "aten.atan2.out": "an out= variant (not in functional programs)",
     "aten._embedding_bag.default": "not yet", "aten._cdist_forward.default": "not yet",
