@@ -35,7 +35,7 @@ _ATTRIBUTES = {
 # name -> a submodule that is itself the attribute: the public ones (rc.nn, rc.onnx, ...), and the
 # subpackages the package used to import eagerly, which code reaches as rc.compiler.H200, rc.ops.graph
 _SUBMODULES = {
-    "nn": ".ops.nn", "return_types": ".ops.return_types", "onnx": ".onnx", "spmd": ".spmd",
+    "nn": ".ops.nn", "return_types": ".ops.return_types", "onnx": ".onnx", "torch": ".torch", "spmd": ".spmd",
     **{unit: f".{unit}" for unit in ("codegen", "compiler", "errors", "exec", "frontends", "golden", "measure",
                                      "ops", "progress", "search", "symbolic")},
 }
@@ -55,7 +55,7 @@ __all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack"
            "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
            "zeros_like", *sorted(set(_names.FUNCTIONS) - _BUILTINS), *sorted(_names.RANDOM), "Generator",
            "default_generator", "manual_seed", *sorted(set(_names.DTYPES) - _BUILTINS), "nn", "return_types",
-           "evaluate", "Program", "compile", "load_program", "onnx", "spmd", "Mesh", "shard", "RefcompError",
+           "evaluate", "Program", "compile", "load_program", "onnx", "torch", "spmd", "Mesh", "shard", "RefcompError",
            "ShapeError", "BindingError", "FeedError", "AllocationError", "CacheError"]
 
 

@@ -46,7 +46,8 @@ def stored_as(outputs, dtype):
     def narrow_input(node):
         if node.op.name != "Input" or node.dtype != "float32":
             return None
-        stored = make_node("Input", dtype=name, name=node.attrs["name"], shape=node.attrs["shape"])
+        kept = {"ranges": node.attrs["ranges"]} if "ranges" in node.attrs else {}  # the dims' allowed values stay
+        stored = make_node("Input", dtype=name, name=node.attrs["name"], shape=node.attrs["shape"], **kept)
         return identity_edge(make_node("Cast", (identity_edge(stored),), to="float32"))
 
     edges, _ = rebuild([t.edge for t in tensors], narrow_input)

@@ -45,8 +45,12 @@ MAX_NAME_OPS = 3  # a kernel's name lists at most this many user ops (its commen
 
 
 def kernel_name(index: int, nodes: Sequence[Node]) -> str:
-    """`k2_softmax`, `k4_layer_norm_matmul`: the position, then what the kernel computes."""
-    return f"k{index}_" + "_".join(user_ops(nodes)[:MAX_NAME_OPS])
+    """`k2_softmax`, `k4_layer_norm_matmul`: the position, then what the kernel computes. An imported
+    model's ops are named by its modules (`h.0.attn`): anything no C identifier holds becomes `_`."""
+    return f"k{index}_" + "_".join(_NOT_IDENTIFIER.sub("_", op) for op in user_ops(nodes)[:MAX_NAME_OPS])
+
+
+_NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]")
 
 
 def lower_plain(output_nodes: Sequence[Node]) -> list[Kernel]:

@@ -74,7 +74,21 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
     for name, axis, want, got, shape in later:  # (inputs a program makes itself: an SPMD stage's T + 1 values)
         if {s.name for s in want.free_symbols} - set(bindings) or evaluate_dim(want, bindings) != got:
             raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {shape}")
+    _check_ranges(inputs, bindings, origin)
     return arrays, bindings
+
+
+def _check_ranges(inputs: list[Node], bindings: Mapping[str, int], origin: Mapping[str, str]) -> None:
+    """Every dim an input limits (its `ranges`: torch.export's Dim(min=, max=)) must be bound inside
+    its range: the program was only promised those sizes, and a model's integer tensors may be exact
+    only up to its max."""
+    for node in inputs:
+        for sym, lo, hi in node.attrs.get("ranges", ()):
+            value = bindings.get(sym)
+            if value is not None and (value < lo or (hi is not None and value > hi)):
+                span = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
+                raise BindingError(f"dimension {sym} = {value} (from {origin[sym]}) is outside the range {span} "
+                                   f"that input {node.attrs['name']!r} allows")
 
 
 # --- the binding validator: what every backend checks before any launch -------------------------

@@ -305,10 +305,12 @@ def broadcast_shape(tensors: Sequence[TensorCore], what: str) -> tuple[Dim, ...]
     return tuple(shape)
 
 
-def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None) -> TensorCore:
+def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ranges=None) -> TensorCore:
     """A named array fed at run time; dims are ints or symbol names like "B". `sharding` (one mesh
     axis name or None per dim) says how rc.spmd.compile splits it over a device mesh; a
-    single-device compile ignores it."""
+    single-device compile ignores it. `ranges` ({"B": (1, 64)}, a max of None for none) limits the
+    values a symbolic dim of this input may be bound to: a binding outside is a BindingError on
+    every backend (exec.bindings), as torch.export's Dim(min=, max=) promises of the model."""
     if not isinstance(name, str) or not name:
         raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
     dtype = dtype_name(dtype, f"input {name!r}")
@@ -320,13 +322,32 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None) -> 
             raise ShapeError(f"input {name!r}: dimension {n} must be an int or a symbol name, not an expression")
         if isinstance(n, int) and n < 0:
             raise ShapeError(f"input {name!r}: dimension {n} is negative")
+    extra = {} if ranges is None else {"ranges": _ranges(name, dims, ranges)}
     if sharding is None:
-        return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims))
+        return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims, **extra))
     if not isinstance(sharding, (tuple, list)) or len(sharding) != len(dims) or \
             not all(a is None or isinstance(a, str) for a in sharding):
         raise ShapeError(f"input {name!r}: sharding must give one mesh axis name or None per dim "
                          f"({len(dims)} of them), got {sharding!r}")
-    return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims, sharding=tuple(sharding)))
+    return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims, sharding=tuple(sharding), **extra))
+
+
+def _ranges(name: str, dims: tuple, ranges) -> tuple:
+    """`ranges` as the Input's attribute: ((dim name, min, max or None), ...) sorted by name."""
+    symbols = {n.name for n in dims if isinstance(n, sympy.Symbol)}
+    if not isinstance(ranges, dict):
+        raise ShapeError(f"input {name!r}: ranges must be a dict of dim name -> (min, max), got {ranges!r}")
+    out = []
+    for key, pair in sorted(ranges.items(), key=lambda kv: str(kv[0])):
+        if key not in symbols:
+            raise ShapeError(f"input {name!r}: ranges names {key!r}, which is not a symbolic dim of its shape")
+        lo, hi = pair if isinstance(pair, (tuple, list)) and len(pair) == 2 else (None, -1)
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+        if not whole(lo) or not (hi is None or whole(hi) and hi >= lo):
+            raise ShapeError(f"input {name!r}: the range of {key} must be (min, max) with 0 <= min <= max "
+                             f"(max None for none), got {pair!r}")
+        out.append((key, lo, hi))
+    return tuple(out)
 
 
 def iota(shape: Sequence, axis: int) -> TensorCore:

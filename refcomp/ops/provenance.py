@@ -8,6 +8,7 @@ per user call, none per node.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -63,3 +64,16 @@ def user_op(fn: Optional[Callable] = None, *, name: Optional[str] = None):
 
     call.user_op = op
     return call
+
+
+@contextlib.contextmanager
+def building(origin: Optional[Origin]):
+    """Nodes built inside the block carry `origin`, whatever Tensor calls build them: an importer
+    names each imported op after the model's own module and source line (`h.0.attn`, `model.py:41`)
+    rather than after the refcomp calls it is made of, or the importer's line."""
+    previous = getattr(_state, "origin", None)
+    _state.origin = origin
+    try:
+        yield
+    finally:
+        _state.origin = previous

@@ -1,0 +1,225 @@
+"""ATen's contractions, convolutions, pools and normalisations, as refcomp's rc.nn calls.
+
+The normalisations return ATen's tuples: `native_layer_norm` gives (out, mean, rstd); a model
+reads only `out`, and the statistics, built beside it, are dead code the compile drops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import nn
+from ..ops.creation import full
+from ..ops.functions import bmm as rc_bmm, mm as rc_mm
+from ..ops.pooling import avg_pool, max_pool
+from ..symbolic.dims import prod
+
+
+def _pairs(values, d: int, default) -> tuple:
+    """An int or a list for d spatial axes (ATen's empty list: `default`)."""
+    values = default if values is None or (isinstance(values, (list, tuple)) and not values) else values
+    values = list(values) if isinstance(values, (list, tuple)) else [values]
+    return tuple(values * d if len(values) == 1 else values)
+
+
+# --- contractions ------------------------------------------------------------------------------------
+def addmm(ctx, bias, a, b, beta=1, alpha=1):
+    """beta * bias + alpha * (a @ b)."""
+    product = rc_mm(ctx.tensor(a), ctx.tensor(b))
+    product = product * alpha if alpha != 1 else product
+    bias = ctx.tensor(bias)
+    return (bias * beta if beta != 1 else bias) + product if beta != 0 else product
+
+
+def mm(ctx, a, b):
+    return rc_mm(ctx.tensor(a), ctx.tensor(b))
+
+
+def bmm(ctx, a, b):
+    return rc_bmm(ctx.tensor(a), ctx.tensor(b))
+
+
+def linear(ctx, x, weight, bias=None):
+    """aten.linear, as a program exported without decompositions holds it."""
+    return nn.linear(ctx.tensor(x), ctx.tensor(weight), _maybe(ctx, bias))
+
+
+def attention(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """aten.scaled_dot_product_attention, before decompositions: a boolean mask selects, a float one adds."""
+    if dropout_p:
+        raise ctx.error("dropout inside attention is not supported (export the model in eval mode)")
+    return nn.scaled_dot_product_attention(ctx.tensor(q), ctx.tensor(k), ctx.tensor(v), _maybe(ctx, attn_mask), 0.0,
+                                           is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    x, weight = ctx.tensor(x), ctx.tensor(weight)
+    bias = None if bias is None else ctx.tensor(bias)
+    d = weight.ndim - 2
+    stride, padding, dilation = _pairs(stride, d, [1]), _pairs(padding, d, [0]), _pairs(dilation, d, [1])
+    if not transposed:
+        return nn.conv(x, weight, bias, stride, padding, dilation, groups)
+    transposed_of = {1: nn.conv_transpose1d, 2: nn.conv_transpose2d, 3: nn.conv_transpose3d}
+    if d not in transposed_of:
+        raise ctx.error(f"a transposed convolution over {d} spatial axes is not supported (1 to 3 are)")
+    return transposed_of[d](x, weight, bias, stride, padding, _pairs(output_padding, d, [0]), groups, dilation)
+
+
+# --- pools -------------------------------------------------------------------------------------------
+def max_pool_with_indices(ctx, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """(values, indices): indices are positions in each flattened input plane, as PyTorch's."""
+    x = ctx.tensor(x)
+    d = x.ndim - 2
+    kernel = _pairs(kernel_size, d, None)
+    pads = [(p, p) for p in _pairs(padding, d, [0])]
+    return max_pool(x, kernel, _pairs(stride, d, kernel), pads, _pairs(dilation, d, [1]), ceil_mode, True)
+
+
+def max_pool_bound(ctx, x, *args, **kwargs):
+    return (None, prod(x.shape[2:]))
+
+
+def avg_pool_(ctx, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    x = ctx.tensor(x)
+    d = x.ndim - 2
+    kernel = _pairs(kernel_size, d, None)
+    pads = [(p, p) for p in _pairs(padding, d, [0])]
+    return avg_pool(x, kernel, _pairs(stride, d, kernel), pads, None, ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool(ctx, x, output_size):
+    """Output cell i averages input cells floor(i n / m) .. ceil((i + 1) n / m) - 1 along each axis
+    (n in, m out): a pool where m divides n, else a contraction with each axis' averaging matrix."""
+    x = ctx.tensor(x)
+    d = len(output_size)
+    sizes = x.shape[-d:]
+    if not all(isinstance(n, int) for n in sizes):
+        raise ctx.error(f"adaptive pooling needs known spatial sizes, not {sizes}")
+    if all(n % m == 0 for n, m in zip(sizes, output_size)):
+        kernel = tuple(n // m for n, m in zip(sizes, output_size))
+        batched = x.reshape((1, -1) + tuple(sizes)) if x.ndim != d + 2 else x  # (C, *spatial) as one sample
+        return avg_pool(batched, kernel, kernel, [(0, 0)] * d).reshape(tuple(x.shape[:-d]) + tuple(output_size))
+    out = x
+    for k, (n, m) in enumerate(zip(sizes, output_size)):
+        matrix = np.zeros((m, n), np.float32)
+        for i in range(m):
+            lo, hi = (i * n) // m, -((-(i + 1) * n) // m)
+            matrix[i, lo:hi] = 1.0 / (hi - lo)
+        axis = x.ndim - d + k
+        weight = ctx.importer.static_weight(matrix)
+        moved = out.transpose(axis, -1)
+        out = (moved @ weight.transpose(0, 1)).transpose(axis, -1)
+    return out
+
+
+def adaptive_max_pool(ctx, x, output_size):
+    """(values, indices) where the output divides the input (each window a pool's): PyTorch's windows."""
+    x = ctx.tensor(x)
+    d = len(output_size)
+    sizes = x.shape[-d:]
+    if not all(isinstance(n, int) and n % m == 0 for n, m in zip(sizes, output_size)):
+        raise ctx.error(f"adaptive max pooling of {sizes} to {tuple(output_size)} needs sizes the output divides")
+    kernel = tuple(n // m for n, m in zip(sizes, output_size))
+    return max_pool(x, kernel, kernel, [(0, 0)] * d, (1,) * d, False, True)
+
+
+def upsample(mode: str):
+    def convert(ctx, x, output_size, *args):
+        align_corners = args[0] if mode != "nearest" and args else None
+        scales = args[-1] if args else None
+        x = ctx.tensor(x)
+        if output_size is not None:
+            return nn.interpolate(x, size=tuple(output_size), mode=mode, align_corners=align_corners)
+        return nn.interpolate(x, scale_factor=tuple(scales), mode=mode, align_corners=align_corners)
+    convert.__name__ = f"upsample_{mode}"
+    return convert
+
+
+# --- softmax and normalisation ------------------------------------------------------------------------
+def softmax(ctx, x, axis, half_to_float=False):
+    x = ctx.tensor(x)
+    return (x.float() if half_to_float else x).softmax(axis)
+
+
+def log_softmax(ctx, x, axis, half_to_float=False):
+    x = ctx.tensor(x)
+    return (x.float() if half_to_float else x).log_softmax(axis)
+
+
+def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
+    x = ctx.tensor(x)
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    out = nn.layer_norm(x, tuple(normalized_shape), _maybe(ctx, weight), _maybe(ctx, bias), eps)
+    mean = x.mean(axes, keepdim=True)
+    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    return out, mean, rstd
+
+
+def native_group_norm(ctx, x, weight, bias, n, c, hxw, groups, eps):
+    """(out, mean, rstd): statistics per (sample, group) over its channels and positions."""
+    x = ctx.tensor(x)
+    grouped = x.reshape(x.shape[0], groups, -1)
+    mean = grouped.mean(-1, keepdim=True)
+    rstd = (grouped.var(-1, correction=0, keepdim=True) + eps).rsqrt()
+    out = ((grouped - mean) * rstd).reshape(x.shape)
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * ctx.tensor(weight).reshape(channel)
+    if bias is not None:
+        out = out + ctx.tensor(bias).reshape(channel)
+    return out, mean.reshape(x.shape[0], groups), rstd.reshape(x.shape[0], groups)
+
+
+def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """(x - mean) / sqrt(var + eps) * weight + bias per channel (axis 1), from the running statistics;
+    ATen's two other results (the saved statistics) are empty in inference."""
+    x = ctx.tensor(x)
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    out = (x - ctx.tensor(running_mean).reshape(channel)) * (ctx.tensor(running_var).reshape(channel) + eps).rsqrt()
+    if weight is not None:
+        out = out * ctx.tensor(weight).reshape(channel)
+    if bias is not None:
+        out = out + ctx.tensor(bias).reshape(channel)
+    return out, full((0,), 0.0), full((0,), 0.0)
+
+
+def batch_norm_batch_statistics(ctx, x, weight, bias, training=True, momentum=0.1, eps=1e-5):
+    """_native_batch_norm_legit.no_stats: each channel normalised by its own mean and (biased) variance over
+    the batch and positions, as InstanceNorm needs in inference too; (out, mean, rstd), statistics (C,)."""
+    x = ctx.tensor(x)
+    axes = (0,) + tuple(range(2, x.ndim))
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    mean = x.mean(axes, keepdim=True)
+    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * ctx.tensor(weight).reshape(channel)
+    if bias is not None:
+        out = out + ctx.tensor(bias).reshape(channel)
+    return out, mean.reshape(x.shape[1]), rstd.reshape(x.shape[1])
+
+
+def batch_norm_legit(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """_native_batch_norm_legit: the batch's statistics in training (the running ones' update is a
+    mutation refcomp's outputs do not include), else the running ones."""
+    if training:
+        return batch_norm_batch_statistics(ctx, x, weight, bias, training, momentum, eps)
+    return batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training:
+        raise ctx.error("batch norm in training mode is not supported (call module.eval() before exporting)")
+    return batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def native_dropout(ctx, x, p, train):
+    """(x, a mask of ones) outside training or with p = 0."""
+    if train and p > 0:
+        raise ctx.error("dropout in training mode is not supported (call module.eval() before exporting)")
+    x = ctx.tensor(x)
+    return x, full(x.shape, 1.0).bool()
+
+
+def _maybe(ctx, value):
+    return None if value is None else ctx.tensor(value)
