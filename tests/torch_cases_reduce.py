@@ -105,3 +105,11 @@ case("Tensor.kthvalue", lambda x: x.kthvalue(3), lambda t: t.kthvalue(3), a(4, 9
 case("Tensor.kthvalue", lambda x: x.kthvalue(2, 0, True), lambda t: t.kthvalue(2, 0, True), a(5, 3), exact=True)
 case("Tensor.median", lambda x: x.median(), lambda t: t.median(), a(4, 9), exact=True)
 case("Tensor.median", lambda x: x.median(1), lambda t: t.median(1), a(4, 8), exact=True)
+
+# the named pairs (torch.return_types): read by field name, as PyTorch users write them
+case("Tensor.topk", lambda x: (x.topk(3).values, x.topk(3).indices), lambda t: (t.topk(3).values, t.topk(3).indices), a(3, 7),
+     exact=True)
+case("Tensor.sort", lambda x: x.sort(0).indices, lambda t: t.sort(dim=0, stable=True).indices, a(5, 4), exact=True)
+case("Tensor.kthvalue", lambda x: x.kthvalue(2, 0).values, lambda t: t.kthvalue(2, 0).values, a(5, 4), exact=True)
+case("Tensor.median", lambda x: x.median(1).indices, lambda t: t.median(1).indices, a(4, 5), exact=True)
+case("rc.return_types", lambda x: type(x.topk(1)).__name__, lambda t: type(t.topk(1)).__name__, a(4))

@@ -26,6 +26,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import prod
 from .bitonic import Network
 from .tournament import ARITY, MAX_CANDIDATES, lowest, sizes
+from . import return_types
 from .core import constant, iota
 from .elementwise import where
 
@@ -132,7 +133,7 @@ class SortingMixin:
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
         """(values, indices) as torch.sort; always stable."""
-        return sort_with_indices(self, dim, descending)
+        return return_types.sort(*sort_with_indices(self, dim, descending))
 
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
         return sort_with_indices(self, dim, descending)[1]
@@ -145,15 +146,16 @@ class SortingMixin:
         values, indices = _network(t, axis, int(k), largest, largest)
         values, indices = _unrows(values, t, axis), _unrows(indices, t, axis)
         if self.ndim == 0 and k == 1:
-            return values.reshape(()), indices.reshape(())
-        return values, indices
+            return return_types.topk(values.reshape(()), indices.reshape(()))
+        return return_types.topk(values, indices)
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
         """(value, index) of the k-th smallest along dim (k from 1) in the stable ascending order."""
         t, axis, n = _along(self, dim, "kthvalue")
         _check_k(t, k, axis, n, "kthvalue", 1)
         values, indices = _network(t, axis, int(k), False, False)
-        return _pick(self, t, axis, values[:, int(k) - 1:int(k)], indices[:, int(k) - 1:int(k)], keepdim)
+        return return_types.kthvalue(*_pick(self, t, axis, values[:, int(k) - 1:int(k)], indices[:, int(k) - 1:int(k)],
+                                            keepdim))
 
     def median(self, dim=None, keepdim: bool = False):
         """The lower median: of the flattened tensor without `dim` (NaN when empty), else (values,
@@ -170,7 +172,7 @@ class SortingMixin:
         nan = values[:, :1].isnan()
         values = where(nan, values[:, :1], values[:, middle:middle + 1])
         indices = where(nan, indices[:, :1], indices[:, middle:middle + 1])
-        return _pick(self, t, axis, values, indices, keepdim)
+        return return_types.median(*_pick(self, t, axis, values, indices, keepdim))
 
 
 def _pick(x, t, axis: int, values, indices, keepdim: bool):
