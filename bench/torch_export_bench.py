@@ -7,7 +7,8 @@ Core ATen program, rc.compile with the search on at B=1 T=128 (program cache off
 seconds beside it), the graph's nodes, the kernels and kernels per transformer layer, the modeled
 time of the searched program at B=1 T=128 (H200 cost model, SearchResult.time_s), and the emulator's
 logits at B=1 T=8 against PyTorch eager (max abs difference; the first run builds the kernels with g++).
-`--profile` also records where one more compile spends its time (cProfile, by cumulative time).
+`--profile` also records where one more compile and one more import spend their time (cProfile,
+by cumulative time).
 
     python bench/torch_export_bench.py [--layers 12] [--profile]
         # prints a table, writes bench/results/torch_export.json
@@ -57,14 +58,14 @@ def gpt2(layers: int):
     return Logits(transformers.GPT2LMHeadModel(config)).eval()
 
 
-def _profile(rc, outputs) -> list[str]:
-    """The heaviest functions of one compile by cumulative time, as pstats prints them."""
+def _profile(call, top: int = 30) -> list[str]:
+    """The heaviest functions of one call by cumulative time, as pstats prints them."""
     profiler = cProfile.Profile()
     profiler.enable()
-    rc.compile(outputs, dims_hint=HINT, cache=False)
+    call()
     profiler.disable()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
     return [" ".join(line.split()) for line in text.getvalue().splitlines() if "(" in line and "/" in line]
 
 
@@ -118,14 +119,15 @@ def measure(layers: int, profile: bool) -> dict:
     entry["logits_max_abs"] = float(np.abs(want).max())
     entry["meets"] = {key: entry[key] <= limit for key, limit in TARGETS.items()}
     if profile:
-        entry["profile_top"] = _profile(rc, m.outputs)
+        entry["profile_top"] = _profile(lambda: rc.compile(m.outputs, dims_hint=HINT, cache=False))
+        entry["import_profile_top"] = _profile(lambda: imported(ep, names), 20)
     return entry
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=12, help="transformer layers (GPT-2 small has 12)")
-    parser.add_argument("--profile", action="store_true", help="also profile one more compile")
+    parser.add_argument("--profile", action="store_true", help="also profile one more compile and import")
     args = parser.parse_args()
     load_start, start = os.getloadavg(), time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:
@@ -139,6 +141,7 @@ def main() -> None:
     print("targets: " + ", ".join(f"{k} <= {v} {'yes' if r['meets'][k] else 'NO'}" for k, v in TARGETS.items()))
     if r.get("profile_top"):
         print("\n".join(["compile profile (cumulative):"] + r["profile_top"][:15]))
+        print("\n".join(["import profile (cumulative):"] + r["import_profile_top"][:12]))
     write_results(ROOT / "bench" / "results" / "torch_export.json", "bench/torch_export_bench.py", load_start,
                   time.perf_counter() - start, gpt2=r)
 
