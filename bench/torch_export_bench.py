@@ -96,8 +96,10 @@ def measure(layers: int, profile: bool) -> dict:
     entry["compile_s"] = time.perf_counter() - start
     entry.update(search_s=prog.search.seconds, search_complete=prog.search.complete, kernels=len(prog.kernels),
                  modeled_s_at_hint=prog.search.time_s)
-    per_layer = [sum(any(op.startswith(f"net.transformer.h.{i}.") for op in k.ops) for k in prog.kernels)
-                 for i in range(layers)]
+    def in_layer(op: str, i: int) -> bool:  # a block's own ops (its residual adds) are named net.transformer.h.i
+        return op == f"net.transformer.h.{i}" or op.startswith(f"net.transformer.h.{i}.")
+
+    per_layer = [sum(any(in_layer(op, i) for op in k.ops) for k in prog.kernels) for i in range(layers)]
     entry["kernels_per_layer"] = per_layer
     entry["kernels_outside_layers"] = sum(not any(op.startswith("net.transformer.h.") for op in k.ops)
                                           for k in prog.kernels)
