@@ -48,6 +48,17 @@ def test_identical_layers_are_copies_of_the_first():
         assert all(t.op is rep.op and t.shape == rep.shape for t in twins)
 
 
+def test_an_input_read_at_both_ends_or_by_every_layer_does_not_join_the_layers():
+    """GPT-2's embedding is tied to its LM head, and a mask may be read by every layer: such an input
+    spans the whole graph, and counted as live state it left the model one segment (no copies)."""
+    tied, mask = rc.input("emb", (8, 8)), rc.input("mask", ("B", 8))
+    h = rc.input("x", ("B", 8)) @ tied
+    for i in range(4):
+        w1, w2 = rc.input(f"w1_{i}", (8, 16)), rc.input(f"w2_{i}", (16, 8))
+        h = h + (rc.nn.rms_norm(h * mask) @ w1).tanh() @ w2 * 0.125
+    assert graph_of(h @ tied).copies.layers == 4
+
+
 def test_different_or_small_layers_are_not_tied():
     assert graph_of(residual_stack([16, 8, 16])).copies.layers == 2  # the first and third layers only
     h = rc.input("x", ("B", 8))

@@ -2,7 +2,9 @@
 
 A model's layers show up as *segments* of its graph. A compute node is a cut when nothing born
 before it (computed, or an input first read before it) is read after it; the compute nodes between
-two cuts are a segment. In a transformer every residual add is a cut, so each block is two
+two cuts are a segment. An input read across more than half the graph is left out: a weight read
+at both ends (GPT-2's embedding, tied to its LM head) or a mask every layer reads would otherwise
+make the whole model one segment. In a transformer every residual add is a cut, so each block is two
 segments. Two segments are copies when their nodes, in graph order, have the same ops, attributes,
 shapes and dtypes and read one another through the same views; what they read from outside (a
 weight, or the cut that ends the previous segment) is keyed by the order of its first read, not by
@@ -67,11 +69,14 @@ def segments(nodes: list[Node], position: dict[int, int], consumers: dict[int, l
     """The graph's compute nodes that depend on an input, cut into segments (see the module doc)."""
     fed = _depends_on_input(nodes)
     spans = []  # (born, last read) of every fed node that is read
+    computed = [position[n.id] for n in nodes if n.id in fed and n.op.kind != LEAF]
+    whole = max(computed, default=0) - min(computed, default=0)
     for n in nodes:
         readers = [position[c.id] for c in consumers[n.id]]
         if n.id in fed and readers:
             born = min(readers) - 0.5 if n.op.kind == LEAF else position[n.id]  # an input: just before its first read
-            spans.append((born, max(readers)))
+            if n.op.kind != LEAF or 2 * (max(readers) - born) <= whole:  # see the module doc
+                spans.append((born, max(readers)))
     spans.sort()
     out, current, reach, k = [], [], -1, 0
     for n in nodes:
