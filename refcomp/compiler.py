@@ -27,7 +27,7 @@ from .ops.primitives import make_node
 from .ops.tensor import Tensor
 from .progress import stage
 from .search.cost import H200, binding_for
-from .search.rewrite import identity_edge, rebuild
+from .ops.graph import identity_edge, rebuild
 from .search.search import search as run_search
 from .symbolic.dims import check_dim_values
 
@@ -122,3 +122,25 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
         if cache:
             store(program, path)
     return program
+
+
+class CompilingModel:
+    """What an imported model (rc.onnx's, rc.torch's) adds to its graph: a program compiled once per
+    `search` setting, which runs every binding in range. The importer's model class provides `feeds`
+    (weights added), `dims_for` (dims the feeds show), `evaluate` and `finish` (outputs typed as the
+    model's framework types them)."""
+
+    def compile(self, search: bool = True) -> Program:
+        programs = self.__dict__.setdefault("_programs", {})
+        if search not in programs:
+            programs[search] = compile(self.outputs, search=search)
+        return programs[search]
+
+    def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
+            dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict:
+        """Every output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy": the reference)."""
+        if backend == "numpy":
+            return self.evaluate(feeds, dims)
+        merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)
+        results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
+        return self.finish(results, merged, dims)

@@ -11,33 +11,14 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-import numpy as np
-
-from .compiler import compile as compile_program
-from .exec.program import Program
+from .compiler import CompilingModel
 from .frontends.onnx import MIN_OPSET, ImportedModel, check_defined, check_supported, imported, load  # noqa: F401
 
 __all__ = ["import_model", "load", "OnnxModel", "MIN_OPSET", "check_supported", "check_defined"]
 
 
-class OnnxModel(ImportedModel):
+class OnnxModel(CompilingModel, ImportedModel):
     """An imported model (see frontends.onnx.ImportedModel) that also compiles and runs."""
-
-    def compile(self, search: bool = True) -> Program:
-        """`rc.compile(self.outputs)`, cached per `search` setting."""
-        programs = self.__dict__.setdefault("_programs", {})
-        if search not in programs:
-            programs[search] = compile_program(self.outputs, search=search)
-        return programs[search]
-
-    def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
-            dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict[str, np.ndarray]:
-        """Every graph output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
-        if backend == "numpy":
-            return self.evaluate(feeds, dims)
-        merged = self.feeds(feeds)
-        results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
-        return self._finish(results, merged, dims)
 
 
 def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,

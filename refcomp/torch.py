@@ -13,33 +13,14 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-import numpy as np
-
-from .compiler import compile as compile_program
-from .exec.program import Program
+from .compiler import CompilingModel
 from .frontends.torch_export import ExportedModel, export_program, imported
 
 __all__ = ["export", "import_program", "TorchModel"]
 
 
-class TorchModel(ExportedModel):
+class TorchModel(CompilingModel, ExportedModel):
     """An exported model (see frontends.torch_export.ExportedModel) that also compiles and runs."""
-
-    def compile(self, search: bool = True) -> Program:
-        """`rc.compile(self.outputs)`, once per `search` setting: every binding in range runs it."""
-        programs = self.__dict__.setdefault("_programs", {})
-        if search not in programs:
-            programs[search] = compile_program(self.outputs, search=search)
-        return programs[search]
-
-    def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
-            dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict[str, np.ndarray]:
-        """Every output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy")."""
-        if backend == "numpy":
-            return self.evaluate(feeds, dims)
-        merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)
-        results = self.compile(search).run(merged, backend=backend, dims=dims) if self.outputs else {}
-        return self.finish(results, merged, dims)
 
 
 def export(module, args=(), kwargs=None, dynamic_shapes=None, strict: bool = False) -> TorchModel:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import refcomp as rc
 from refcomp import Tensor
 from refcomp.ops.graph import symbols_of, toposort
-from refcomp.search.rewrite import rebuild
+from refcomp.ops.graph import rebuild
 from refcomp.search.pattern import Rule
 from refcomp.search.search import _context
 from refcomp.symbolic.dims import evaluate_dim

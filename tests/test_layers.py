@@ -106,3 +106,22 @@ def test_the_checker_sees_function_level_imports():
 def test_the_checker_sees_the_lazy_public_names():
     """A guard on the guard: rc.compile, imported on first use, is an import of the compiler by __init__."""
     assert ("__init__", "compiler", "refcomp/__init__.py", 0) in _imports()
+
+
+def test_every_subpackage_has_an_init():
+    missing = [str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"
+               and any(p.glob("*.py")) and not (p / "__init__.py").exists()]
+    assert not missing, f"subpackages without __init__.py: {missing}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    """`from .search import _moves` ties two modules to each other's internals: a name used outside its
+    module is public (no leading underscore). Aliases (`import x as _x`) are the importer's own."""
+    private = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            ours = isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("refcomp"))
+            if ours:
+                private += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, "imports of private names:\n" + "\n".join(private)

@@ -14,7 +14,7 @@ import refcomp.search.search as search_module
 from refcomp import golden
 from refcomp.ops.tensor import Tensor
 from refcomp.search.cost import elements
-from refcomp.search.rewrite import identity_edge
+from refcomp.ops.graph import identity_edge
 from refcomp.search.split import MIN_K, chunk_counts, isolated, skinny, split_k
 
 

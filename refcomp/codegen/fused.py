@@ -24,12 +24,12 @@ from ..symbolic.dims import Dim, dims_equal, expand, prod
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from .emit import KernelBody, ProgramNames, Unfusable
-from .kernels import BLOCK, TILE, Kernel, Late, Launch, _finish
+from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel
 from .statistics import reads_match, row_statistics
 from .sums import long_chain, loop_fields
 
 
-def _linear(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
+def linear_index(idx: Sequence[sympy.Expr], shape: Sequence[Dim]) -> sympy.Expr:
     return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
@@ -38,10 +38,10 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     phases = list(row_reduces) + ([output] if output.op.kind == REDUCE else [])
     axis = phases[0].attrs["axis"]
     shape = phases[0].srcs[0].shape
-    if output.op.kind != REDUCE and not _same(output.shape, shape):
+    if output.op.kind != REDUCE and not same_edge(output.shape, shape):
         raise Unfusable(f"row output {output.op.name}#{output.id} does not have the rows' shape")
     for r in phases:
-        if r.attrs["axis"] != axis or not _same(r.srcs[0].shape, shape):
+        if r.attrs["axis"] != axis or not same_edge(r.srcs[0].shape, shape):
             raise Unfusable(f"{r.op.name}#{r.id} reduces a different row than {phases[0].op.name}#{phases[0].id}")
     rows_shape, extent = shape[:axis] + shape[axis + 1:], shape[axis]
     body = KernelBody(names, inline=inline)
@@ -55,31 +55,31 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
         body.statements = []
         value = body.value_at(red.srcs[0], idx)
         rendered.append(loop_fields(names, red, body.statements, value, ("mine", "other"), block))
-        body.scalars[red.id] = (f"red{j}", _linear(o, rows_shape))
+        body.scalars[red.id] = (f"red{j}", linear_index(o, rows_shape))
     epilogue = None
     if output.op.kind != REDUCE:
         body.statements = []
         result = output.op.c.format(*[body.value_at(src, idx) for src in output.srcs])
-        epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(_linear(idx, shape)))
-        body.access("out0", _linear(idx, shape), store=True)
+        epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(linear_index(idx, shape)))
+        body.access("out0", linear_index(idx, shape), store=True)
     else:
         body.scope = "single"  # thread 0 stores the row's value
         body.access("out0", body.index_var("row"), store=True)
     body.statements = []
     nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
-    return _finish(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
+    return finish_kernel(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
                    True, render=render, loop_extent=extent, block_reductions=len(phases), comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
                    phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
 
 
-def _lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
+def lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
     """The index declarations (`const long long o1 = ...;`) whose variable some text reads: the matmul
     declares them in each barrier-free region that needs them (nvcc warns about unused ones)."""
     text = "\n".join(texts)
     return [line for line in lines if re.search(rf"\b{line.split()[3]}\b", text)]
 
 
-def _same(a, b) -> bool:
+def same_edge(a, b) -> bool:
     return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
 
 
@@ -205,7 +205,7 @@ class TiledContraction:
         for red in reduces:
             if red.id in welford:
                 stats = row_statistics(red)
-                if stats is None or stats.total not in reduces or not _same(red.shape, stats.total.shape):
+                if stats is None or stats.total not in reduces or not same_edge(red.shape, stats.total.shape):
                     raise Unfusable(f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums")
                 pairs[stats.total.id] = stats
         phases, extent, count = [], None, 0
@@ -213,7 +213,7 @@ class TiledContraction:
             if red.id in welford:
                 continue  # computed with its row's sum
             axis, src_shape = red.attrs["axis"], red.srcs[0].shape
-            if not _same(red.shape, [self.shape[a] for a in row_axes]) or (extent is not None and not dims_equal(src_shape[axis], extent)):
+            if not same_edge(red.shape, [self.shape[a] for a in row_axes]) or (extent is not None and not dims_equal(src_shape[axis], extent)):
                 raise Unfusable(f"{red.op.name}#{red.id} does not reduce the rows of the matmul's operand a")
             extent = src_shape[axis]
             r = body.index_var("r", extent)
@@ -223,13 +223,13 @@ class TiledContraction:
             pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
             phase = loop_fields(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"), tile)
             phase.update(pair=pair, stats=[f"stats{count}"])
-            body.scalars[red.id] = (f"stats{count}[RC_SLOT]", _linear(rows, red.shape))
+            body.scalars[red.id] = (f"stats{count}[RC_SLOT]", linear_index(rows, red.shape))
             if pair is not None:
-                if not reads_match(pair, index, _linear(rows, red.shape), body.ranges):
+                if not reads_match(pair, index, linear_index(rows, red.shape), body.ranges):
                     raise Unfusable(f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations")
                 phase["what"] += f" and {body.names.label(pair.squares)}"
                 phase["stats"].append(f"stats{count + 1}")
-                body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", _linear(rows, pair.squares.shape))
+                body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", linear_index(rows, pair.squares.shape))
             count += len(phase["stats"])
             phases.append(phase)
         return phases, extent
@@ -243,30 +243,30 @@ class TiledContraction:
         body, reduce = self.body, self.reduce
         self.begin("epilogue", conjunction(self.tile_bound["bm"], self.tile_bound["bn"]))
         out_idx = self.out_index()
-        body.scalars[reduce.id] = (accumulated, _linear(out_idx, reduce.shape))
+        body.scalars[reduce.id] = (accumulated, linear_index(out_idx, reduce.shape))
         if output is reduce:
             result = accumulated
-        elif not _same(output.shape, reduce.shape):
+        elif not same_edge(output.shape, reduce.shape):
             raise Unfusable(f"epilogue {output.op.name}#{output.id} does not have the matmul's shape")
         elif output.op.kind == REDUCE:  # a short reduction (relu's maximum of a pair), unrolled
             result = body.unrolled(output, out_idx)
         else:
             result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
         statements = body.statements
-        body.access("out0", _linear(out_idx, output.shape), store=True)
+        body.access("out0", linear_index(out_idx, output.shape), store=True)
         body.statements, body._guards = [], []
         return statements, result
 
     def fields(self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str) -> dict:
         """The template fields every tiled template reads."""
-        out_index = _linear(self.out_index(), output.shape)
+        out_index = linear_index(self.out_index(), output.shape)
         stores = lambda b: epilogue + [result, b.printer.int(out_index)]  # noqa: E731
         return dict(launch=Launch("tiles", self.sizes["m"], tile, extra=(self.sizes["n"], self.sizes["batch"])),
                     loop_extent=self.shape[self.k_axis], along_k=frozenset({"b"} if b_along_k else ()),
                     b_along_k=b_along_k, tile=tile, batched=Late(lambda b: self.batch_sym in b.printer.used),
                     epilogue_statements=epilogue, result=result, out_index=lambda b: b.printer.int(out_index),
-                    load_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), loads)),
-                    store_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), stores(b))),
+                    load_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), loads)),
+                    store_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), stores(b))),
                     long_k=long_chain(self.shape[self.k_axis]),  # sum each tile plainly, the tiles' sums compensated
                     m=lambda b: b.printer.int(self.sizes["m"]), n=lambda b: b.printer.int(self.sizes["n"]),
                     k=lambda b: b.printer.int(self.shape[self.k_axis]))
@@ -291,11 +291,11 @@ def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
-    return _finish(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
+    return finish_kernel(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
                    comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else "")
                    + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
                    + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
                    prologue_extent=prologue_extent, prologue_phases=len(phases), prologue_pairs=len(squares), prologue=phases,
                    stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
-                   prologue_index_lines=Late(lambda b: _lines_read_by(b.used_index_lines(), prologue_texts)),
+                   prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
                    a_statements=a_statements, a_value=a_value, b_statements=b_statements, b_value=b_value, **fields)

@@ -166,7 +166,7 @@ def read_line(k: int, node: Node, names) -> str:
     return comment_text(f"//   in{k} = " + (node.attrs["name"] if node.op.name == "Input" else names.label(node)))
 
 
-def _finish(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
+def finish_kernel(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
             launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
             along_k: frozenset = frozenset(), block_reductions: int = 1, streamed: tuple = (0, 0),
             prologue_extent: Optional[Dim] = None, prologue_phases: int = 0, prologue_pairs: int = 0,
@@ -215,7 +215,7 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
     body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
-    return _finish(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
+    return finish_kernel(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
                    False, render=render, result=result, size=lambda b: b.printer.int(size))
 
 
@@ -256,9 +256,9 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
                   comment_extra=f", reducing axis {axis}")
     nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
-        return _finish(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
+        return finish_kernel(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
                        True, render=render, loop_extent=extent, block=block, tree_combine=reduction["tree"], **common)
-    return _finish(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
+    return finish_kernel(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
                    False, render=render, loop_extent=extent, size=lambda b: b.printer.int(size), **common)
 
 
@@ -283,7 +283,7 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
     row_value = body.load_expr(table, [row, idx[-1]])
     body.access("out0", flat, store=True)
     size = prod(node.shape)
-    return _finish(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
+    return finish_kernel(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
                    id=id_name, row_value=row_value, rows=lambda b: b.printer.int(table.shape[0]),
                    size=lambda b: b.printer.int(size))
 

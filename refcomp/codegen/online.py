@@ -33,8 +33,8 @@ from ..ops.primitives import ELEMENTWISE, Edge, Node
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
 from .emit import Unfusable
-from .fused import TiledContraction, _linear, _lines_read_by, _same, matmul_axes
-from .kernels import TILE, Kernel, Late, _finish
+from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes
+from .kernels import TILE, Kernel, Late, finish_kernel
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: i
 
     q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, conjunction(tc.tile_bound["bm"], less(dq, depth)))
     k_statements, k_value = operand(1, kt, dk, s_m, conjunction(less(kt, tc.shape[tc.k_axis]), less(dk, depth)))
-    body.scalars[scores.id] = ("qk", _linear(at(tc.ka), scores.shape))
+    body.scalars[scores.id] = ("qk", linear_index(at(tc.ka), scores.shape))
     width = -(-depth // tile) * tile
     return dict(depth=depth, width=width, q_statements=q_statements, q_value=q_value, k_statements=k_statements,
                 k_value=k_value)
@@ -187,9 +187,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     rows = [tc.per_axis[a] for a in kept if a != tc.k_axis]
     axis = kept.index(tc.k_axis)
     for stat in (maximum, total):
-        if stat.attrs["axis"] != axis or not _same(stat.srcs[0].shape, [tc.shape[a] for a in kept]):
+        if stat.attrs["axis"] != axis or not same_edge(stat.srcs[0].shape, [tc.shape[a] for a in kept]):
             raise Unfusable(f"{stat.op.name}#{stat.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K")
-    row = _linear(rows, maximum.shape)
+    row = linear_index(rows, maximum.shape)
     at = lambda k: rows[:axis] + [k] + rows[axis:]  # noqa: E731  (a row's element k, in S's shape)
     score_at, valid = index_of(maximum.srcs[0].views, at(tc.ka), body.ranges)
     # P = E * R must be read at this thread's (row, k) and row: then C = R(L) * sum_k E * B
@@ -208,7 +208,7 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
 
     qk = None
     if scores is not None:
-        if not _same(scores.shape, maximum.srcs[0].shape):
+        if not same_edge(scores.shape, maximum.srcs[0].shape):
             raise Unfusable(f"{scores.op.name}#{scores.id} does not have the scores' shape")
         qk = _stream(tc, scores, at, axis, tile)
     tc.begin("a", conjunction(tc.tile_bound["bm"], tc.tile_bound["ka"]))
@@ -238,9 +238,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     nodes = (reduce.srcs[0].node, reduce) + parts.nodes + streamed + (() if output is reduce else (output,))
     loads = ([qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]) + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    lines = lambda texts: Late(lambda b: _lines_read_by(b.used_index_lines(), texts))  # noqa: E731
+    lines = lambda texts: Late(lambda b: lines_read_by(b.used_index_lines(), texts))  # noqa: E731
     weight_lines = lines(weight_statements + rescale_statements)
-    return _finish(name, "matmul", "softmax_matmul.cu.j2", body, output, nodes, fields.pop("launch"), True,
+    return finish_kernel(name, "matmul", "softmax_matmul.cu.j2", body, output, nodes, fields.pop("launch"), True,
                    render=render, comment_extra=", softmax computed online" + (", scores streamed" if qk else "")
                    + f", matmul tile {tile}", qk=qk, streamed=(qk["depth"], qk["width"]) if qk else (0, 0),
                    q_index_lines=lines(qk["q_statements"] + [qk["q_value"]] if qk else []),

@@ -123,7 +123,11 @@ class ImportedModel:
             array = np.asarray(array, dtype=np.float32)
         return array if array.flags.c_contiguous else array.copy()
 
-    def _finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
+    def dims_for(self, feeds, dims: Optional[Mapping[str, int]] = None) -> Optional[Mapping[str, int]]:
+        """The dims to run at: the given ones (the feeds' shapes bind the rest)."""
+        return dims
+
+    def finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
         from ..symbolic.dims import evaluate_dim
         out = {}
         bindings = dict(dims or {})
@@ -156,7 +160,7 @@ class ImportedModel:
         """Every graph output, by the NumPy reference interpreter, with its ONNX dtype."""
         merged = self.feeds(feeds)
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
-        return self._finish(results, merged, dims)
+        return self.finish(results, merged, dims)
 
 
 class Importer:

@@ -16,7 +16,7 @@ from ..ops.tensor import Tensor
 from ..symbolic.dims import dims_equal, idiv
 from .onnx_ops_core import (BOOL, DTYPE_OF_ETYPE, FLOAT, FLOATS, INT_TYPES, Value, as_dim, bool_value, float_value,
                             is_int_array, numpy_dtype, op, static_value, type_name)
-from .onnx_ops_shape import _broadcast
+from .onnx_ops_shape import broadcast_shapes
 
 FLT_MAX = FLOAT32_MAX
 
@@ -40,7 +40,7 @@ def _int_div(a, b):
     return np.frompyfunc(one, 2, 1)(a, b)
 
 
-def _fold_result(result, like) -> Value:
+def fold_result(result, like) -> Value:
     result = np.asarray(result)
     if result.dtype == object and all(isinstance(x, (int, np.integer)) for x in result.reshape(-1)):
         result = result.astype(np.int64)
@@ -82,7 +82,7 @@ def binary(ctx):
     if folded is not None:
         if ctx.op_type == "Div" and np.any(folded[1] == 0):
             raise ctx.error("integer division by zero: the static divisor (input 1) holds a 0")
-        return _fold_result(FOLD_BINARY[ctx.op_type](*folded), folded[0])
+        return fold_result(FOLD_BINARY[ctx.op_type](*folded), folded[0])
     positions = _positions_arithmetic(ctx)
     if positions is not None:
         return positions
@@ -106,7 +106,7 @@ def _positions_arithmetic(ctx):
     sign = -1 if ctx.op_type == "Sub" else 1
     if ctx.op_type in ("Add", "Sub"):
         if x.positions is not None and y.positions is not None:
-            shape = _broadcast(ctx, x.shape, y.shape)
+            shape = broadcast_shapes(ctx, x.shape, y.shape)
             return Value(x.etype, positions=x.positions.plus(y.positions, shape, sign))
         p, k = (x.positions, scalar(y)) if x.positions is not None else (y.positions, scalar(x))
         if k is None or len(y.shape if x.positions is not None else x.shape) > len(p.shape):
@@ -126,7 +126,7 @@ def mod(ctx):
     if folded is not None:
         if np.any(folded[1] == 0):
             raise ctx.error("integer modulo by zero: the static divisor (input 1) holds a 0")
-        return _fold_result((np.fmod if fmod_attr else np.mod)(*folded), folded[0])
+        return fold_result((np.fmod if fmod_attr else np.mod)(*folded), folded[0])
     a, b = ctx.tensor(0), ctx.tensor(1)
     return float_value(fmod(a, b) if fmod_attr else a % b)  # `%` is np.mod: the divisor's sign
 
@@ -159,7 +159,7 @@ def variadic(ctx):
         out = folded[0]
         for a in folded[1:]:
             out = fn(out, a)
-        return _fold_result(out, folded[0])
+        return fold_result(out, folded[0])
     tensors = [ctx.as_tensor(v, f"input {k}") for k, v in enumerate(ctx.values())]
     out = tensors[0]
     for t in tensors[1:]:
@@ -185,7 +185,7 @@ def unary(ctx):
     if ctx.op_type in ("Abs", "Neg", "Sign"):
         folded = _static_ints(ctx)
         if folded is not None:
-            return _fold_result({"Abs": np.abs, "Neg": np.negative, "Sign": np.sign}[ctx.op_type](folded[0]), folded[0])
+            return fold_result({"Abs": np.abs, "Neg": np.negative, "Sign": np.sign}[ctx.op_type](folded[0]), folded[0])
     return float_value(UNARY[ctx.op_type](ctx.tensor(0)))
 
 
@@ -261,7 +261,7 @@ def clip(ctx):
     if folded is not None:
         lo = folded[1] if ctx.has(1) else None
         hi = folded[2] if ctx.has(2) else None
-        return _fold_result(np.clip(folded[0], lo, hi), folded[0])
+        return fold_result(np.clip(folded[0], lo, hi), folded[0])
     x = ctx.tensor(0)
     bounds = []
     for i in (1, 2):

@@ -11,7 +11,7 @@ import numpy as np
 from ..ops.core import computed_in_float32
 from ..ops.tensor import Tensor, constant
 from .onnx_ops_core import BOOL, FLOAT, INT64, Value, float_value, is_int_array, op, static_value
-from .onnx_ops_math import FLT_MAX, _fold_result
+from .onnx_ops_math import FLT_MAX, fold_result
 
 
 # --- reductions ----------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def reduce(ctx):
             return v
         if ctx.op_type in ("ReduceMax", "ReduceMin") and any(v.shape[a] == 0 for a in axes):
             raise ctx.error(f"{ctx.op_type} of static integers over an empty axis of shape {v.shape} has no value")
-        return _fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
+        return fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
     x = ctx.tensor(0, (FLOAT, BOOL) if ctx.op_type in ("ReduceMax", "ReduceMin") else (FLOAT,))
     if axes is None:
         return Value(v.etype, tensor=x)

@@ -281,7 +281,7 @@ def pad(ctx):
     return moved(v, out)
 
 
-def _broadcast(ctx, a, b):
+def broadcast_shapes(ctx, a, b):
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     out = []
@@ -298,7 +298,7 @@ def _broadcast(ctx, a, b):
 @op("Expand")
 def expand(ctx):
     v = ctx.value(0)
-    shape = _broadcast(ctx, v.shape, ctx.static_ints(1, "shape (input 1)", symbolic=True))
+    shape = broadcast_shapes(ctx, v.shape, ctx.static_ints(1, "shape (input 1)", symbolic=True))
     if v.is_static and concrete(shape):
         return Value(v.etype, static=np.broadcast_to(v.static, ctx.check_fold(shape, v.static.dtype)).copy())
     if v.is_static and v.etype in INT_TYPES and positions_of(v.static) is not None:  # to a symbolic shape

@@ -298,13 +298,13 @@ def shrink(graph: FuzzGraph, binding: dict, which: int, mode: str) -> FuzzGraph:
     """The shortest prefix of the graph (one output, dead lines dropped) that still mismatches alone."""
     for upto in range(len(graph.lines)):
         candidate = graph.truncated(upto)
-        res = _check_one(candidate, binding, which, mode)
+        res = check_one(candidate, binding, which, mode)
         if res:
             return candidate
     return graph
 
 
-def _check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
+def check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
     bindings = [binding] * (which + 1)  # the data of binding `which`
     try:
         res = check_batch([graph], bindings, () if mode == "reference" else (mode,))

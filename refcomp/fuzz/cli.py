@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from .graph import FuzzGraph, KNOWN_BUGS
 from .generator import generate
-from .check import BatchResult, _check_one, bindings_for, check_batch, check_graph, shrink
+from .check import BatchResult, check_one, bindings_for, check_batch, check_graph, shrink
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
                   f"--per-program {per_program}", file=out)
             if shrink_failures:
                 small = shrink(m.graph, m.binding, m.which, m.mode)
-                alone = _check_one(m.graph, m.binding, m.which, m.mode)
+                alone = check_one(m.graph, m.binding, m.which, m.mode)
                 print(f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
                       f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n", file=out)
         for e in res.errors:

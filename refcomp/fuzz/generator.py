@@ -13,8 +13,8 @@ from .edge_steps import EdgeSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
 from .torch_steps import TorchSteps
-from .graph import (FRAGILE, _max_extent, _min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING, MAX_ELEMENTS,
-                    SPECIALS_RATE, SYMBOLS, _names_in, simple_dim)
+from .graph import (FRAGILE, max_extent, min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING, MAX_ELEMENTS,
+                    SPECIALS_RATE, SYMBOLS, names_in, simple_dim)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -36,7 +36,7 @@ class Var:
 
 
 def _elements(shape) -> int:
-    return _max_extent(prod(dim(d) for d in shape)) if shape else 1
+    return max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
 class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
@@ -92,7 +92,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
         except ShapeError:
             return None
         tensor = self.namespace[name]
-        if _elements(tensor.shape) > MAX_ELEMENTS or (op not in FRAGILE and any(_min_extent(d) < 1 for d in tensor.shape)):
+        if _elements(tensor.shape) > MAX_ELEMENTS or (op not in FRAGILE and any(min_extent(d) < 1 for d in tensor.shape)):
             del self.namespace[name]
             return None
         if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -277,7 +277,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
         keep = self.chance(0.4)
         kd = ", keepdims=True" if keep else ""
         op = self.choice(["sum", "max", "min", "mean", "sum", "max", "var", "multi", "all"])
-        extent = _max_extent(v.shape[axis])
+        extent = max_extent(v.shape[axis])
         if op == "sum":
             lo, hi = min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent)
             out = self.emit(f"{n}.sum({axis}{kd})", lo, hi, False, "sum")
@@ -290,7 +290,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
         elif op == "multi" and nd >= 2:
             axes = sorted(int(a) for a in self.rng.choice(nd, size=2, replace=False))
             which = self.choice(["sum", "max"])
-            total = _max_extent(v.shape[axes[0]]) * _max_extent(v.shape[axes[1]])
+            total = max_extent(v.shape[axes[0]]) * max_extent(v.shape[axes[1]])
             lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
             method = "amax" if which == "max" else which  # over several axes: max itself takes one dim
             out = self.emit(f"{n}.{method}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
@@ -336,7 +336,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
             if not v.shape:
                 return
             axis = int(self.rng.integers(-len(v.shape), len(v.shape)))
-            extent = _max_extent(v.shape[axis])
+            extent = max_extent(v.shape[axis])
             self.emit(f"{n}.argmax({axis})", 0.0, float(extent), True, "argmax")
 
     def generate(self) -> FuzzGraph:
@@ -351,7 +351,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
             self.emit(f"({v.name} + 1.0)", v.lo + 1, v.hi + 1, False, "add")
             computed = [name for name, _ in self.graph.lines]
         outputs = [computed[-1]]
-        read = set().union(*(_names_in(e) for _, e in self.graph.lines))
+        read = set().union(*(names_in(e) for _, e in self.graph.lines))
         outputs += [v for v in computed[:-1] if v not in read and self.chance(0.6)]  # other branches' ends
         if len(computed) > 2 and self.chance(0.3):  # an intermediate that is also read later
             outputs.append(self.choice(computed[:-1]))

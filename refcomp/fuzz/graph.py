@@ -112,7 +112,7 @@ class FuzzGraph:
             if var in needed:
                 keep.append((var, expr))
                 ops.append(op)
-                needed |= _names_in(expr)
+                needed |= names_in(expr)
         inputs = [s for s in self.inputs if s.name in needed]
         return FuzzGraph(self.seed, self.index, inputs, keep[::-1], list(outputs), ops[::-1])
 
@@ -123,16 +123,16 @@ def simple_dim(d) -> bool:
     return isinstance(d, int) or isinstance(d, sympy.Symbol)
 
 
-def _names_in(expr: str) -> set:
+def names_in(expr: str) -> set:
     import re
     return set(re.findall(r"\b[xv]\d+\b", expr))
 
 
-def _max_extent(d) -> int:
+def max_extent(d) -> int:
     """A dim's size at the largest binding the fuzzer draws."""
     return evaluate_dim(d, {s: MAX_BINDING for s in SYMBOLS})
 
 
-def _min_extent(d) -> int:
+def min_extent(d) -> int:
     """A dim's size at the smallest non-empty binding."""
     return evaluate_dim(d, {s: 1 for s in SYMBOLS})

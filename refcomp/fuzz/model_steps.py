@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from .graph import _max_extent, _min_extent, simple_dim, WIDE_ROWS_RATE
+from .graph import max_extent, min_extent, simple_dim, WIDE_ROWS_RATE
 
 
 class ModelSteps:
@@ -18,7 +18,7 @@ class ModelSteps:
             return self.step_unary()
         n, nd = v.name, len(v.shape)
         axis = -1 if self.chance(0.6) else int(self.rng.integers(-nd, nd))
-        extent = _max_extent(v.shape[axis])
+        extent = max_extent(v.shape[axis])
         op = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm", "softmax"])
         if op == "softmax":
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, op)
@@ -33,15 +33,15 @@ class ModelSteps:
             ramped = f"({n} + rc.arange({n}.shape[-1]) * {step!r})"
             last = v.shape[-1]
             affine = simple_dim(last) and self.chance(0.5)
-            bound = math.sqrt(_max_extent(last)) + 1
+            bound = math.sqrt(max_extent(last)) + 1
             if affine:
                 w = self.new_input((last,), "normal")
                 b = self.new_input((last,), "normal")
                 out = self.emit(f"rc.nn.layer_norm({ramped}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
             else:
                 out = self.emit(f"rc.nn.layer_norm({ramped})", -bound, bound, False, op)
-        elif _min_extent(v.shape[-1]) >= 2:  # over one value, x / sqrt(x^2 + eps) is ill-conditioned near 0
-            bound = math.sqrt(_max_extent(v.shape[-1])) + 1
+        elif min_extent(v.shape[-1]) >= 2:  # over one value, x / sqrt(x^2 + eps) is ill-conditioned near 0
+            bound = math.sqrt(max_extent(v.shape[-1])) + 1
             out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
         else:
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, "softmax")
@@ -49,7 +49,7 @@ class ModelSteps:
             # a norm feeding a matmul, as in every transformer: the search may compute its statistics
             # in the matmul's prologue
             w = self.new_input((out.shape[-1], self.choice([8, 16, "B"])))
-            kk = _max_extent(out.shape[-1])
+            kk = max_extent(out.shape[-1])
             out = self.emit(f"({out.name} @ {w.name})", -2 * kk * out.bound, 2 * kk * out.bound, False, "norm_matmul") or out
         if out is not None:
             self.tame(out)
@@ -62,12 +62,12 @@ class ModelSteps:
         k = shape[-1]
         r = self.rng.random()
         if r < 0.15 and len(shape) >= 2:  # a batched product of the tensor with itself
-            kk = _max_extent(k)
+            kk = max_extent(k)
             out = self.emit(f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound ** 2, kk * v.bound ** 2, False, "matmul_self")
         elif r < 0.3 and len(shape) >= 2 and simple_dim(shape[-2]):  # W @ v
             m = self.choice([1, 2, 3, 5, "T"])
             w = self.new_input((m, shape[-2]))
-            kk = _max_extent(shape[-2])
+            kk = max_extent(shape[-2])
             out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
         elif r < 0.34:  # one row by a long concrete K and a wide W (a decoding step): the search may split K
             kk = 768  # (search/split.py; smaller ones are launch-bound, and a split's second kernel never pays)
@@ -75,7 +75,7 @@ class ModelSteps:
             out = self.emit(f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul")
         elif simple_dim(k):
             width = self.choice([1, 2, 3, 4, 7, "B", 16])
-            kk = _max_extent(k)
+            kk = max_extent(k)
             bias = self.new_input((width,)).name if self.chance(0.4) else None
             if self.chance(0.6):  # x @ W (+ b)
                 w = self.new_input((k, width))
@@ -102,7 +102,7 @@ class ModelSteps:
         known = isinstance(q.shape[-1], int) and q.shape[-1] <= 128
         if simple_dim(q.shape[-1]) and (not known or self.chance(0.3)):  # a known head dimension: the scores can stream
             w = self.new_input((q.shape[-1], self.choice([4, 8, 16, 40])))
-            kk = _max_extent(q.shape[-1])
+            kk = max_extent(q.shape[-1])
             q = self.emit(f"({q.name} @ {w.name})", -2 * kk * q.bound, 2 * kk * q.bound, False, "matmul") or q
         own_values = self.chance(0.5) and all(simple_dim(d) for d in q.shape)  # an input's dims are names or ints
         v = self.new_input(q.shape) if own_values else q
@@ -121,10 +121,10 @@ class ModelSteps:
         n, r = v.name, self.rng.random()
         if r < 0.4:
             w = self.new_input((v.shape[-1], self.choice([2, 3, "B"])))
-            kk = _max_extent(v.shape[-1])
+            kk = max_extent(v.shape[-1])
             out = self.emit(f"rc.einsum('...ij,jk->...ik', {n}, {w.name})", -2 * kk * v.bound, 2 * kk * v.bound, False, "einsum")
         elif r < 0.6:
-            kk = _max_extent(v.shape[-2])
+            kk = max_extent(v.shape[-2])
             out = self.emit(f"rc.einsum('...ij->...j', {n})", -kk * v.bound, kk * v.bound, False, "einsum")
         else:
             which, k = self.choice(["tril", "triu"]), int(self.rng.integers(-2, 3))
@@ -155,7 +155,7 @@ class ModelSteps:
         main, self.rng = self.rng, side
         try:
             v = self.new_input(self.random_shape(int(side.integers(1, 4))))
-            n, extent = v.name, _max_extent(v.shape[-1])
+            n, extent = v.name, max_extent(v.shape[-1])
             op = self.choice(["layer_norm", "rms_norm", "softmax", "log_softmax", "mean", "std"])
             if op == "layer_norm":  # a ramp keeps each row's spread (see step_row)
                 n, bound = f"({n} + rc.arange({n}.shape[-1]) * 4.25)", 2.0 + 4.25 * extent
@@ -164,7 +164,7 @@ class ModelSteps:
             scale = 2.0 ** min(14, math.floor(math.log2(30000.0 / bound)))
             x = f"({n} * {scale!r}).{self.choice(['half', 'half', 'bfloat16'])}()"
             lo, hi, norm = v.lo * scale, v.hi * scale, math.sqrt(extent) + 1
-            if op == "rms_norm" and _min_extent(v.shape[-1]) < 2:  # x / sqrt(x^2 + eps) is ill-conditioned
+            if op == "rms_norm" and min_extent(v.shape[-1]) < 2:  # x / sqrt(x^2 + eps) is ill-conditioned
                 op = "softmax"
             expr, lo, hi = {"layer_norm": (f"rc.nn.layer_norm({x})", -norm, norm),
                             "rms_norm": (f"rc.nn.rms_norm({x})", -norm, norm),
@@ -209,10 +209,10 @@ class ModelSteps:
                 k, largest = 1 + self.counter % min(row, 3), self.counter % 2 == 0  # (drawing nothing more)
                 options.append((f"{n}.topk({k}, -1, largest={largest})[0]", lo, hi, v.exact, "topk"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
-            extent = _max_extent(v.shape[-1])
+            extent = max_extent(v.shape[-1])
             options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))
             # Bessel's correction over one value is NaN by definition: only where the axis has two
-            correction = "" if _min_extent(v.shape[-1]) >= 2 else ", correction=0"
+            correction = "" if min_extent(v.shape[-1]) >= 2 else ", correction=0"
             options.append((f"{n}.std(dim=-1, keepdim=True{correction})", 0.0, hi - lo + 1.0, False, "std"))
         other = self.pick(lambda w: w is not v and w.shape == v.shape and w.bound <= 20)
         if other is not None:

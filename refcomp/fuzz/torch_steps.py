@@ -4,7 +4,7 @@ values), var/std with a positional dim (PyTorch's correction 1), and random draw
 Mixed into `generator.Generator`, whose helpers (`pick`, `choice`, `emit`) they use."""
 from __future__ import annotations
 
-from .graph import _max_extent
+from .graph import max_extent
 
 
 class TorchSteps:
@@ -32,7 +32,7 @@ class TorchSteps:
         options.append((f"{n}.{which}({axis}{keep}).values", v.lo, v.hi, v.exact, "max_pair"))
         options.append((f"{n}.{which}(dim={axis})[0]", v.lo, v.hi, v.exact, "max_pair"))
         if v.exact:  # an index is discontinuous: only where both precisions see the same values
-            extent = float(_max_extent(v.shape[axis]))
+            extent = float(max_extent(v.shape[axis]))
             options.append((f"{n}.{which}({axis}{keep}).indices", 0.0, extent, True, "max_indices"))
         if known:
             axis = self.choice(known)

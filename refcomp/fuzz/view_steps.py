@@ -3,7 +3,7 @@ each emitted as an edge between compute nodes, and the random slices, pads and r
 reuse; and the views' sums: concat, stack and cumsum. Mixed into `generator.Generator`, whose helpers (`pick`, `chance`, `emit`) they use."""
 from __future__ import annotations
 
-from .graph import _max_extent
+from .graph import max_extent
 
 
 class ViewSteps:
@@ -80,7 +80,7 @@ class ViewSteps:
             self.emit(f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})", min(v.lo, v.lo * 0.5),
                       max(v.hi, v.hi * 0.5), v.exact, "stack")
         else:
-            extent = _max_extent(v.shape[axis])
+            extent = max_extent(v.shape[axis])
             out = self.emit(f"{n}.cumsum({axis})", min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent), False, "cumsum")
             if out is not None:
                 self.tame(out)

@@ -12,7 +12,7 @@ import numbers
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal
 from .core import lift
-from .windows import _pads, _per_axis
+from .windows import window_pads, per_axis
 
 
 def _stuff(x, axis: int, stride: int):
@@ -56,10 +56,10 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
         raise ShapeError(f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in}")
     if not all(isinstance(n, int) for n in x.shape[2:] + kernel):
         raise ShapeError(f"{who}: spatial sizes must be known, got {x.shape[2:]} and kernel {kernel}")
-    strides = _per_axis(stride, d, f"{who} stride", 1)
-    dilations = _per_axis(dilation, d, f"{who} dilation", 1)
-    extra = _per_axis(output_padding, d, f"{who} output_padding")
-    out = transposed(x, weight, strides, dilations, _pads(padding, d, f"{who} padding"), extra, groups, who)
+    strides = per_axis(stride, d, f"{who} stride", 1)
+    dilations = per_axis(dilation, d, f"{who} dilation", 1)
+    extra = per_axis(output_padding, d, f"{who} output_padding")
+    out = transposed(x, weight, strides, dilations, window_pads(padding, d, f"{who} padding"), extra, groups, who)
     return out if bias is None else out + lift(bias).reshape((1, out.shape[1]) + (1,) * d)
 
 

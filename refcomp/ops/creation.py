@@ -21,7 +21,7 @@ from .elementwise import where
 from .provenance import user_op
 
 
-def _size(args) -> tuple:
+def size_of(args) -> tuple:
     """zeros(2, 3), zeros((2, 3)) and zeros([2, "B"]) alike."""
     shape = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
     return tuple(dim(n) for n in shape)
@@ -55,7 +55,7 @@ def full(size: Sequence, fill_value, *, dtype=None):
         if not math.isfinite(float(fill_value)):
             raise ShapeError(f"full: {fill_value} is not a value of the integer dtype {dtype}")
         fill_value = float(math.trunc(float(fill_value)))
-    shape = _size((size,))
+    shape = size_of((size,))
     value = constant(float(fill_value))
     out = value.reshape((1,) * len(shape)).broadcast_to(shape) if shape else value
     return _typed(out, "bool" if dtype is None and isinstance(fill_value, bool) else dtype)
@@ -63,12 +63,12 @@ def full(size: Sequence, fill_value, *, dtype=None):
 
 @user_op
 def zeros(*size, dtype=None):
-    return full(_size(size), 0.0, dtype=dtype)
+    return full(size_of(size), 0.0, dtype=dtype)
 
 
 @user_op
 def ones(*size, dtype=None):
-    return full(_size(size), 1.0, dtype=dtype)
+    return full(size_of(size), 1.0, dtype=dtype)
 
 
 def _like_dtype(t, dtype):

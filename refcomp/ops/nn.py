@@ -26,14 +26,14 @@ from .tensor import Tensor, constant, iota, lift
 from .core import computed_in_float32, widened
 from .pooling import (avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d,
                       max_unpool2d, max_unpool3d)
-from .windows import _pads, _per_axis, _require_ndim, windows
+from .windows import window_pads, per_axis, require_ndim, windows
 
 
 @user_op
 def linear(x, weight, bias=None):
     """x @ weight.T + bias, with weight of shape (out_features, in_features) as in PyTorch."""
     weight = lift(weight)
-    _require_ndim(weight, 2, "linear weight")
+    require_ndim(weight, 2, "linear weight")
     out = lift(x) @ weight.T
     return out if bias is None else out + bias
 
@@ -109,13 +109,13 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
     kernel = tuple(weight.shape[2:])
     if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ShapeError(f"{who}: groups must be a positive int, got {groups!r}")
-    _require_ndim(x, d + 2, who)
+    require_ndim(x, d + 2, who)
     if not dims_equal(x.shape[1], dim(c_in_per_group * groups)):
         raise ShapeError(f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups")
     if isinstance(c_out, int) and c_out % groups:
         raise ShapeError(f"{who}: {c_out} output channels of {weight.label} do not split into {groups} groups")
-    win = windows(x, kernel, _per_axis(stride, d, f"{who} stride", 1), _pads(padding, d, f"{who} padding"),
-                  _per_axis(dilation, d, f"{who} dilation", 1), 0.0, who)
+    win = windows(x, kernel, per_axis(stride, d, f"{who} stride", 1), window_pads(padding, d, f"{who} padding"),
+                  per_axis(dilation, d, f"{who} dilation", 1), 0.0, who)
     n, outs = x.shape[0], win.shape[2:2 + d]
     win = win.reshape((n, groups, c_in_per_group) + outs + kernel)
     if groups > 1 and isinstance(c_in_per_group, int) and c_in_per_group <= SHORT_REDUCE:
@@ -183,7 +183,7 @@ def _transposed_of_rank(d: int, x, weight, bias, stride, padding, output_padding
 def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) -> Tensor:
     """`conv` with the number of spatial axes fixed, so a weight of the wrong rank is an error."""
     who = f"conv{d}d"
-    _require_ndim(lift(weight), d + 2, f"{who} weight")
+    require_ndim(lift(weight), d + 2, f"{who} weight")
     return conv(x, weight, bias, stride, padding, dilation, groups, who)
 
 
@@ -273,7 +273,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
                          f"refcomp does not do; scale the table before the lookup")
     if ids.dtype != "int32":
         raise ShapeError(f"embedding ids must be an int32 input, got {ids.label} ({ids.dtype})")
-    _require_ndim(table, 2, "embedding table")
+    require_ndim(table, 2, "embedding table")
     table._require_float("embedding")
     return Tensor.from_node(make_node("Gather", (table.edge, ids.edge)))
 

@@ -15,7 +15,7 @@ from ..symbolic.dims import dim, prod
 from .core import computed_in_float32, constant, iota, lift
 from .elementwise import where
 from .provenance import user_op
-from .windows import _pads, _per_axis, _require_ndim, ceil_mode_extra, windows
+from .windows import window_pads, per_axis, require_ndim, ceil_mode_extra, windows
 
 # where a window's padding sits in the positions a max pool's indices are read from: past any real
 # position, so the first maximum is always a real element
@@ -120,10 +120,10 @@ def _unpooled_size(x, kernel, stride, padding, output_size, who: str) -> tuple:
 # --- PyTorch's names ------------------------------------------------------------------------------
 def _torch_pool_args(x, d: int, kernel_size, stride, padding, who: str):
     x = lift(x)
-    _require_ndim(x, d + 2, who)
-    kernel = _per_axis(kernel_size, d, f"{who} kernel_size", 1)
-    stride = kernel if stride is None else _per_axis(stride, d, f"{who} stride", 1)
-    pads = _pads(padding, d, f"{who} padding")
+    require_ndim(x, d + 2, who)
+    kernel = per_axis(kernel_size, d, f"{who} kernel_size", 1)
+    stride = kernel if stride is None else per_axis(stride, d, f"{who} stride", 1)
+    pads = window_pads(padding, d, f"{who} padding")
     if any(a != b or 2 * a > k for (a, b), k in zip(pads, kernel)):
         raise ShapeError(f"{who}: padding {tuple(a for a, _ in pads)} must be symmetric and at most half the kernel {kernel}")
     return x, kernel, stride, pads
@@ -133,7 +133,7 @@ def _max_pool_nd(d: int):
     def pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
         who = f"max_pool{d}d"
         x, kernel, stride, pads = _torch_pool_args(x, d, kernel_size, stride, padding, who)
-        return max_pool(x, kernel, stride, pads, _per_axis(dilation, d, f"{who} dilation", 1), ceil_mode, return_indices,
+        return max_pool(x, kernel, stride, pads, per_axis(dilation, d, f"{who} dilation", 1), ceil_mode, return_indices,
                         who=who)
     pool.__name__ = pool.__qualname__ = f"max_pool{d}d"
     pool.__doc__ = f"torch.nn.functional.max_pool{d}d; indices are float32 positions in the flattened input plane."

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ShapeError
 from . import names
 from .core import TensorCore, broadcast_shape, dtype_name, is_bool_dtype, lift
-from .creation import _size, is_integer_dtype
+from .creation import size_of, is_integer_dtype
 from .elementwise import fmod, minimum, where
 from .philox import MAX_ELEMENTS, random_bits
 from .portable_math import cos_turns, log_unit
@@ -50,7 +50,7 @@ def _floor(x):
 def rand(*size, generator=None, dtype=None):
     """torch.rand: uniform in [0, 1) on a grid of 2**-24 (2**-11 in float16, 2**-8 in bfloat16)."""
     dtype = _float_dtype(dtype, "rand")
-    bits, _ = random_bits(_size(size), generator)
+    bits, _ = random_bits(size_of(size), generator)
     return _uniform(bits, dtype)
 
 
@@ -59,7 +59,7 @@ def randn(*size, generator=None, dtype=None):
     """torch.randn: standard normal by Box-Muller, sqrt(-2 ln u1) cos(2 pi u2), from one draw's two
     24-bit halves (u1 in (0, 1], so the logarithm is finite: |z| <= 5.8)."""
     dtype = _float_dtype(dtype, "randn")
-    first, second = random_bits(_size(size), generator)
+    first, second = random_bits(size_of(size), generator)
     radius = (log_unit((first + 1.0) * UNIT) * -2.0).sqrt()
     value = radius * cos_turns(second * UNIT)
     return value if dtype == "float32" else value.to(dtype)
@@ -82,7 +82,7 @@ def randint(*args, generator=None, dtype=None, size=None):
         raise ShapeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
     if not isinstance(shape, (tuple, list)):
         raise ShapeError(f"randint: size must be a tuple of dims, got {shape!r}")
-    return _integers(int(low), int(high), _size((shape,)), generator, dtype, "randint")
+    return _integers(int(low), int(high), size_of((shape,)), generator, dtype, "randint")
 
 
 def _integers(low: int, high: int, shape, generator, dtype, who: str):
@@ -132,7 +132,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None):
         raise ShapeError("normal: give size only with a number mean and std")
     if not tensors and size is None:
         raise ShapeError("normal: give size with a number mean and std")
-    shape = broadcast_shape(tensors, "normal") if tensors else _size((size,))
+    shape = broadcast_shape(tensors, "normal") if tensors else size_of((size,))
     dtype = tensors[0].dtype if tensors and dtype is None else dtype
     return randn(shape, generator=generator, dtype=dtype) * std + mean
 

@@ -13,7 +13,7 @@ import math
 from ..errors import ShapeError
 from ..symbolic.dims import prod
 from .core import is_boolean, lift
-from .creation import _size, full
+from .creation import size_of, full
 from .elementwise import fmod, where
 
 LOG10_2 = math.log10(2.0)
@@ -169,10 +169,10 @@ class TorchMethodsMixin:
         return full(size, fill_value, dtype=self._dtype_or_own(dtype))
 
     def new_zeros(self, *size, dtype=None):
-        return full(_size(size), 0.0, dtype=self._dtype_or_own(dtype))
+        return full(size_of(size), 0.0, dtype=self._dtype_or_own(dtype))
 
     def new_ones(self, *size, dtype=None):
-        return full(_size(size), 1.0, dtype=self._dtype_or_own(dtype))
+        return full(size_of(size), 1.0, dtype=self._dtype_or_own(dtype))
 
     def _dtype_or_own(self, dtype):
         return dtype if dtype is not None else "bool" if is_boolean(self) else self.dtype

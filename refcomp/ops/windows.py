@@ -15,7 +15,7 @@ from .provenance import user_op
 from .tensor import Tensor, lift
 
 
-def _per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
+def per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
     """An int (the same for every spatial axis) or one int per axis, each at least `least`."""
     values = (value,) * d if isinstance(value, numbers.Integral) else tuple(value) if isinstance(value, (tuple, list)) else ()
     if len(values) != d or not all(isinstance(v, numbers.Integral) and v >= least for v in values):
@@ -24,22 +24,22 @@ def _per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
-def _pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
+def window_pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
     """Padding as (begin, end) per spatial axis: an int, one int per axis, or one pair per axis."""
     wrong = ShapeError(f"{what} must be a non-negative int, {d} of them or {d} (begin, end) pairs, got {value!r}")
     if isinstance(value, numbers.Integral):
-        return tuple((p, p) for p in _per_axis(value, d, what))
+        return tuple((p, p) for p in per_axis(value, d, what))
     if not isinstance(value, (tuple, list)):
         raise wrong
     if all(isinstance(v, numbers.Integral) for v in value):
-        return tuple((p, p) for p in _per_axis(value, d, what))
+        return tuple((p, p) for p in per_axis(value, d, what))
     pairs = tuple(tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in value)
     if len(pairs) != d or not all(len(p) == 2 and all(isinstance(v, numbers.Integral) and v >= 0 for v in p) for p in pairs):
         raise wrong
     return tuple((int(a), int(b)) for a, b in pairs)
 
 
-def _require_ndim(x: Tensor, ndim: int, who: str) -> None:
+def require_ndim(x: Tensor, ndim: int, who: str) -> None:
     if x.ndim != ndim:
         raise ShapeError(f"{who} expects a {ndim}-D tensor, got {x.label}")
 
@@ -59,7 +59,7 @@ def windows(x, kernel, stride, padding, dilation, pad_value: float = 0.0, who: s
     """
     x = lift(x)
     d = len(kernel)
-    _require_ndim(x, d + 2, who)
+    require_ndim(x, d + 2, who)
     if any(s < 1 for s in stride) or any(k < 1 for k in dilation) or any(isinstance(k, int) and k < 1 for k in kernel):
         raise ShapeError(f"{who}: kernel size, stride and dilation must be positive")
     spatial = x.shape[2:]

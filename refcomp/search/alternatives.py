@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from .evaluate import Evaluator
 from .fusion_rules import CLEANUP, FUSION
-from .search import SearchResult, _apply, _moves, _where
+from .search import SearchResult, apply_move, moves_of, where_in
 from .schedule import Schedule
 
 
@@ -50,8 +50,8 @@ def untaken_moves(result: SearchResult, deadline: float = math.inf) -> tuple[Out
         return Outcome(rule, where, len(kernels), sum(ev.price(s, g).bytes for g in kernels.values()), time_s)
 
     chosen = outcome(sched, groups, "chosen", "", ev.total(sched, groups))
-    moves = _moves(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, deadline)
-    return chosen, [outcome(new, _apply(dict(groups), delta), rule.name, _where(graph, sites), cost)
+    moves = moves_of(graph, ev, sched, groups, chosen.time_s, {sched}, FUSION + CLEANUP, deadline)
+    return chosen, [outcome(new, apply_move(dict(groups), delta), rule.name, where_in(graph, sites), cost)
                     for cost, rule, sites, new, delta in moves]
 
 

@@ -11,7 +11,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import Edge
 from .alternatives import UNTAKEN_HEADER, untaken_rows
 from .cost import minimum_bytes
-from .rewrite import identity_edge
+from ..ops.graph import identity_edge
 
 
 def describe_graph(edges: list[Edge]) -> list[str]:

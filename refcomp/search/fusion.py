@@ -53,7 +53,7 @@ class Graph:
         return find_copies(self.nodes, self.position, self.consumers)
 
 
-def _short_reduce(node: Node) -> bool:
+def short_reduce(node: Node) -> bool:
     extent = node.srcs[0].shape[node.attrs["axis"]]
     return isinstance(extent, int) and extent <= SHORT_REDUCE
 
@@ -122,7 +122,7 @@ def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node
         # the matmul template stores the accumulator or one elementwise epilogue of it (relu's short
         # maximum of a pair among them, unrolled), never a reduction it would have to loop over
         epilogue_ok = (root.id in sched.matmul or root.op.kind in ELEMENTWISE
-                       or (root.op.kind == REDUCE and _short_reduce(root) and root.id not in templated))
+                       or (root.op.kind == REDUCE and short_reduce(root) and root.id not in templated))
         kind = "matmul" if len(mm) == 1 and not rows and not epilogues and epilogue_ok else None
     elif rows:
         kind = "row" if not epilogues else None
@@ -133,7 +133,7 @@ def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node
     if kind != "matmul" and decided and any(n.id in sched.prologue for n in ordered):
         kind = None  # only the matmul template computes prologue reductions
     unrolled = {i for i in graph.reduces.intersection(members) if i not in templated}
-    if kind is None or any(not _short_reduce(members[i]) for i in unrolled):
+    if kind is None or any(not short_reduce(members[i]) for i in unrolled):
         return None
     recomputed = _recomputations(graph, root, ordered, members, unrolled)
     if recomputed > MAX_PATH_COPIES:

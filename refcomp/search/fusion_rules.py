@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from ..codegen.legality import SHORT_REDUCE, matmul_axes, online_softmax, row_statistics, streamed_scores
 from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, Node
-from .fusion import Graph, _short_reduce
+from .fusion import Graph, short_reduce
 from .schedule import DECISIONS, Schedule
 
 
@@ -68,7 +68,7 @@ def read_only_by(reader: When) -> When:
 
 elementwise = When(lambda g, s, n: n.op.kind in ELEMENTWISE, "elementwise", own=True)
 reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction", own=True)
-short = When(lambda g, s, n: _short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
+short = When(lambda g, s, n: short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
 free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
 a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce", own=True)
 product_unshared = When(lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,

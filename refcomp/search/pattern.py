@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, OPS, Edge, Node, make_node
-from .rewrite import compose, identity_edge
+from ..ops.graph import compose, identity_edge
 
 Bindings = dict[str, Edge]
 

@@ -26,7 +26,8 @@ from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
-from .rewrite import identity_edge, rebuild, structural_key
+from ..ops.graph import identity_edge, rebuild
+from .rewrite import structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
 from ..progress import stage
@@ -148,7 +149,7 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     found = fuse(edges, shown.note)
     graph, ev = found.graph, found.ev
     cost, sched, groups, path = found.best
-    trace += [Step(rule.name, _where(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
+    trace += [Step(rule.name, where_in(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
@@ -221,10 +222,10 @@ def _beam(graph, ev, best, phases, beam, max_states, deadline, note, states):
         while frontier and states < max_states and time.perf_counter() < deadline:
             successors = []
             for cost, sched, groups, path in frontier:
-                moves = _moves(graph, ev, sched, groups, cost, seen, rules, deadline)
+                moves = moves_of(graph, ev, sched, groups, cost, seen, rules, deadline)
                 states += len(moves)
                 for c, rule, sites, s, delta in moves[:beam]:
-                    g = _apply(dict(groups), delta)
+                    g = apply_move(dict(groups), delta)
                     successors.append((c, s, g, path + [(rule, sites, c, len(g))]))
                 descent = _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline)
                 if descent is not None:
@@ -278,7 +279,7 @@ def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, si
     return new, lambda: ev.moved(sched, groups, cost, touching, new, changed_by(sites, decided))
 
 
-def _moves(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
+def moves_of(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
     """Every unexplored single rule application, best first: (cost, rule, sites, schedule, changed
     kernels). A move at a layer's node fires in every copy of the layer; should the tied move be
     illegal somewhere, each copy is tried alone."""
@@ -325,7 +326,7 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float)
         if moved is not None and moved[1] < cost:
             delta, cost, sched, improved = moved[0], moved[1], new, True
             _retouch(touching, groups, delta)
-            _apply(groups, delta)
+            apply_move(groups, delta)
             path.append((rule, sites, cost, len(groups)))
     if not improved or sched in seen:
         return None
@@ -333,7 +334,7 @@ def _descend(graph, ev, sched, cost, groups, path, moves, seen, deadline: float)
     return cost, sched, groups, path
 
 
-def _apply(groups: dict, delta: Mapping[int, Optional[Group]]) -> dict:
+def apply_move(groups: dict, delta: Mapping[int, Optional[Group]]) -> dict:
     for root_id, g in delta.items():
         if g is None:
             groups.pop(root_id, None)
@@ -351,7 +352,7 @@ def _retouch(touching: dict[int, set[int]], groups: Mapping[int, Group], delta: 
             touching.setdefault(n.id, set()).add(root_id)
 
 
-def _where(graph: Graph, sites) -> str:
+def where_in(graph: Graph, sites) -> str:
     more = f" and {len(sites) - 1} cop{'y' if len(sites) == 2 else 'ies'}" if len(sites) > 1 else ""
     return graph.names.label(sites[0]) + more
 

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from ..codegen.legality import TILE, matmul_axes
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node, make_node
-from .rewrite import identity_edge, rebuild
+from ..ops.graph import identity_edge, rebuild
 
 MIN_K = 256  # a shorter contraction is no long walk for any thread
 CHUNKS = (8, 16, 32, 64)  # the chunk lengths C tried: S = K / C chunks, when C divides K

@@ -20,7 +20,7 @@ from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import LEAF, Edge, Node, make_node
 from ..ops.tensor import Tensor
 from ..search.cost import DEFAULT_DIM
-from ..search.rewrite import identity_edge
+from ..ops.graph import identity_edge
 from ..symbolic.dims import evaluate_dim
 from .collectives import COLLECTIVES, CollectiveCost, collective_time
 from .mesh import Mesh, split_entry
