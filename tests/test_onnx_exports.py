@@ -4,7 +4,6 @@ sequence longer than the position table is refused as a binding error, never rea
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="needs the onnx package (pip install -e '.[onnx]')")

@@ -95,7 +95,7 @@ case("Tensor.@", lambda x, y: x @ y, lambda x, y: x @ y, a(2, 3, 4), a(4), rtol=
 for op, fn in {"&": lambda x, y: (x > 0) & (y < 1), "|": lambda x, y: (x > 0) | (y < 1),
                "^": lambda x, y: (x > 0) ^ (y < 1), "~": lambda x, y: ~(x > y)}.items():
     case(f"Tensor.{op}", fn, fn, a(N, edges=True), a(N, edges=True), exact=True)
-    refusal(f"Tensor.{op}", lambda x, op=op: eval(f"~x" if op == "~" else f"x {op} x"), "booleans", inputs=(a(3),))
+    refusal(f"Tensor.{op}", lambda x, op=op: eval("~x" if op == "~" else f"x {op} x"), "booleans", inputs=(a(3),))
 
 case("Tensor.masked_fill", lambda x, m: x.masked_fill(m > 0, -1e4), lambda x, m: x.masked_fill(m > 0, -1e4),
      a(3, 4, edges=True), a(1, 4), exact=True)

@@ -9,7 +9,6 @@ tail; the hard ones are clips. The ONNX importer builds its operators of the sam
 """
 from __future__ import annotations
 
-import numbers
 
 from ..errors import ShapeError
 from .core import lift

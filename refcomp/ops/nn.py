@@ -22,7 +22,7 @@ from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
 from .elementwise import where
-from .tensor import Tensor, constant, iota, lift
+from .tensor import Tensor, iota, lift
 from .core import computed_in_float32, widened
 from .pooling import (avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d,
                       max_unpool2d, max_unpool3d)

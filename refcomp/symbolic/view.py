@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 import sympy
 
-from .dims import Dim, dim, dims_equal, idiv, prod
+from .dims import Dim, dim, dims_equal, idiv
 
 Range = tuple[Dim, Dim]
 
