@@ -12,6 +12,14 @@ later issues): the same tests, the base's code against this one. Kernel caches a
 program cache (`REFCOMP_CACHE_DIR`), as a new user's first `pytest` after a clean clone: every
 emulator library is built by g++ inside the timed run. Prints a table and writes
 bench/results/suite.json (the warm and the cold figures are kept side by side).
+
+    python bench/suite_bench.py --newcomer [--before-rev a2c22fb]
+
+A new user's suite (issue 32: 13 min 45 s cold on 2 cores): the README's `pytest` in a worktree of
+--before-rev and in this tree, each first on an empty cache (cold), then again on the cache that run
+left (warm), back to back. Besides the wall time it counts the emulator libraries each run built (the
+.so files it added to the cache) and sums pytest's --durations per file, to say where the time went;
+kept as suite.json's "newcomer" entry.
 """
 from __future__ import annotations
 
@@ -30,20 +38,60 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulator_bench import base_tree  # noqa: E402  (one way to make the base worktree)
 
+ISSUE_COLD_S = 13 * 60 + 45  # issue 32: "today's" first pytest from a fresh clone, empty caches, 2 cores
 
-def run_suite(tree: Path, extra: list[str], cold: bool = False) -> dict:
+
+def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | None = None) -> dict:
+    """One `pytest -q` in `tree`; `cache`: the kernel cache to use (else a fresh one when `cold`)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    if cold:  # a fresh cache for this run alone; the program cache lives under it unless redirected
-        env["REFCOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="refcomp-suite-cold-")
+    if cold or cache:  # a cache for this run alone; the program cache lives under it unless redirected
+        env["REFCOMP_CACHE_DIR"] = cache or tempfile.mkdtemp(prefix="refcomp-suite-cold-")
         env.pop("REFCOMP_PROGRAM_CACHE_DIR", None)
+    libraries = _libraries(env.get("REFCOMP_CACHE_DIR"))
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], cwd=tree, env=env,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - start
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     passed = re.search(r"(\d+) passed", tail)
-    return {"wall_s": round(seconds, 2), "exit_code": proc.returncode, "summary": tail,
-            "passed": int(passed.group(1)) if passed else None}
+    result = {"wall_s": round(seconds, 2), "exit_code": proc.returncode, "summary": tail,
+              "passed": int(passed.group(1)) if passed else None, "load_average_at_start": round(load, 2)}
+    if cache:
+        result["libraries_built"] = _libraries(cache) - libraries
+    if "--durations=0" in extra:
+        result["seconds_by_file"] = _by_file(proc.stdout)
+    return result
+
+
+def _libraries(cache: str | None) -> int:
+    """Emulator libraries in a kernel cache (each built by g++ once)."""
+    return len(list(Path(cache, "emu").glob("*.so"))) if cache else 0
+
+
+def _by_file(stdout: str, top: int = 12) -> dict[str, float]:
+    """pytest's --durations summed per test file (setup, call and teardown), the largest `top`."""
+    files: dict[str, float] = {}
+    for seconds, test in re.findall(r"^([\d.]+)s (?:setup|call|teardown) +(\S+?)::", stdout, re.M):
+        files[test] = files.get(test, 0.0) + float(seconds)
+    return {f: round(s, 1) for f, s in sorted(files.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def newcomer(before_rev: str, before_tree: Path) -> dict:
+    """Cold then warm, before and after, back to back: the README's pytest on a fresh clone."""
+    trees = {"before": base_tree(before_rev, before_tree), "after": ROOT}
+    caches = {name: tempfile.mkdtemp(prefix=f"refcomp-suite-{name}-") for name in trees}
+    runs: dict = {name: {} for name in trees}
+    for mode in ("cold", "warm"):  # interleaved, so a change in the machine's load hits both trees alike
+        for name, tree in trees.items():
+            runs[name][mode] = run_suite(tree, ["--durations=0"], cache=caches[name])
+    print(f"{'tree':<8} {'cold s':>8} {'warm s':>8} {'built cold':>11} {'built warm':>11} {'passed':>7}")
+    for name, r in runs.items():
+        print(f"{name:<8} {r['cold']['wall_s']:8.1f} {r['warm']['wall_s']:8.1f} {r['cold']['libraries_built']:11d} "
+              f"{r['warm']['libraries_built']:11d} {r['cold']['passed'] or '-':>7}")
+    for name, r in runs.items():
+        print(f"{name}, cold, seconds by file: " + ", ".join(f"{f} {s}" for f, s in list(r["cold"]["seconds_by_file"].items())[:6]))
+    return {"issue_cold_s": ISSUE_COLD_S, "target_cold_s": 300, "before_revision": before_rev, "runs": runs}
 
 
 def collected_ids(tree: Path) -> list[str]:
@@ -58,7 +106,14 @@ def main() -> None:
     parser.add_argument("--base-rev", default="65eff5e")
     parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
     parser.add_argument("--cold", action="store_true", help="every run starts from an empty kernel cache")
+    parser.add_argument("--newcomer", action="store_true", help="cold then warm, --before-rev and this tree")
+    parser.add_argument("--before-rev", default="a2c22fb", help="the 'before' of --newcomer (issue 32's start)")
+    parser.add_argument("--before-tree", default=str(ROOT.parent / (ROOT.name + "_before")))
     args = parser.parse_args()
+    if args.newcomer:
+        _keep("newcomer", {"python": platform.python_version(), "cpus": os.cpu_count(), "revision": _revision(),
+                           **newcomer(args.before_rev, Path(args.before_tree)), "load_average_at_end": os.getloadavg()})
+        return
     tree = base_tree(args.base_rev, Path(args.base_tree))
     runs = {"before (base revision, one process)": run_suite(tree, [], args.cold),
             "after (README: pytest, all cores)": run_suite(ROOT, [], args.cold),
@@ -72,16 +127,24 @@ def main() -> None:
     for name, r in runs.items():
         r["ratio_to_before"] = round(r["wall_s"] / before, 3)
         print(f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}")
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     mode = "cold" if args.cold else "warm"
+    _keep(mode, {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
+                 "revision": _revision(), "base_revision": args.base_rev, "target_ratio": 0.6, "caches": mode, "runs": runs})
+
+
+def _revision() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def _keep(entry: str, result: dict) -> None:
+    """Write `entry` of bench/results/suite.json; the other entries' last runs stay."""
     out = ROOT / "bench" / "results" / "suite.json"
     try:
         kept = json.loads(out.read_text())
     except (OSError, ValueError):
         kept = {}
-    kept = {m: kept[m] for m in ("warm", "cold") if isinstance(kept.get(m), dict)}  # the other mode's last run stays
-    kept[mode] = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
-                  "revision": rev, "base_revision": args.base_rev, "target_ratio": 0.6, "caches": mode, "runs": runs}
+    kept = {m: kept[m] for m in ("warm", "cold", "newcomer") if isinstance(kept.get(m), dict)}
+    kept[entry] = result
     out.write_text(json.dumps(kept, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 

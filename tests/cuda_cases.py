@@ -3,11 +3,52 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+import sympy
+
 import refcomp as rc
 from refcomp import golden
 
 CASES = golden.load_cases()
 CASE_IDS = [c.name for c in CASES]
+
+# The checks that cost a build of their own per golden case (nvcc, AddressSanitizer, the profiler)
+# run on SLICE by default and on every case under `pytest -m slow`; on the emulator every case runs
+# by default. SLICE holds cases that together reach every feature (`features`) of every golden
+# program, plain and searched: each kind of kernel, launch mode and parameter type, each primitive
+# op at each dtype, each kind of view read. A slow test (test_golden_slice.py) keeps it so.
+SLICE = ("mixed_storage", "model_tiny_decoder", "sym_slicing", "half_mlp", "nn_conv2d_basic", "prim_gather",
+         "hl_where_select", "prim_sin", "prim_sum_reduce", "prim_iota", "sym_reductions", "sym_arange",
+         "sym_conv_pool", "bf16_attention", "half_layer_norm")
+
+
+def sliced(cases=CASES) -> list:
+    """The cases as parameters, those outside SLICE marked slow."""
+    return [pytest.param(c, id=c.name, marks=() if c.name in SLICE else pytest.mark.slow) for c in cases]
+
+
+def _view_features(stack) -> set:
+    found = {("views", min(len(stack.views), 3))}
+    for v in stack.views:
+        found |= {"masked"} if v.mask is not None else set()
+        for stride in map(sympy.sympify, v.strides):
+            found.add("symbolic stride" if not stride.is_number else "flipped" if stride < 0
+                      else "broadcast" if stride == 0 else "stride")
+        offset = sympy.sympify(v.offset)
+        found |= {"offset" if offset.is_number else "symbolic offset"} if offset != 0 else set()
+    return found
+
+
+def features(name: str) -> set:
+    """What a golden case's programs (plain and searched) are made of, for SLICE's coverage."""
+    found = set()
+    for search in (False, True):
+        for k in compiled(name, search).kernels:
+            found.add((search, k.kind, k.launch.mode, tuple(sorted({p.ctype for p in k.signature.params}))))
+            for node in k.nodes:
+                found.add((node.op.name, node.dtype))
+                found |= {(search, f) for edge in node.srcs for f in _view_features(edge.views)}
+    return found
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,14 +18,14 @@ from refcomp import golden
 from refcomp.codegen.access import memory_counts
 from refcomp.search.cost import H200, kernel_cost
 from refcomp.exec.profile import model_disagreements
-from tests.cuda_cases import CASES, compiled
+from cuda_cases import CASES, compiled, sliced
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", sliced())
 def test_model_counts_match_the_profiler(case):
-    """Plain programs here; every searched golden program is checked the same way where
-    tests/test_profile.py profiles it. Exact today (the issue asks for 10%): any drift means the
-    model and a template disagree."""
+    """Plain programs here; the searched golden programs are checked the same way where
+    tests/test_profile.py profiles them (cuda_cases.SLICE by default, every case under -m slow).
+    Exact today (the issue asks for 10%): any drift means the model and a template disagree."""
     feeds, dims = golden.case_feeds(case, 0)
     prog = compiled(case.name, False, cache=False)
     assert model_disagreements(prog, prog.profile(feeds, dims=dims)) == []

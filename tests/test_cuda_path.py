@@ -1,7 +1,8 @@
 """The CUDA path on the CPU: every golden case compiled, run on the host emulator, and built by nvcc.
 
 Outputs are compared with the stored float64 golden outputs at golden.FLOAT32_TOLERANCE
-(rtol 1e-4, atol 1e-5), at every stored binding (two for symbolic cases).
+(rtol 1e-4, atol 1e-5), at every stored binding (two for symbolic cases). The nvcc and
+AddressSanitizer builds run on cuda_cases.SLICE by default, on every case under `pytest -m slow`.
 """
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import refcomp as rc
 from refcomp import golden
 from refcomp.exec.nvcc import nvcc_available, nvcc_check
 
-from cuda_cases import CASE_IDS, CASES, check_case, compiled
+from cuda_cases import CASE_IDS, CASES, check_case, compiled, sliced
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -37,7 +38,7 @@ def test_saved_program_runs_like_the_original_on_emulator(case, tmp_path):
 
 
 @pytest.mark.parametrize("search", [False, True], ids=["plain", "search"])
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sliced())
 def test_source_builds_with_nvcc_for_sm90(case, search):
     reason = nvcc_available()
     if reason:
@@ -48,7 +49,7 @@ def test_source_builds_with_nvcc_for_sm90(case, search):
     assert all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in report.kernels.values())
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sliced())
 def test_plain_lowering_is_clean_under_address_sanitizer(case, monkeypatch):
     from refcomp.exec import backends
     from refcomp.exec.emulator import EmulatorBackend

@@ -1,6 +1,7 @@
 """Differential fuzzing in the normal test run: random primitive graphs (refcomp/fuzz/)
 compiled with the search on and off, run on the host emulator, compared with the float64 NumPy
-reference. 210 graphs, 35 to a program, two programs at a time (fixed seed: deterministic).
+reference. 70 graphs, 35 to a program, two programs at a time (fixed seed: deterministic), and
+`pytest -m slow` runs 210 with every coverage check (each fusion rule applied, each refusal seen).
 
 The long run is `python -m refcomp.fuzz --count 10000 --seed 0` (see the module docstring).
 Bugs the fuzzer found outside the search that are still open are listed in fuzz.KNOWN_BUGS: the
@@ -14,6 +15,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 import refcomp as rc
 from refcomp import golden
@@ -22,18 +24,28 @@ from refcomp.fuzz.check import TIED
 from refcomp.search.fusion_rules import CLEANUP, FUSION
 
 COUNT, PER_PROGRAM, SEED = 210, 35, 10  # seed 0's 210 graphs no longer reach every kind of move since the new draws
+SLICE = 2 * PER_PROGRAM  # the default run checks these first graphs end to end; `pytest -m slow`, all COUNT
+# A program's check is most of a minute of CPU on 2 cores (a plain program's 2 MB of source is 25 s of
+# g++ alone); a cold suite sharing the cores took program 1 past 150 s with no bug.
+TIMEOUT = 300
 
 
-def test_random_graphs_match_the_reference_with_and_without_search():
+def _checked(count: int) -> fuzz.BatchResult:
+    """The first `count` graphs checked end to end; every graph compared in both modes, no error."""
     out = io.StringIO()
     start = time.perf_counter()
-    total = fuzz.run(COUNT, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=150)
+    total = fuzz.run(count, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=TIMEOUT)
     report = out.getvalue()
     assert total.errors == [], report
     assert total.mismatches == [], report
-    assert total.compared >= 2 * 2 * COUNT  # every graph, both modes, two bindings (some have several outputs)
+    assert total.compared >= 2 * 2 * count  # every graph, both modes, two bindings (some have several outputs)
     assert total.kernels["search"] < total.kernels["plain"]
-    # the generator reaches every kind of move (a regression in it would silently weaken the test)
+    print(f"{count} graphs in {time.perf_counter() - start:.1f} s; kernels {total.kernels}")
+    return total
+
+
+def _assert_the_generator_reaches_every_move(coverage) -> None:
+    """A regression in the generator would silently weaken the fuzzing."""
     expected = {"sin", "exp", "log2", "sqrt", "recip", "affine", "relu", "sigmoid", "gelu", "add", "mul", "div", "maximum",
                 "permute", "flip", "slice", "pad", "reshape", "expand", "unsqueeze", "transpose", "sum", "max", "mean", "var",
                 "softmax", "log_softmax", "layer_norm", "rms_norm", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "gather",
@@ -41,15 +53,29 @@ def test_random_graphs_match_the_reference_with_and_without_search():
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
                 "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum"}
-    assert len({op for op in total.coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
-    missing = expected - set(total.coverage)
+    assert len({op for op in coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
+    missing = expected - set(coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
     torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",
                   "std", "atan2", "logaddexp", "cummax", "roll", "logcumsumexp", "sort", "unfold", "gather_sorted", "median",
                   "topk"}  # one step draws one of these: several of them, not each, every run
-    assert len(torch_math & set(total.coverage)) >= 6, sorted(torch_math & set(total.coverage))
+    assert len(torch_math & set(coverage)) >= 6, sorted(torch_math & set(coverage))
     torch_api = {"clamp", "clamp_tensor", "tril", "max_pair", "max_indices", "split", "chunk", "var_torch"}  # issue 28's calls
-    assert len(torch_api & set(total.coverage)) >= 4, sorted(torch_api & set(total.coverage))
+    assert len(torch_api & set(coverage)) >= 4, sorted(torch_api & set(coverage))
+
+
+def test_random_graphs_match_the_reference_with_and_without_search():
+    """The default run's slice: the first two programs checked end to end, and the full run's graphs
+    generated (generation alone takes milliseconds a graph; a program's check, most of a minute)."""
+    total = _checked(SLICE)
+    assert total.refusals, total.refusals  # feeds or a binding the reference refuses were refused alike
+    _assert_the_generator_reaches_every_move({op for i in range(COUNT) for op in fuzz.generate(SEED, i, tuple(fuzz.KNOWN_BUGS)).ops})
+
+
+@pytest.mark.slow
+def test_the_full_run_matches_and_reaches_every_move_and_rule():
+    total = _checked(COUNT)
+    _assert_the_generator_reaches_every_move(total.coverage)
     # the searched programs went through every fusion rule (online_softmax through the attention moves)
     unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
@@ -57,7 +83,6 @@ def test_random_graphs_match_the_reference_with_and_without_search():
     assert total.rules.get("split_k", 0) > 0, f"no skinny contraction was split (search/split.py): {total.rules}"
     # bindings a view cannot take and stray embedding ids were tried, and refused as the reference refuses
     assert total.refusals.get("BindingError", 0) > 0 and total.refusals.get("FeedError", 0) > 0, total.refusals
-    print(f"{COUNT} graphs in {time.perf_counter() - start:.1f} s; kernels {total.kernels}")
 
 
 def test_generation_is_deterministic_and_replayable():

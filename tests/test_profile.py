@@ -16,7 +16,7 @@ from refcomp.codegen.abi import KernelSignature, Param
 from refcomp.errors import RefcompError
 from refcomp.exec.profile import Counters, ProfileBackend, ProfileError, example_feeds, instrument
 from refcomp.exec.profile import model_disagreements
-from tests.cuda_cases import CASES, MATMUL, compiled
+from cuda_cases import CASES, MATMUL, compiled, sliced
 from refcomp import golden
 
 
@@ -301,11 +301,12 @@ def _output_bytes(outputs) -> int:
     return sum(_output_bytes(v) for v in outputs)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", sliced())
 def test_every_golden_case_profiles(case):
     """Profiled at the case's first binding: the instrumented build computes the golden outputs,
     the counters are consistent (every output element is stored, sectors bound the requests), and
-    the cost model's memory counts are the profiler's (tests/test_cost_model.py does the plain side)."""
+    the cost model's memory counts are the profiler's (tests/test_cost_model.py does the plain side).
+    cuda_cases.SLICE by default, every case under `pytest -m slow`."""
     prog = compiled(case.name, True, cache=False)
     feeds, dims = golden.case_feeds(case, 0)
     p = prog.profile(feeds, dims=dims)

@@ -18,7 +18,7 @@ import refcomp as rc
 from refcomp.search import search as search_module
 from refcomp.search.alternatives import untaken_moves
 from refcomp.search.search import OPENINGS, search
-from tests.cuda_cases import CASES, compiled
+from cuda_cases import CASES, compiled
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import gpt2_block  # noqa: E402
