@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -49,19 +50,25 @@ def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | Non
         env.pop("REFCOMP_PROGRAM_CACHE_DIR", None)
     libraries = _libraries(env.get("REFCOMP_CACHE_DIR"))
     load = os.getloadavg()[0]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], cwd=tree, env=env,
                           capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     passed = re.search(r"(\d+) passed", tail)
     result = {"wall_s": round(seconds, 2), "exit_code": proc.returncode, "summary": tail,
-              "passed": int(passed.group(1)) if passed else None, "load_average_at_start": round(load, 2)}
+              "passed": int(passed.group(1)) if passed else None, "load_average_at_start": round(load, 2),
+              "cpu_s": round(cpu, 1)}  # user + system time of every process the suite ran: steadier than wall time under load
     if cache:
         result["libraries_built"] = _libraries(cache) - libraries
     if "--durations=0" in extra:
         result["seconds_by_file"] = _by_file(proc.stdout)
     return result
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _libraries(cache: str | None) -> int:
@@ -77,9 +84,10 @@ def _by_file(stdout: str, top: int = 12) -> dict[str, float]:
     return {f: round(s, 1) for f, s in sorted(files.items(), key=lambda kv: -kv[1])[:top]}
 
 
-def newcomer(before_rev: str, before_tree: Path) -> dict:
-    """Cold then warm, before and after, back to back: the README's pytest on a fresh clone."""
-    trees = {"before": base_tree(before_rev, before_tree), "after": ROOT}
+def newcomer(before_rev: str, before_tree: Path, with_before: bool = True) -> dict:
+    """Cold then warm, before and after, back to back: the README's pytest on a fresh clone.
+    Without `with_before`, this tree alone (beside the issue's figure, ISSUE_COLD_S)."""
+    trees = {"before": base_tree(before_rev, before_tree), "after": ROOT} if with_before else {"after": ROOT}
     caches = {name: tempfile.mkdtemp(prefix=f"refcomp-suite-{name}-") for name in trees}
     runs: dict = {name: {} for name in trees}
     for mode in ("cold", "warm"):  # interleaved, so a change in the machine's load hits both trees alike
@@ -91,7 +99,8 @@ def newcomer(before_rev: str, before_tree: Path) -> dict:
               f"{r['warm']['libraries_built']:11d} {r['cold']['passed'] or '-':>7}")
     for name, r in runs.items():
         print(f"{name}, cold, seconds by file: " + ", ".join(f"{f} {s}" for f, s in list(r["cold"]["seconds_by_file"].items())[:6]))
-    return {"issue_cold_s": ISSUE_COLD_S, "target_cold_s": 300, "before_revision": before_rev, "runs": runs}
+    return {"issue_cold_s": ISSUE_COLD_S, "target_cold_s": 300, "before_revision": before_rev if with_before else None,
+            "runs": runs}
 
 
 def collected_ids(tree: Path) -> list[str]:
@@ -109,10 +118,11 @@ def main() -> None:
     parser.add_argument("--newcomer", action="store_true", help="cold then warm, --before-rev and this tree")
     parser.add_argument("--before-rev", default="a2c22fb", help="the 'before' of --newcomer (issue 32's start)")
     parser.add_argument("--before-tree", default=str(ROOT.parent / (ROOT.name + "_before")))
+    parser.add_argument("--no-before", action="store_true", help="--newcomer on this tree alone")
     args = parser.parse_args()
     if args.newcomer:
         _keep("newcomer", {"python": platform.python_version(), "cpus": os.cpu_count(), "revision": _revision(),
-                           **newcomer(args.before_rev, Path(args.before_tree)), "load_average_at_end": os.getloadavg()})
+                           **newcomer(args.before_rev, Path(args.before_tree), not args.no_before), "load_average_at_end": os.getloadavg()})
         return
     tree = base_tree(args.base_rev, Path(args.base_tree))
     runs = {"before (base revision, one process)": run_suite(tree, [], args.cold),

@@ -10,7 +10,7 @@ import numpy as np
 
 from .graph import max_extent, min_extent, simple_dim, WIDE_ROWS_RATE
 
-TALL_NORM_RATE = 0.2  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
+TALL_NORM_RATE = 0.35  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
 
 
 class ModelSteps:
@@ -38,7 +38,7 @@ class ModelSteps:
             step = 0.25 + min(v.hi - v.lo, 64.0) if math.isfinite(v.hi - v.lo) else 0.25
             ramped = f"({n} + rc.arange({n}.shape[-1]) * {step!r})"
             last = v.shape[-1]
-            affine = simple_dim(last) and self.chance(0.5)
+            affine = tall or (simple_dim(last) and self.chance(0.5))  # tall: the search's choice needs the affine step
             bound = math.sqrt(max_extent(last)) + 1
             if affine:
                 w = self.new_input((last,), "normal")
