@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import AllocationError, RefcompError
 from ..ops.dtypes import DTYPES, round_to
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
-from ..ops.primitives import Node
+from ..ops.primitives import INDEXED, Node
 from ..symbolic.dims import evaluate_dim, evaluate_size, evaluate_value
 from ..symbolic.view import View, ViewStack
 from . import limits
@@ -92,7 +92,7 @@ def _bound_attrs(node: Node, bindings: Mapping[str, int]) -> dict:
 
 
 def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], dtype) -> np.ndarray:
-    if node.op.name == "Gather":
+    if node.op.kind in INDEXED:
         check_ids(node, args[1], bindings)
     out = node.op.numpy(args, _bound_attrs(node, bindings), dtype)
     return round_to(np.asarray(out, dtype=dtype), node.dtype)
