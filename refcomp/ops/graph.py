@@ -15,10 +15,10 @@ from typing import Any, Callable, Optional, Sequence
 import sympy
 
 from ..errors import RefcompError
-from ..symbolic.dims import free_symbols
+from ..symbolic.dims import dims_equal, free_symbols, prod
 from ..symbolic.view import ViewStack
 from .core import TensorCore
-from .primitives import Edge, Node
+from .primitives import Edge, Node, make_node
 
 
 def toposort(roots: list[Node]) -> list[Node]:
@@ -55,8 +55,9 @@ def identity_edge(node: Node) -> Edge:
     return Edge(node, ViewStack.of_buffer(node.shape))
 
 
-def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) -> tuple[list[Edge], int]:
-    """New output edges after offering every node (bottom-up, with rebuilt sources) to `replace`.
+def rebuild(outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], original: bool = False) -> tuple[list[Edge], int]:
+    """New output edges after offering every node (bottom-up, with rebuilt sources) to `replace`
+    (with `original=True`, as `replace(rebuilt node, the node it was)`).
 
     Returns the outputs and how many nodes `replace` rewrote.
     """
@@ -66,7 +67,7 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
         srcs = tuple(Edge(mapping[s.node.id].node, compose(mapping[s.node.id].views, s.views)) for s in node.srcs)
         changed = any(a.node is not b.node or a.views != b.views for a, b in zip(srcs, node.srcs))
         current = Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin) if changed else node
-        replacement = replace(current)
+        replacement = replace(current, node) if original else replace(current)
         if replacement is not None:
             rewritten += 1
             if replacement.node.origin is None:  # a node a rule built computes what the replaced one did
@@ -76,6 +77,43 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
             mapping[node.id] = identity_edge(current)
     out = [Edge(mapping[e.node.id].node, compose(mapping[e.node.id].views, e.views)) for e in outputs]
     return out, rewritten
+
+
+def own_scatter_tables(outputs: Sequence[Edge]) -> list[Edge]:
+    """The graph with every Scatter's table a buffer that Scatter alone may overwrite: the kernel
+    writes its rows into the table's buffer (exec.program), so that buffer must hold the table, whole
+    and dense, and be read by nothing else. An Input read whole by the Scatter alone is (the runner
+    uploads each feed afresh), as is a computed node read whole by it alone and no output; any other
+    table (a view, a leaf, a value read elsewhere) is first copied by a Contiguous node. Runs after
+    every rewrite (CSE could merge two copies), so nothing undoes it."""
+    nodes = toposort([e.node for e in outputs])
+    reads: dict[int, int] = {}
+    input_reads: dict[str, int] = {}
+    for edge in [s for n in nodes for s in n.srcs] + list(outputs):
+        reads[edge.node.id] = reads.get(edge.node.id, 0) + 1
+        if edge.node.op.name == "Input":
+            input_reads[edge.node.attrs["name"]] = input_reads.get(edge.node.attrs["name"], 0) + 1
+
+    def owned(edge: Edge) -> bool:
+        node = edge.node
+        if not edge.views.is_identity or not dims_equal(prod(edge.shape), prod(node.shape)):  # the whole buffer, in order
+            return False
+        if node.op.name == "Input":
+            return input_reads[node.attrs["name"]] == 1
+        return not node.op.literal and node.op.kind != "leaf" and reads[node.id] == 1
+
+    copied = {n.id for n in nodes if n.op.kind == "scatter" and not owned(n.srcs[0])}
+    if not copied:
+        return list(outputs)
+
+    def replace(current: Node, original: Node) -> Optional[Edge]:
+        if original.id not in copied:
+            return None
+        copy = make_node("Contiguous", (current.srcs[0],))
+        copy.origin = current.origin
+        return identity_edge(Node(current.op, (identity_edge(copy),) + current.srcs[1:], current.attrs, current.shape,
+                                  current.dtype, origin=current.origin))
+    return rebuild(outputs, replace, original=True)[0]
 
 
 def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
