@@ -156,7 +156,7 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     if group.kind == "scatter":  # writes only the K source rows (in place), reading them and their ids once
         written = count(root.srcs[2].shape)
         nbytes = itemsize(root) * written + sum(itemsize(n) * count(n.shape) for n in group.reads)
-        return roofline(name or root.op.name, group.kind, nbytes, written, written, profile, nbytes)
+        return roofline(name or root.op.name, group.kind, nbytes, 0, written, profile, nbytes)
     nbytes = itemsize(root) * count(root.shape)
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
         size = count(n.shape)
