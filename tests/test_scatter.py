@@ -137,8 +137,8 @@ def test_a_saved_program_with_a_scatter_loads_and_runs(tmp_path):
 @pytest.mark.slow
 def test_the_scatter_kernel_compiles_with_nvcc():
     from refcomp.exec.nvcc import nvcc_available, nvcc_check
-    if not nvcc_available():
-        pytest.skip("no nvcc")
+    if nvcc_available() is not None:
+        pytest.skip(nvcc_available())
     P, I, R = rc.input("pool", (64, 16), "float16"), rc.input("i", ("K",), "int32"), rc.input("r", ("K", 16), "float16")
     prog = rc.compile(P.index_copy(0, I, R) + 0, cache=False)
     assert any(k.kind == "scatter" for k in prog.kernels)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import KVCacheError
 from ..ops.dtypes import storage_numpy_type
+from ..ops.elementwise import where
 from ..ops.tensor import input as rc_input, iota, lift
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 
@@ -214,11 +215,13 @@ def _int_ids(ids, what: str):
     return ids
 
 
-def gather_pages(pool, block_table, page_size: int, length=None):
+def gather_pages(pool, block_table, page_size: int, length=None, lengths=None):
     """Each sequence's cached keys (or values) in token order, (B, L, Hkv, D): the pages its block
     table (int32 (B, P)) names, read by one Gather (ids checked at run time against the pool's pages),
     L = P * page_size, or the first `length` positions (an int or a dim name such as "T").
-    Positions at or past a sequence's own length hold stale data: mask them by a select."""
+    Positions at or past a sequence's own length hold stale data (another sequence's, NaN even):
+    given `lengths` ((B,) float), they read as 0, by a select, so that `p @ v` with p = 0 there
+    stays finite (0 * NaN is NaN); the scores there still need a select to -inf (`context_mask`)."""
     pool = _pool_tensor(pool, "gather_pages")
     table = _int_ids(block_table, "gather_pages' block table")
     page_size = _count(page_size, "gather_pages' page_size", 1)
@@ -230,7 +233,11 @@ def gather_pages(pool, block_table, page_size: int, length=None):
     pages = pool.reshape((slots // page_size, page_size * heads * dim))
     b, p = table.shape
     out = pages.index_select(0, table).reshape((b, p * page_size, heads, dim))
-    return out if length is None else out[:, :length]
+    out = out if length is None else out[:, :length]
+    if lengths is None:
+        return out
+    held = context_mask(lengths, out.shape[1]).reshape((b, out.shape[1], 1, 1))
+    return where(held, out, 0.0)
 
 
 def gather_slots(pool, slots):
