@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ..errors import KVCacheError
-from ..ops.dtypes import storage_numpy_type
+from ..ops.core import dtype_name
 from ..ops.elementwise import where
 from ..ops.tensor import input as rc_input, iota, lift
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
@@ -50,9 +50,11 @@ class PagedKVPool:
         self.n_kv_heads = _count(n_kv_heads, "n_kv_heads", 1)
         self.head_dim = _count(head_dim, "head_dim", 1)
         self.scratch_pages = _count(scratch_pages, "scratch_pages")
-        self.dtype, self.name = dtype, name
+        self.dtype, self.name = dtype_name(dtype, "PagedKVPool's dtype"), name
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise KVCacheError(f"a KV pool holds float32, float16 or bfloat16 values, not {self.dtype}")
         shape = self.shape
-        numpy_type = storage_numpy_type(dtype)
+        numpy_type = np.float16 if self.dtype == "float16" else np.float32  # what its feeds take (bfloat16: float32 values)
         self.k = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self.v = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self._free = list(range(self.num_pages))  # kept sorted: the lowest free page is taken first
