@@ -80,6 +80,8 @@ case("Tensor.index_copy", lambda x, s: x.index_copy(1, rc.arange(2) * 2 + 1, s),
      lambda t, s: t.index_copy(1, torch.arange(2) * 2 + 1, s), X, a(3, 2, 5), exact=True)
 case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(5),
      a(1, ids=True, distinct=True, high=5), a(1), exact=True)
+case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(4),
+     a(ids=True, distinct=True, high=4), a(), exact=True)  # a 0-d index and source
 refusal("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), "must have shape", inputs=(X, a(2, ids=True), a(2, 4, 4)))
 refusal("Tensor.index_copy", lambda x, i: rc.evaluate(x.index_copy(0, i, x[:2]), {"a1": np.array([1, 1], np.int32),
                                                                                      "a0": np.zeros((3, 4, 5), np.float32)}),
