@@ -12,7 +12,13 @@ Sequences own pages through block tables: `allocate(seq, n)` reserves room for n
 pages from the free list, lowest id first, so runs are deterministic), `free(seq)` returns them.
 `block_tables(seqs)` pads each table to the longest with page 0, so a padded entry reads some
 page's stale contents: the model must mask positions at or past a sequence's length by a select
-(`context_mask` and `rc.where`), never by adding -inf to whatever was read (NaN + -inf is NaN).
+(`gather_pages(..., lengths=)` zeroes them, `context_mask` and `rc.where` drop their scores),
+never by adding -inf to whatever was read (NaN + -inf is NaN, and 0 * NaN in `p @ v` too).
+
+One step of a program writes, then reads: `gather_pages(write_slots(pool, slots, new), table, ...)`.
+The pool input then has one reader, the Scatter, so its kernel writes the new rows into the fed
+buffer itself and the updated pool (an output, for `store`) costs no copy; a graph that also read
+the pool input elsewhere would get a copy of the whole pool first (ops.graph.own_scatter_tables).
 
 `scratch_pages` extra pages, never allocated to a sequence, give padded positions of a batched
 chunk slots of their own (`slot_matrix`): a Scatter refuses repeated ids, and writing the padding
