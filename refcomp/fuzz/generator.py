@@ -146,7 +146,7 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
         kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("torch_api", 2.0), ("storage", 0.4),
-                 ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("scatter", 0.3), ("select", 0.6), ("power", 0.35), ("special", 1.0),
+                 ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
                  ("fragile", 0.2), ("deep", 0.04)]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
@@ -369,6 +369,9 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
         wide = self.wide_rows_output()
         if wide is not None:
             outputs.append(wide)
+        stored = self.storage_output()
+        if stored is not None:
+            outputs.append(stored)
         return self.graph.pruned(list(dict.fromkeys(outputs)))
 
 

@@ -6,9 +6,28 @@ Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz program stays chea
 from __future__ import annotations
 
 import math
+from typing import Optional
+
+import numpy as np
+
+SERVING_RATE = 0.1  # graphs that end with an index_copy or a paged attention step
 
 
 class ServingSteps:
+    def storage_output(self) -> Optional[str]:
+        """Now and then one more output, an index_copy or a paged attention, drawn last and from a stream
+        of its own: the rest of every graph is what it was without these steps."""
+        rng = np.random.default_rng([self.graph.seed, self.graph.index, 30])
+        if rng.random() >= SERVING_RATE:
+            return None
+        main, self.rng = self.rng, rng
+        counter = self.counter
+        try:
+            self.step_scatter()
+        finally:
+            self.rng = main
+        return self.graph.lines[-1][0] if self.counter > counter else None
+
     def step_scatter(self) -> None:
         if self.chance(0.4):
             return self.paged_attention()
