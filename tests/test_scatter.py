@@ -143,3 +143,33 @@ def test_the_scatter_kernel_compiles_with_nvcc():
     prog = rc.compile(P.index_copy(0, I, R) + 0, cache=False)
     assert any(k.kind == "scatter" for k in prog.kernels)
     assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
+
+
+def test_gathers_of_the_old_table_run_before_the_scatter_overwrites_it():
+    """A decode step reads its cache's old pages and writes the new rows into the same pool: the
+    Gathers run first and the pool is updated in place, uncopied. A reader that is not a Gather, or
+    a Gather that depends on the Scatter, gets a copy instead."""
+    from refcomp.ops.graph import toposort
+    from refcomp.ops.primitives import make_node
+    pool, new = _arrays((12, 2), (2, 2))
+    P, T, S, N = rc.input("pool", (12, 2)), rc.input("t", ("B", 2), "int32"), rc.input("s", ("B",), "int32"), rc.input("n", ("B", 2))
+    old = P.reshape((6, 4)).index_select(0, T)  # whole pages of the old pool
+    updated = P.index_copy(0, S, N)
+    computed_ids = rc.Tensor.from_node(make_node("Gather", (P.edge, ((updated[:2, 0] * 0) + rc.arange(2)).edge)))
+    all_feeds = {"pool": pool, "t": np.array([[0, 1], [2, 0]], np.int32), "s": np.array([1, 4], np.int32), "n": new}
+    after = pool.copy()
+    after[[1, 4]] = new
+    cases = [({"old": old, "pool": updated}, False), ({"old": P * 2, "pool": updated}, True),
+             ({"late": computed_ids, "pool": updated}, True)]
+    for outs, copies in cases:
+        used = {n.attrs["name"] for n in toposort([t.node for t in outs.values()]) if n.op.name == "Input"}
+        feeds = {k: v for k, v in all_feeds.items() if k in used}
+        want = rc.evaluate(outs, feeds)
+        np.testing.assert_array_equal(want["pool"], after)
+        for search in (False, True):
+            prog = rc.compile(outs, search=search, cache=False)
+            got = prog.run(feeds, backend="emulator")
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+            scatter = next(k for k in prog.kernels if k.kind == "scatter")
+            assert (scatter.output.srcs[0].node.op.name == "Contiguous") == copies, (outs.keys(), search)

@@ -46,8 +46,8 @@ class ServingSteps:
         self.emit(expr, min(v.lo, source.lo), max(v.hi, source.hi), v.exact and source.exact, "index_copy")
 
     def paged_attention(self) -> None:
-        """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D), after writing
-        each sequence's new key at its slot; the same pool serves as values."""
+        """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D) after writing each
+        sequence's new row at its slot; the same pool serves as keys and values."""
         pages, size, heads, width = int(self.rng.integers(2, 5)), self.choice([2, 4]), self.choice([1, 2]), self.choice([2, 4])
         slots = pages * size
         pool = self.new_input((slots, heads, width))
@@ -60,8 +60,12 @@ class ServingSteps:
         written = self.emit(f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})", lo, hi, True, "paged_write")
         if written is None:
             return
-        keys = self.emit(f"rc.serving.gather_pages({written.name}, {table.name}, {size})", lo, hi, True, "paged_gather")
-        if keys is None:
+        # the values from the updated pool; the keys from it too, or from the old pool, whose Gather must
+        # then run before the Scatter writes the pool's buffer in place
+        values = self.emit(f"rc.serving.gather_pages({written.name}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        source = written.name if self.chance(0.5) else pool.name
+        keys = self.emit(f"rc.serving.gather_pages({source}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        if keys is None or values is None:
             return
         bound = width * max(abs(lo), abs(hi)) * max(abs(q.lo), abs(q.hi)) / math.sqrt(width)
         scores = self.emit(f"({q.name}.unsqueeze(1) * {keys.name}).sum(-1) * {1 / math.sqrt(width)!r}", -bound, bound, False,
@@ -70,4 +74,4 @@ class ServingSteps:
             return
         weights = self.emit(f"{scores.name}.softmax(1)", 0.0, 1.0, False, "paged_softmax")
         if weights is not None:
-            self.emit(f"({weights.name}.unsqueeze(-1) * {keys.name}).sum(1)", lo, hi, False, "paged_attention")
+            self.emit(f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention")

@@ -10,7 +10,7 @@ fresh node and everything unreachable from the outputs disappears (dead-code rem
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import sympy
 
@@ -22,21 +22,94 @@ from .primitives import Edge, Node, make_node
 
 
 def toposort(roots: list[Node]) -> list[Node]:
-    """Every node the roots depend on, producers before consumers (iterative: graphs can be deep)."""
+    """Every node the roots depend on, producers before consumers (iterative: graphs can be deep).
+    A Scatter that overwrites its table in place comes after the Gathers that read the old table
+    (`readers_first`): the order is also the order kernels run in."""
+    order = _depth_first(roots, {})
+    if any(n.op.kind == "scatter" for n in order):
+        before = readers_first(roots, order)
+        if before:
+            order = _depth_first(roots, before)
+    return order
+
+
+class _Cycle(Exception):
+    """The extra order asked of _depth_first cannot hold."""
+
+
+def _depth_first(roots: Sequence[Node], before: Mapping[int, Sequence[Node]]) -> list[Node]:
+    """Post-order of a depth-first walk, each node's sources (then the nodes `before` lists for it) first."""
     order: list[Node] = []
     seen: set[int] = set()
+    done: set[int] = set()
     stack: list[tuple[Node, bool]] = [(n, False) for n in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
             order.append(node)
+            done.add(node.id)
             continue
         if node.id in seen:
+            if node.id not in done:  # reached again while its own sources are being walked
+                raise _Cycle(node.label)
             continue
         seen.add(node.id)
         stack.append((node, True))
-        stack.extend((e.node, False) for e in reversed(node.srcs) if e.node.id not in seen)
+        deps = [e.node for e in node.srcs] + list(before.get(node.id, ()))
+        for dep in reversed(deps):
+            if dep.id in seen and dep.id not in done:
+                raise _Cycle(dep.label)
+            if dep.id not in seen:
+                stack.append((dep, False))
     return order
+
+
+def readers_first(roots: Sequence[Node], nodes: Sequence[Node]) -> dict[int, tuple[Node, ...]]:
+    """Scatter id -> the Gathers that read its table (the whole buffer, by node or by input name) and
+    must run before the Scatter writes that buffer in place: every other reader of the table is such a
+    Gather, and none depends on the Scatter. A Scatter whose table has any other reader (an output,
+    another Scatter, an elementwise node a kernel may recompute later, itself) gets no entry, and
+    own_scatter_tables gives it a copy. Empty if the order asked for cannot hold."""
+    readers: dict[int, list] = {}
+    by_name: dict[str, list[int]] = {}
+    for n in nodes:
+        for k, e in enumerate(n.srcs):
+            readers.setdefault(e.node.id, []).append((n, k))
+        if n.op.name == "Input":
+            by_name.setdefault(n.attrs["name"], []).append(n.id)
+    before: dict[int, tuple[Node, ...]] = {}
+    for s in nodes:
+        if s.op.kind != "scatter" or not _whole(s.srcs[0]):
+            continue
+        table = s.srcs[0].node
+        ids = by_name[table.attrs["name"]] if table.op.name == "Input" else [table.id]
+        others = [(r, k) for i in ids for r, k in readers.get(i, []) if not (r is s and k == 0)]
+        if others and all(r is not s and r.op.kind == "gather" for r, _ in others) and \
+                not any(_depends_on(r, s) for r, _ in others):
+            before[s.id] = tuple({r.id: r for r, _ in others}.values())
+    if before:
+        try:
+            _depth_first(roots, before)
+        except _Cycle:
+            return {}
+    return before
+
+
+def _whole(edge: Edge) -> bool:
+    """The edge reads its node's whole buffer in order (a reshape at most)."""
+    return edge.views.is_identity and dims_equal(prod(edge.shape), prod(edge.node.shape))
+
+
+def _depends_on(node: Node, ancestor: Node) -> bool:
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n is ancestor:
+            return True
+        if n.id not in seen:
+            seen.add(n.id)
+            stack.extend(e.node for e in n.srcs)
+    return False
 
 
 def compose(inner: ViewStack, outer: ViewStack) -> ViewStack:
@@ -80,29 +153,40 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], ori
 
 
 def own_scatter_tables(outputs: Sequence[Edge]) -> list[Edge]:
-    """The graph with every Scatter's table a buffer that Scatter alone may overwrite: the kernel
-    writes its rows into the table's buffer (exec.program), so that buffer must hold the table, whole
-    and dense, and be read by nothing else. An Input read whole by the Scatter alone is (the runner
-    uploads each feed afresh), as is a computed node read whole by it alone and no output; any other
-    table (a view, a leaf, a value read elsewhere) is first copied by a Contiguous node. Runs after
-    every rewrite (CSE could merge two copies), so nothing undoes it."""
-    nodes = toposort([e.node for e in outputs])
-    reads: dict[int, int] = {}
-    input_reads: dict[str, int] = {}
+    """The graph with every Scatter's table a buffer that Scatter may overwrite: the kernel writes its
+    rows into the table's buffer (exec.program), so that buffer must hold the table, whole and dense,
+    and be read by nothing else, or only by Gathers that run before it (`readers_first`: a decode step
+    reads its cache's old pages and writes the new rows into the same pool). Such an Input (the runner
+    uploads each feed afresh) or computed node is kept, unless an output reads it; any other table
+    (a view, a leaf, a value read elsewhere) is first copied by a Contiguous node. Runs after every
+    rewrite (CSE could merge two copies), so nothing undoes it."""
+    roots = [e.node for e in outputs]
+    nodes = toposort(roots)
+    before = readers_first(roots, nodes)
+    readers: dict[int, int] = {}
+    by_name: dict[str, int] = {}
     for edge in [s for n in nodes for s in n.srcs] + list(outputs):
-        reads[edge.node.id] = reads.get(edge.node.id, 0) + 1
+        readers[edge.node.id] = readers.get(edge.node.id, 0) + 1
         if edge.node.op.name == "Input":
-            input_reads[edge.node.attrs["name"]] = input_reads.get(edge.node.attrs["name"], 0) + 1
+            by_name[edge.node.attrs["name"]] = by_name.get(edge.node.attrs["name"], 0) + 1
+    output_ids = {e.node.id for e in outputs}
+    output_names = {e.node.attrs["name"] for e in outputs if e.node.op.name == "Input"}
 
-    def owned(edge: Edge) -> bool:
-        node = edge.node
-        if not edge.views.is_identity or not dims_equal(prod(edge.shape), prod(node.shape)):  # the whole buffer, in order
+    def owned(scatter: Node) -> bool:
+        node = scatter.srcs[0].node
+        if not _whole(scatter.srcs[0]) or node.op.literal or node.id in output_ids:
             return False
         if node.op.name == "Input":
-            return input_reads[node.attrs["name"]] == 1
-        return not node.op.literal and node.op.kind != "leaf" and reads[node.id] == 1
+            if node.attrs["name"] in output_names:
+                return False
+            alone = by_name[node.attrs["name"]] == 1
+        elif node.op.kind == "leaf":
+            return False
+        else:
+            alone = readers[node.id] == 1
+        return alone or scatter.id in before
 
-    copied = {n.id for n in nodes if n.op.kind == "scatter" and not owned(n.srcs[0])}
+    copied = {n.id for n in nodes if n.op.kind == "scatter" and not owned(n)}
     if not copied:
         return list(outputs)
 

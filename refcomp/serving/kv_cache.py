@@ -15,10 +15,11 @@ page's stale contents: the model must mask positions at or past a sequence's len
 (`gather_pages(..., lengths=)` zeroes them, `context_mask` and `rc.where` drop their scores),
 never by adding -inf to whatever was read (NaN + -inf is NaN, and 0 * NaN in `p @ v` too).
 
-One step of a program writes, then reads: `gather_pages(write_slots(pool, slots, new), table, ...)`.
-The pool input then has one reader, the Scatter, so its kernel writes the new rows into the fed
-buffer itself and the updated pool (an output, for `store`) costs no copy; a graph that also read
-the pool input elsewhere would get a copy of the whole pool first (ops.graph.own_scatter_tables).
+A step's program may read the old pool (`gather_pages(pool, ...)`, then attend over the chunk's own
+rows beside it) or the updated one (`gather_pages(write_slots(pool, slots, new), ...)`): either way
+the Scatter writes the new rows into the fed buffer itself (old-pool Gathers run first), and the
+updated pool, an output for `store`, costs no copy. Any other reader of the pool input (an
+elementwise use, a second write) gets a copy of the whole pool first (ops.graph.own_scatter_tables).
 
 `scratch_pages` extra pages, never allocated to a sequence, give padded positions of a batched
 chunk slots of their own (`slot_matrix`): a Scatter refuses repeated ids, and writing the padding
