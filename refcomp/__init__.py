@@ -36,6 +36,7 @@ _ATTRIBUTES = {
 # subpackages the package used to import eagerly, which code reaches as rc.compiler.H200, rc.ops.graph
 _SUBMODULES = {
     "nn": ".ops.nn", "return_types": ".ops.return_types", "onnx": ".onnx", "torch": ".torch", "spmd": ".spmd",
+    "serving": ".serving",
     **{unit: f".{unit}" for unit in ("codegen", "compiler", "errors", "exec", "frontends", "golden", "measure",
                                      "ops", "progress", "search", "symbolic")},
 }
@@ -56,7 +57,7 @@ __all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack"
            "zeros_like", *sorted(set(_names.FUNCTIONS) - _BUILTINS), *sorted(_names.RANDOM), "Generator",
            "default_generator", "manual_seed", *sorted(set(_names.DTYPES) - _BUILTINS), "nn", "return_types",
            "evaluate", "Program", "compile", "load_program", "onnx", "torch", "spmd", "Mesh", "shard", "RefcompError",
-           "ShapeError", "BindingError", "FeedError", "AllocationError", "CacheError"]
+           "ShapeError", "BindingError", "FeedError", "AllocationError", "CacheError", "serving"]
 
 
 def __getattr__(name: str):

@@ -29,3 +29,7 @@ class AllocationError(RefcompError):
 class CacheError(RefcompError):
     """The kernel cache cannot be used: its directory is not writable, or an artifact stays
     unloadable after a rebuild. Raised instead of an OSError so the message can say how to fix it."""
+
+
+class KVCacheError(RefcompError):
+    """A paged KV pool cannot do what was asked: it is full, or a sequence, page or slot is not one it holds."""

@@ -195,9 +195,29 @@ def show_binding(bindings: Mapping[str, int]) -> str:
 
 # --- embedding ids --------------------------------------------------------------------------------
 def check_ids(node: Node, ids: np.ndarray, bindings: Mapping[str, int]) -> None:
-    """Gather ids must lie in [0, rows) of the table, on every backend (a GPU would read anywhere)."""
+    """Gather ids must lie in [0, rows) of the table, on every backend (a GPU would read anywhere).
+    A Scatter's must too, and be whole numbers and distinct: two writes to one row race on a GPU
+    (PyTorch's index_copy leaves that result undefined), so refcomp refuses it everywhere."""
     rows = evaluate_dim(node.srcs[0].shape[0], bindings)
+    if node.op.name == "Scatter":
+        _check_scatter_ids(node, ids, rows)
+        return
     if ids.size and (ids.min() < 0 or ids.max() >= rows):
         bad = ids[(ids < 0) | (ids >= rows)]
         raise FeedError(f"embedding ids from {node.srcs[1].node.label} must lie in [0, {rows}) (the rows of "
                         f"{node.srcs[0].node.label}), got {bad.size} outside, e.g. {bad.flat[0]}")
+
+
+def _check_scatter_ids(node: Node, ids: np.ndarray, rows: int) -> None:
+    where = f"the ids {node.srcs[1].node.label} of {node.label} (writing rows of {node.srcs[0].node.label})"
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size and not np.all(np.isfinite(ids) & (ids == np.floor(ids))):
+        raise FeedError(f"{where} must be whole numbers, got {ids[~(np.isfinite(ids) & (ids == np.floor(ids)))][0]}")
+    if ids.size and (ids.min() < 0 or ids.max() >= rows):
+        bad = ids[(ids < 0) | (ids >= rows)]
+        raise FeedError(f"{where} must lie in [0, {rows}), got {bad.size} outside, e.g. {bad.flat[0]:g}")
+    values, counts = np.unique(ids, return_counts=True)
+    if values.size != ids.size:
+        raise FeedError(f"{where} must be distinct: id {values[counts > 1][0]:g} appears {counts[counts > 1][0]} times "
+                        f"(which write wins would depend on the device's schedule; PyTorch's index_copy leaves it "
+                        f"undefined, refcomp refuses it)")

@@ -13,7 +13,7 @@ METHODS = ("abs", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "recip
            "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
            "softmax", "log_softmax", "cumsum", "matmul", "tril", "triu", "numel",
            "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "t", "flip",
-           "split", "chunk", "gather", "index_select", "diagonal")
+           "split", "chunk", "gather", "index_select", "index_copy", "diagonal")
 
 # functions.FUNCTIONS: the methods above, and mm and bmm (matmul with PyTorch's rank checks)
 FUNCTIONS = METHODS + ("mm", "bmm")

@@ -23,8 +23,10 @@ from ..symbolic.view import ViewStack
 from .dtypes import promote
 from .provenance import Origin, current
 
-LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER = "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather"
-ARITY = {LEAF: 0, UNARY: 1, COPY: 1, BINARY: 2, TERNARY: 3, REDUCE: 1, GATHER: 2}  # sources per kind of op
+LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER, SCATTER = (
+    "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather", "scatter")
+ARITY = {LEAF: 0, UNARY: 1, COPY: 1, BINARY: 2, TERNARY: 3, REDUCE: 1, GATHER: 2, SCATTER: 3}  # sources per kind of op
+INDEXED = frozenset({GATHER, SCATTER})  # ops that read or write rows at ids (data): never fused with their neighbours
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
 SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader (codegen does)
 
@@ -63,6 +65,13 @@ def _gather(args, attrs, dtype):
     return table[ids.astype(np.int64)]
 
 
+def _scatter(args, attrs, dtype):
+    table, ids, rows = args
+    out = np.array(table, dtype=dtype)  # a copy: the value of a Scatter is a new table
+    out[ids.astype(np.int64)] = rows
+    return out
+
+
 OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("Input", LEAF, None, doc="a named array fed at run time (float32, or int32 ids)"),
     OpDef("Constant", LEAF, lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt), literal=True,
@@ -91,6 +100,10 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
           doc="materialise a view into a fresh buffer"),
     OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by ids: int32 inputs (checked at run time), or "
           "float32 positions the graph computes in range (sorting's tournament), or an Iota"),
+    OpDef("Scatter", SCATTER, _scatter, doc="a (V, D) table with the rows at ids replaced by a (K, D) source: "
+          "`out = table.copy(); out[ids] = rows`. The ids (int32 inputs, or positions the graph computes) must be "
+          "distinct and lie in [0, V), checked at run time on every backend; the kernel writes only the K rows, "
+          "into the table's own buffer (exec.program: the table is a buffer nothing else reads)"),
 ]}
 
 _ids = itertools.count()
@@ -161,15 +174,22 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
     if op.kind == GATHER:
         table, ids = srcs
         return ids.shape + table.shape[1:]
+    if op.kind == SCATTER:
+        table, ids, rows = srcs
+        if len(table.shape) != 2 or len(ids.shape) != 1 or len(rows.shape) != 2 or not (
+                dims_equal(rows.shape[0], ids.shape[0]) and dims_equal(rows.shape[1], table.shape[1])):
+            raise ShapeError(f"Scatter writes (K, D) rows at K ids into a (V, D) table: got a table {table.shape}, "
+                             f"ids {ids.shape}, rows {rows.shape}")
+        return table.shape
     raise AssertionError(op.kind)
 
 
 def infer_dtype(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> str:
-    """The dtype rule (ops.dtypes): a Cast's target, a Gather's table, else the promotion of the
-    operands that are not weak (a Where's condition does not count: it only selects)."""
+    """The dtype rule (ops.dtypes): a Cast's target, a Gather's or Scatter's table, else the promotion
+    of the operands that are not weak (a Where's condition does not count: it only selects)."""
     if op.name == "Cast":
         return attrs["to"]
-    if op.kind == GATHER:
+    if op.kind in INDEXED:
         return srcs[0].node.dtype
     values = srcs[1:] if op.name == "Where" else srcs
     strong = [e.node.dtype for e in values if not e.node.weak]

@@ -189,6 +189,35 @@ class TorchShapesMixin:
         order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
         return keep_bool(picked.permute(order) if order != list(range(len(order))) else picked, self)
 
+    def index_copy(self, dim: int, index, source):
+        """torch.index_copy: a copy of self whose entries at positions `index` along `dim` are source's,
+        `out[..., index[j], ...] = source[..., j, ...]`. `index` is 1-D int32 ids or float positions the
+        graph computes; at run time every backend refuses ids outside the axis, non-integers and
+        repeated ids (PyTorch leaves a repeated id's result undefined). One Scatter node: the kernel
+        writes only len(index) rows, into the table's own buffer (exec.program)."""
+        axis = self._axis(dim) if self.ndim else 0
+        ids, source = lift(index), lift(source)
+        x = self.reshape((1,)) if self.ndim == 0 else self
+        if ids.ndim > 1:
+            raise ShapeError(f"index_copy of {self.label}: the index {ids.label} must be 1-D, got {ids.ndim} axes")
+        ids = ids.reshape((1,)) if ids.ndim == 0 else ids
+        want = x.shape[:axis] + (ids.shape[0],) + x.shape[axis + 1:]
+        src = source.reshape(want) if source.ndim == 0 and len(want) == 1 else source
+        if src.ndim != len(want) or not all(dims_equal(a, b) for a, b in zip(src.shape, want)):
+            raise ShapeError(f"index_copy of {self.label} along axis {axis}: the source {source.label} must have shape "
+                             f"{tuple(want)} (self's, with len(index) along {axis}), got {tuple(source.shape)}")
+        if src.dtype != self.dtype:
+            raise ShapeError(f"index_copy of {self.label} ({self.dtype}): the source {source.label} is {src.dtype}; "
+                             f"PyTorch requires the same dtype (convert it with .to)")
+        rest = x.shape[:axis] + x.shape[axis + 1:]
+        order = [axis] + [i for i in range(x.ndim) if i != axis]
+        table = (x.permute(order) if axis else x).reshape((x.shape[axis], prod(rest)))
+        rows = (src.permute(order) if axis else src).reshape((ids.shape[0], prod(rest)))
+        out = type(self).from_node(make_node("Scatter", (table.edge, ids.edge, rows.edge))).reshape((x.shape[axis],) + rest)
+        if axis:
+            out = out.permute([order.index(i) for i in range(x.ndim)])
+        return keep_bool(out.reshape(()) if self.ndim == 0 else out, self, source)
+
     def gather(self, dim: int, index):
         """torch.gather: out[i][j][k] = self[i][index[i][j][k]][k] for dim=1; the output has the index's
         shape, which may be smaller than self's on the other axes. `index` is int32 ids (refused at run

@@ -1,0 +1,26 @@
+"""Serving: the paged KV cache (kv_cache.py) and the programs and engine built on it.
+
+Names load on first use (PEP 562), as the package's own do, so `import refcomp.serving` costs nothing
+until a name is asked for."""
+from __future__ import annotations
+
+import importlib
+
+# name -> the submodule that defines it
+_ATTRIBUTES = {
+    **dict.fromkeys(("PagedKVPool", "gather_pages", "gather_slots", "write_slots", "context_mask"), ".kv_cache"),
+}
+
+__all__ = sorted(_ATTRIBUTES)
+
+
+def __getattr__(name: str):
+    if name not in _ATTRIBUTES:
+        raise AttributeError(f"module 'refcomp.serving' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_ATTRIBUTES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ATTRIBUTES))
