@@ -10,6 +10,8 @@ from typing import Optional
 
 import numpy as np
 
+from .graph import simple_dim
+
 SERVING_RATE = 0.1  # graphs that end with an index_copy or a paged attention step
 
 
@@ -31,7 +33,8 @@ class ServingSteps:
     def step_scatter(self) -> None:
         if self.chance(0.4):
             return self.paged_attention()
-        v = self.pick(lambda v: len(v.shape) >= 1 and any(isinstance(d, int) and d >= 1 for d in v.shape))
+        v = self.pick(lambda v: len(v.shape) >= 1 and all(map(simple_dim, v.shape))  # the source is an input of v's shape
+                      and any(isinstance(d, int) and d >= 1 for d in v.shape))
         if v is None or self.chance(0.3):
             v = self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
         axes = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 1]
