@@ -42,6 +42,11 @@ class _Sequence:
     out: list = field(default_factory=list)
     done: bool = False
 
+    @property
+    def key(self) -> tuple:
+        """The sequence's id in the pool (the pool may hold others' sequences too)."""
+        return ("engine", self.index)
+
 
 class Engine:
     """Generate with `model` (serving.models.from_transformers) on `backend` ("numpy" is the
@@ -123,9 +128,10 @@ class Engine:
                     yield from self._emit(q, token)
                 live = [q for q in live if not q.done]
         finally:
+            held = set(self.pool.sequences())
             for q in seqs:
-                if q.index in self.pool.sequences():
-                    self.pool.free(q.index)
+                if q.key in held:
+                    self.pool.free(q.key)
 
     def _start(self, prompts, max_new_tokens, sampling, stop_token_ids, ignore_eos) -> list:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
@@ -139,7 +145,7 @@ class Engine:
             raise EngineError(f"generate: {len(settings)} sampling settings for {len(prompts)} prompts")
         spec = self.model.spec
         stops = frozenset(int(t) for t in stop_token_ids) | (frozenset() if ignore_eos else frozenset(spec.eos_token_id))
-        if self.pool.sequences():
+        if any(isinstance(k, tuple) and k[:1] == ("engine",) for k in self.pool.sequences()):
             raise EngineError("generate: the engine is already generating (finish or close the stream first)")
         seqs = []
         for i, (prompt, setting) in enumerate(zip(prompts, settings)):
@@ -163,15 +169,15 @@ class Engine:
         self.stats["tokens"] += 1
         if token in q.stops or len(q.out) >= q.limit:
             q.done = True
-            self.pool.free(q.index)
+            self.pool.free(q.key)
         yield q.index, token
 
     def _feeds(self, seqs, ids, positions, counts, step) -> dict:
         pool = self.pool
-        keys = [q.index for q in seqs]
+        keys = [q.key for q in seqs]
         starts = [q.cached for q in seqs]
         for q, n in zip(seqs, counts):
-            pool.allocate(q.index, n)
+            pool.allocate(q.key, n)
         feeds = {**self.model.feeds(), **pool.feeds(), "ids": ids, "positions": positions,
                  "cached": np.array(starts, np.float32), "block_table": pool.block_tables(keys),
                  "penalty": np.array([q.sampling.repetition_penalty for q in seqs], np.float32),
@@ -189,7 +195,7 @@ class Engine:
             for which, arrays in (("k", pool.k), ("v", pool.v)):
                 rows = out[f"{which}.{layer}"]
                 for b, (q, n) in enumerate(zip(seqs, counts)):
-                    arrays[layer][pool.slots(q.index, q.cached, n)] = rows[b, :n]
+                    arrays[layer][pool.slots(q.key, q.cached, n)] = rows[b, :n]
         for q, n in zip(seqs, counts):
             q.cached += n
 
