@@ -40,26 +40,32 @@ def hf_greedy(hf, prompt, new=NEW) -> list:
     return out[0, len(prompt):].tolist()
 
 
+def _family(name):
+    cfg, hf = hf_model(name)
+    return name, hf, from_transformers(cfg, hf.state_dict()), [hf_greedy(hf, p) for p in PROMPTS]
+
+
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def family(request):
-    cfg, hf = hf_model(request.param)
-    return request.param, hf, from_transformers(cfg, hf.state_dict()), [hf_greedy(hf, p) for p in PROMPTS]
+    return _family(request.param)
 
 
-@pytest.fixture(scope="module")
-def emulated(family):
-    """One traced generation on the emulator per family, shared by the tests below."""
+@pytest.fixture(scope="module", params=["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
+def emulated(request):
+    """One traced generation on the emulator per family (its compiles are most of this file's time:
+    LLaMA's runs under -m slow), shared by the tests below: (family, engine, tokens, trace)."""
+    family = _family(request.param)
     name, hf, model, want = family
     engine = Engine(model, pages=64, page_size=4, backend="emulator", prefill_chunk=8)
     engine.trace = []
     got = engine.generate(PROMPTS, NEW)
     trace, engine.trace = engine.trace, None
-    return engine, got, trace
+    return family, engine, got, trace
 
 
-def test_greedy_tokens_match_transformers_on_the_emulator(family, emulated):
-    _, _, _, want = family
-    assert emulated[1] == want
+def test_greedy_tokens_match_transformers_on_the_emulator(emulated):
+    (_, _, _, want), _, got, _ = emulated
+    assert got == want
 
 
 def test_greedy_tokens_match_transformers_on_the_reference(family):
@@ -67,17 +73,16 @@ def test_greedy_tokens_match_transformers_on_the_reference(family):
     assert Engine(model, pages=64, page_size=4, backend="numpy", prefill_chunk=8).generate(PROMPTS, NEW) == want
 
 
-def test_a_generation_compiles_twice(family, emulated):
-    engine, got, _ = emulated
+def test_a_generation_compiles_twice(emulated):
+    _, engine, got, _ = emulated
     assert engine.compiles == 2 and engine.stats["decode_steps"] == NEW - 1
     assert engine.generate([PROMPTS[1] + got[1][:7]], 5) == [got[1][7:12]]  # a longer context, no new compile
     assert engine.compiles == 2
 
 
-def test_every_steps_logits_match_the_full_forward(family, emulated):
+def test_every_steps_logits_match_the_full_forward(emulated):
     """Each step's logits are those torch's full forward gives at the sequence's last position."""
-    _, hf, _, _ = family
-    _, got, trace = emulated
+    (_, hf, _, _), _, got, trace = emulated
     sequences = [p + g for p, g in zip(PROMPTS, got)]
     with torch.no_grad():
         full = [hf(torch.tensor([s])).logits[0].numpy() for s in sequences]
