@@ -231,3 +231,24 @@ def _check_shapes(model: Decoder) -> None:
 
 def scale(spec: Spec) -> float:
     return 1.0 / math.sqrt(spec.head_dim)
+
+
+def random_gpt2(layers: int = 2, d_model: int = 64, heads: int = 4, vocab: int = 256, positions: int = 256,
+                std: float = 0.02, seed: int = 0) -> GPT2:
+    """A GPT-2 with random weights drawn by NumPy (normal(0, std) matrices, unit LayerNorm gains, zero
+    biases, as transformers initialises it): the example's and the command line's model, which
+    need neither torch nor a download."""
+    if d_model % heads:
+        raise ModelError(f"random_gpt2: d_model {d_model} is not a multiple of heads {heads}")
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.normal(0.0, std, shape).astype(np.float32)  # noqa: E731
+    w = {"wte.weight": normal(vocab, d_model), "wpe.weight": normal(positions, d_model),
+         "ln_f.weight": np.ones(d_model, np.float32), "ln_f.bias": np.zeros(d_model, np.float32)}
+    for i in range(layers):
+        p = f"h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            w[p + ln + ".weight"], w[p + ln + ".bias"] = np.ones(d_model, np.float32), np.zeros(d_model, np.float32)
+        for name, (n_in, n_out) in {"attn.c_attn": (d_model, 3 * d_model), "attn.c_proj": (d_model, d_model),
+                                    "mlp.c_fc": (d_model, 4 * d_model), "mlp.c_proj": (4 * d_model, d_model)}.items():
+            w[p + name + ".weight"], w[p + name + ".bias"] = normal(n_in, n_out), np.zeros(n_out, np.float32)
+    return GPT2(Spec("gpt2", layers, d_model, heads, heads, d_model // heads, vocab, positions, 1e-5), w)
