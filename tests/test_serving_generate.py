@@ -36,7 +36,9 @@ def hf_model(family: str):
 
 def hf_greedy(hf, prompt, new=NEW) -> list:
     with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+        ids = torch.tensor([prompt])
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                          pad_token_id=0)
     return out[0, len(prompt):].tolist()
 
 
