@@ -42,10 +42,11 @@ def main() -> None:
         page.goto(html.as_uri())
         reader = next(k.name for k in prog.kernels if any(n.attrs.get("name") == "kv_k0" for n in k.reads))
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
+        page.locator(".rc-after g.rc-node.rc-selected").first.scroll_into_view_if_needed()  # inside the graph's pane
+        page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(OUT), full_page=False)
         browser.close()
     print(f"wrote {OUT.relative_to(ROOT)}; {len(prog.kernels)} kernels; clicked {reader}")
-    print(prog.explain()[:3000])
 
 
 if __name__ == "__main__":
