@@ -27,7 +27,7 @@ from .ops.primitives import make_node
 from .ops.tensor import Tensor
 from .progress import stage
 from .search.cost import H200, binding_for
-from .ops.graph import identity_edge, rebuild
+from .ops.graph import identity_edge, own_scatter_tables, rebuild
 from .search.search import search as run_search
 from .symbolic.dims import check_dim_values
 
@@ -111,7 +111,7 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
         return compile_measured(outputs, dims_hint)
     if not search:
         with stage("code generation"):
-            output_nodes = materialise_outputs(tensors)
+            output_nodes = [e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])]
             return Program(outputs, lower_plain(output_nodes), output_nodes)
     path = program_path(outputs, dims_hint, H200) if cache else None
     program = load_cached(outputs, path) if cache else None

@@ -45,12 +45,12 @@ def graph_inputs(outputs, result=None) -> list[Node]:
 
 
 def _id_ranges(nodes: Sequence[Node], dims: Mapping[str, int]) -> dict[str, int]:
-    """For each int32 input read as ids by a Gather: the number of rows of the smallest table."""
+    """For each int32 input read as ids by a Gather or Scatter: the number of rows of the smallest table."""
     rows: dict[str, int] = {}
     for node in nodes:
-        if node.op.name != "Gather":
+        if node.op.name not in ("Gather", "Scatter"):
             continue
-        table, ids = node.srcs
+        table, ids = node.srcs[:2]
         if ids.node.op.name == "Input":
             n = evaluate_dim(table.shape[0], dims)
             name = ids.node.attrs["name"]
@@ -65,14 +65,15 @@ def make_feeds(outputs, dims: Mapping[str, int], seed: int = 0, fixed: Optional[
     Float inputs are standard normal, except that an input of two or more axes all of fixed size
     (a weight) is scaled by 1/sqrt(prod(shape[1:])), its fan-in for (out, in) and (out, in, kh, kw)
     layouts, so activations stay O(1) through matmuls and a float32 program can be held to
-    FLOAT32_TOLERANCE. int32 inputs read by a Gather get ids in [0, rows of the table); other int32
-    inputs get 0 or 1.
+    FLOAT32_TOLERANCE. int32 inputs read by a Gather get ids in [0, rows of the table), by a Scatter
+    distinct ones; other int32 inputs get 0 or 1.
     """
     fixed = dict(fixed or {})
     inputs = graph_inputs(outputs, result)
     tensors, _ = flatten_outputs(outputs)
     nodes = toposort([t.node for t in tensors]) + (list(result.graph.nodes) if result is not None else [])
     ranges = _id_ranges(nodes, dims)
+    scattered = {n.srcs[1].node.attrs.get("name") for n in nodes if n.op.name == "Scatter"}
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for node in inputs:
@@ -84,6 +85,10 @@ def make_feeds(outputs, dims: Mapping[str, int], seed: int = 0, fixed: Optional[
             sizes = tuple(evaluate_dim(d, dims) for d in shape)
         except Exception as exc:  # an unbound symbol
             raise BindingError(f"input {name!r} of shape {tuple(map(str, shape))}: cannot size it at {dict(dims)} ({exc})") from exc
+        if node.dtype == "int32" and name in scattered:  # a Scatter's ids must be distinct
+            count = int(np.prod(sizes))
+            feeds[name] = rng.permutation(max(ranges.get(name, count), count))[:count].reshape(sizes).astype(np.int32)
+            continue
         if node.dtype == "int32":
             feeds[name] = rng.integers(0, max(ranges.get(name, 2), 1), size=sizes, dtype=np.int32)
             continue

@@ -52,7 +52,8 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
                 "concat", "stack", "cumsum", "where", "compare", "fmod", "argmax", "log2_exp2_pad", "exp2_product_pad",
                 "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
                 "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
-                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum"}
+                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum",
+                "index_copy", "paged_attention"}
     assert len({op for op in coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
     missing = expected - set(coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"

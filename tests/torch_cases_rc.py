@@ -104,6 +104,8 @@ case("rc.masked_fill", lambda x, m: rc.masked_fill(x, m > 0, 0.5), lambda x, m: 
 case("rc.gather", lambda x, i: rc.gather(x, 1, i), lambda t, i: torch.gather(t, 1, i), X, IDS, exact=True)
 case("rc.index_select", lambda x, i: rc.index_select(x, 0, i), lambda t, i: torch.index_select(t, 0, i), X,
      a(5, ids=True, high=3), exact=True)
+case("rc.index_copy", lambda x, i, s: rc.index_copy(x, 0, i, s), lambda t, i, s: torch.index_copy(t, 0, i, s), X,
+     a(2, ids=True, distinct=True, high=3), a(2, 4, edges=True), exact=True)
 case("rc.mm", lambda x, y: rc.mm(x, y), lambda x, y: torch.mm(x, y), a(3, 4), a(4, 2), rtol=1e-6)
 case("rc.bmm", lambda x, y: rc.bmm(x, y), lambda x, y: torch.bmm(x, y), a(2, 3, 4), a(2, 4, 2), rtol=1e-6, emulate=True)
 refusal("rc.mm", lambda x, y: rc.mm(x, y), "2-D", inputs=(a(2, 3, 4), a(4, 2)))

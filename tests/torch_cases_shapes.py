@@ -1,5 +1,7 @@
 """Torch-comparison cases (tests/torch_registry.py) of the shape methods, indexing, dtype conversions and
 the questions PyTorch asks of a tensor (size, numel, dim, dtype)."""
+import numpy as np
+
 import refcomp as rc
 from api_helpers import torch
 from torch_registry import a, case, refusal
@@ -71,6 +73,19 @@ case("Tensor.gather", lambda x: x.gather(1, x.argmax(1, keepdim=True)), lambda t
      X, exact=True)
 case("Tensor.index_select", lambda x, i: x.index_select(1, i), lambda t, i: t.index_select(1, i), X, a(3, ids=True),
      exact=True)
+for dim, n, source in ((0, 3, a(2, 4, 5, edges=True)), (1, 4, a(3, 3, 5, edges=True)), (-1, 5, a(3, 4, 2, edges=True))):
+    case("Tensor.index_copy", lambda x, i, s, d=dim: x.index_copy(d, i, s), lambda t, i, s, d=dim: t.index_copy(d, i, s),
+         X, a(source.shape[dim], ids=True, distinct=True, high=n), source, exact=True, emulate=dim == 1)
+case("Tensor.index_copy", lambda x, s: x.index_copy(1, rc.arange(2) * 2 + 1, s),
+     lambda t, s: t.index_copy(1, torch.arange(2) * 2 + 1, s), X, a(3, 2, 5), exact=True)
+case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(5),
+     a(1, ids=True, distinct=True, high=5), a(1), exact=True)
+case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(4),
+     a(ids=True, distinct=True, high=4), a(), exact=True)  # a 0-d index and source
+refusal("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), "must have shape", inputs=(X, a(2, ids=True), a(2, 4, 4)))
+refusal("Tensor.index_copy", lambda x, i: rc.evaluate(x.index_copy(0, i, x[:2]), {"a1": np.array([1, 1], np.int32),
+                                                                                     "a0": np.zeros((3, 4, 5), np.float32)}),
+        "distinct", inputs=(X, a(2, ids=True)))
 case("Tensor.x[1, 2:5, None, ...]", lambda x: x[1, 2:5, None, ...], lambda t: t[1, 2:5, None, ...], a(3, 6, 4), exact=True)
 for index in ((slice(None), slice(None, None, 2)), (Ellipsis, -1), (slice(1, None), None, 0)):
     case("Tensor.x[1, 2:5, None, ...]", lambda x, i=index: x[i], lambda t, i=index: t[i], X, exact=True)

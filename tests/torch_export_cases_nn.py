@@ -2,7 +2,10 @@
 elementwise and view rows are in torch_export_cases.py, whose helpers these use)."""
 from __future__ import annotations
 
+import torch
 from torch_export_cases import A, IDX, IDX2, NEG, ZERO, add, case, f, ints, mask
+
+SLOTS = torch.tensor([3, 0])  # distinct ids, as index_put (index_copy) needs
 
 # --- indexing ----------------------------------------------------------------------------------------
 add("aten.index.Tensor", case(lambda x: A.index.Tensor(x, [IDX]), f(3, 4)),
@@ -16,6 +19,9 @@ add("aten.index.Tensor", case(lambda x: A.index.Tensor(x, [IDX]), f(3, 4)),
                                       A.unsqueeze.default(A.arange.start_step(0, 3), 0)]), f(4, 5), dynamic=True))
 add("aten.index_select.default", case(lambda x: A.index_select.default(x, 1, IDX), f(2, 3)),
     case(lambda x, i: A.index_select.default(x, 0, i), f(6, 2), ints(4, hi=6)))
+add("aten.index_put.default", case(lambda x, v: A.index_put.default(x, [None, SLOTS], v), f(2, 4), f(2, 2)),
+    case(lambda x, i, v: A.index_put.default(x, [i], v), f(6, 3), torch.tensor([5, 1, 2]), f(3, 3), emulator=True),
+    case(lambda x, i, v: A.index_put.default(x, [i], v), f(6, 3), torch.tensor([4, 0]), f(3)))
 add("aten.gather.default", case(lambda x: A.gather.default(x, 1, IDX2), f(2, 4)),
     case(lambda x, i: A.gather.default(x, 0, i), f(5, 3), ints(2, 3, hi=5)))
 add("aten.embedding.default", case(lambda w, i: A.embedding.default(w, i), f(10, 4), ints(2, 3, hi=10), emulator=True),

@@ -39,12 +39,15 @@ class A:
     edges: bool = False
     ids: bool = False
     high: int = 4
+    distinct: bool = False  # ids: distinct ones (a permutation's first entries), as index_copy needs
     values: Optional[tuple] = None  # these values (float32), not random ones
 
     def array(self, rng, dims) -> np.ndarray:
         shape = tuple(dims[n] if isinstance(n, str) else n for n in self.shape)
         if self.values is not None:
             return np.array(self.values, np.float32).reshape(shape)
+        if self.ids and self.distinct:
+            return rng.permutation(self.high)[:int(np.prod(shape))].reshape(shape).astype(np.int32)
         if self.ids:
             return rng.integers(0, self.high, shape).astype(np.int32)
         a = rng.uniform(self.lo, self.hi, shape).astype(np.float32)

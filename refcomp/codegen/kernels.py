@@ -18,7 +18,7 @@ import sympy
 from .abi import KernelSignature
 from .cprint import comment_text
 from ..ops.dtypes import DTYPES
-from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Node
 from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
 from .emit import Access, KernelBody, Unfusable, c_params
 from .sums import loop_fields
@@ -286,6 +286,29 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
     return finish_kernel(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
                    id=id_name, row_value=row_value, rows=lambda b: b.printer.int(table.shape[0]),
                    size=lambda b: b.printer.int(size))
+
+
+def scatter_kernel(name: str, node: Node, names) -> Kernel:
+    """A Scatter in place: out0 is the table's own buffer (the runner binds it so, exec.program), and
+    each thread of a grid-stride loop over the K x D source rows writes one element at its row's id.
+    Only the K rows move; the table is neither read nor copied."""
+    assert node.op.kind == SCATTER, node
+    table, ids, rows = node.srcs
+    body = KernelBody(names)
+    idx = body.axis_indices("i", rows.shape)
+    body.flat_axes = None
+    id_name = body.int_at(ids, idx[:1])
+    row = body.index_var(id_name)
+    # ids are data: the memory model takes source row k to land in table row 2k mod rows (rows apart,
+    # as the distinct ids Program.run accepts are), as it models a gather's reads
+    body.definitions[row] = imod(2 * idx[0], table.shape[0])
+    value = body.value_at(rows, idx)
+    body.access("out0", row * table.shape[1] + idx[1], store=True)
+    size = prod(rows.shape)
+    return finish_kernel(name, "scatter", "scatter.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
+                         id=id_name, value=value, rows=lambda b: b.printer.int(table.shape[0]),
+                         width=lambda b: b.printer.int(table.shape[1]), column=lambda b: b.printer.int(idx[1]),
+                         size=lambda b: b.printer.int(size))
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:

@@ -11,11 +11,12 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 from ..ops.graph import toposort
-from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
 from .online import softmax_matmul_kernel
 from .kernels import (BLOCK, READ_LINE, TILE, Kernel, default_reduce_strategy, elementwise_kernel, gather_kernel, read_line,
+                      scatter_kernel,
                       reduce_kernel, user_ops)
 
 
@@ -38,6 +39,8 @@ def kernel_for(name: str, node: Node, names: ProgramNames, inline: Callable[[Nod
         return reduce_kernel(name, node, names, inline, strategy)
     if node.op.kind == GATHER:
         return gather_kernel(name, node, names)
+    if node.op.kind == SCATTER:
+        return scatter_kernel(name, node, names)
     raise AssertionError(f"no kernel for {node}")
 
 
@@ -67,7 +70,7 @@ class Group:
     root: Node
     members: tuple[Node, ...]  # fused nodes computed inside this kernel, producers first
     reads: tuple[Node, ...]  # nodes whose buffers it reads
-    kind: str  # "elementwise", "reduce", "row", "matmul" or "gather"
+    kind: str  # "elementwise", "reduce", "row", "matmul", "gather" or "scatter"
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
 
 
@@ -135,6 +138,8 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
                              render=render)
     if group.kind == "gather":
         return gather_kernel(name, root, names)
+    if group.kind == "scatter":
+        return scatter_kernel(name, root, names)
     return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK), render=render)
 
 

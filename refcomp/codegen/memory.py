@@ -8,7 +8,7 @@ Program outputs and inputs get buffers of their own and are not part of the plan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 
 @dataclass
@@ -21,8 +21,13 @@ class MemoryPlan:
         return sum(self.slot_bytes)
 
 
-def plan_memory(steps: Sequence[tuple[int, Sequence[int]]], nbytes: Mapping[int, int], keep: set[int]) -> MemoryPlan:
-    """steps: (written node id, read node ids) per kernel in launch order; keep: ids with own buffers."""
+def plan_memory(steps: Sequence[tuple[int, Sequence[int]]], nbytes: Mapping[int, int], keep: set[int],
+                aliases: Optional[Mapping[int, int]] = None) -> MemoryPlan:
+    """steps: (written node id, read node ids) per kernel in launch order; keep: ids with own buffers.
+    aliases: written id -> the id whose buffer that kernel updates in place (a Scatter's table, which
+    its step lists among its reads): the slot passes to the written node instead of being freed."""
+    aliases = aliases or {}
+    handed_on: set[int] = set()
     last_read: dict[int, int] = {}
     for k, (_, reads) in enumerate(steps):
         for node_id in reads:
@@ -31,7 +36,11 @@ def plan_memory(steps: Sequence[tuple[int, Sequence[int]]], nbytes: Mapping[int,
     slot_bytes: list[int] = []
     free: list[int] = []
     for k, (written, reads) in enumerate(steps):
-        if written not in keep:
+        if written in aliases:
+            if aliases[written] in slot_of:
+                slot_of[written] = slot_of[aliases[written]]
+                handed_on.add(aliases[written])
+        elif written not in keep:
             need = nbytes[written]
             fitting = [s for s in free if slot_bytes[s] >= need]
             if fitting:
@@ -46,6 +55,7 @@ def plan_memory(steps: Sequence[tuple[int, Sequence[int]]], nbytes: Mapping[int,
                 free.remove(slot)
             slot_of[written] = slot
         for node_id in dict.fromkeys(list(reads) + [written]):  # in order, not a set: the same plan in any process
-            if node_id in slot_of and last_read.get(node_id, k) <= k and slot_of[node_id] not in free:
+            if (node_id in slot_of and node_id not in handed_on and last_read.get(node_id, k) <= k
+                    and slot_of[node_id] not in free):
                 free.append(slot_of[node_id])
     return MemoryPlan(slot_of, slot_bytes)

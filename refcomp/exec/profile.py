@@ -15,6 +15,7 @@ see that header for the exact counting rules.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass, fields
@@ -274,7 +275,8 @@ MODEL_FIELDS = tuple(f.name for f in fields(MemoryCounts))  # what the model pre
 def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> list[str]:
     """Every counter of every launched kernel where the cost model's memory counts (codegen.access)
     and the profile differ by more than `tolerance` (relative): the check that keeps the model honest.
-    A gather's table reads depend on the ids (data), so for gathers only the requests are compared;
+    A gather's table reads and a scatter's row writes depend on the ids (data), so for those only the
+    requests are compared;
     kernels without an access plan (a program loaded from a file) cannot be checked."""
     out = []
     for kernel, got in zip(program.kernels, profile.kernels):
@@ -282,7 +284,7 @@ def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> li
             continue
         model = memory_counts(kernel, profile.bindings)
         for field in MODEL_FIELDS:
-            if field == "global_load_sectors" and kernel.kind == "gather":
+            if (field, kernel.kind) in (("global_load_sectors", "gather"), ("global_store_sectors", "scatter")):
                 continue
             want, have = getattr(got.counters, field), getattr(model, field)
             if abs(have - want) > tolerance * max(want, 1):
@@ -292,12 +294,19 @@ def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> li
 
 def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int = 0) -> tuple[dict, dict]:
     """Random float feeds (standard normal) and zero ids for the program's inputs at `dims`
-    (default: the binding its costs were modeled at), for profiling a program with no data."""
+    (default: the binding its costs were modeled at), for profiling a program with no data; a
+    Scatter's ids are 0, 1, 2, ... instead (they must be distinct)."""
     dims = dict(program.cost_bindings if dims is None else dims)
     rng = np.random.default_rng(seed)
     feeds = {}
-    for node in input_nodes(toposort([t.node for t in program.tensors])):
+    nodes = toposort([t.node for t in program.tensors])
+    scattered = {n.srcs[1].node.attrs.get("name") for n in nodes if n.op.name == "Scatter"}
+    for node in input_nodes(nodes):
         shape = tuple(evaluate_dim(d, dims) for d in node.shape)
         integer = np.dtype(node.dtype).kind in "iu"
-        feeds[node.attrs["name"]] = np.zeros(shape, np.int32) if integer else rng.standard_normal(shape).astype(np.float32)
+        if integer:
+            feeds[node.attrs["name"]] = (np.arange(math.prod(shape)).reshape(shape) if node.attrs["name"] in scattered
+                                         else np.zeros(shape)).astype(np.int32)
+        else:
+            feeds[node.attrs["name"]] = rng.standard_normal(shape).astype(np.float32)
     return feeds, dims

@@ -20,7 +20,7 @@ from ..codegen.memory import MemoryPlan, plan_memory
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
-from ..ops.primitives import Node
+from ..ops.primitives import INDEXED, SCATTER, Node
 from ..search.explain import cost_table, explain
 from ..search.evaluate import group_structure
 from ..search.fusion import Graph, group_params
@@ -30,7 +30,7 @@ from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from . import limits
 from .backends import get_backend
 from .bindings import bind_dims, check_binding, check_ids, show_binding
-from .reference import evaluate, read_edge
+from .reference import computed_ids, evaluate, read_edge
 from .saved import ProgramFileError, kernel_listing, read_program, rebuild_parts, structure_json, write_program
 from .cache import TemplateCache
 
@@ -94,9 +94,25 @@ class Program:
         return DTYPES[node.dtype].itemsize * evaluate_dim(prod(node.shape), bindings)
 
     def memory_plan(self, bindings: Mapping[str, int]) -> MemoryPlan:
-        steps = [(k.output.id, [n.id for n in k.reads]) for k in self.kernels]
+        aliases = self._in_place()
+        steps = [(k.output.id, [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []))
+                 for k in self.kernels]
         nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
-        return plan_memory(steps, nbytes, keep={n.id for n in self.output_nodes})
+        return plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
+
+    def _in_place(self) -> dict[int, int]:
+        """Scatter kernels' outputs -> their tables' node ids: each writes its rows into its table's
+        buffer, which the compiler made one nothing else reads (ops.graph.own_scatter_tables)."""
+        return {k.output.id: k.output.srcs[0].node.id for k in self.kernels if k.kind == "scatter"}
+
+    def _kept(self) -> set[int]:
+        """Nodes with buffers of their own: the outputs, and the tables (through chains of Scatters)
+        whose buffers become outputs."""
+        keep, aliases = {n.id for n in self.output_nodes}, self._in_place()
+        for written in reversed(list(aliases)):  # launch order reversed: a chain's later Scatter first
+            if written in keep:
+                keep.add(aliases[written])
+        return keep
 
     def peak_intermediate_bytes(self, dims: Optional[Mapping[str, int]] = None) -> int:
         """Bytes of intermediate buffers one run allocates at this binding (after reuse)."""
@@ -117,9 +133,11 @@ class Program:
             limits.require_indexable(self._nodes, [], bindings)
             self._accepted.add(key)
         for node in self._user_nodes:  # in the reference's order, so the first bad lookup is the one it names
-            if node.op.name == "Gather" and node.srcs[1].node.op.name == "Input":
+            if node.op.kind in INDEXED and node.srcs[1].node.op.name == "Input":
                 ids = node.srcs[1]
                 check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
+            elif node.op.kind == SCATTER:  # ids the graph computes: a Scatter's must be checked before it writes
+                check_ids(node, computed_ids(node.srcs[1], arrays, bindings), bindings)
         return arrays, bindings
 
     def allocate(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> dict[int, object]:
@@ -135,9 +153,12 @@ class Program:
         slots = [self._poisoned(be, n) for n in plan.slot_bytes]
         for node_id, slot in plan.slot_of.items():
             buffers[node_id] = slots[slot]
-        for node in self.output_nodes:
-            if node.id not in buffers:
-                buffers[node.id] = self._poisoned(be, self._node_bytes(node, bindings))
+        by_id = {n.id: n for n in self._nodes}
+        for node_id in sorted(self._kept(), key=lambda i: self.names.numbers[i]):
+            if node_id not in buffers and by_id[node_id].op.name != "Input":
+                buffers[node_id] = self._poisoned(be, self._node_bytes(by_id[node_id], bindings))
+        for written, table in self._in_place().items():  # launch order: a chain hands one buffer along
+            buffers[written] = buffers[table]
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:

@@ -200,3 +200,22 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
                 results.append(read_edge(values[t.node.id], t.views, bindings))
     return rebuild([r if r.dtype == np.int32 else r.astype(dtype) for r in results])
 
+
+
+def computed_ids(edge, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> np.ndarray:
+    """The ids a graph computes for a Scatter (positions, an arange), evaluated here from the run's
+    checked feeds: the runner checks them before any kernel writes (they are few: one per row)."""
+    nodes = toposort([edge.node])
+    names = {n.attrs["name"] for n in nodes if n.op.name == "Input"}
+    dims = {s.name: bindings[s.name] for s in symbols_of(nodes, [edge])}
+    values: dict[int, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for node in nodes:
+            if node.op.name == "Input":
+                values[node.id] = arrays[node.attrs["name"]] if node.dtype == "int32" else round_to(
+                    arrays[node.attrs["name"]].astype(np.float32), node.dtype)
+                continue
+            args = [read_edge(values[e.node.id], e.views, dims) for e in node.srcs]
+            values[node.id] = run_node(node, args, dims, np.float32)
+    assert names <= set(arrays), names
+    return read_edge(values[edge.node.id], edge.views, dims)

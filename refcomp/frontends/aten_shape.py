@@ -233,6 +233,26 @@ def index_select(ctx, x, axis, ids):
     return ctx.index(x, [None] * axis + [ids])
 
 
+def index_put(ctx, x, indices, values, accumulate=False):
+    """x with x[indices] = values, for one index tensor (the others None): index_copy along its axis,
+    values broadcast to the indexed shape. The ids must be distinct (checked at run time: PyTorch's
+    result for a repeated id is undefined); accumulate=True (a scatter-add) is refused."""
+    x = ctx.tensor(x)
+    if accumulate:
+        raise ctx.error("index_put with accumulate=True (a scatter-add) is not supported")
+    picked = [(a, ix) for a, ix in enumerate(indices) if ix is not None]
+    if len(picked) != 1:
+        raise ctx.error(f"index_put by {len(picked)} index tensors is not supported (one is: index_copy)")
+    axis, ix = picked[0]
+    ids = ctx.importer.ids_tensor(ix, x.shape[axis], ctx)
+    if ids is None or ids.ndim > 1:
+        raise ctx.error("index_put supports one 1-D index tensor of fed or static ids")
+    want = x.shape[:axis] + (ids.shape[0] if ids.ndim else 1,) + x.shape[axis + 1:]
+    values = ctx.tensor(values)
+    values = values.to(x.dtype) if values.dtype != x.dtype else values
+    return x.index_copy(axis, ids, values.broadcast_to(want))
+
+
 def gather(ctx, x, axis, ids, sparse_grad=False):
     """out[i][j] = x[ids[i][j]][j] along `axis` (axis 0 shown): by positions a strided view, else
     refcomp's gather of int32 ids."""

@@ -196,6 +196,8 @@ ROWS = [
     Row("aten.index.Tensor", s.index, "positions: a strided view; one fed or static index tensor: index_select",
         raw=(1,), ints=m.first_bound, affine=s.index_affine),
     Row("aten.index_select.default", s.index_select, "", raw=(2,), ints=m.first_bound),
+    Row("aten.index_put.default", s.index_put, "one 1-D index tensor of fed or static ids: index_copy (distinct ids, "
+        "checked at run time); accumulate=True is refused", raw=(1,)),
     Row("aten.gather.default", s.gather, "positions: a strided view; else int32 ids", raw=(2,), ints=m.first_bound,
         affine=s.gather_affine),
     Row("aten.embedding.default", s.embedding, "fed int64 ids become int32 ids; positions a view", raw=(1,)),
@@ -274,7 +276,7 @@ NOT_MAPPED = {
     **{f"aten.{name}": "random values (refcomp has no random tensors yet)" for name in (
         "rand.default", "randn.default", "randperm.default")},
     **{f"aten.{name}": "writes at indices computed at run time (integer tensors at run time come later)" for name in (
-        "index_put.default", "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
+        "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
         "masked_scatter.default")},
     "aten.nonzero.default": "a result whose shape depends on the data",
     "aten._local_scalar_dense.default": "a tensor's value read back into Python (.item())",

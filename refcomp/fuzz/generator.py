@@ -10,6 +10,7 @@ import numpy as np
 
 from ..symbolic.dims import dim, prod
 from .edge_steps import EdgeSteps
+from .serving_steps import ServingSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
 from .torch_steps import TorchSteps
@@ -39,7 +40,7 @@ def _elements(shape) -> int:
     return max_extent(prod(dim(d) for d in shape)) if shape else 1
 
 
-class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
+class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
@@ -64,7 +65,7 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
         spec = InputSpec(name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high, specials)
         self.graph.inputs.append(spec)
         exec(spec.code(), self.namespace)
-        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high)), "small_ints": (-2.0, float(high))}[kind]
+        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high)), "slots": (0.0, float(high)), "small_ints": (-2.0, float(high))}[kind]
         var = Var(name, self.namespace[name], lo, hi, True)
         if kind in ("normal", "positive"):
             self.vars.append(var)
@@ -361,13 +362,16 @@ class Generator(EdgeSteps, ModelSteps, TorchSteps, ViewSteps):
             if view is not None:
                 outputs[0] = view.name
         if self.chance(0.03):  # an output that is just an input
-            outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind != "ids" else outputs[0])
+            outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind not in ("ids", "slots") else outputs[0])
         if self.chance(LONG_SUM_RATE):  # drawn last: the graph before it is what it was without long sums
             long = self.long_sum()
             outputs += [long.name] if long is not None else []
         wide = self.wide_rows_output()
         if wide is not None:
             outputs.append(wide)
+        stored = self.storage_output()
+        if stored is not None:
+            outputs.append(stored)
         return self.graph.pruned(list(dict.fromkeys(outputs)))
 
 

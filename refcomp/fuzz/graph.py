@@ -40,18 +40,24 @@ class InputSpec:
     name: str
     shape: tuple  # ints and symbol names
     kind: str = "normal"  # "normal": uniform(-2, 2); "positive": uniform(0.5, 2); "ids": ints in [0, high);
+    # "slots": distinct ints in [0, high) (a Scatter's ids; the generator keeps their count <= high);
     # "small_ints": integral floats in [-2, high) (exponents)
     high: int = 0
     specials: bool = False  # a few values are +-inf and NaN
 
     def code(self) -> str:
         shape = "(" + ", ".join(repr(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
-        dtype = ', "int32"' if self.kind == "ids" else ""
+        dtype = ', "int32"' if self.kind in ("ids", "slots") else ""
         return f'{self.name} = rc.input(P + "{self.name}", {shape}{dtype})'
 
     def feed(self, rng: np.random.Generator, binding: dict, edge: bool = False) -> np.ndarray:
         """Random values; at the edge binding ids may stray outside the table."""
         shape = tuple(binding[d] if isinstance(d, str) else d for d in self.shape)
+        if self.kind == "slots":
+            ids = rng.permutation(self.high)[:math.prod(shape)].astype(np.int32).reshape(shape)
+            if edge and ids.size and rng.random() < STRAY_IDS_RATE:  # out of range, or a repeated id
+                ids.reshape(-1)[rng.integers(ids.size)] = rng.choice([-1, self.high, int(ids.reshape(-1)[0])])
+            return ids
         if self.kind == "ids":
             ids = rng.integers(0, self.high, size=shape).astype(np.int32)
             if edge and ids.size and rng.random() < STRAY_IDS_RATE:

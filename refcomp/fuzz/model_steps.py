@@ -10,6 +10,8 @@ import numpy as np
 
 from .graph import max_extent, min_extent, simple_dim, WIDE_ROWS_RATE
 
+TALL_NORM_RATE = 0.2  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
+
 
 class ModelSteps:
     def step_row(self) -> None:
@@ -20,11 +22,15 @@ class ModelSteps:
         axis = -1 if self.chance(0.6) else int(self.rng.integers(-nd, nd))
         extent = max_extent(v.shape[axis])
         op = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm", "softmax"])
+        tall = False
         if op == "softmax":
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, op)
         elif op == "log_softmax":
             out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
         elif op == "layer_norm":
+            if self.chance(TALL_NORM_RATE):  # many rows: where the search computes the statistics in one pass
+                v = self.new_input((64, self.choice([16, 32])))
+                n, axis, tall = v.name, -1, True
             # a row of equal values (a clipped or broadcast one) has variance 0, and 1/sqrt(var + eps)
             # would magnify the rounding of its mean 300-fold: a ramp keeps every row's spread. Its step
             # exceeds the values' range (up to 64), so no row's own slope can cancel it: with a step of
@@ -45,7 +51,7 @@ class ModelSteps:
             out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
         else:
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, "softmax")
-        if out is not None and op in ("layer_norm", "rms_norm") and simple_dim(out.shape[-1]) and self.chance(0.5):
+        if out is not None and op in ("layer_norm", "rms_norm") and simple_dim(out.shape[-1]) and (tall or self.chance(0.5)):
             # a norm feeding a matmul, as in every transformer: the search may compute its statistics
             # in the matmul's prologue
             w = self.new_input((out.shape[-1], self.choice([8, 16, "B"])))

@@ -10,33 +10,106 @@ fresh node and everything unreachable from the outputs disappears (dead-code rem
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import sympy
 
 from ..errors import RefcompError
-from ..symbolic.dims import free_symbols
+from ..symbolic.dims import dims_equal, free_symbols, prod
 from ..symbolic.view import ViewStack
 from .core import TensorCore
-from .primitives import Edge, Node
+from .primitives import Edge, Node, make_node
 
 
 def toposort(roots: list[Node]) -> list[Node]:
-    """Every node the roots depend on, producers before consumers (iterative: graphs can be deep)."""
+    """Every node the roots depend on, producers before consumers (iterative: graphs can be deep).
+    A Scatter that overwrites its table in place comes after the Gathers that read the old table
+    (`readers_first`): the order is also the order kernels run in."""
+    order = _depth_first(roots, {})
+    if any(n.op.kind == "scatter" for n in order):
+        before = readers_first(roots, order)
+        if before:
+            order = _depth_first(roots, before)
+    return order
+
+
+class _Cycle(Exception):
+    """The extra order asked of _depth_first cannot hold."""
+
+
+def _depth_first(roots: Sequence[Node], before: Mapping[int, Sequence[Node]]) -> list[Node]:
+    """Post-order of a depth-first walk, each node's sources (then the nodes `before` lists for it) first."""
     order: list[Node] = []
     seen: set[int] = set()
+    done: set[int] = set()
     stack: list[tuple[Node, bool]] = [(n, False) for n in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
             order.append(node)
+            done.add(node.id)
             continue
         if node.id in seen:
+            if node.id not in done:  # reached again while its own sources are being walked
+                raise _Cycle(node.label)
             continue
         seen.add(node.id)
         stack.append((node, True))
-        stack.extend((e.node, False) for e in reversed(node.srcs) if e.node.id not in seen)
+        deps = [e.node for e in node.srcs] + list(before.get(node.id, ()))
+        for dep in reversed(deps):
+            if dep.id in seen and dep.id not in done:
+                raise _Cycle(dep.label)
+            if dep.id not in seen:
+                stack.append((dep, False))
     return order
+
+
+def readers_first(roots: Sequence[Node], nodes: Sequence[Node]) -> dict[int, tuple[Node, ...]]:
+    """Scatter id -> the Gathers that read its table (the whole buffer, by node or by input name) and
+    must run before the Scatter writes that buffer in place: every other reader of the table is such a
+    Gather, and none depends on the Scatter. A Scatter whose table has any other reader (an output,
+    another Scatter, an elementwise node a kernel may recompute later, itself) gets no entry, and
+    own_scatter_tables gives it a copy. Empty if the order asked for cannot hold."""
+    readers: dict[int, list] = {}
+    by_name: dict[str, list[int]] = {}
+    for n in nodes:
+        for k, e in enumerate(n.srcs):
+            readers.setdefault(e.node.id, []).append((n, k))
+        if n.op.name == "Input":
+            by_name.setdefault(n.attrs["name"], []).append(n.id)
+    before: dict[int, tuple[Node, ...]] = {}
+    for s in nodes:
+        if s.op.kind != "scatter" or not _whole(s.srcs[0]):
+            continue
+        table = s.srcs[0].node
+        ids = by_name[table.attrs["name"]] if table.op.name == "Input" else [table.id]
+        others = [(r, k) for i in ids for r, k in readers.get(i, []) if not (r is s and k == 0)]
+        if others and all(r is not s and r.op.kind == "gather" for r, _ in others) and \
+                not any(_depends_on(r, s) for r, _ in others):
+            before[s.id] = tuple({r.id: r for r, _ in others}.values())
+    if before:
+        try:
+            _depth_first(roots, before)
+        except _Cycle:
+            return {}
+    return before
+
+
+def _whole(edge: Edge) -> bool:
+    """The edge reads its node's whole buffer in order (a reshape at most)."""
+    return edge.views.is_identity and dims_equal(prod(edge.shape), prod(edge.node.shape))
+
+
+def _depends_on(node: Node, ancestor: Node) -> bool:
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n is ancestor:
+            return True
+        if n.id not in seen:
+            seen.add(n.id)
+            stack.extend(e.node for e in n.srcs)
+    return False
 
 
 def compose(inner: ViewStack, outer: ViewStack) -> ViewStack:
@@ -55,8 +128,9 @@ def identity_edge(node: Node) -> Edge:
     return Edge(node, ViewStack.of_buffer(node.shape))
 
 
-def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) -> tuple[list[Edge], int]:
-    """New output edges after offering every node (bottom-up, with rebuilt sources) to `replace`.
+def rebuild(outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], original: bool = False) -> tuple[list[Edge], int]:
+    """New output edges after offering every node (bottom-up, with rebuilt sources) to `replace`
+    (with `original=True`, as `replace(rebuilt node, the node it was)`).
 
     Returns the outputs and how many nodes `replace` rewrote.
     """
@@ -66,7 +140,7 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
         srcs = tuple(Edge(mapping[s.node.id].node, compose(mapping[s.node.id].views, s.views)) for s in node.srcs)
         changed = any(a.node is not b.node or a.views != b.views for a, b in zip(srcs, node.srcs))
         current = Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin) if changed else node
-        replacement = replace(current)
+        replacement = replace(current, node) if original else replace(current)
         if replacement is not None:
             rewritten += 1
             if replacement.node.origin is None:  # a node a rule built computes what the replaced one did
@@ -76,6 +150,54 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[[Node], Optional[Edge]]) 
             mapping[node.id] = identity_edge(current)
     out = [Edge(mapping[e.node.id].node, compose(mapping[e.node.id].views, e.views)) for e in outputs]
     return out, rewritten
+
+
+def own_scatter_tables(outputs: Sequence[Edge]) -> list[Edge]:
+    """The graph with every Scatter's table a buffer that Scatter may overwrite: the kernel writes its
+    rows into the table's buffer (exec.program), so that buffer must hold the table, whole and dense,
+    and be read by nothing else, or only by Gathers that run before it (`readers_first`: a decode step
+    reads its cache's old pages and writes the new rows into the same pool). Such an Input (the runner
+    uploads each feed afresh) or computed node is kept, unless an output reads it; any other table
+    (a view, a leaf, a value read elsewhere) is first copied by a Contiguous node. Runs after every
+    rewrite (CSE could merge two copies), so nothing undoes it."""
+    roots = [e.node for e in outputs]
+    nodes = toposort(roots)
+    before = readers_first(roots, nodes)
+    readers: dict[int, int] = {}
+    by_name: dict[str, int] = {}
+    for edge in [s for n in nodes for s in n.srcs] + list(outputs):
+        readers[edge.node.id] = readers.get(edge.node.id, 0) + 1
+        if edge.node.op.name == "Input":
+            by_name[edge.node.attrs["name"]] = by_name.get(edge.node.attrs["name"], 0) + 1
+    output_ids = {e.node.id for e in outputs}
+    output_names = {e.node.attrs["name"] for e in outputs if e.node.op.name == "Input"}
+
+    def owned(scatter: Node) -> bool:
+        node = scatter.srcs[0].node
+        if not _whole(scatter.srcs[0]) or node.op.literal or node.id in output_ids:
+            return False
+        if node.op.name == "Input":
+            if node.attrs["name"] in output_names:
+                return False
+            alone = by_name[node.attrs["name"]] == 1
+        elif node.op.kind == "leaf":
+            return False
+        else:
+            alone = readers[node.id] == 1
+        return alone or scatter.id in before
+
+    copied = {n.id for n in nodes if n.op.kind == "scatter" and not owned(n)}
+    if not copied:
+        return list(outputs)
+
+    def replace(current: Node, original: Node) -> Optional[Edge]:
+        if original.id not in copied:
+            return None
+        copy = make_node("Contiguous", (current.srcs[0],))
+        copy.origin = current.origin
+        return identity_edge(Node(current.op, (identity_edge(copy),) + current.srcs[1:], current.attrs, current.shape,
+                                  current.dtype, origin=current.origin))
+    return rebuild(outputs, replace, original=True)[0]
 
 
 def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:

@@ -36,6 +36,8 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
             return ("fused", local[n.id], e.views)
         if n.id in buffers:
             return ("buffer", buffers[n.id], n.shape, n.dtype, e.views)
+        if not n.op.literal:  # a Scatter's table: the buffer it writes in place, whatever its name
+            return ("updated", n.shape, n.dtype, e.views)
         return ("literal", n.op.name, attrs(n), n.shape, e.views)
 
     return (group.kind,) + tuple((n.op.name, n.dtype, n.shape, attrs(n), tuple(source(e) for e in n.srcs),

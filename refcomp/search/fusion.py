@@ -14,7 +14,7 @@ from ..codegen.legality import (COMPENSATION_FLOPS, MAX_FUSED_NODES, MAX_INLINED
                                default_reduce_strategy, long_chain)
 from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
-from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Node
+from ..ops.primitives import ELEMENTWISE, INDEXED, LEAF, REDUCE, SCATTER, Node
 from .cost import DeviceProfile, KernelCost, roofline
 from .repeat import Copies, find_copies
 from .schedule import DECISIONS, Schedule
@@ -90,8 +90,8 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
         node = stack.pop()
         for src in node.srcs:
             s = src.node
-            if s.op.literal:
-                continue
+            if s.op.literal or (node is root and root.op.kind == SCATTER and src is root.srcs[0]):
+                continue  # a Scatter writes into its table's buffer, never reads it (exec.program)
             if s.id in sched.inline and s.id not in graph.outputs:
                 if s.id not in members:
                     members[s.id] = s
@@ -116,8 +116,8 @@ def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node
     mm = [n for n in everything if n.id in sched.matmul and n.id not in sched.streamed] if decided else []
     rows = [n for n in ordered if n.id in sched.row] if decided else []
     epilogues = [n for n in ordered if n.id in sched.epilogue] if decided else []
-    if root.op.kind == GATHER:
-        kind = "gather" if not members else None
+    if root.op.kind in INDEXED:  # "gather" or "scatter": ids are data, nothing fuses into them
+        kind = root.op.kind if not members else None
     elif mm:
         # the matmul template stores the accumulator or one elementwise epilogue of it (relu's short
         # maximum of a pair among them, unrolled), never a reduction it would have to loop over
@@ -153,6 +153,10 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
     ops = len(group.members) + 1
     points = _iteration_points(group, sched, count)
     itemsize = lambda n: DTYPES[n.dtype].itemsize  # noqa: E731
+    if group.kind == "scatter":  # writes only the K source rows (in place), reading them and their ids once
+        written = count(root.srcs[2].shape)
+        nbytes = itemsize(root) * written + sum(itemsize(n) * count(n.shape) for n in group.reads)
+        return roofline(name or root.op.name, group.kind, nbytes, 0, written, profile, nbytes)
     nbytes = itemsize(root) * count(root.shape)
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
         size = count(n.shape)

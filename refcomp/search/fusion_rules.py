@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..codegen.legality import SHORT_REDUCE, matmul_axes, online_softmax, row_statistics, streamed_scores
-from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, Node
+from ..ops.primitives import ELEMENTWISE, INDEXED, REDUCE, Node
 from .fusion import Graph, short_reduce
 from .schedule import DECISIONS, Schedule
 
@@ -44,7 +44,7 @@ class When:
 
 def _free(graph: Graph, sched: Schedule, n: Node) -> bool:
     return (n.id not in sched.inline and n.id not in graph.outputs and bool(graph.consumers[n.id])
-            and not any(c.op.kind == GATHER for c in graph.consumers[n.id]))
+            and not any(c.op.kind in INDEXED for c in graph.consumers[n.id]))
 
 
 def _product(n: Node) -> Node:
@@ -101,7 +101,7 @@ def _streamable(g: Graph, s: Schedule, n: Node):
         return None
     inside = {c.id for c in chain} | {p.id for p in parts.nodes}
     if any(c.id not in inside for c in g.consumers[scores.id]) or any(
-            c.id in g.outputs or any(r.op.kind == GATHER for r in g.consumers[c.id]) for c in chain):
+            c.id in g.outputs or any(r.op.kind in INDEXED for r in g.consumers[c.id]) for c in chain):
         return None
     return scores, chain
 

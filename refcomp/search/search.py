@@ -26,7 +26,7 @@ from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
-from ..ops.graph import identity_edge, rebuild
+from ..ops.graph import identity_edge, own_scatter_tables, rebuild
 from .rewrite import structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
@@ -146,6 +146,7 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
         names = ProgramNames.of(toposort([e.node for e in edges]))  # the numbers the searched graph shows
         where = ", ".join(f"{names.label(n)} into {chunks} chunks" for n, chunks in splits)
         trace.append(Step("split_k", where, *_plain_cost(edges, bindings, profile, prices)))
+    edges = own_scatter_tables(edges)  # after every rewrite: each Scatter's table a buffer it alone may overwrite
     found = fuse(edges, shown.note)
     graph, ev = found.graph, found.ev
     cost, sched, groups, path = found.best

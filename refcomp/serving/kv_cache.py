@@ -12,7 +12,14 @@ Sequences own pages through block tables: `allocate(seq, n)` reserves room for n
 pages from the free list, lowest id first, so runs are deterministic), `free(seq)` returns them.
 `block_tables(seqs)` pads each table to the longest with page 0, so a padded entry reads some
 page's stale contents: the model must mask positions at or past a sequence's length by a select
-(`context_mask` and `rc.where`), never by adding -inf to whatever was read (NaN + -inf is NaN).
+(`gather_pages(..., lengths=)` zeroes them, `context_mask` and `rc.where` drop their scores),
+never by adding -inf to whatever was read (NaN + -inf is NaN, and 0 * NaN in `p @ v` too).
+
+A step's program may read the old pool (`gather_pages(pool, ...)`, then attend over the chunk's own
+rows beside it) or the updated one (`gather_pages(write_slots(pool, slots, new), ...)`): either way
+the Scatter writes the new rows into the fed buffer itself (old-pool Gathers run first), and the
+updated pool, an output for `store`, costs no copy. Any other reader of the pool input (an
+elementwise use, a second write) gets a copy of the whole pool first (ops.graph.own_scatter_tables).
 
 `scratch_pages` extra pages, never allocated to a sequence, give padded positions of a batched
 chunk slots of their own (`slot_matrix`): a Scatter refuses repeated ids, and writing the padding
@@ -25,7 +32,8 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ..errors import KVCacheError
-from ..ops.dtypes import storage_numpy_type
+from ..ops.core import dtype_name
+from ..ops.elementwise import where
 from ..ops.tensor import input as rc_input, iota, lift
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 
@@ -49,9 +57,11 @@ class PagedKVPool:
         self.n_kv_heads = _count(n_kv_heads, "n_kv_heads", 1)
         self.head_dim = _count(head_dim, "head_dim", 1)
         self.scratch_pages = _count(scratch_pages, "scratch_pages")
-        self.dtype, self.name = dtype, name
+        self.dtype, self.name = dtype_name(dtype, "PagedKVPool's dtype"), name
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise KVCacheError(f"a KV pool holds float32, float16 or bfloat16 values, not {self.dtype}")
         shape = self.shape
-        numpy_type = storage_numpy_type(dtype)
+        numpy_type = np.float16 if self.dtype == "float16" else np.float32  # what its feeds take (bfloat16: float32 values)
         self.k = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self.v = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self._free = list(range(self.num_pages))  # kept sorted: the lowest free page is taken first
@@ -214,11 +224,13 @@ def _int_ids(ids, what: str):
     return ids
 
 
-def gather_pages(pool, block_table, page_size: int, length=None):
+def gather_pages(pool, block_table, page_size: int, length=None, lengths=None):
     """Each sequence's cached keys (or values) in token order, (B, L, Hkv, D): the pages its block
     table (int32 (B, P)) names, read by one Gather (ids checked at run time against the pool's pages),
     L = P * page_size, or the first `length` positions (an int or a dim name such as "T").
-    Positions at or past a sequence's own length hold stale data: mask them by a select."""
+    Positions at or past a sequence's own length hold stale data (another sequence's, NaN even):
+    given `lengths` ((B,) float), they read as 0, by a select, so that `p @ v` with p = 0 there
+    stays finite (0 * NaN is NaN); the scores there still need a select to -inf (`context_mask`)."""
     pool = _pool_tensor(pool, "gather_pages")
     table = _int_ids(block_table, "gather_pages' block table")
     page_size = _count(page_size, "gather_pages' page_size", 1)
@@ -230,7 +242,11 @@ def gather_pages(pool, block_table, page_size: int, length=None):
     pages = pool.reshape((slots // page_size, page_size * heads * dim))
     b, p = table.shape
     out = pages.index_select(0, table).reshape((b, p * page_size, heads, dim))
-    return out if length is None else out[:, :length]
+    out = out if length is None else out[:, :length]
+    if lengths is None:
+        return out
+    held = context_mask(lengths, out.shape[1]).reshape((b, out.shape[1], 1, 1))
+    return where(held, out, 0.0)
 
 
 def gather_slots(pool, slots):

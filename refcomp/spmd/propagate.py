@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 from ..errors import ShapeError
 from ..ops.graph import symbols_of, toposort
-from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, Edge, Node, make_node
+from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from ..ops.tensor import Tensor
 from ..symbolic.view import ViewStack
 from .edges import LocalEdges, local_symbol_names, permuted_views
@@ -137,6 +137,9 @@ class Propagation(LocalEdges):
             self._elementwise(node)
         elif op.kind == GATHER:
             self._gather(node)
+        elif op.kind == SCATTER:  # computed whole on every device: its table, ids and rows gathered
+            srcs = tuple(Edge(self.replicated(e.node), e.views) for e in node.srcs)
+            self.values[node.id] = _Value(make_node("Scatter", srcs), (None,) * len(node.shape))
         else:
             raise ShapeError(f"SPMD: {node.label} ({op.kind}) has no sharding rule")
 

@@ -1,0 +1,77 @@
+"""Generator steps for serving's storage (issue 30): index_copy (a Scatter of rows at distinct ids, along
+any axis), and one decode step of attention over a paged KV pool: the new keys written into their
+slots, every sequence's pages read back through its block table, softmax(q . k) weighting them.
+Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz program stays cheap. Mixed into
+`generator.Generator`, whose helpers (`pick`, `choice`, `emit`, `new_input`) they use."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+SERVING_RATE = 0.1  # graphs that end with an index_copy or a paged attention step
+
+
+class ServingSteps:
+    def storage_output(self) -> Optional[str]:
+        """Now and then one more output, an index_copy or a paged attention, drawn last and from a stream
+        of its own: the rest of every graph is what it was without these steps."""
+        rng = np.random.default_rng([self.graph.seed, self.graph.index, 30])
+        if rng.random() >= SERVING_RATE:
+            return None
+        main, self.rng = self.rng, rng
+        counter = self.counter
+        try:
+            self.step_scatter()
+        finally:
+            self.rng = main
+        return self.graph.lines[-1][0] if self.counter > counter else None
+
+    def step_scatter(self) -> None:
+        if self.chance(0.4):
+            return self.paged_attention()
+        v = self.pick(lambda v: len(v.shape) >= 1 and any(isinstance(d, int) and d >= 1 for d in v.shape))
+        if v is None or self.chance(0.3):
+            v = self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
+        axes = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 1]
+        axis = self.choice(axes)
+        rows = v.shape[axis]
+        count = int(self.rng.integers(1, rows + 1))
+        ids = self.new_input((count,), "slots", rows)
+        source = self.new_input(tuple(count if a == axis else d for a, d in enumerate(v.shape)))
+        dim = axis - len(v.shape) if self.chance(0.4) else axis
+        expr = (f"{v.name}.index_copy({dim}, {ids.name}, {source.name})" if self.chance(0.6)
+                else f"rc.index_copy({v.name}, {dim}, {ids.name}, {source.name})")
+        self.emit(expr, min(v.lo, source.lo), max(v.hi, source.hi), v.exact and source.exact, "index_copy")
+
+    def paged_attention(self) -> None:
+        """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D) after writing each
+        sequence's new row at its slot; the same pool serves as keys and values."""
+        pages, size, heads, width = int(self.rng.integers(2, 5)), self.choice([2, 4]), self.choice([1, 2]), self.choice([2, 4])
+        slots = pages * size
+        pool = self.new_input((slots, heads, width))
+        batch = self.choice(["B", 1, 2]) if slots >= 7 else self.choice([1, 2])
+        slot_ids = self.new_input((batch,), "slots", slots)
+        new = self.new_input((batch, heads, width))
+        table = self.new_input((batch, int(self.rng.integers(1, 3))), "ids", pages)
+        q = self.new_input((batch, heads, width))
+        lo, hi = min(pool.lo, new.lo), max(pool.hi, new.hi)
+        written = self.emit(f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})", lo, hi, True, "paged_write")
+        if written is None:
+            return
+        # the values from the updated pool; the keys from it too, or from the old pool, whose Gather must
+        # then run before the Scatter writes the pool's buffer in place
+        values = self.emit(f"rc.serving.gather_pages({written.name}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        source = written.name if self.chance(0.5) else pool.name
+        keys = self.emit(f"rc.serving.gather_pages({source}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        if keys is None or values is None:
+            return
+        bound = width * max(abs(lo), abs(hi)) * max(abs(q.lo), abs(q.hi)) / math.sqrt(width)
+        scores = self.emit(f"({q.name}.unsqueeze(1) * {keys.name}).sum(-1) * {1 / math.sqrt(width)!r}", -bound, bound, False,
+                           "paged_scores")
+        if scores is None:
+            return
+        weights = self.emit(f"{scores.name}.softmax(1)", 0.0, 1.0, False, "paged_softmax")
+        if weights is not None:
+            self.emit(f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention")
