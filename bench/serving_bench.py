@@ -89,7 +89,7 @@ def model_rows(context: int = 1024, page_size: int = 16) -> list:
     for batch in (1, 32):
         pages = batch * context // page_size
         pool = PagedKVPool(pages, page_size, layers, heads, d // heads)
-        outputs = step_graph(model, pool, 1, greedy_graph, "host")
+        outputs = step_graph(model, pool, 1, greedy_graph)
         started = time.perf_counter()
         prog = rc.compile(outputs, dims_hint={"B": batch, "NP": context // page_size}, cache=False)
         compile_s = time.perf_counter() - started

@@ -27,11 +27,12 @@ OUT = ROOT / "docs" / "images" / "serving_decode.png"
 
 def main() -> None:
     model = random_gpt2(layers=1, d_model=32, heads=2, vocab=64, positions=64)
-    pool = PagedKVPool(8, 4, 1, 2, 16)
-    prog = rc.compile(step_graph(model, pool, 1, greedy_graph, "host"), dims_hint={"B": 2, "NP": 2}, cache=False)
+    pool = PagedKVPool(8, 4, 1, 2, 16, scratch_pages=1)
+    prog = rc.compile(step_graph(model, pool, 1, greedy_graph), dims_hint={"B": 2, "NP": 2}, cache=False)
     pool.allocate("a", 6), pool.allocate("b", 3)
     feeds = {**model.feeds(), **pool.feeds(), "ids": np.array([[5], [7]], np.int32), "positions": np.array([[5], [2]], np.int32),
-             "cached": np.array([5, 2], np.float32), "block_table": pool.block_tables(["a", "b"]),
+             "cached": np.array([5, 2], np.float32), "lengths": np.array([6, 3], np.float32),
+             "block_table": pool.block_tables(["a", "b"]), "slots": pool.slot_matrix(["a", "b"], [5, 2], [1, 1], 1),
              "penalty": np.ones(2, np.float32), "seen": np.zeros((2, 64), np.float32)}
     html = Path(tempfile.mkdtemp()) / "decode.html"
     prog.explorer(html, feeds=feeds)

@@ -144,7 +144,7 @@ def test_pages_outside_the_pool_and_bad_requests_are_refused(family):
     step = engine.program("decode")
     s = model.spec
     feeds = {**model.feeds(), **engine.pool.feeds(), "ids": np.zeros((1, 1), np.int32),
-             "positions": np.zeros((1, 1), np.int32), "cached": np.zeros(1, np.float32),
+             "positions": np.zeros((1, 1), np.int32), "cached": np.zeros(1, np.float32), "lengths": np.ones(1, np.float32),
              "block_table": np.array([[99]], np.int32), "slots": np.zeros((1, 1), np.int32),
              "penalty": np.ones(1, np.float32), "seen": np.zeros((1, s.vocab), np.float32)}
     with pytest.raises(RefcompError, match="99"):

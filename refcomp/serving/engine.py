@@ -53,7 +53,7 @@ class Engine:
     reference; None is the default: a GPU if PyCUDA finds one, else the emulator)."""
 
     def __init__(self, model: Decoder, pages: int = 256, page_size: int = 16, backend: Optional[str] = None,
-                 prefill_chunk: int = 512, writes: Optional[str] = None):
+                 prefill_chunk: int = 512):
         if not isinstance(model, Decoder):
             raise EngineError(f"Engine: model must come from serving.models.from_transformers, got {type(model).__name__}")
         s = model.spec
@@ -65,8 +65,6 @@ class Engine:
         self.pool = PagedKVPool(pages, page_size, s.layers, s.kv_heads, s.head_dim,
                                 scratch_pages=-(-self.prefill_chunk // page_size))
         self.candidates = candidates_for(s.vocab)
-        # the Scatter of in-graph writes runs where the backend has it; elsewhere the engine stores rows
-        self.writes = writes or ("graph" if backend == "numpy" else "host")
         self.compiles = 0
         self._programs = {}
         self.stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "tokens": 0}
@@ -80,7 +78,7 @@ class Engine:
             if kind == "sampler":
                 outputs = {"token": sampling_graph(rc_input("logits", ("B", self.model.spec.vocab)))["token"]}
             else:
-                outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph, self.writes)
+                outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph)
             if self.backend == "numpy":
                 from ..exec.reference import evaluate
                 self._programs[kind] = lambda feeds: evaluate(outputs, feeds)
@@ -179,29 +177,22 @@ class Engine:
         for q, n in zip(seqs, counts):
             pool.allocate(q.key, n)
         feeds = {**self.model.feeds(), **pool.feeds(), "ids": ids, "positions": positions,
-                 "cached": np.array(starts, np.float32), "block_table": pool.block_tables(keys),
+                 "cached": np.array(starts, np.float32), "lengths": np.array(starts, np.float32) + counts,
+                 "block_table": pool.block_tables(keys), "slots": pool.slot_matrix(keys, starts, counts, ids.shape[1]),
                  "penalty": np.array([q.sampling.repetition_penalty for q in seqs], np.float32),
                  "seen": np.stack([q.seen for q in seqs])}
-        if self.writes == "graph":
-            feeds["slots"] = pool.slot_matrix(keys, starts, counts, ids.shape[1])
         return feeds
 
     def _store(self, seqs, counts, out) -> None:
         pool = self.pool
         for layer in range(pool.n_layers):
-            if self.writes == "graph":
-                pool.store(layer, out[pool.input_name(layer, "k")], out[pool.input_name(layer, "v")])
-                continue
-            for which, arrays in (("k", pool.k), ("v", pool.v)):
-                rows = out[f"{which}.{layer}"]
-                for b, (q, n) in enumerate(zip(seqs, counts)):
-                    arrays[layer][pool.slots(q.key, q.cached, n)] = rows[b, :n]
+            pool.store(layer, out[pool.input_name(layer, "k")], out[pool.input_name(layer, "v")])
         for q, n in zip(seqs, counts):
             q.cached += n
 
     def _prefill(self, seqs, step) -> list:
         """One chunk of every unfinished prompt, in groups whose padding the scratch pages hold."""
-        room = self.pool.scratch_pages * self.pool.page_size if self.writes == "graph" else float("inf")
+        room = self.pool.scratch_pages * self.pool.page_size
         chosen, group = [], []
         for q in sorted(seqs, key=lambda q: -(q.prompt_len - q.cached)):
             n = min(q.prompt_len - q.cached, self.prefill_chunk)
