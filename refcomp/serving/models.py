@@ -131,10 +131,10 @@ def _arrays(state) -> dict:
         path = Path(state)
         if path.suffix != ".safetensors":
             raise ModelError(f"weights file {path}: only .safetensors files are read (no pickles)")
+        from safetensors.numpy import load_file
         try:
-            from safetensors.numpy import load_file
             return {k: np.asarray(v, np.float32) for k, v in load_file(str(path)).items()}
-        except (OSError, ValueError) as e:
+        except Exception as e:  # OSError, or safetensors' own SafetensorError for a damaged file
             raise ModelError(f"weights file {path}: {e}") from None
     if not isinstance(state, dict):
         raise ModelError(f"weights must be a state dict or a .safetensors path, got {type(state).__name__}")
