@@ -1,6 +1,6 @@
 """docs/images/serving_decode.png: the explorer page of the decode program of a one-layer GPT-2
 (tiny, so the graph stays legible) over the paged pool, in headless Chromium, after clicking the
-attention kernel that reads the pages.
+attention kernel that reads the K and V pages.
 
     python scripts/serving_picture.py
 """
@@ -41,7 +41,8 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(html.as_uri())
-        reader = next(k.name for k in prog.kernels if any(n.attrs.get("name") == "kv_k0" for n in k.reads))
+        pages = lambda n: n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter"  # noqa: E731
+        reader = next(k.name for k in prog.kernels if sum(map(pages, k.reads)) == 2)  # attention over K and V pages
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
         page.locator(".rc-after g.rc-node.rc-selected").first.scroll_into_view_if_needed()  # inside the graph's pane
         page.evaluate("window.scrollTo(0, 0)")
