@@ -149,8 +149,12 @@ def test_pages_outside_the_pool_and_bad_requests_are_refused(family):
              "penalty": np.ones(1, np.float32), "seen": np.zeros((1, s.vocab), np.float32)}
     with pytest.raises(RefcompError, match="99"):
         step(feeds)
-    for bad, match in (([], "non-empty"), ([[1, 999]], "token ids"), ([[1]] * 300, "batch")):
+    for bad, match in (([], "non-empty"), ([[1, 999]], "token ids"), ([[1]] * 300, "batch"), ([["a"]], "token ids")):
         with pytest.raises(EngineError, match=match):
             engine.generate(bad, 2)
     with pytest.raises(EngineError, match="positions"):
         engine.generate([[1] * 120], 20)
+    with pytest.raises(EngineError, match="Sampling"):
+        engine.generate([[1]], 2, sampling={"temperature": 1.0})
+    with pytest.raises(EngineError, match="stop_token_ids"):
+        engine.generate([[1]], 2, stop_token_ids=["x"])

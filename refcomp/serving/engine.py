@@ -142,12 +142,22 @@ class Engine:
         if len(settings) != len(prompts):
             raise EngineError(f"generate: {len(settings)} sampling settings for {len(prompts)} prompts")
         spec = self.model.spec
-        stops = frozenset(int(t) for t in stop_token_ids) | (frozenset() if ignore_eos else frozenset(spec.eos_token_id))
+        try:
+            stops = frozenset(int(t) for t in stop_token_ids)
+        except (TypeError, ValueError):
+            raise EngineError(f"generate: stop_token_ids must be token ids, got {stop_token_ids!r}") from None
+        stops |= frozenset() if ignore_eos else frozenset(spec.eos_token_id)
         if any(isinstance(k, tuple) and k[:1] == ("engine",) for k in self.pool.sequences()):
             raise EngineError("generate: the engine is already generating (finish or close the stream first)")
         seqs = []
         for i, (prompt, setting) in enumerate(zip(prompts, settings)):
-            tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
+            try:
+                tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
+            except (TypeError, ValueError):
+                raise EngineError(f"generate: prompt {i} must be a list of token ids, got {prompt!r}") from None
+            if setting is not None and not isinstance(setting, Sampling):
+                raise EngineError(f"generate: sampling must be a serving.sampling.Sampling (or a list of them), "
+                                  f"got {type(setting).__name__}")
             if not tokens or any(not 0 <= t < spec.vocab for t in tokens):
                 raise EngineError(f"generate: prompt {i} must hold 1 or more token ids in [0, {spec.vocab})")
             if len(tokens) + max_new_tokens > spec.max_positions:
