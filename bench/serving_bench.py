@@ -75,6 +75,13 @@ def emulator_rows(new: int) -> list:
     return rows
 
 
+def _reads_pages(kernel) -> bool:
+    """Whether a kernel writes the pool (Scatter), gathers its pages, or reads the gathered pages."""
+    def pages(n):
+        return n.op.name == "Scatter" or (n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter")
+    return pages(kernel.output) or any(pages(n) for n in kernel.reads)
+
+
 def model_rows(context: int = 1024, page_size: int = 16) -> list:
     import refcomp as rc
     from refcomp.search.cost import H200
@@ -97,15 +104,13 @@ def model_rows(context: int = 1024, page_size: int = 16) -> list:
         costs = [k.cost for k in prog.kernels]
         launches = len(costs) * H200.launch_s
         modeled = sum(c.time_s for c in costs)
-        pool_names = {pool.input_name(i, w) for i in range(layers) for w in "kv"}
-        kv_kernels = [c for k, c in zip(prog.kernels, costs)
-                      if any(n.op.name == "Input" and n.attrs.get("name") in pool_names for n in k.reads)]
+        kv_kernels = [c for k, c in zip(prog.kernels, costs) if _reads_pages(k)]
         roofline = (weight_bytes + kv_bytes) / HBM_PEAK
         row = {"batch": batch, "context": context, "kernels": len(costs), "kernels_per_layer": (len(costs) - 2) / layers,
                "modeled_us": modeled * 1e6, "roofline_us": roofline * 1e6, "ratio": modeled / roofline,
                "parts": {"launches_us": launches * 1e6, "weights_roofline_us": weight_bytes / HBM_PEAK * 1e6,
                          "kv_roofline_us": kv_bytes / HBM_PEAK * 1e6,
-                         "kv_kernels_modeled_us": sum(c.time_s for c in kv_kernels) * 1e6},
+                         "kv_kernels": len(kv_kernels), "kv_kernels_modeled_us": sum(c.time_s for c in kv_kernels) * 1e6},
                "modeled_bytes": sum(c.bytes for c in costs), "weights_bytes": weight_bytes, "kv_bytes": kv_bytes,
                "compile_s": compile_s, "cost_table": prog.cost_summary()}
         print(f"GPT-2 small decode, batch {batch}, context {context}: modeled {row['modeled_us']:.1f} us, roofline "
