@@ -16,6 +16,7 @@ import math
 
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.core import input as rc_input, iota
+from ..ops.elementwise import where
 from .kv_cache import PagedKVPool, gather_pages, write_slots
 from .models import Decoder
 
@@ -48,8 +49,7 @@ def step_graph(model: Decoder, pool: PagedKVPool, chunk, chooser=None) -> dict:
             written = write_slots(pool.input(layer, which), slots, rows.permute(0, 2, 1, 3))
             new[pool.input_name(layer, which)] = written
             read.append(gather_pages(written, table, pool.page_size, lengths=lengths).permute(0, 2, 1, 3))
-        return scaled_dot_product_attention(q, read[0], read[1], attn_mask=mask, scale=1.0 / math.sqrt(pool.head_dim),
-                                            enable_gqa=True)
+        return paged_attention(q, read[0], read[1], mask, pool.page_size)
 
     h = model.hidden(ids, positions, attend)  # (B, C, d)
     if chunk == 1:
@@ -62,6 +62,24 @@ def step_graph(model: Decoder, pool: PagedKVPool, chunk, chooser=None) -> dict:
     if chooser is not None:
         outputs["token"] = chooser(logits)
     return outputs
+
+
+def paged_attention(q, k, v, mask, page_size: int):
+    """Softmax attention of q (B, heads, C, hd) over k, v (B, kv_heads, NP * page_size, hd) where
+    `mask` (B, 1, C, NP * page_size) selects. Each group of heads sharing a key/value head is one
+    batch of queries (no copies of K and V), and the weighted sum of the values is taken page by
+    page and then over the pages: a batched matmul per page and a short sum, which the search
+    tiles, where the sum over the whole key axis at once would be one long strided reduction."""
+    b, heads, c, hd = q.shape
+    kv_heads, width = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    pages = width // page_size
+    queries = q.reshape((b, kv_heads, group * c, hd))
+    scores = (queries @ k.transpose(-2, -1)).reshape((b, kv_heads, group, c, width)) * (1.0 / math.sqrt(hd))
+    weights = where(mask.unsqueeze(1), scores, -math.inf).softmax(-1)  # (B, kv_heads, group, C, width)
+    per_page = weights.reshape((b, kv_heads, group * c, pages, page_size)).permute(0, 1, 3, 2, 4)
+    out = (per_page @ v.reshape((b, kv_heads, pages, page_size, hd))).sum(2)  # (B, kv_heads, group * C, hd)
+    return out.reshape((b, heads, c, hd))
 
 
 def full_graph(model: Decoder):
