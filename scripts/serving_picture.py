@@ -1,6 +1,6 @@
 """docs/images/serving_decode.png: the explorer page of the decode program of a one-layer GPT-2
 (tiny, so the graph stays legible) over the paged pool, in headless Chromium, after clicking the
-attention kernel that reads the K and V pages.
+kernel that sums the values page by page.
 
     python scripts/serving_picture.py
 """
@@ -42,7 +42,7 @@ def main() -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(html.as_uri())
         pages = lambda n: n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter"  # noqa: E731
-        reader = next(k.name for k in prog.kernels if sum(map(pages, k.reads)) == 2)  # attention over K and V pages
+        reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads))][-1]  # the values' sum
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
         page.locator(".rc-after g.rc-node.rc-selected").first.scroll_into_view_if_needed()  # inside the graph's pane
         page.evaluate("window.scrollTo(0, 0)")
