@@ -299,6 +299,22 @@ def _setup_run(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=_run)
 
 
+def _setup_generate(parser: argparse.ArgumentParser) -> None:
+    """refcomp generate's options (cli_generate.py runs it): the model, the pool, the sampling."""
+    for flag, kind, default in (("prompt", str, "1,2,3,4"), ("batch", int, 1), ("max-new-tokens", int, 32), ("backend", str, None),
+                                ("layers", int, 2), ("d-model", int, 64), ("heads", int, 4), ("vocab", int, 256), ("init", float, 0.2),
+                                ("weights", str, None), ("config", str, None), ("pages", int, 64), ("page-size", int, 16),
+                                ("temperature", float, 0.0), ("top-k", int, 0), ("top-p", float, 1.0),
+                                ("repetition-penalty", float, 1.0), ("seed", int, 0)):
+        parser.add_argument(f"--{flag}", type=kind, default=default, help=f"(default {default})")
+    parser.set_defaults(func=_generate)
+
+
+def _generate(args) -> int:
+    from .cli_generate import generate_command
+    return generate_command(args)
+
+
 # --- the command table ----------------------------------------------------------------------------
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "golden": ("golden cases: check the reference against stored outputs, or regenerate them", _setup_golden),
@@ -308,6 +324,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
                 "bank conflicts, barriers and flops beside the cost model", _setup_program(_profile)),
     "run": ("compile, run once on a backend, check against the float64 reference and time each kernel", _setup_run),
     "doctor": ("which backends are usable here, and how to get the others", lambda p: p.set_defaults(func=_doctor)),
+    "generate": ("generate tokens with a small GPT-2 over the paged KV cache and print tokens per second", _setup_generate),
 }
 
 

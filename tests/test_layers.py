@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
 # nothing of refcomp. cli_run and user_golden are the command line's own modules, under cli.
 LAYERS = ["progress", "errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
-          "compiler", "onnx", "torch", "spmd", "serving", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "user_golden", "cli", "__main__"]
+          "compiler", "onnx", "torch", "spmd", "serving", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "cli_generate", "user_golden", "cli", "__main__"]
 
 
 def _unit(module: str) -> str:
