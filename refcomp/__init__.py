@@ -26,7 +26,7 @@ _ATTRIBUTES = {
     "atan2": ".ops.trigonometry",
     **dict.fromkeys(("ceil", "erf", "erfc", "expm1", "floor", "log1p", "tanh"), ".ops.special"),
     **dict.fromkeys(("Generator", "default_generator", "manual_seed"), ".ops.philox"),
-    "evaluate": ".exec.reference",
+    "evaluate": ".reference.reference",
     **dict.fromkeys(("Program", "load_program"), ".exec.program"),
     "compile": ".compiler",
     **dict.fromkeys(("Mesh", "shard"), ".spmd"),

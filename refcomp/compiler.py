@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 from .codegen.lower import lower_plain, materialise_outputs
 from .errors import RefcompError
-from .exec.limits import require_indexable
+from .reference.limits import require_indexable
 from .exec.program import Program, program_for_schedule
 from .exec.program_cache import load_cached, program_path, store
 from .ops.core import dtype_name

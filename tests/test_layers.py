@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 # Lowest first: a unit may import only units listed before it (and itself).
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
 # nothing of refcomp. cli_run and user_golden are the command line's own modules, under cli.
-LAYERS = ["progress", "errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
+LAYERS = ["progress", "errors", "symbolic", "ops", "reference", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
           "compiler", "onnx", "torch", "spmd", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "user_golden", "cli", "__main__"]
 
 
@@ -125,3 +125,13 @@ def test_no_module_imports_another_modules_private_names():
                 private += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert not private, "imports of private names:\n" + "\n".join(private)
+
+
+def test_the_reference_sits_right_above_ops():
+    """The oracle depends on the primitives alone, so frontends fold constants with it, and executors
+    bind dims with it, without either reaching into the other."""
+    assert LAYERS.index("reference") == LAYERS.index("ops") + 1
+    below = set(LAYERS[:LAYERS.index("reference")])
+    found = {b for a, b, _, _ in _imports() if a == "reference" and b != "reference"}
+    assert found <= below, f"the reference imports {sorted(found - below)}"
+    assert not [(a, path) for a, b, path, _ in _imports() if a == "frontends" and b == "exec"], "frontends need no executor"

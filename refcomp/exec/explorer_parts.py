@@ -18,7 +18,7 @@ from ..ops.primitives import Node
 from ..search.alternatives import UNTAKEN_HEADER, untaken_rows
 from ..search.rewrite import structural_key
 from ..symbolic.dims import evaluate_dim, prod
-from .bindings import show_binding
+from ..reference.bindings import show_binding
 
 esc = html.escape
 

@@ -27,10 +27,10 @@ from ..search.fusion import Graph, group_params
 from ..search.cost import H200, KernelCost, kernel_cost
 from ..search.search import scheduled, unfused_costs, with_schedule
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
-from . import limits
+from ..reference import limits
 from .backends import get_backend
-from .bindings import bind_dims, check_binding, check_ids, show_binding
-from .reference import evaluate, read_edge
+from ..reference.bindings import bind_dims, check_binding, check_ids, show_binding
+from ..reference.reference import evaluate, read_edge
 from .saved import ProgramFileError, kernel_listing, read_program, rebuild_parts, structure_json, write_program
 from .cache import TemplateCache
 
