@@ -27,7 +27,8 @@ _ATTRIBUTES = {
     **dict.fromkeys(("ceil", "erf", "erfc", "expm1", "floor", "log1p", "tanh"), ".ops.special"),
     **dict.fromkeys(("Generator", "default_generator", "manual_seed"), ".ops.philox"),
     "evaluate": ".reference.reference",
-    **dict.fromkeys(("Program", "load_program"), ".exec.program"),
+    "Program": ".exec.program",
+    "load_program": ".pipeline.load",
     "compile": ".compiler",
     **dict.fromkeys(("Mesh", "shard"), ".spmd"),
 }

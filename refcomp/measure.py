@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .errors import BindingError, RefcompError
-from .exec.program import program_for_schedule
+from .pipeline.assemble import program_for_schedule
 from .reference.reference import evaluate
 from .exec.timing import Timing, gpu_unavailable_reason, require_gpu, time_program  # noqa: F401  (part of this module's API)
 from .golden import FLOAT32_TOLERANCE, compare

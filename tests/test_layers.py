@@ -13,8 +13,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 
 # Lowest first: a unit may import only units listed before it (and itself).
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
-# nothing of refcomp. cli_run and user_golden are the command line's own modules, under cli.
-LAYERS = ["progress", "errors", "symbolic", "ops", "reference", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
+# nothing of refcomp. The reference sits right above ops: frontends fold constants with it and
+# executors bind dims with it. exec runs what it is given and imports nothing of search; pipeline
+# (lowering, pricing, assembly) is where the two meet. cli_run and user_golden are the command
+# line's own modules, under cli.
+LAYERS = ["progress", "errors", "symbolic", "ops", "reference", "codegen", "search", "exec", "pipeline", "frontends", "golden", "golden_update", "measure",
           "compiler", "onnx", "torch", "spmd", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "user_golden", "cli", "__main__"]
 
 
@@ -135,3 +138,18 @@ def test_the_reference_sits_right_above_ops():
     found = {b for a, b, _, _ in _imports() if a == "reference" and b != "reference"}
     assert found <= below, f"the reference imports {sorted(found - below)}"
     assert not [(a, path) for a, b, path, _ in _imports() if a == "frontends" and b == "exec"], "frontends need no executor"
+
+
+def test_exec_imports_nothing_from_search():
+    """One way through rc.compile: the search returns a schedule with its prices, codegen lowers it,
+    and pipeline/ assembles the Program from what they returned; exec never prices or searches again."""
+    found = [f"{path}:{line}" for a, b, path, line in _imports() if a == "exec" and b == "search"]
+    assert not found, "exec imports search at:\n" + "\n".join(found)
+
+
+def test_the_driver_calls_each_stage_once_in_order():
+    """A guard on the walk: the driver's searched path is search, lowering, assembly, each named once."""
+    source = (PACKAGE / "compiler.py").read_text()
+    calls = ["run_search(", "lower_schedule(", "searched_program("]
+    assert all(source.count(c) == 1 for c in calls), [source.count(c) for c in calls]
+    assert [source.index(c) for c in calls] == sorted(source.index(c) for c in calls)

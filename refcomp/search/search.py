@@ -27,7 +27,7 @@ from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
 from ..ops.graph import identity_edge, rebuild
-from .rewrite import structural_key
+from ..ops.graph import structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
 from ..progress import stage
