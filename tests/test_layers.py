@@ -153,3 +153,15 @@ def test_the_driver_calls_each_stage_once_in_order():
     calls = ["run_search(", "lower_schedule(", "searched_program("]
     assert all(source.count(c) == 1 for c in calls), [source.count(c) for c in calls]
     assert [source.index(c) for c in calls] == sorted(source.index(c) for c in calls)
+
+
+def test_codegen_spells_c_only_in_render_c():
+    """The renderer seam: outside render_c.py (and cprint.py, the index printer), code generation reads
+    no C column of the op and dtype tables and writes no C declaration or cast of its own."""
+    import re
+    spelled = re.compile(r"\.op\.c\b|\.c_identity\b|\.c_(load|store|round|storage)\b|__restrict__|"
+                         r"\"const (float|long long) |\(long long\)[\w(]|\(float\)\(|\? [^\"]* : 0(\.0f|LL)\)")
+    found = [f"{path.relative_to(PACKAGE.parent)}:{k}: {line.strip()}"
+             for path in sorted((PACKAGE / "codegen").glob("*.py")) if path.name not in ("render_c.py", "cprint.py", "highlight.py")
+             for k, line in enumerate(path.read_text().splitlines(), 1) if spelled.search(line)]
+    assert not found, "C spelled outside codegen/render_c.py:\n" + "\n".join(found)
