@@ -26,8 +26,9 @@ _ATTRIBUTES = {
     "atan2": ".ops.trigonometry",
     **dict.fromkeys(("ceil", "erf", "erfc", "expm1", "floor", "log1p", "tanh"), ".ops.special"),
     **dict.fromkeys(("Generator", "default_generator", "manual_seed"), ".ops.philox"),
-    "evaluate": ".exec.reference",
-    **dict.fromkeys(("Program", "load_program"), ".exec.program"),
+    "evaluate": ".reference.reference",
+    "Program": ".exec.program",
+    "load_program": ".pipeline.load",
     "compile": ".compiler",
     **dict.fromkeys(("Mesh", "shard"), ".spmd"),
 }

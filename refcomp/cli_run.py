@@ -289,7 +289,7 @@ def run_command(target_text: str, backend: Optional[str], feeds_file: Optional[s
     """`refcomp run`: 0 when every output agrees with the float64 reference, 1 otherwise."""
     from .compiler import compile as compile_program
     from .exec.backends import BACKENDS, default_backend
-    from .exec.reference import evaluate
+    from .reference.reference import evaluate
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")

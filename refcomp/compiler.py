@@ -1,11 +1,12 @@
-"""The driver: `rc.compile` calls each stage in turn, and nothing below it imports it.
+"""The driver: `rc.compile` calls each stage once, in order, and nothing below it imports it.
 
     tensors (ops, or frontends.onnx)
-      -> search.search: verified rewrites, then the fusion schedule under the cost model
-      -> exec.program.program_for_schedule: codegen lowers each kernel group, and a Program runs them
-    or, with search=False, codegen.lower.lower_plain: one kernel per compute node.
+      -> search.search: verified rewrites, then the fusion schedule and its kernels' prices
+      -> codegen (pipeline.assemble.lower_schedule): the kernel of each scheduled group
+      -> pipeline.assemble.searched_program: prices refined from the kernels, and the Program (exec)
+    or, with search=False, pipeline.assemble.plain_program: one kernel per compute node.
 
-A searched program is cached on disk (exec.program_cache), so the next process loads it instead
+A searched program is cached on disk (pipeline.program_cache), so the next process loads it instead
 of searching again. Measured mode (`measure=True`) times the search's candidate schedules on a GPU
 (refcomp.measure).
 """
@@ -15,16 +16,17 @@ import contextlib
 import gc
 from typing import Mapping, Optional
 
-from .codegen.lower import lower_plain, materialise_outputs
+from .codegen.lower import materialise_outputs
 from .errors import RefcompError
-from .exec.limits import require_indexable
-from .exec.program import Program, program_for_schedule
-from .exec.program_cache import load_cached, program_path, store
+from .reference.limits import require_indexable
+from .exec.program import Program
 from .ops.core import dtype_name
 from .ops.dtypes import FLOAT_DTYPES
 from .ops.graph import flatten_outputs, symbols_of, toposort
 from .ops.primitives import make_node
 from .ops.tensor import Tensor
+from .pipeline.assemble import lower_schedule, plain_program, searched_program
+from .pipeline.program_cache import load_cached, program_path, store
 from .progress import stage
 from .search.cost import H200, binding_for
 from .ops.graph import identity_edge, own_scatter_tables, rebuild
@@ -112,13 +114,14 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
     if not search:
         with stage("code generation"):
             output_nodes = [e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])]
-            return Program(outputs, lower_plain(output_nodes), output_nodes)
+            return plain_program(outputs, output_nodes)
     path = program_path(outputs, dims_hint, H200) if cache else None
     program = load_cached(outputs, path) if cache else None
     if program is None:
         result = run_search([t.edge for t in tensors], dims_hint, H200)
         with stage("code generation"):
-            program = program_for_schedule(outputs, result, result.schedule)
+            kernels = lower_schedule(result)
+            program = searched_program(outputs, result, kernels)
         if cache:
             store(program, path)
     return program

@@ -177,7 +177,7 @@ def make_feeds(case: GoldenCase, i: int) -> dict[str, np.ndarray]:
 
 
 def evaluate_case(case: GoldenCase, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], precision: str) -> dict[str, np.ndarray]:
-    from .exec.reference import evaluate
+    from .reference.reference import evaluate
     outputs = case.build()
     if not isinstance(outputs, dict):
         raise TypeError(f"golden case {case.name!r}: build() must return a dict of named outputs")

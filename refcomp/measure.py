@@ -21,8 +21,8 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .errors import BindingError, RefcompError
-from .exec.program import program_for_schedule
-from .exec.reference import evaluate
+from .pipeline.assemble import program_for_schedule
+from .reference.reference import evaluate
 from .exec.timing import Timing, gpu_unavailable_reason, require_gpu, time_program  # noqa: F401  (part of this module's API)
 from .golden import FLOAT32_TOLERANCE, compare
 from .ops.graph import flatten_outputs, input_nodes, toposort

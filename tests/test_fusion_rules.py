@@ -17,7 +17,7 @@ import pytest
 import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.fused import matmul_axes
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.fuzz.check import own_dims
 from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200, DeviceProfile

@@ -13,9 +13,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 
 # Lowest first: a unit may import only units listed before it (and itself).
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
-# nothing of refcomp. cli_run and user_golden are the command line's own modules, under cli.
-LAYERS = ["progress", "errors", "symbolic", "ops", "codegen", "search", "exec", "frontends", "golden", "golden_update", "measure",
-          "compiler", "onnx", "torch", "spmd", "serving", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "cli_generate", "user_golden", "cli", "__main__"]
+# nothing of refcomp. The reference sits right above ops: frontends fold constants with it and
+# executors bind dims with it. exec runs what it is given and imports nothing of search; pipeline
+# (lowering, pricing, assembly) is where the two meet. cli_run and user_golden are the command
+# line's own modules, under cli.
+LAYERS = ["progress", "errors", "symbolic", "ops", "reference", "codegen", "search", "exec", "pipeline", "frontends", "golden", "golden_update", "measure",
+          "compiler", "onnx", "torch", "spmd", "serving", "__init__", "onnx_backend", "torch_backend", "fuzz", "cli_run", "cli_generate",
+          "user_golden", "cli", "__main__"]
 
 
 def _unit(module: str) -> str:
@@ -125,3 +129,40 @@ def test_no_module_imports_another_modules_private_names():
                 private += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert not private, "imports of private names:\n" + "\n".join(private)
+
+
+def test_the_reference_sits_right_above_ops():
+    """The oracle depends on the primitives alone, so frontends fold constants with it, and executors
+    bind dims with it, without either reaching into the other."""
+    assert LAYERS.index("reference") == LAYERS.index("ops") + 1
+    below = set(LAYERS[:LAYERS.index("reference")])
+    found = {b for a, b, _, _ in _imports() if a == "reference" and b != "reference"}
+    assert found <= below, f"the reference imports {sorted(found - below)}"
+    assert not [(a, path) for a, b, path, _ in _imports() if a == "frontends" and b == "exec"], "frontends need no executor"
+
+
+def test_exec_imports_nothing_from_search():
+    """One way through rc.compile: the search returns a schedule with its prices, codegen lowers it,
+    and pipeline/ assembles the Program from what they returned; exec never prices or searches again."""
+    found = [f"{path}:{line}" for a, b, path, line in _imports() if a == "exec" and b == "search"]
+    assert not found, "exec imports search at:\n" + "\n".join(found)
+
+
+def test_the_driver_calls_each_stage_once_in_order():
+    """A guard on the walk: the driver's searched path is search, lowering, assembly, each named once."""
+    source = (PACKAGE / "compiler.py").read_text()
+    calls = ["run_search(", "lower_schedule(", "searched_program("]
+    assert all(source.count(c) == 1 for c in calls), [source.count(c) for c in calls]
+    assert [source.index(c) for c in calls] == sorted(source.index(c) for c in calls)
+
+
+def test_codegen_spells_c_only_in_render_c():
+    """The renderer seam: outside render_c.py (and cprint.py, the index printer), code generation reads
+    no C column of the op and dtype tables and writes no C declaration or cast of its own."""
+    import re
+    spelled = re.compile(r"\.op\.c\b|\.c_identity\b|\.c_(load|store|round|storage)\b|__restrict__|"
+                         r"\"const (float|long long) |\(long long\)[\w(]|\(float\)\(|\? [^\"]* : 0(\.0f|LL)\)")
+    found = [f"{path.relative_to(PACKAGE.parent)}:{k}: {line.strip()}"
+             for path in sorted((PACKAGE / "codegen").glob("*.py")) if path.name not in ("render_c.py", "cprint.py", "highlight.py")
+             for k, line in enumerate(path.read_text().splitlines(), 1) if spelled.search(line)]
+    assert not found, "C spelled outside codegen/render_c.py:\n" + "\n".join(found)

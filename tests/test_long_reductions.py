@@ -14,7 +14,7 @@ import pytest
 
 import refcomp as rc
 from refcomp.codegen.sums import SERIAL_SUM_LIMIT, long_chain
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200
 from refcomp.search.evaluate import Evaluator

@@ -15,7 +15,7 @@ import pytest
 
 import refcomp as rc
 from refcomp import golden
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.errors import RefcompError
 from refcomp import measure
 from refcomp.search.search import search

@@ -19,7 +19,7 @@ import pytest
 import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.online import MAX_STREAMED_DEPTH, online_softmax
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.ops.graph import toposort
 
 ONLINE = "softmax_matmul.cu.j2"

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import refcomp as rc
-from refcomp.exec import cache, emulator, program_cache
+from refcomp.exec import cache, emulator
+from refcomp.pipeline import program_cache
 from refcomp.exec.saved import ProgramFileError, body_mac
 from refcomp.search import alternatives
 from refcomp.symbolic.dim_text import DimTextError, parse_dim

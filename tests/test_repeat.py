@@ -110,13 +110,13 @@ def test_stacked_gpt2_blocks_get_one_blocks_schedule_and_match_numpy():
 
 
 def test_each_layers_kernels_are_the_first_layers_relabelled_exactly(monkeypatch):
-    """program_for_schedule generates a repeated layer's kernel once and relabels it for the other
-    copies: every kernel must equal what code generation gives for its own group, byte for byte."""
-    import refcomp.exec.program as program
+    """Lowering generates a repeated layer's kernel once and relabels it for the other copies: every
+    kernel must equal what code generation gives for its own group, byte for byte."""
+    import refcomp.codegen.lower as lower
     from refcomp.codegen.lower import kernel_for_group, kernel_name
     from refcomp.search.fusion import group_params
     generated = []
-    monkeypatch.setattr(program, "kernel_for_group", lambda *a, **k: generated.append(a[0]) or kernel_for_group(*a, **k))
+    monkeypatch.setattr(lower, "kernel_for_group", lambda *a, **k: generated.append(a[0]) or kernel_for_group(*a, **k))
     prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
     assert len(generated) < len(prog.kernels) / 2, generated  # the other two blocks were relabelled
     result, sched = prog.search, prog.search.schedule

@@ -23,6 +23,7 @@ from ..ops.primitives import REDUCE, Node
 from ..symbolic.dims import Dim, dims_equal, expand, prod
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
+from . import render_c
 from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel
 from .statistics import reads_match, row_statistics
@@ -59,7 +60,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     epilogue = None
     if output.op.kind != REDUCE:
         body.statements = []
-        result = output.op.c.format(*[body.value_at(src, idx) for src in output.srcs])
+        result = render_c.op_expr(output.op, *[body.value_at(src, idx) for src in output.srcs])
         epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(linear_index(idx, shape)))
         body.access("out0", linear_index(idx, shape), store=True)
     else:
@@ -223,13 +224,13 @@ class TiledContraction:
             pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
             phase = loop_fields(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"), tile)
             phase.update(pair=pair, stats=[f"stats{count}"])
-            body.scalars[red.id] = (f"stats{count}[RC_SLOT]", linear_index(rows, red.shape))
+            body.scalars[red.id] = (render_c.element(f"stats{count}", "RC_SLOT"), linear_index(rows, red.shape))
             if pair is not None:
                 if not reads_match(pair, index, linear_index(rows, red.shape), body.ranges):
                     raise Unfusable(f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations")
                 phase["what"] += f" and {body.names.label(pair.squares)}"
                 phase["stats"].append(f"stats{count + 1}")
-                body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", linear_index(rows, pair.squares.shape))
+                body.scalars[pair.squares.id] = (render_c.element(f"stats{count + 1}", "RC_SLOT"), linear_index(rows, pair.squares.shape))
             count += len(phase["stats"])
             phases.append(phase)
         return phases, extent
@@ -251,7 +252,7 @@ class TiledContraction:
         elif output.op.kind == REDUCE:  # a short reduction (relu's maximum of a pair), unrolled
             result = body.unrolled(output, out_idx)
         else:
-            result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
+            result = render_c.op_expr(output.op, *[body.value_at(s, out_idx) for s in output.srcs])
         statements = body.statements
         body.access("out0", linear_index(out_idx, output.shape), store=True)
         body.statements, body._guards = [], []

@@ -17,10 +17,10 @@ import sympy
 
 from .abi import KernelSignature
 from .cprint import comment_text
-from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Node
 from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
-from .emit import Access, KernelBody, Unfusable, c_params
+from . import render_c
+from .emit import Access, KernelBody, Unfusable
 from .sums import loop_fields
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -182,8 +182,8 @@ def finish_kernel(name: str, kind: str, tmpl: str, body: KernelBody, node: Node,
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
     signature = body.signature(name, ["out0"], uses_barrier, node.dtype)
-    source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
-                                   stored=DTYPES[node.dtype].c_store.format,  # a float as out0 holds it
+    source = template(tmpl).render(name=name, params=render_c.parameter_list(signature), index_lines=index_lines,
+                                   stored=lambda value: render_c.store(node.dtype, value),  # a float as out0 holds it
                                    statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
                                    **fields)
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
@@ -212,7 +212,7 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
-    result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
+    result = render_c.op_expr(node.op, *[body.value_at(src, idx) for src in node.srcs])
     body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
     return finish_kernel(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
@@ -246,7 +246,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
             raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
         body.flat_axes = output_axes
         body.scalars[node.id] = ("total", _linear_of(idx, node.shape))
-        result = epilogue.op.c.format(*[body.value_at(s, idx) for s in epilogue.srcs])
+        result = render_c.op_expr(epilogue.op, *[body.value_at(s, idx) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)

@@ -163,6 +163,24 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
                    source=source)
 
 
+def lower_groups(plans: Sequence[tuple], inline: frozenset, names: ProgramNames) -> list[Kernel]:
+    """The kernel of each planned group, in order: `plans` holds (group, its parameters, a key equal
+    for groups whose kernels have the same code but for labels), as the search's lowering_plan gives
+    them, and `inline` the ids of the nodes recomputed where they are read. A kernel whose key an
+    earlier one has (the same layer of a repeated model) is that kernel relabelled, not generated
+    again: N blocks cost one block's code generation."""
+    fused = lambda node: node.id in inline  # noqa: E731
+    kernels, first = [], {}
+    for k, (group, params, key) in enumerate(plans):
+        name = kernel_name(k, group.members + (group.root,))
+        kernel = relabelled(first[key][0], first[key][1], group, name, names) if key in first else None
+        if kernel is None:
+            kernel = kernel_for_group(name, group, names, fused, params)
+            first.setdefault(key, (kernel, group))
+        kernels.append(kernel)
+    return kernels
+
+
 def _with_read_lines(source: str, reads: Sequence[Node], names: ProgramNames) -> str:
     """`source` with its heading comment's `//   in<k> = ...` lines written anew for `reads`: an
     input's name is the user's text, which the label substitution must not be trusted to rewrite."""

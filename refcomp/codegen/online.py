@@ -32,6 +32,7 @@ from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, Edge, Node
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
+from . import render_c
 from .emit import Unfusable
 from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes
 from .kernels import TILE, Kernel, Late, finish_kernel
@@ -231,7 +232,7 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     tc.begin("epilogue", conjunction(tc.tile_bound["bm"], tc.tile_bound["bn"]))
     factor = body.value_at(Edge(parts.normaliser, ViewStack.of_buffer(parts.normaliser.shape)),
                            body.unravel(row, parts.normaliser.shape))
-    scaled_statements = body.statements + [f"const float scaled = acc * {factor};"]
+    scaled_statements = body.statements + [render_c.value_decl("scaled", f"acc * {factor}")]
     epilogue, result = tc.epilogue(output, "scaled")
     epilogue = scaled_statements + epilogue
     streamed = () if scores is None else (scores.srcs[0].node, scores) + chain
@@ -248,6 +249,6 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
                    score_statements=score_statements, score_value=score, weight_statements=weight_statements,
                    weight_value=weight_value, rescale_statements=rescale_statements, rescale_value=rescale_value,
                    weight_index_lines=weight_lines, b_statements=b_statements, b_value=b_value,
-                   maximum=names.label(maximum), total=names.label(total), max_identity=maximum.op.c_identity,
-                   max_combine=maximum.op.c.format("m_new", "Ss[threadIdx.y][kk]"),
-                   sum_combine=total.op.c.format("l", "w"), **fields)
+                   maximum=names.label(maximum), total=names.label(total), max_identity=render_c.reduce_identity(maximum.op),
+                   max_combine=render_c.op_expr(maximum.op, "m_new", "Ss[threadIdx.y][kk]"),
+                   sum_combine=render_c.op_expr(total.op, "l", "w"), **fields)

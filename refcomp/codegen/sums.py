@@ -34,6 +34,7 @@ import sympy
 
 from ..ops.primitives import Node
 from ..symbolic.dims import Dim
+from . import render_c
 
 SERIAL_SUM_LIMIT = 128  # a thread adds at most this many values in one plain (uncompensated) chain
 COMPENSATION_FLOPS = 3  # rc_sum_add's extra flops per value added (4 in all, against 1)
@@ -59,6 +60,6 @@ def loop_fields(names, red: Node, statements: list[str], value: str, tree: tuple
     or compensated (the `sums.cu.j2` macros read which), then partial results meet two at a time as
     `tree` names them."""
     extent = red.srcs[0].shape[red.attrs["axis"]]
-    return dict(what=names.label(red), statements=statements, identity=red.op.c_identity, value=value,
-                combine=red.op.c.format("acc", value), tree=red.op.c.format(*tree),
+    return dict(what=names.label(red), statements=statements, identity=render_c.reduce_identity(red.op), value=value,
+                combine=render_c.op_expr(red.op, "acc", value), tree=render_c.op_expr(red.op, *tree),
                 compensated=compensated(red, extent, stride))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import RefcompError
 from ..ops.draw import draw_graph, kernel_colour
-from .bindings import show_binding
+from ..reference.bindings import show_binding
 from .explorer_parts import (compiled_owners, esc, kernel_panel, memory_section, node_name, table, trace_section,
                              user_owners)
 

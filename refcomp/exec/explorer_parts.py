@@ -13,12 +13,11 @@ from typing import Optional
 
 from ..codegen.highlight import highlight_cuda
 from ..ops.draw import kernel_colour
+from ..ops.graph import structural_key
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import Node
-from ..search.alternatives import UNTAKEN_HEADER, untaken_rows
-from ..search.rewrite import structural_key
 from ..symbolic.dims import evaluate_dim, prod
-from .bindings import show_binding
+from ..reference.bindings import show_binding
 
 esc = html.escape
 
@@ -52,7 +51,7 @@ def compiled_owners(program) -> dict[int, list[str]]:
 
 def user_owners(program) -> dict[int, list[str]]:
     """The same for the user's graph. The search rebuilds every node downstream of a rewrite, so a user
-    node is matched to the compiled node computing the same values (search.rewrite.structural_key):
+    node is matched to the compiled node computing the same values (ops.graph.structural_key):
     those the rules changed (or merged into another) keep no kernel."""
     memo: dict = {}
     twin = {structural_key(n, memo): n.id for n in program._nodes}
@@ -133,18 +132,18 @@ def trace_section(program) -> str:
                f"{result.states:,} states.{opening} Each row: a rule applied, where, and the predicted time after it.</p>")
     header = ["step", "rule", "where", "predicted us", "kernels", "change us"]
     return (f'{summary}<div class="rc-scroll">{trace_chart(steps)}</div>{table(header, rows, "rc-trace", 3, attrs)}'
-            + untaken_section(result))
+            + untaken_section(program))
 
 
-def untaken_section(result) -> str:
+def untaken_section(program) -> str:
     """The moves still legal at the chosen schedule, each priced alone (search/alternatives.py): what a
     fusion the search declined would save in bytes and cost in time."""
-    claim, rows = untaken_rows(result)
+    claim, header, rows = program.pricing.untaken(program.search)
     if not rows:
         return "<p>Moves left undone: none. No rule applies anywhere in the chosen schedule.</p>"
     cells = [[f"<b>{esc(rule)}</b>", *map(esc, rest)] for rule, *rest in rows]
     return (f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; {claim}.</p>"
-            + table(UNTAKEN_HEADER, cells, "rc-untaken", 2))
+            + table(header, cells, "rc-untaken", 2))
 
 
 def trace_chart(steps) -> str:

@@ -35,7 +35,6 @@ from ..ops.graph import toposort
 from ..ops.primitives import OPS, Edge, Node, infer_shape
 from ..ops.provenance import Origin
 from ..ops.tensor import Tensor
-from ..search.schedule import DECISIONS, PARAMS_BY_NAME, Schedule
 from ..symbolic.dim_text import DimTextError, parse_dim
 from ..symbolic.dims import dims_equal
 from ..symbolic.view import View, ViewStack
@@ -157,13 +156,6 @@ def structure_json(outputs, tensors) -> dict:
     return graph
 
 
-def _schedule_json(schedule, index: dict[int, int]):
-    if schedule is None:
-        return None
-    decided = {d.name: sorted(index[i] for i in getattr(schedule, d.name) if i in index) for d in DECISIONS}
-    return {**decided, "params": [[index[root], name, value] for (root, name), value in schedule.params if root in index]}
-
-
 def kernel_listing(kernel) -> dict:
     """What a file shows of a kernel, and what a loaded program's regenerated kernel must equal."""
     launch = kernel.launch
@@ -180,7 +172,7 @@ def program_json(program) -> dict:
     body = {
         **graph,
         "output_nodes": [index[n.id] for n in program.output_nodes],
-        "schedule": _schedule_json(program.schedule, index),
+        "schedule": None if program.schedule is None else program.schedule.indexed(index),
         "kernels": [{**kernel_listing(k), "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in cost_fields}}
                     for k in program.kernels],
         "cost_bindings": dict(program.cost_bindings),
@@ -244,18 +236,20 @@ def read_program(path, trusted: bool = False) -> dict:
     return data
 
 
-def rebuild_parts(data: dict, name: str):
+def rebuild_parts(data: dict, name: str, read_schedule):
     """(outputs, output_nodes, schedule or None, cost bindings, explain text, kernel listings) from
-    checked file data: every node rebuilt by its op's shape rule and checked against the file."""
+    checked file data: every node rebuilt by its op's shape rule and checked against the file.
+    `read_schedule(spec, node_id, name)` makes the schedule (the search's type) of the file's
+    schedule `spec`, where `node_id(i)` is the id of the file's node i, checked."""
     try:
-        return _rebuild_parts(data, name)
+        return _rebuild_parts(data, name, read_schedule)
     except ProgramFileError:
         raise
     except (RefcompError, KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise ProgramFileError(f"{name!r}: a malformed program file ({type(exc).__name__}: {str(exc)[:200]})") from exc
 
 
-def _rebuild_parts(data: dict, name: str):
+def _rebuild_parts(data: dict, name: str, read_schedule):
     nodes: list[Node] = []
     for k, spec in enumerate(data["nodes"]):
         where = f"{name!r} node {k} ({str(spec['op'])[:40]})"
@@ -279,7 +273,8 @@ def _rebuild_parts(data: dict, name: str):
                if structure == "dict" and len(out["keys"]) == len(tensors) else tensors if structure == "list" else None)
     if outputs is None:
         raise ProgramFileError(f"{name!r}: its outputs' structure {str(structure)[:40]} does not fit its {len(tensors)} edges")
-    schedule = _read_schedule(data["schedule"], nodes, name)
+    node_id = lambda i: nodes[_index(i, len(nodes))].id  # noqa: E731
+    schedule = None if data["schedule"] is None else read_schedule(data["schedule"], node_id, name)
     bindings = {str(k): v for k, v in data["cost_bindings"].items()}
     if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in bindings.values()):
         raise ProgramFileError(f"{name!r}: its cost bindings must be whole numbers")
@@ -311,15 +306,3 @@ def _index(i, below: int) -> int:
         raise ProgramFileError(f"node index {str(i)[:40]} does not name an earlier node")
     return i
 
-
-def _read_schedule(spec, nodes: list[Node], name: str):
-    if spec is None:
-        return None
-    ids = lambda indices: frozenset(nodes[_index(i, len(nodes))].id for i in indices)  # noqa: E731
-    decided = {d.name: ids(spec[d.name]) for d in DECISIONS}
-    params = []
-    for root, param, value in spec["params"]:
-        if param not in PARAMS_BY_NAME or not any(value in choices for choices in PARAMS_BY_NAME[param].choices.values()):
-            raise ProgramFileError(f"{name!r}: the kernel parameter {str(param)[:40]}={str(value)[:40]} is not one refcomp sets")
-        params.append(((nodes[_index(root, len(nodes))].id, param), value))
-    return Schedule(**decided, params=tuple(sorted(params)))

@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import FeedError, RefcompError
-from ..exec.reference import evaluate
+from ..reference.reference import evaluate
 from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input

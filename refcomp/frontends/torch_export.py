@@ -19,7 +19,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import FeedError, RefcompError
-from ..exec.reference import evaluate
+from ..reference.reference import evaluate
 from ..ops.graph import symbols_of, toposort
 from .aten_values import MAX_EXACT
 from .torch_graph import dim_names

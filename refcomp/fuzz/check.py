@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import RefcompError
 from ..exec.profile import model_disagreements
-from ..exec.program import load_program, program_for_schedule
+from ..pipeline.assemble import program_for_schedule
+from ..pipeline.load import load_program
 from ..golden import FLOAT32_TOLERANCE, STORAGE_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..search.alternatives import untaken_moves

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 
-from ..exec.program import load_program
+from ..pipeline.load import load_program
 from ..exec.saved import ProgramFileError, body_mac
 
 # Text an attacker might put where a file holds code, a dim or an index.

@@ -310,7 +310,7 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ran
     axis name or None per dim) says how rc.spmd.compile splits it over a device mesh; a
     single-device compile ignores it. `ranges` ({"B": (1, 64)}, a max of None for none) limits the
     values a symbolic dim of this input may be bound to: a binding outside is a BindingError on
-    every backend (exec.bindings), as torch.export's Dim(min=, max=) promises of the model."""
+    every backend (reference.bindings), as torch.export's Dim(min=, max=) promises of the model."""
     if not isinstance(name, str) or not name:
         raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
     dtype = dtype_name(dtype, f"input {name!r}")

@@ -200,6 +200,26 @@ def own_scatter_tables(outputs: Sequence[Edge]) -> list[Edge]:
     return rebuild(outputs, replace, original=True)[0]
 
 
+def structural_key(node: Node, memo: dict[int, object]) -> object:
+    """Equal for nodes that compute the same values: same op, attributes and (recursively) sources.
+
+    Computed sources-first with an explicit stack (graphs may be thousands of nodes deep), stopping
+    at nodes already in `memo`."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        pending = [s.node for s in n.srcs if s.node.id not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if n.id not in memo:
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+            srcs = tuple((memo[s.node.id], s.views) for s in n.srcs)
+            memo[n.id] = hash((n.op.name, n.dtype, attrs, srcs))
+    return memo[node.id]
+
+
 def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
     """Tensors in a fixed order, and a function that puts results back in the user's structure."""
     if isinstance(outputs, TensorCore):

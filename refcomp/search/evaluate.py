@@ -44,6 +44,14 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
                                   tuple(n.id in getattr(sched, d.name) for d in DECISIONS)) for n in nodes)
 
 
+def lowering_plan(groups, sched: Schedule) -> list[tuple[Group, dict, tuple]]:
+    """What code generation needs to lower each group (codegen.lower.lower_groups): its kernel
+    parameters, and a key equal for groups of the same structure, parameters and user calls, whose
+    kernels differ only in labels (the same layer of a repeated model)."""
+    return [(g, group_params(sched, g), (group_structure(g, sched), tuple(sched.kernel_params(g.root.id, g.kind).items()),
+                                         tuple(n.origin for n in g.members + (g.root,)))) for g in groups]
+
+
 ACCESS_PRICED = ("reduce", "row", "matmul")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 

@@ -100,6 +100,12 @@ class Schedule:
         """This schedule with the node ids added to the named decisions: decide(inline={3}, row={3})."""
         return replace(self, **{name: getattr(self, name) | frozenset(more) for name, more in ids.items()})
 
+    def indexed(self, index: dict) -> dict:
+        """The decisions and parameters with node ids renumbered by `index` (a program file's node
+        numbers, exec.saved), nodes outside it dropped: what a program file stores."""
+        decided = {d.name: sorted(index[i] for i in getattr(self, d.name) if i in index) for d in DECISIONS}
+        return {**decided, "params": [[index[root], name, value] for (root, name), value in self.params if root in index]}
+
 
 DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
 TEMPLATED = tuple(d.name for d in DECISIONS if d.metadata["codegen"])  # the decisions that hand a node to a template

@@ -26,8 +26,7 @@ from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
-from ..ops.graph import identity_edge, own_scatter_tables, rebuild
-from .rewrite import structural_key
+from ..ops.graph import identity_edge, own_scatter_tables, rebuild, structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
 from ..progress import stage

@@ -80,7 +80,7 @@ class Engine:
             else:
                 outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph)
             if self.backend == "numpy":
-                from ..exec.reference import evaluate
+                from ..reference.reference import evaluate
                 self._programs[kind] = lambda feeds: evaluate(outputs, feeds)
             else:
                 from ..compiler import compile as rc_compile

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..compiler import compile as compile_program
 from ..errors import BindingError, RefcompError
-from ..exec.bindings import bind_dims
+from ..reference.bindings import bind_dims
 from ..exec.program import Program
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import LEAF, Edge, Node, make_node

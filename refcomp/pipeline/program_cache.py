@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ..ops.graph import flatten_outputs
-from .cache import cache_dir, cache_key, write_atomically
-from .program import Program, load_program
-from .saved import ProgramFileError, graph_json, program_text, refcomp_version
+from ..exec.cache import cache_dir, cache_key, write_atomically
+from ..exec.program import Program
+from .load import load_program
+from ..exec.saved import ProgramFileError, graph_json, program_text, refcomp_version
 
 ENV = "REFCOMP_PROGRAM_CACHE_DIR"
 _PACKAGE = Path(__file__).resolve().parent.parent
