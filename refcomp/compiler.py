@@ -40,7 +40,9 @@ def stored_as(outputs, dtype):
     computation between them stays float32."""
     name = dtype_name(dtype, "compile(dtype=)")
     if name not in FLOAT_DTYPES:
-        raise RefcompError(f"compile(dtype={dtype!r}): the storage type must be one of {', '.join(FLOAT_DTYPES)}")
+        raise RefcompError(
+            f"compile(dtype={dtype!r}): the storage type must be one of {', '.join(FLOAT_DTYPES)}"
+        )
     tensors, restructure = flatten_outputs(outputs)
     if name == "float32":
         return outputs
@@ -48,7 +50,9 @@ def stored_as(outputs, dtype):
     def narrow_input(node):
         if node.op.name != "Input" or node.dtype != "float32":
             return None
-        kept = {"ranges": node.attrs["ranges"]} if "ranges" in node.attrs else {}  # the dims' allowed values stay
+        kept = (
+            {"ranges": node.attrs["ranges"]} if "ranges" in node.attrs else {}
+        )  # the dims' allowed values stay
         stored = make_node("Input", dtype=name, name=node.attrs["name"], shape=node.attrs["shape"], **kept)
         return identity_edge(make_node("Cast", (identity_edge(stored),), to="float32"))
 
@@ -69,7 +73,9 @@ def _older_objects_frozen():
     intermediate expressions) die young, freed by their reference counts, and are then never
     scanned (a GPT-2 block: 60 collections, 8 ms, become one of 3 ms)."""
     threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], YOUNG_COLLECTION) if threshold[0] else 0, *threshold[1:])  # (0: collection is off)
+    gc.set_threshold(
+        max(threshold[0], YOUNG_COLLECTION) if threshold[0] else 0, *threshold[1:]
+    )  # (0: collection is off)
     frozen = not gc.get_freeze_count()
     if frozen:
         gc.freeze()
@@ -81,8 +87,14 @@ def _older_objects_frozen():
         gc.set_threshold(*threshold)
 
 
-def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False,
-            cache: bool = True, dtype=None) -> Program:
+def compile(
+    outputs,
+    search: bool = True,
+    dims_hint: Optional[Mapping[str, int]] = None,
+    measure: bool = False,
+    cache: bool = True,
+    dtype=None,
+) -> Program:
     """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
 
     With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
@@ -108,12 +120,19 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
     require_indexable(nodes, edges, binding_for(nodes, dims_hint, edges))  # before anything is priced
     if measure:
         if not search:
-            raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
-        from .measure import compile_measured  # here: measured mode's timing and checks are not every compile's
+            raise RefcompError(
+                "compile(measure=True) times the search's candidate schedules, so it needs search=True"
+            )
+        from .measure import (
+            compile_measured,
+        )  # here: measured mode's timing and checks are not every compile's
+
         return compile_measured(outputs, dims_hint)
     if not search:
         with stage("code generation"):
-            output_nodes = [e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])]
+            output_nodes = [
+                e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])
+            ]
             return plain_program(outputs, output_nodes)
     path = program_path(outputs, dims_hint, H200) if cache else None
     program = load_cached(outputs, path) if cache else None

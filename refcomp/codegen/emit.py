@@ -103,7 +103,9 @@ class KernelBody:
     statements: list[str] = field(default_factory=list)
     symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
     reads: list[Node] = field(default_factory=list)
-    loads: list = field(default_factory=list)  # (buffer, flat index, mask) of each load, for the kernel's comment
+    loads: list = field(
+        default_factory=list
+    )  # (buffer, flat index, mask) of each load, for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
@@ -172,8 +174,11 @@ class KernelBody:
 
     def load_comments(self) -> list[str]:
         """`in0[o0 * 64 + r] where ...` per load: printed only for a rendered kernel's comment."""
-        return [f"{buffer}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
-                for buffer, flat, valid in self.loads]
+        return [
+            f"{buffer}[{self.comment_printer.int(flat)}]"
+            + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
+            for buffer, flat, valid in self.loads
+        ]
 
     def used_index_lines(self) -> list[str]:
         """Declarations of the axis indices the body actually uses (call after the body is built)."""
@@ -228,7 +233,9 @@ class KernelBody:
             value = self.unrolled(node, node_idx)
         else:
             value = render_c.op_expr(node.op, *[self.value_at(src, node_idx) for src in node.srcs])
-        value = render_c.rounded(node.dtype, value)  # a 16-bit node's value is rounded wherever it is computed
+        value = render_c.rounded(
+            node.dtype, value
+        )  # a 16-bit node's value is rounded wherever it is computed
         if valid is sympy.true:
             return value
         self._guards.pop()
@@ -252,10 +259,16 @@ class KernelBody:
         """A node this kernel already holds as one value per row (a fused reduction's result)."""
         name, expected = self.scalars[node.id]
         if self.flat_axes is not None and flat == self.flat_axes[1]:  # the identity shortcut: `i` itself
-            flat = sum((a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0))
-        flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
+            flat = sum(
+                (a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0)
+            )
+        flat = sympy.sympify(flat).xreplace(
+            {expr: sym for sym, _, expr in self._index_lines}
+        )  # unravelled i -> o_k
         if valid is not sympy.true or expand(flat - expected) != 0:
-            raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
+            raise Unfusable(
+                f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}"
+            )
         self.scalars_read.add(node.id)
         return render_c.rounded(node.dtype, name)
 
@@ -317,8 +330,13 @@ class KernelBody:
     def params(self, outputs: Sequence[str], output_dtype: str) -> tuple[Param, ...]:
         buffers = [Param(name, self.buffer_ctypes[node_id]) for node_id, name in self.buffer_names.items()]
         outs = [Param(name, f"{render_c.storage_type(output_dtype)}*") for name in outputs]
-        dims = [Param(self.dim_names[s], "long long") for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])]
+        dims = [
+            Param(self.dim_names[s], "long long")
+            for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])
+        ]
         return tuple(buffers + outs + dims)
 
-    def signature(self, name: str, outputs: Sequence[str], uses_barrier: bool, output_dtype: str = "float32") -> KernelSignature:
+    def signature(
+        self, name: str, outputs: Sequence[str], uses_barrier: bool, output_dtype: str = "float32"
+    ) -> KernelSignature:
         return KernelSignature(name, self.params(outputs, output_dtype), uses_barrier)

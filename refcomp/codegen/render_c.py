@@ -12,9 +12,26 @@ from ..ops.dtypes import DTYPES
 from .abi import KernelSignature
 from .cprint import float_literal
 
-__all__ = ["op_expr", "reduce_identity", "storage_type", "load", "store", "rounded", "parameter_list", "float_literal",
-           "ZERO", "element", "masked", "masked_index", "to_float", "to_index", "index_element", "value_decl",
-           "index_decl", "guarded"]
+__all__ = [
+    "op_expr",
+    "reduce_identity",
+    "storage_type",
+    "load",
+    "store",
+    "rounded",
+    "parameter_list",
+    "float_literal",
+    "ZERO",
+    "element",
+    "masked",
+    "masked_index",
+    "to_float",
+    "to_index",
+    "index_element",
+    "value_decl",
+    "index_decl",
+    "guarded",
+]
 
 ZERO = "0.0f"  # what a masked or out-of-range read gives
 
@@ -96,4 +113,10 @@ def index_decl(name: str, value: str) -> str:
 
 def guarded(name: str, cond: str, body: list[str], value: str) -> list[str]:
     """`name` = `value` computed by `body` only where `cond` holds, else 0."""
-    return [f"float {name} = {ZERO};", f"if ({cond}) {{", *("    " + line for line in body), f"    {name} = {value};", "}"]
+    return [
+        f"float {name} = {ZERO};",
+        f"if ({cond}) {{",
+        *("    " + line for line in body),
+        f"    {name} = {value};",
+        "}",
+    ]

@@ -54,12 +54,20 @@ def compensated(red: Node, extent: Dim, stride: int = 1) -> bool:
     return red.op.name == "SumReduce" and long_chain(extent, stride)
 
 
-def loop_fields(names, red: Node, statements: list[str], value: str, tree: tuple[str, str], stride: int) -> dict:
+def loop_fields(
+    names, red: Node, statements: list[str], value: str, tree: tuple[str, str], stride: int
+) -> dict:
     """One reduction loop of a template (reduce kernels, row kernel phases, matmul prologues): each
     thread takes every `stride`-th value of the row into `acc` (`statements` compute `value`), plainly
     or compensated (the `sums.cu.j2` macros read which), then partial results meet two at a time as
     `tree` names them."""
     extent = red.srcs[0].shape[red.attrs["axis"]]
-    return dict(what=names.label(red), statements=statements, identity=render_c.reduce_identity(red.op), value=value,
-                combine=render_c.op_expr(red.op, "acc", value), tree=render_c.op_expr(red.op, *tree),
-                compensated=compensated(red, extent, stride))
+    return dict(
+        what=names.label(red),
+        statements=statements,
+        identity=render_c.reduce_identity(red.op),
+        value=value,
+        combine=render_c.op_expr(red.op, "acc", value),
+        tree=render_c.op_expr(red.op, *tree),
+        compensated=compensated(red, extent, stride),
+    )

@@ -134,9 +134,11 @@ def profile_table(profile: Profile) -> str:
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
     binding = ", ".join(f"{k}={v}" for k, v in profile.bindings.items()) or "no symbolic dims"
-    title = (f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
-             f"(sect = 32-byte sectors per warp request; model sect B = the cost model's sectors x 32, sampled)"
-             f"{profile.cost_note}")
+    title = (
+        f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
+        f"(sect = 32-byte sectors per warp request; model sect B = the cost model's sectors x 32, sampled)"
+        f"{profile.cost_note}"
+    )
     rule = "-" * len(line(head))
     return "\n".join([title, line(head), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
 
@@ -214,7 +216,9 @@ class ProfileBackend(emulator.EmulatorBackend):
         return aligned_buffer(nbytes)
 
 
-def load_profiled(source: str, kernels: Sequence[KernelSignature], cache_dir: Optional[str] = None) -> ProfiledModule:
+def load_profiled(
+    source: str, kernels: Sequence[KernelSignature], cache_dir: Optional[str] = None
+) -> ProfiledModule:
     """Compile (or find in the emulator's disk cache) the profile build of `source`."""
     names = [k.name for k in kernels]
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
@@ -253,7 +257,9 @@ def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping
     return Profile(kernels, dict(bindings), program.download_outputs(be, buffers, bindings), note)
 
 
-MODEL_FIELDS = tuple(f.name for f in fields(MemoryCounts))  # what the model predicts and model_disagreements compares
+MODEL_FIELDS = tuple(
+    f.name for f in fields(MemoryCounts)
+)  # what the model predicts and model_disagreements compares
 
 
 def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> list[str]:
@@ -268,7 +274,10 @@ def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> li
             continue
         model = memory_counts(kernel, profile.bindings)
         for field in MODEL_FIELDS:
-            if (field, kernel.kind) in (("global_load_sectors", "gather"), ("global_store_sectors", "scatter")):
+            if (field, kernel.kind) in (
+                ("global_load_sectors", "gather"),
+                ("global_store_sectors", "scatter"),
+            ):
                 continue
             want, have = getattr(got.counters, field), getattr(model, field)
             if abs(have - want) > tolerance * max(want, 1):
@@ -289,8 +298,11 @@ def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int =
         shape = tuple(evaluate_dim(d, dims) for d in node.shape)
         integer = np.dtype(node.dtype).kind in "iu"
         if integer:
-            feeds[node.attrs["name"]] = (np.arange(math.prod(shape)).reshape(shape) if node.attrs["name"] in scattered
-                                         else np.zeros(shape)).astype(np.int32)
+            feeds[node.attrs["name"]] = (
+                np.arange(math.prod(shape)).reshape(shape)
+                if node.attrs["name"] in scattered
+                else np.zeros(shape)
+            ).astype(np.int32)
         else:
             feeds[node.attrs["name"]] = rng.standard_normal(shape).astype(np.float32)
     return feeds, dims

@@ -50,10 +50,14 @@ class Program:
         self.output_nodes = output_nodes
         self.pricing = pricing
         self.search = search  # the SearchResult (trace, costs) when the program was searched
-        self.schedule = schedule  # the search's Schedule of output_nodes' graph (None: one kernel per compute node)
+        self.schedule = (
+            schedule  # the search's Schedule of output_nodes' graph (None: one kernel per compute node)
+        )
         self.cost_bindings = dict(cost_bindings)
         self.saved_explain: Optional[str] = None  # what explain() said when a loaded program was saved
-        self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
+        self.measured = (
+            None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
+        )
         nodes = toposort(list(output_nodes))
         self._nodes = nodes
         self._user_nodes = toposort([t.node for t in self.tensors])
@@ -85,8 +89,13 @@ class Program:
 
     def memory_plan(self, bindings: Mapping[str, int]) -> MemoryPlan:
         aliases = self._in_place()
-        steps = [(k.output.id, [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []))
-                 for k in self.kernels]
+        steps = [
+            (
+                k.output.id,
+                [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []),
+            )
+            for k in self.kernels
+        ]
         nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
         return plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
 
@@ -109,7 +118,9 @@ class Program:
         return self.memory_plan(check_dim_values(dims, self._symbols)).peak_bytes
 
     # --- running -----------------------------------------------------------------------------
-    def bind(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+    def bind(
+        self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None
+    ) -> tuple[dict, dict]:
         """Checked feeds and the dims' values, refused exactly where the reference refuses them.
 
         Every backend runs this before any launch: the feeds, the binding validator (on the user's
@@ -126,11 +137,15 @@ class Program:
             if node.op.kind in INDEXED and node.srcs[1].node.op.name == "Input":
                 ids = node.srcs[1]
                 check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
-            elif node.op.kind == SCATTER:  # ids the graph computes: a Scatter's must be checked before it writes
+            elif (
+                node.op.kind == SCATTER
+            ):  # ids the graph computes: a Scatter's must be checked before it writes
                 check_ids(node, computed_ids(node.srcs[1], arrays, bindings), bindings)
         return arrays, bindings
 
-    def allocate(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> dict[int, object]:
+    def allocate(
+        self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]
+    ) -> dict[int, object]:
         """Backend buffers for one run: inputs uploaded, intermediates in the memory plan's slots,
         outputs on their own; everything written by a kernel starts as NaN, so a missed write shows."""
         self._check_room(be, arrays, bindings)
@@ -159,10 +174,17 @@ class Program:
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
         total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
-            sizes.setdefault(f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings))
+            sizes.setdefault(
+                f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings)
+            )
         biggest = max(sizes, key=sizes.get)
-        limits.require(total, be.memory_bytes(), f"running this program at {show_binding(bindings)} (largest buffer: "
-                       f"{biggest}, {limits.show_bytes(sizes[biggest])})", f"the {be.name} backend")
+        limits.require(
+            total,
+            be.memory_bytes(),
+            f"running this program at {show_binding(bindings)} (largest buffer: "
+            f"{biggest}, {limits.show_bytes(sizes[biggest])})",
+            f"the {be.name} backend",
+        )
 
     @staticmethod
     def _poisoned(be, nbytes: int):
@@ -171,7 +193,9 @@ class Program:
         be.fill_nan(buffer, nbytes)
         return buffer
 
-    def prepare(self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+    def prepare(
+        self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None
+    ) -> tuple[dict, dict]:
         """The bound dims and the backend buffers of one run (checked, uploaded, allocated)."""
         arrays, bindings = self.bind(feeds, dims)
         return bindings, self.allocate(be, arrays, bindings)
@@ -192,11 +216,20 @@ class Program:
         if launch.mode == "tiles":
             work *= math.prod(evaluate_dim(d, bindings) for d in launch.extra)
         elements = math.prod(evaluate_dim(d, bindings) for d in kernel.output.shape)
-        if work > elements and not (elements == 0 and launch.mode == "block_per_output"):  # rows of no elements
-            raise RefcompError(f"kernel {kernel.name}: its launch ({launch}) covers {work:,} elements at "
-                               f"{show_binding(bindings)}, more than the {kernel.output.shape} buffer it writes")
+        if work > elements and not (
+            elements == 0 and launch.mode == "block_per_output"
+        ):  # rows of no elements
+            raise RefcompError(
+                f"kernel {kernel.name}: its launch ({launch}) covers {work:,} elements at "
+                f"{show_binding(bindings)}, more than the {kernel.output.shape} buffer it writes"
+            )
 
-    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
+    def run(
+        self,
+        feeds: Mapping[str, object],
+        backend: Optional[str] = None,
+        dims: Optional[Mapping[str, int]] = None,
+    ):
         if backend == "numpy":
             return evaluate(self.outputs, feeds, dims)
         be = get_backend(backend)
@@ -236,7 +269,9 @@ class Program:
         `feeds` are given), the rewrite trace and the memory plan; written to `path` when given.
         `dims` bind the profiled run (as in `profile`), so they need `feeds`."""
         if dims is not None and feeds is None:
-            raise RefcompError("Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)")
+            raise RefcompError(
+                "Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)"
+            )
         from .explorer import write_explorer
         return write_explorer(self, path, self.profile(feeds, dims) if feeds is not None else None)
 
@@ -253,7 +288,10 @@ class Program:
     def cost_summary(self) -> str:
         """Per kernel: modeled bytes, flops and predicted time on the cost model's device profile."""
         binding = show_binding(self.cost_bindings) or "no symbolic dims"
-        lines = [f"cost model at {binding}" + ("" if self.search else " (search=False: one kernel per compute node)")]
+        lines = [
+            f"cost model at {binding}"
+            + ("" if self.search else " (search=False: one kernel per compute node)")
+        ]
         return "\n".join(lines + self.pricing.cost_table(self))
 
     def report(self) -> str:
@@ -263,6 +301,10 @@ class Program:
         lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spill B':>8}"]
         for k in self.kernels:
             r = resources.get(k.name)
-            regs, smem, spills = (r.registers, r.shared_bytes, r.spill_store_bytes + r.spill_load_bytes) if r else ("?", "?", "?")
+            regs, smem, spills = (
+                (r.registers, r.shared_bytes, r.spill_store_bytes + r.spill_load_bytes)
+                if r
+                else ("?", "?", "?")
+            )
             lines.append(f"{k.name:<28}{k.kind:<13}{k.launch.mode:<18}{regs:>5}{smem:>8}{spills:>8}")
         return "\n".join(lines)

@@ -20,7 +20,9 @@ from ..search.search import SearchResult, with_schedule
 
 def lower_schedule(result: SearchResult) -> list[Kernel]:
     """The kernels of the search result's groups under its schedule."""
-    return lower_groups(lowering_plan(result.groups, result.schedule), result.schedule.inline, result.graph.names)
+    return lower_groups(
+        lowering_plan(result.groups, result.schedule), result.schedule.inline, result.graph.names
+    )
 
 
 def priced(kernels: Sequence[Kernel], costs) -> list[Kernel]:

@@ -35,22 +35,37 @@ def load_program(path, outputs=None, trusted: bool = False) -> Program:
     if outputs is not None:
         given = structure_json(outputs, flatten_outputs(outputs)[0])
         if given != structure_json(saved_outputs, flatten_outputs(saved_outputs)[0]):
-            raise ProgramFileError(f"{name!r} was saved for another graph than the outputs given to load_program: "
-                                   f"compile these outputs instead")
+            raise ProgramFileError(
+                f"{name!r} was saved for another graph than the outputs given to load_program: "
+                f"compile these outputs instead"
+            )
     try:
         kernels, coarse = regenerated(output_nodes, schedule, bindings)
     except (RefcompError, KeyError, IndexError, StopIteration, TypeError, ValueError) as exc:
-        raise ProgramFileError(f"{name!r}: its schedule does not lower ({type(exc).__name__}: {str(exc)[:200]})") from exc
-    if [kernel_listing(k) for k in kernels] != [{f: k.get(f) for f in ("name", "kind", "ops", "launch", "source")}
-                                               for k in listed if isinstance(k, dict)]:
-        raise ProgramFileError(f"{name!r}: its kernels are not the ones refcomp generates from its graph and schedule "
-                               f"(edited, or written by other code)")
+        raise ProgramFileError(
+            f"{name!r}: its schedule does not lower ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
+    if [kernel_listing(k) for k in kernels] != [
+        {f: k.get(f) for f in ("name", "kind", "ops", "launch", "source")}
+        for k in listed
+        if isinstance(k, dict)
+    ]:
+        raise ProgramFileError(
+            f"{name!r}: its kernels are not the ones refcomp generates from its graph and schedule "
+            f"(edited, or written by other code)"
+        )
     if coarse is None:  # one kernel per compute node: priced as a fresh search=False program is
         costs, bindings = plain_prices(kernels, output_nodes)
     else:
         costs = price_kernels(kernels, coarse, bindings, H200)
-    program = Program(saved_outputs if outputs is None else outputs, priced(kernels, costs), output_nodes, PRICING,
-                      bindings, schedule=schedule)
+    program = Program(
+        saved_outputs if outputs is None else outputs,
+        priced(kernels, costs),
+        output_nodes,
+        PRICING,
+        bindings,
+        schedule=schedule,
+    )
     program.saved_explain = explained
     return program
 
@@ -73,7 +88,11 @@ def read_schedule(spec, node_id, name: str) -> Schedule:
     decided = {d.name: frozenset(node_id(i) for i in spec[d.name]) for d in DECISIONS}
     params = []
     for root, param, value in spec["params"]:
-        if param not in PARAMS_BY_NAME or not any(value in choices for choices in PARAMS_BY_NAME[param].choices.values()):
-            raise ProgramFileError(f"{name!r}: the kernel parameter {str(param)[:40]}={str(value)[:40]} is not one refcomp sets")
+        if param not in PARAMS_BY_NAME or not any(
+            value in choices for choices in PARAMS_BY_NAME[param].choices.values()
+        ):
+            raise ProgramFileError(
+                f"{name!r}: the kernel parameter {str(param)[:40]}={str(value)[:40]} is not one refcomp sets"
+            )
         params.append(((node_id(root), param), value))
     return Schedule(**decided, params=tuple(sorted(params)))

@@ -30,7 +30,9 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 def source_digest() -> str:
     """sha256 of refcomp's own code and templates: a program cached by other code is not reused."""
     h = hashlib.sha256()
-    for path in sorted(p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts):
+    for path in sorted(
+        p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts
+    ):
         h.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

@@ -23,7 +23,12 @@ def price_kernels(kernels: Sequence, coarse: Sequence[KernelCost], bindings: Map
     priced: dict = {}
     out = []
     for kernel, cost in zip(kernels, coarse):
-        key = (id(kernel.plan), kernel.launch, cost, tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)))
+        key = (
+            id(kernel.plan),
+            kernel.launch,
+            cost,
+            tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)),
+        )
         if kernel.plan is None or key not in priced:
             priced[key] = kernel_cost(kernel, cost, bindings, profile)
         out.append(priced[key])
@@ -41,8 +46,14 @@ class Pricing:
 
     def total(self, costs: Sequence[KernelCost]) -> KernelCost:
         """A whole program: its kernels' bytes, flops and times summed."""
-        return KernelCost("total", f"{len(costs)} kernels", sum(c.bytes for c in costs), sum(c.flops for c in costs),
-                          max((c.threads for c in costs), default=0), sum(c.time_s for c in costs))
+        return KernelCost(
+            "total",
+            f"{len(costs)} kernels",
+            sum(c.bytes for c in costs),
+            sum(c.flops for c in costs),
+            max((c.threads for c in costs), default=0),
+            sum(c.time_s for c in costs),
+        )
 
     def explain(self, program) -> str:
         return explain(program)
@@ -62,8 +73,12 @@ class Pricing:
         count = lambda shape: elements(shape, bindings)  # noqa: E731
         result = program.search
         if result is not None:
-            return [kernel_cost(k, group_cost(g, result.schedule, count, result.profile, k.name), bindings, result.profile)
-                    for g, k in zip(result.groups, program.kernels)], ""
+            return [
+                kernel_cost(
+                    k, group_cost(g, result.schedule, count, result.profile, k.name), bindings, result.profile
+                )
+                for g, k in zip(result.groups, program.kernels)
+            ], ""
         if program.saved_explain is None:
             coarse = unfused_costs(program.output_nodes, dims_hint=dict(bindings))[0]
             return [kernel_cost(k, c, bindings, H200) for k, c in zip(program.kernels, coarse)], ""
