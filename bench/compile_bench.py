@@ -64,8 +64,19 @@ def main() -> None:
         print(f"{r['workload']:<12}{r['kernels']:>8}{r['first_process_s']:>17.3f}{r['second_process_s']:>18.3f}"
               f"{r['second_process_s'] / r['first_process_s']:>8.3f}")
     out = ROOT / "bench" / "results" / "compile_cache.json"
-    out.write_text(json.dumps({"python": platform.python_version(), "machine": platform.machine(),
-                               "cpus": os.cpu_count(), "rounds": args.rounds, "workloads": rows}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+                "rounds": args.rounds,
+                "workloads": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {out.relative_to(ROOT)}")
 
 

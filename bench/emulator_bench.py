@@ -52,9 +52,13 @@ def mlp(rc):
     w1, b1 = rc.input("w1", (256, 784)), rc.input("b1", (256,))
     w2, b2 = rc.input("w2", (10, 256)), rc.input("b2", (10,))
     out = rc.nn.linear(rc.nn.linear(x, w1, b1).relu(), w2, b2)
-    feeds = {"x": rng.standard_normal((64, 784)).astype(np.float32), "w1": _weights(rng, 256, 784, fan_in=784),
-             "b1": _weights(rng, 256, fan_in=784), "w2": _weights(rng, 10, 256, fan_in=256),
-             "b2": _weights(rng, 10, fan_in=256)}
+    feeds = {
+        "x": rng.standard_normal((64, 784)).astype(np.float32),
+        "w1": _weights(rng, 256, 784, fan_in=784),
+        "b1": _weights(rng, 256, fan_in=784),
+        "w2": _weights(rng, 10, 256, fan_in=256),
+        "b2": _weights(rng, 10, fan_in=256),
+    }
     return out, feeds
 
 
@@ -107,14 +111,18 @@ def _np_conv(x, w, stride, pad):
     cout, _, k, _ = w.shape
     x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
-    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :oh, :ow]
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][
+        :, :, :oh, :ow
+    ]
     cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k)
     return (cols @ w.reshape(cout, -1).T).reshape(n, oh, ow, cout).transpose(0, 3, 1, 2)
 
 
 def _np_max_pool(x, k, stride, pad):
     x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
-    return np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride].max(axis=(4, 5))
+    return np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride].max(
+        axis=(4, 5)
+    )
 
 
 def resnet18_numpy(f):
@@ -164,13 +172,19 @@ def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
                  "emulator_s": _median_time(lambda: prog.run(feeds, backend="emulator"), repeats[name]),
                  "repeats": repeats[name]}
         if numpy:
-            reference = (lambda: NUMPY_DIRECT[name](feeds)) if name in NUMPY_DIRECT else (lambda: rc.evaluate(out, feeds))
+            reference = (
+                (lambda: NUMPY_DIRECT[name](feeds))
+                if name in NUMPY_DIRECT
+                else (lambda: rc.evaluate(out, feeds))
+            )
             start = time.perf_counter()
             ref = reference()
             first = time.perf_counter() - start
             entry["numpy_s"] = statistics.median([first] + _times(reference, NUMPY_REPEATS[name] - 1))
             entry["numpy_repeats"] = NUMPY_REPEATS[name]
-            entry["numpy_baseline"] = "NumPy written directly (im2col)" if name in NUMPY_DIRECT else "rc.evaluate"
+            entry["numpy_baseline"] = (
+                "NumPy written directly (im2col)" if name in NUMPY_DIRECT else "rc.evaluate"
+            )
             entry["max_abs_diff_vs_numpy"] = float(np.abs(np.asarray(got, np.float64) - ref).max())
         results[name] = entry
         print(f"  [{rc.__file__}] {name}: {entry}", file=sys.stderr, flush=True)
@@ -196,10 +210,16 @@ def measure_in(tree: Path, names, repeats: dict[str, int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--base-rev", default="65eff5e", help="the commit whose emulator is 'before' (default: the last one before emulator 2.0)")
+    parser.add_argument(
+        "--base-rev",
+        default="65eff5e",
+        help="the commit whose emulator is 'before' (default: the last one before emulator 2.0)",
+    )
     parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
     parser.add_argument("--no-base", action="store_true")
-    parser.add_argument("--suite-before-s", type=float, help="`time pytest -q -x` in the base tree, if measured")
+    parser.add_argument(
+        "--suite-before-s", type=float, help="`time pytest -q -x` in the base tree, if measured"
+    )
     parser.add_argument("--suite-after-s", type=float, help="the same in this tree")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-repeats", help=argparse.SUPPRESS)
@@ -216,7 +236,9 @@ def main() -> None:
     base = None if args.no_base else measure_in(tree, names, BASE_REPEATS)
     sys.path.insert(0, str(ROOT))
     now = measure(names, REPEATS, numpy=True)
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     rows = []
     for name in names:
         entry = now[name]
@@ -227,28 +249,54 @@ def main() -> None:
             entry["before_emulator_s"] = base[name]["emulator_s"]
             entry["before_repeats"] = base[name]["repeats"]
             entry["speedup"] = base[name]["emulator_s"] / entry["emulator_s"]
-        rows.append((name, entry.get("before_emulator_s"), entry["emulator_s"], entry["numpy_s"], entry["target_s"],
-                     entry.get("speedup"), entry["vs_numpy"]))
+        rows.append(
+            (
+                name,
+                entry.get("before_emulator_s"),
+                entry["emulator_s"],
+                entry["numpy_s"],
+                entry["target_s"],
+                entry.get("speedup"),
+                entry["vs_numpy"],
+            )
+        )
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    print(f"{'workload':<16} {'before s':>10} {'after s':>10} {'numpy s':>10} {'target s':>9} {'speedup':>8} {'vs numpy':>9}")
+    print(
+        f"{'workload':<16} {'before s':>10} {'after s':>10} {'numpy s':>10} {'target s':>9} {'speedup':>8} {'vs numpy':>9}"
+    )
     for name, before, after, npy, target, speedup, ratio in rows:
-        print(f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} {fmt(speedup, '7.1f')}x "
-              f"{ratio:8.2f}x")
-    result = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-              "load_average": os.getloadavg(), "emu_threads": os.environ.get("REFCOMP_EMU_THREADS", "default (cores)"),
-              "revision": rev, "base_revision": base_rev, "workloads": now}
+        print(
+            f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} {fmt(speedup, '7.1f')}x "
+            f"{ratio:8.2f}x"
+        )
+    result = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "emu_threads": os.environ.get("REFCOMP_EMU_THREADS", "default (cores)"),
+        "revision": rev,
+        "base_revision": base_rev,
+        "workloads": now,
+    }
     suite = ROOT / "bench" / "results" / "suite.json"
-    if suite.exists():  # measured by bench/suite_bench.py (the suite takes minutes: a separate run), warm and cold
+    if (
+        suite.exists()
+    ):  # measured by bench/suite_bench.py (the suite takes minutes: a separate run), warm and cold
         measured = json.loads(suite.read_text())
         result["default_suite"] = {"see": "bench/results/suite.json"}
         for caches in ("warm", "cold"):
             runs = measured.get(caches, {}).get("runs", {})
-            result["default_suite"][caches] = {k: {"wall_s": v["wall_s"], "ratio_to_before": v["ratio_to_before"]}
-                                               for k, v in runs.items()}
+            result["default_suite"][caches] = {
+                k: {"wall_s": v["wall_s"], "ratio_to_before": v["ratio_to_before"]} for k, v in runs.items()
+            }
     if args.suite_before_s and args.suite_after_s:
-        result["default_suite"] = {"before_s": args.suite_before_s, "after_s": args.suite_after_s,
-                                   "ratio": args.suite_after_s / args.suite_before_s,
-                                   "how": "`time pytest -q -x` in each tree, warm caches, measured separately"}
+        result["default_suite"] = {
+            "before_s": args.suite_before_s,
+            "after_s": args.suite_after_s,
+            "ratio": args.suite_after_s / args.suite_before_s,
+            "how": "`time pytest -q -x` in each tree, warm caches, measured separately",
+        }
     out = ROOT / "bench" / "results" / "emulator.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")

@@ -47,25 +47,40 @@ def run(search: bool) -> dict:
             for name, r in nvcc_check(prog.source).kernels.items():
                 resources.append({"case": case.name, "kernel": name, **r.__dict__})
     worst = max(resources, key=lambda r: r["registers"]) if resources else None
-    return {"search": search, "cases": len(cases), "kernels": kernels, "mismatches": mismatches,
-            "compile_s": round(compile_s, 2), "emulator_s": round(run_s, 2),
-            "max_registers": worst and {"registers": worst["registers"], "case": worst["case"], "kernel": worst["kernel"]},
-            "max_shared_bytes": max((r["shared_bytes"] for r in resources), default=None),
-            "spilling_kernels": [f"{r['case']}:{r['kernel']}" for r in resources if r["spill_store_bytes"] or r["spill_load_bytes"]]}
+    return {
+        "search": search,
+        "cases": len(cases),
+        "kernels": kernels,
+        "mismatches": mismatches,
+        "compile_s": round(compile_s, 2),
+        "emulator_s": round(run_s, 2),
+        "max_registers": worst
+        and {"registers": worst["registers"], "case": worst["case"], "kernel": worst["kernel"]},
+        "max_shared_bytes": max((r["shared_bytes"] for r in resources), default=None),
+        "spilling_kernels": [
+            f"{r['case']}:{r['kernel']}" for r in resources if r["spill_store_bytes"] or r["spill_load_bytes"]
+        ],
+    }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cold", action="store_true", help="use an empty compile cache (g++ builds included)")
+    parser.add_argument(
+        "--cold", action="store_true", help="use an empty compile cache (g++ builds included)"
+    )
     args = parser.parse_args(argv)
     if args.cold:
         os.environ["REFCOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="refcomp-cold-")
     rows = [run(False), run(True)]
-    print(f"{'lowering':<10}{'cases':>6}{'kernels':>9}{'mismatch':>9}{'compile s':>11}{'emulator s':>12}{'max regs':>10}{'max smem B':>11}{'spills':>8}")
+    print(
+        f"{'lowering':<10}{'cases':>6}{'kernels':>9}{'mismatch':>9}{'compile s':>11}{'emulator s':>12}{'max regs':>10}{'max smem B':>11}{'spills':>8}"
+    )
     for r in rows:
         regs = r["max_registers"]["registers"] if r["max_registers"] else "-"
-        print(f"{'search' if r['search'] else 'plain':<10}{r['cases']:>6}{r['kernels']:>9}{r['mismatches']:>9}{r['compile_s']:>11}"
-              f"{r['emulator_s']:>12}{regs:>10}{str(r['max_shared_bytes']):>11}{len(r['spilling_kernels']):>8}")
+        print(
+            f"{'search' if r['search'] else 'plain':<10}{r['cases']:>6}{r['kernels']:>9}{r['mismatches']:>9}{r['compile_s']:>11}"
+            f"{r['emulator_s']:>12}{regs:>10}{str(r['max_shared_bytes']):>11}{len(r['spilling_kernels']):>8}"
+        )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "golden_suite.json").write_text(json.dumps({"cold_cache": args.cold, "rows": rows}, indent=2))
     return 0 if all(r["mismatches"] == 0 for r in rows) else 1

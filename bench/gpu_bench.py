@@ -63,7 +63,12 @@ def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 10) -> dict:
 
 
 def _timing_json(t) -> dict:
-    return {"median_s": t.median_s, "rounds_s": t.rounds_s, "kernel_times": t.kernels, "host_bound": t.host_bound}
+    return {
+        "median_s": t.median_s,
+        "rounds_s": t.rounds_s,
+        "kernel_times": t.kernels,
+        "host_bound": t.host_bound,
+    }
 
 
 def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sys.stdout) -> dict:
@@ -80,22 +85,47 @@ def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sy
            "predicted_plain_s": result.trace[0].cost_s, "predicted_search_s": result.time_s}
 
     problems = check.problems(plain)
-    row["plain"] = {"kernels": len(plain.kernels), "predicted_s": result.trace[0].cost_s, "problems": problems}
+    row["plain"] = {
+        "kernels": len(plain.kernels),
+        "predicted_s": result.trace[0].cost_s,
+        "problems": problems,
+    }
     if not problems:
         feeds = make_feeds(outputs, dims, 0, fixed, result)
         row["plain"].update(_timing_json(time_program(plain, feeds, dims, repeats, warmup)))
-    print(f"  {w.name}: plain checked and timed ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
+    print(
+        f"  {w.name}: plain checked and timed ({time.perf_counter() - started:.1f} s)", file=log, flush=True
+    )
 
     schedules = list(result.candidates or [result.schedule])[:max_candidates]
-    measured = measure_programs(outputs, result, dims, repeats, warmup, schedules=schedules, fixed_feeds=fixed,
-                                check=check, strict=False)
-    row["candidates"] = [{"index": m.index, "kernels": len(m.program.kernels), "predicted_s": m.predicted_s,
-                          "problems": m.problems, **(_timing_json(m.timing) if m.timing else {})} for m in measured]
+    measured = measure_programs(
+        outputs,
+        result,
+        dims,
+        repeats,
+        warmup,
+        schedules=schedules,
+        fixed_feeds=fixed,
+        check=check,
+        strict=False,
+    )
+    row["candidates"] = [
+        {
+            "index": m.index,
+            "kernels": len(m.program.kernels),
+            "predicted_s": m.predicted_s,
+            "problems": m.problems,
+            **(_timing_json(m.timing) if m.timing else {}),
+        }
+        for m in measured
+    ]
     first = next((m for m in measured if m.index == 0 and m.timing is not None), None)
     if first is not None:  # the searched program kernel by kernel, next to the model's per-kernel prediction
         feeds = make_feeds(outputs, dims, 0, fixed, result)
         t = time_program(first.program, feeds, dims, repeats, warmup, per_kernel=True)
-        predicted = {k.name: k.cost.time_s for k in first.program.kernels}  # priced from each kernel's accesses
+        predicted = {
+            k.name: k.cost.time_s for k in first.program.kernels
+        }  # priced from each kernel's accesses
         row["search_kernels"] = [{"kernel": name, "measured_s": sec, "predicted_s": predicted.get(name)}
                                  for name, sec in t.kernels]
     try:
@@ -104,8 +134,11 @@ def bench_gpu_workload(w, repeats: int, warmup: int, max_candidates: int, log=sy
     except rc.RefcompError as exc:
         row["pick"] = None
         row["error"] = str(exc)
-    print(f"  {w.name}: {len(measured)} candidate(s) checked and timed ({time.perf_counter() - started:.1f} s)",
-          file=log, flush=True)
+    print(
+        f"  {w.name}: {len(measured)} candidate(s) checked and timed ({time.perf_counter() - started:.1f} s)",
+        file=log,
+        flush=True,
+    )
     row["seconds"] = time.perf_counter() - started
     return row
 
@@ -131,9 +164,11 @@ def _us(x) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = (f"{'workload':<12} {'binding':<14} | {'plain k':>7} {'pred us':>9} {'meas us':>9} | "
-            f"{'search k':>8} {'pred us':>9} {'meas us':>9} {'meas/pred':>9} | {'pick':>4} {'k':>3} {'meas us':>9} "
-            f"{'vs plain':>8}  notes")
+    head = (
+        f"{'workload':<12} {'binding':<14} | {'plain k':>7} {'pred us':>9} {'meas us':>9} | "
+        f"{'search k':>8} {'pred us':>9} {'meas us':>9} {'meas/pred':>9} | {'pick':>4} {'k':>3} {'meas us':>9} "
+        f"{'vs plain':>8}  notes"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         binding = ",".join(f"{k}={v}" for k, v in r.get("binding", {}).items()) or "-"
@@ -162,15 +197,25 @@ def format_table(rows: list[dict]) -> str:
             f"{r['name']:<12} {binding:<14} | {p['kernels']:>7} {_us(p.get('predicted_s')):>9} {_us(p.get('median_s')):>9} | "
             f"{s.get('kernels', '-'):>8} {_us(s.get('predicted_s')):>9} {_us(s.get('median_s')):>9} "
             f"{'-' if ratio is None else f'{ratio:.2f}':>9} | {str(r.get('pick', '-')):>4} {pk.get('kernels', '-'):>3} "
-            f"{_us(pk.get('median_s')):>9} {'-' if vs_plain is None else f'{vs_plain:.2f}x':>8}  " + "; ".join(notes))
+            f"{_us(pk.get('median_s')):>9} {'-' if vs_plain is None else f'{vs_plain:.2f}x':>8}  "
+            + "; ".join(notes)
+        )
         others = [c for c in r.get("candidates", []) if c["index"] != 0]
         if others:
-            lines.append(" " * 29 + "other candidates: " + ", ".join(
-                f"#{c['index']} {c['kernels']}k pred {_us(c['predicted_s'])} meas {_us(c.get('median_s'))}" for c in others))
+            lines.append(
+                " " * 29
+                + "other candidates: "
+                + ", ".join(
+                    f"#{c['index']} {c['kernels']}k pred {_us(c['predicted_s'])} meas {_us(c.get('median_s'))}"
+                    for c in others
+                )
+            )
     lines.append("")
-    lines.append("k: kernels. pred: the cost model's time on the H200 profile; meas: median CUDA-event time of the kernels "
-                 "(cold L2 each round). pick: measured mode's choice among the candidates (0 = the model's pick); "
-                 "vs plain: plain measured / pick measured.")
+    lines.append(
+        "k: kernels. pred: the cost model's time on the H200 profile; meas: median CUDA-event time of the kernels "
+        "(cold L2 each round). pick: measured mode's choice among the candidates (0 = the model's pick); "
+        "vs plain: plain measured / pick measured."
+    )
     return "\n".join(lines)
 
 
@@ -179,7 +224,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--candidates", type=int, default=4, help="candidate schedules timed per workload")
-    parser.add_argument("--budget", type=float, default=240.0, help="seconds; workloads not started by then are skipped")
+    parser.add_argument(
+        "--budget", type=float, default=240.0, help="seconds; workloads not started by then are skipped"
+    )
     parser.add_argument("--only", nargs="*", help="workload names (default: all)")
     parser.add_argument("--out", default=str(RESULTS / "gpu.json"), help="JSON output path ('' for none)")
     args = parser.parse_args(argv)
@@ -196,18 +243,30 @@ def main(argv=None) -> int:
     drv = cuda_driver()
     device = drv.Context.get_device()
     started = time.perf_counter()
-    out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": platform.python_version(),
-           "device": device.name(), "compute_capability": list(device.compute_capability()),
-           "repeats": args.repeats, "warmup": args.warmup, "profile": {"bandwidth": H200.bandwidth, "flops": H200.flops,
-                                                                        "launch_s": H200.launch_s,
-                                                                        "l2_bandwidth": H200.l2_bandwidth, "l2_bytes": H200.l2_bytes}}
+    out = {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "python": platform.python_version(),
+        "device": device.name(),
+        "compute_capability": list(device.compute_capability()),
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "profile": {
+            "bandwidth": H200.bandwidth,
+            "flops": H200.flops,
+            "launch_s": H200.launch_s,
+            "l2_bandwidth": H200.l2_bandwidth,
+            "l2_bytes": H200.l2_bytes,
+        },
+    }
     print(f"device: {out['device']} (sm_{''.join(map(str, out['compute_capability']))})", flush=True)
     try:
         out["copy"] = copy_bandwidth()
         c = out["copy"]
-        print(f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: {c['bandwidth_Bps'] / 1e12:.2f} TB/s "
-              f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})",
-              flush=True)
+        print(
+            f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: {c['bandwidth_Bps'] / 1e12:.2f} TB/s "
+            f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})",
+            flush=True,
+        )
     except Exception as exc:  # noqa: BLE001 - report and go on
         out["copy"] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"copy bandwidth: ERROR {type(exc).__name__}: {exc}", flush=True)

@@ -56,9 +56,14 @@ def main(argv=None) -> int:
         rows.append({"case": case.name, "bindings": len(bindings), "kernels": len(prog.kernels),
                      "compile_s": round(compile_s, 3), "first_profile_s": round(build_s, 3),
                      "profile_s": round(profile_s, 3), "emulator_s": round(run_s, 3)})
-    sums = {k: round(sum(r[k] for r in rows), 2) for k in ("compile_s", "first_profile_s", "profile_s", "emulator_s")}
-    print(f"{len(rows)} golden cases, {sum(r['bindings'] for r in rows)} bindings, {sum(r['kernels'] for r in rows)} kernels"
-          f" ({'cold' if args.cold else 'warm'} kernel cache, {os.cpu_count()} cores)")
+    sums = {
+        k: round(sum(r[k] for r in rows), 2)
+        for k in ("compile_s", "first_profile_s", "profile_s", "emulator_s")
+    }
+    print(
+        f"{len(rows)} golden cases, {sum(r['bindings'] for r in rows)} bindings, {sum(r['kernels'] for r in rows)} kernels"
+        f" ({'cold' if args.cold else 'warm'} kernel cache, {os.cpu_count()} cores)"
+    )
     print(f"  compile (search)                    {sums['compile_s']:8.2f} s")
     print(f"  first profile of each case (+ g++)  {sums['first_profile_s']:8.2f} s")
     print(f"  profile every binding, warm         {sums['profile_s']:8.2f} s")

@@ -60,16 +60,37 @@ def main() -> int:
         base = None
         if args.base_tree and not (workload == "resnet18" and args.skip_base_resnet):
             base = run(Path(args.base_tree), workload, 1 if workload == "resnet18" else args.repeats)
-        row = {"workload": workload, "now_s": statistics.median(now["seconds"]) if "seconds" in now else None,
-               "now": now, "base_s": statistics.median(base["seconds"]) if base and "seconds" in base else None, "base": base}
+        row = {
+            "workload": workload,
+            "now_s": statistics.median(now["seconds"]) if "seconds" in now else None,
+            "now": now,
+            "base_s": statistics.median(base["seconds"]) if base and "seconds" in base else None,
+            "base": base,
+        }
         row["ratio"] = row["now_s"] / row["base_s"] if row["now_s"] and row["base_s"] else None
         rows.append(row)
-        print(f"{workload:12s} now {row['now_s'] or float('nan'):9.3f} s   base {row['base_s'] or float('nan'):9.3f} s   "
-              f"ratio {row['ratio'] or float('nan'):.4f}   rel error vs NumPy {now.get('rel_error')}", flush=True)
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    OUT.write_text(json.dumps({"generated": time.strftime("%Y-%m-%d %H:%M:%S"), "revision": rev,
-                               "command": "PYTHONPATH=. python bench/reference_bench.py " + " ".join(sys.argv[1:]),
-                               "machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+        print(
+            f"{workload:12s} now {row['now_s'] or float('nan'):9.3f} s   base {row['base_s'] or float('nan'):9.3f} s   "
+            f"ratio {row['ratio'] or float('nan'):.4f}   rel error vs NumPy {now.get('rel_error')}",
+            flush=True,
+        )
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    OUT.write_text(
+        json.dumps(
+            {
+                "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "revision": rev,
+                "command": "PYTHONPATH=. python bench/reference_bench.py " + " ".join(sys.argv[1:]),
+                "machine": platform.platform(),
+                "cpus": os.cpu_count(),
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
 

@@ -94,37 +94,71 @@ def main() -> None:
                 continue
             for k in prog.kernels:
                 r = report.kernels[k.name]
-                slots = resident_threads(r.registers, r.shared_bytes, k.launch.block ** 2 if k.launch.mode == "tiles" else k.launch.block)
+                slots = resident_threads(
+                    r.registers,
+                    r.shared_bytes,
+                    k.launch.block**2 if k.launch.mode == "tiles" else k.launch.block,
+                )
                 threads = k.cost.threads if k.cost is not None else 0
-                kernels.append({"program": name, "searched": search, "kernel": k.name,
-                                "template": k.plan.template if k.plan else k.kind, "registers": r.registers,
-                                "spill_bytes": r.spill_store_bytes + r.spill_load_bytes, "shared_bytes": r.shared_bytes,
-                                "resident_threads_per_sm": slots, "threads": threads,
-                                "occupancy_lowered": slots < THREADS_PER_SM and threads > SMS * slots,
-                                "most_live_values": int(most_live_values(k.source))})
+                kernels.append(
+                    {
+                        "program": name,
+                        "searched": search,
+                        "kernel": k.name,
+                        "template": k.plan.template if k.plan else k.kind,
+                        "registers": r.registers,
+                        "spill_bytes": r.spill_store_bytes + r.spill_load_bytes,
+                        "shared_bytes": r.shared_bytes,
+                        "resident_threads_per_sm": slots,
+                        "threads": threads,
+                        "occupancy_lowered": slots < THREADS_PER_SM and threads > SMS * slots,
+                        "most_live_values": int(most_live_values(k.source)),
+                    }
+                )
     by_template = defaultdict(list)
     for k in kernels:
         by_template[k["template"]].append(k)
     rows = []
-    print(f"{'template':<22}{'kernels':>8}{'regs min':>9}{'median':>7}{'max':>5}{'spill B':>8}{'< 2048/SM':>10}"
-          f"{'binding':>8}{'corr':>6}")
+    print(
+        f"{'template':<22}{'kernels':>8}{'regs min':>9}{'median':>7}{'max':>5}{'spill B':>8}{'< 2048/SM':>10}"
+        f"{'binding':>8}{'corr':>6}"
+    )
     for template, ks in sorted(by_template.items()):
         regs = [k["registers"] for k in ks]
         live = [k["most_live_values"] for k in ks]
         corr = float(np.corrcoef(regs, live)[0, 1]) if len(ks) > 2 and np.std(regs) and np.std(live) else None
-        row = {"template": template, "kernels": len(ks), "registers_min": min(regs), "registers_median": statistics.median(regs),
-               "registers_max": max(regs), "spill_bytes": sum(k["spill_bytes"] for k in ks),
-               "fewer_resident_threads": sum(k["resident_threads_per_sm"] < THREADS_PER_SM for k in ks),
-               "occupancy_lowered": sum(k["occupancy_lowered"] for k in ks), "corr_with_most_live_values": corr}
+        row = {
+            "template": template,
+            "kernels": len(ks),
+            "registers_min": min(regs),
+            "registers_median": statistics.median(regs),
+            "registers_max": max(regs),
+            "spill_bytes": sum(k["spill_bytes"] for k in ks),
+            "fewer_resident_threads": sum(k["resident_threads_per_sm"] < THREADS_PER_SM for k in ks),
+            "occupancy_lowered": sum(k["occupancy_lowered"] for k in ks),
+            "corr_with_most_live_values": corr,
+        }
         rows.append(row)
-        print(f"{template:<22}{len(ks):>8}{min(regs):>9}{row['registers_median']:>7}{max(regs):>5}{row['spill_bytes']:>8}"
-              f"{row['fewer_resident_threads']:>10}{row['occupancy_lowered']:>8}{'-' if corr is None else f'{corr:.2f}':>6}")
+        print(
+            f"{template:<22}{len(ks):>8}{min(regs):>9}{row['registers_median']:>7}{max(regs):>5}{row['spill_bytes']:>8}"
+            f"{row['fewer_resident_threads']:>10}{row['occupancy_lowered']:>8}{'-' if corr is None else f'{corr:.2f}':>6}"
+        )
     worst = sorted(kernels, key=lambda k: -k["registers"])[:5]
     print("most registers:", ", ".join(f"{k['program']}/{k['kernel']} {k['registers']}" for k in worst))
-    print(f"{len(kernels)} kernels; {sum(k['spill_bytes'] > 0 for k in kernels)} spill; {len(refused)} programs refused")
-    write_results(ROOT / "bench" / "results" / "registers.json", "bench/registers_bench.py", load_start,
-                  time.perf_counter() - start, kernels=len(kernels), rows=rows, most_registers=worst, refused=refused,
-                  occupancy_lowered=[k for k in kernels if k["occupancy_lowered"]])
+    print(
+        f"{len(kernels)} kernels; {sum(k['spill_bytes'] > 0 for k in kernels)} spill; {len(refused)} programs refused"
+    )
+    write_results(
+        ROOT / "bench" / "results" / "registers.json",
+        "bench/registers_bench.py",
+        load_start,
+        time.perf_counter() - start,
+        kernels=len(kernels),
+        rows=rows,
+        most_registers=worst,
+        refused=refused,
+        occupancy_lowered=[k for k in kernels if k["occupancy_lowered"]],
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from pathlib import Path
 def write_results(path, script: str, load_start, elapsed_s: float, **fields) -> None:
     """Write `fields` with the run's provenance to `path` (`load_start`: os.getloadavg() at the start)."""
     root = Path(__file__).resolve().parent.parent
-    rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     result = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join([script, *sys.argv[1:]]),
               "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
               "load_average_at_start": load_start, "load_average_at_end": os.getloadavg(), "revision": rev,

@@ -82,8 +82,17 @@ WORKLOADS = [
     Workload("softmax", _softmax, {"B": 1024}, 1, 1.25, "rows of 1024"),
     Workload("layer_norm", _layer_norm, {"B": 1024}, 1, 1.25, "rows of 1024, gain and bias"),
     Workload("mlp", _mlp, {"B": 1024}, 3, None, "784-256-10, relu; matmul: no bytes target"),
-    Workload("conv_block", _conv, {"N": 8}, None, None, "conv2d 16->32 3x3 pad 1 + relu + max_pool2d 2, 32x32; contraction: no target"),
-    Workload("gpt2_block", _gpt2, {"B": 8, "T": 128}, 12, None, "examples/gpt2_block.py; matmul: no bytes target"),
+    Workload(
+        "conv_block",
+        _conv,
+        {"N": 8},
+        None,
+        None,
+        "conv2d 16->32 3x3 pad 1 + relu + max_pool2d 2, 32x32; contraction: no target",
+    ),
+    Workload(
+        "gpt2_block", _gpt2, {"B": 8, "T": 128}, 12, None, "examples/gpt2_block.py; matmul: no bytes target"
+    ),
 ]
 
 
@@ -129,10 +138,27 @@ def bench_workload(w: Workload, repeats: int = 5) -> Row:
     assert start.rule == "start", r.trace[0]
     modeled = sum(c.bytes for c in r.costs)
     least = minimum_bytes(r.graph.output_nodes, r.graph.nodes, r.bindings)
-    row = Row(w.name, dict(r.bindings), len(plain.kernels), start.kernels, len(prog.kernels), modeled, least,
-              modeled / max(least, 1), start.cost_s, r.time_s, statistics.median(compile_times),
-              statistics.median(search_times), compile_times[0], r.states, len(r.candidates), w.max_kernels, w.max_bytes_ratio,
-              note=w.note, cost_table=prog.cost_summary())
+    row = Row(
+        w.name,
+        dict(r.bindings),
+        len(plain.kernels),
+        start.kernels,
+        len(prog.kernels),
+        modeled,
+        least,
+        modeled / max(least, 1),
+        start.cost_s,
+        r.time_s,
+        statistics.median(compile_times),
+        statistics.median(search_times),
+        compile_times[0],
+        r.states,
+        len(r.candidates),
+        w.max_kernels,
+        w.max_bytes_ratio,
+        note=w.note,
+        cost_table=prog.cost_summary(),
+    )
     if w.max_kernels is not None and row.kernels_search > w.max_kernels:
         row.missed.append(f"{row.kernels_search} kernels > target {w.max_kernels}")
     if w.max_bytes_ratio is not None and row.bytes_ratio > w.max_bytes_ratio:
@@ -154,8 +180,10 @@ def _mb(n: int) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'workload':<12} {'binding':<14} {'kernels':>8} {'target':>6} {'model MB':>10} {'min MB':>8} {'ratio':>6} "
-            f"{'target':>6} {'before us':>10} {'after us':>9} {'x':>6} {'search s':>9} {'compile s':>9} {'first s':>8}  status")
+    head = (
+        f"{'workload':<12} {'binding':<14} {'kernels':>8} {'target':>6} {'model MB':>10} {'min MB':>8} {'ratio':>6} "
+        f"{'target':>6} {'before us':>10} {'after us':>9} {'x':>6} {'search s':>9} {'compile s':>9} {'first s':>8}  status"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         binding = ",".join(f"{k}={v}" for k, v in r.binding.items()) or "-"
@@ -164,20 +192,26 @@ def format_table(rows: list[Row]) -> str:
         status = "ok" if not r.missed else "MISSED: " + "; ".join(r.missed)
         if r.max_kernels is None and r.max_bytes_ratio is None:
             status = "(no target)"
-        lines.append(f"{r.name:<12} {binding:<14} {f'{r.kernels_plain}->{r.kernels_search}':>8} {kt:>6} "
-                     f"{_mb(r.modeled_bytes):>10} {_mb(r.minimum_bytes):>8} {r.bytes_ratio:>6.2f} {bt:>6} "
-                     f"{r.predicted_before_s * 1e6:>10.2f} {r.predicted_after_s * 1e6:>9.2f} {r.speedup:>6.2f} "
-                     f"{r.search_s_median:>9.3f} {r.compile_s_median:>9.3f} {r.compile_s_first:>8.3f}  {status}")
+        lines.append(
+            f"{r.name:<12} {binding:<14} {f'{r.kernels_plain}->{r.kernels_search}':>8} {kt:>6} "
+            f"{_mb(r.modeled_bytes):>10} {_mb(r.minimum_bytes):>8} {r.bytes_ratio:>6.2f} {bt:>6} "
+            f"{r.predicted_before_s * 1e6:>10.2f} {r.predicted_after_s * 1e6:>9.2f} {r.speedup:>6.2f} "
+            f"{r.search_s_median:>9.3f} {r.compile_s_median:>9.3f} {r.compile_s_first:>8.3f}  {status}"
+        )
     lines.append("")
-    lines.append(f"kernels: plain -> searched. model MB: sum of the searched program's KernelCost.bytes; min MB: every "
-                 f"input read once and every output written once; before/after: predicted time on the {H200.name} "
-                 f"profile ({H200.bandwidth / 1e12:g} TB/s, {H200.flops / 1e12:g} TFLOP/s fp32, {H200.launch_s * 1e6:g} us "
-                 f"per launch) of the plain lowering (the trace's start step) and of the searched program; search s: "
-                 f"SearchResult.seconds, and compile s: the whole rc.compile(search=True), medians of the compiles; first s: the first of them (cold caches).")
+    lines.append(
+        f"kernels: plain -> searched. model MB: sum of the searched program's KernelCost.bytes; min MB: every "
+        f"input read once and every output written once; before/after: predicted time on the {H200.name} "
+        f"profile ({H200.bandwidth / 1e12:g} TB/s, {H200.flops / 1e12:g} TFLOP/s fp32, {H200.launch_s * 1e6:g} us "
+        f"per launch) of the plain lowering (the trace's start step) and of the searched program; search s: "
+        f"SearchResult.seconds, and compile s: the whole rc.compile(search=True), medians of the compiles; first s: the first of them (cold caches)."
+    )
     for r in rows:
         if r.kernels_plain != r.kernels_plain_model:
-            lines.append(f"note: {r.name}: compile(search=False) gives {r.kernels_plain} kernels but the search's start step "
-                         f"models {r.kernels_plain_model}; 'before' is the model's plain lowering")
+            lines.append(
+                f"note: {r.name}: compile(search=False) gives {r.kernels_plain} kernels but the search's start step "
+                f"models {r.kernels_plain_model}; 'before' is the model's plain lowering"
+            )
     return "\n".join(lines)
 
 
@@ -205,7 +239,9 @@ def to_json(rows: list[Row]) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="compiles per workload (the search time is their median)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="compiles per workload (the search time is their median)"
+    )
     parser.add_argument("--only", nargs="*", help="workload names to run (default: all)")
     parser.add_argument("--out", default=str(RESULTS / "search.json"), help="JSON output path ('' for none)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")

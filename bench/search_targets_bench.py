@@ -91,11 +91,21 @@ def describe(prog) -> dict:
     """Kernels and their kinds; modeled bytes (prog.cost.bytes) against minimum_bytes, as cost_table
     computes them; and the kinds of the kernels that read input `x` (is the first matmul tiled?)."""
     least = minimum_bytes(prog.output_nodes, toposort(list(prog.output_nodes)), prog.cost_bindings)
-    reads_x = [k.kind for k in prog.kernels
-               if any(s.node.op.name == "Input" and s.node.attrs.get("name") == "x" for n in k.nodes for s in n.srcs)]
-    return {"kernels": len(prog.kernels), "kinds": [k.kind for k in prog.kernels], "names": [k.name for k in prog.kernels],
-            "modeled_bytes": prog.cost.bytes, "minimum_bytes": least, "bytes_ratio": prog.cost.bytes / max(least, 1),
-            "kinds_reading_x": reads_x, "binding": dict(prog.cost_bindings)}
+    reads_x = [
+        k.kind
+        for k in prog.kernels
+        if any(s.node.op.name == "Input" and s.node.attrs.get("name") == "x" for n in k.nodes for s in n.srcs)
+    ]
+    return {
+        "kernels": len(prog.kernels),
+        "kinds": [k.kind for k in prog.kernels],
+        "names": [k.name for k in prog.kernels],
+        "modeled_bytes": prog.cost.bytes,
+        "minimum_bytes": least,
+        "bytes_ratio": prog.cost.bytes / max(least, 1),
+        "kinds_reading_x": reads_x,
+        "binding": dict(prog.cost_bindings),
+    }
 
 
 def nvcc_resources(source: str) -> dict:
@@ -106,11 +116,20 @@ def nvcc_resources(source: str) -> dict:
     try:
         kernels = nvcc_check(source).kernels
     except RefcompError as exc:
-        return {"nvcc": f"nvcc rejected the source: {str(exc)[:300]}", "max_registers": None, "spill_bytes": None}
-    return {"nvcc": "sm_90", "max_registers": max((r.registers for r in kernels.values()), default=0),
-            "spill_bytes": sum(r.spill_store_bytes + r.spill_load_bytes for r in kernels.values()),
-            "per_kernel": {name: {"registers": r.registers, "spill_bytes": r.spill_store_bytes + r.spill_load_bytes}
-                           for name, r in kernels.items()}}
+        return {
+            "nvcc": f"nvcc rejected the source: {str(exc)[:300]}",
+            "max_registers": None,
+            "spill_bytes": None,
+        }
+    return {
+        "nvcc": "sm_90",
+        "max_registers": max((r.registers for r in kernels.values()), default=0),
+        "spill_bytes": sum(r.spill_store_bytes + r.spill_load_bytes for r in kernels.values()),
+        "per_kernel": {
+            name: {"registers": r.registers, "spill_bytes": r.spill_store_bytes + r.spill_load_bytes}
+            for name, r in kernels.items()
+        },
+    }
 
 
 def child_main(graph: str, hint: dict, want_nvcc: bool) -> None:
@@ -127,7 +146,9 @@ def in_child(graph: str, hint: dict, nvcc: bool = False) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", graph, "--hint", json.dumps(hint)]
     proc = subprocess.run(cmd + (["--nvcc"] if nvcc else []), cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"compiling {graph} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+        raise RuntimeError(
+            f"compiling {graph} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -140,9 +161,17 @@ def row(workload, metric, value, target, met, today=None) -> dict:
 
 def block_rows(label, hint, max_kernels, max_ratio):
     r = in_child("gpt2", hint)
-    return [row(label, "kernels", r["kernels"], f"<= {max_kernels}", r["kernels"] <= max_kernels),
-            row(label, "modeled / minimum bytes", r["bytes_ratio"], f"<= {max_ratio}x", r["bytes_ratio"] <= max_ratio,
-                f"{r['bytes_ratio']:.2f}x")], r
+    return [
+        row(label, "kernels", r["kernels"], f"<= {max_kernels}", r["kernels"] <= max_kernels),
+        row(
+            label,
+            "modeled / minimum bytes",
+            r["bytes_ratio"],
+            f"<= {max_ratio}x",
+            r["bytes_ratio"] <= max_ratio,
+            f"{r['bytes_ratio']:.2f}x",
+        ),
+    ], r
 
 
 def bench_block(args):
@@ -157,16 +186,39 @@ def bench_stack(args):
     one = [in_child("gpt2", SMALL) for _ in range(args.repeats)]
     many = [in_child("gpt2_x12", SMALL) for _ in range(args.repeats)]
     o, m = one[0], many[0]
-    t_one, t_many = statistics.median(c["compile_s"] for c in one), statistics.median(c["compile_s"] for c in many)
+    t_one, t_many = (
+        statistics.median(c["compile_s"] for c in one),
+        statistics.median(c["compile_s"] for c in many),
+    )
     per_kernels = m["kernels"] / STACK_DEPTH
     per_bytes = m["modeled_bytes"] / STACK_DEPTH / o["modeled_bytes"]
     label = f"{STACK_DEPTH} x gpt2 B=1 T=64"
-    rows = [row(label, f"kernels / {STACK_DEPTH}", per_kernels, f"<= {o['kernels']} (one block)", per_kernels <= o["kernels"],
-                f"{per_kernels:.2f}"),
-            row(label, f"modeled bytes / {STACK_DEPTH}, / one block's", per_bytes, "<= 1.00x (same)",
-                per_bytes <= 1 + 1e-9, f"{per_bytes:.3f}x"),
-            row(label, "compile s / one block's", t_many / t_one, "<= 3x", t_many / t_one <= 3,
-                f"{t_many / t_one:.1f}x ({t_many:.2f} / {t_one:.2f} s)")]
+    rows = [
+        row(
+            label,
+            f"kernels / {STACK_DEPTH}",
+            per_kernels,
+            f"<= {o['kernels']} (one block)",
+            per_kernels <= o["kernels"],
+            f"{per_kernels:.2f}",
+        ),
+        row(
+            label,
+            f"modeled bytes / {STACK_DEPTH}, / one block's",
+            per_bytes,
+            "<= 1.00x (same)",
+            per_bytes <= 1 + 1e-9,
+            f"{per_bytes:.3f}x",
+        ),
+        row(
+            label,
+            "compile s / one block's",
+            t_many / t_one,
+            "<= 3x",
+            t_many / t_one <= 3,
+            f"{t_many / t_one:.1f}x ({t_many:.2f} / {t_one:.2f} s)",
+        ),
+    ]
     return rows, {"one_block": o, "stack": m, "one_block_compile_s": [c["compile_s"] for c in one],
                   "stack_compile_s": [c["compile_s"] for c in many]}
 
@@ -176,17 +228,30 @@ def bench_mlp(args):
     for batch in (64, 1024):
         r = details[f"batch_{batch}"] = in_child(f"mlp_b{batch}", {})
         kinds = r["kinds_reading_x"]
-        rows += [row(f"mlp B={batch}", "x @ W1 kernel kind", "/".join(kinds), "matmul (tiled)", kinds == ["matmul"]),
-                 row(f"mlp B={batch}", "kernels", r["kernels"], "<= 2", r["kernels"] <= 2)]
+        rows += [
+            row(
+                f"mlp B={batch}", "x @ W1 kernel kind", "/".join(kinds), "matmul (tiled)", kinds == ["matmul"]
+            ),
+            row(f"mlp B={batch}", "kernels", r["kernels"], "<= 2", r["kernels"] <= 2),
+        ]
     return rows, details
 
 
 def resource_rows(label, graph):
     r = in_child(graph, {}, nvcc=True)
     regs, spills = r["max_registers"], r["spill_bytes"]
-    return [row(label, "max registers / thread", regs, "<= 128", None if regs is None else regs <= 128),
-            row(label, "spill bytes", spills, "0", None if spills is None else spills == 0),
-            row(label, "compile s (search on)", r["compile_s"], "<= 10 s", r["compile_s"] <= 10, f"{r['compile_s']:.2f}")], r
+    return [
+        row(label, "max registers / thread", regs, "<= 128", None if regs is None else regs <= 128),
+        row(label, "spill bytes", spills, "0", None if spills is None else spills == 0),
+        row(
+            label,
+            "compile s (search on)",
+            r["compile_s"],
+            "<= 10 s",
+            r["compile_s"] <= 10,
+            f"{r['compile_s']:.2f}",
+        ),
+    ], r
 
 
 def bench_cnn(args):
@@ -207,7 +272,9 @@ def bench_compile(args):
 def decode_mlp():
     """GPT-2 small's MLP at one token (B·T = 1): 768 -> 3072 (GELU) -> 768, both contractions skinny."""
     x = rc.input("x", (1, 768))
-    w1, b1, w2, b2 = (rc.input(n, s) for n, s in (("w1", (768, 3072)), ("b1", (3072,)), ("w2", (3072, 768)), ("b2", (768,))))
+    w1, b1, w2, b2 = (
+        rc.input(n, s) for n, s in (("w1", (768, 3072)), ("b1", (3072,)), ("w2", (3072, 768)), ("b2", (768,)))
+    )
     return (x @ w1 + b1).gelu(approximate="tanh") @ w2 + b2
 
 
@@ -224,10 +291,22 @@ def bench_decode(args):
         search_module.split_skinny = keep
     steps = [s.site for s in split.search.trace if s.rule == "split_k"]
     ratio = split.cost.time_s / whole.cost.time_s
-    return [row("decode mlp 768-3072-768, B*T=1", "modeled time, split-K / without", ratio, "< 1x (split found)",
-                ratio < 1 and bool(steps), f"{ratio:.2f}x ({split.cost.time_s * 1e6:.2f} / {whole.cost.time_s * 1e6:.2f} us)")], \
-        {"splits": steps, "kernels": [k.name for k in split.kernels], "kernels_without": [k.name for k in whole.kernels],
-         "split_us": split.cost.time_s * 1e6, "without_us": whole.cost.time_s * 1e6}
+    return [
+        row(
+            "decode mlp 768-3072-768, B*T=1",
+            "modeled time, split-K / without",
+            ratio,
+            "< 1x (split found)",
+            ratio < 1 and bool(steps),
+            f"{ratio:.2f}x ({split.cost.time_s * 1e6:.2f} / {whole.cost.time_s * 1e6:.2f} us)",
+        )
+    ], {
+        "splits": steps,
+        "kernels": [k.name for k in split.kernels],
+        "kernels_without": [k.name for k in whole.kernels],
+        "split_us": split.cost.time_s * 1e6,
+        "without_us": whole.cost.time_s * 1e6,
+    }
 
 
 def warm_median(prog, feeds, repeats: int) -> float:
@@ -248,19 +327,41 @@ def bench_emulator(args):
     for label, (outputs, feeds, hint) in cases.items():
         plain = rc.compile(outputs, search=False)
         searched = rc.compile(outputs, dims_hint=hint or None, cache=False)
-        t_plain, t_search = warm_median(plain, feeds, args.emu_repeats), warm_median(searched, feeds, args.emu_repeats)
-        diff = float(np.abs(np.asarray(searched.run(feeds, backend="emulator")) - np.asarray(plain.run(feeds, backend="emulator"))).max())
-        details[label] = {"plain_s": t_plain, "searched_s": t_search, "plain_kernels": len(plain.kernels),
-                          "searched_kernels": len(searched.kernels), "repeats": args.emu_repeats, "max_abs_diff": diff}
+        t_plain, t_search = (
+            warm_median(plain, feeds, args.emu_repeats),
+            warm_median(searched, feeds, args.emu_repeats),
+        )
+        diff = float(
+            np.abs(
+                np.asarray(searched.run(feeds, backend="emulator"))
+                - np.asarray(plain.run(feeds, backend="emulator"))
+            ).max()
+        )
+        details[label] = {
+            "plain_s": t_plain,
+            "searched_s": t_search,
+            "plain_kernels": len(plain.kernels),
+            "searched_kernels": len(searched.kernels),
+            "repeats": args.emu_repeats,
+            "max_abs_diff": diff,
+        }
         ratio = t_search / t_plain
         rows.append(row(label, "emulator run, searched / plain", ratio, "< 1x (faster)", ratio < 1,
                         f"{ratio:.2f}x ({t_search * 1e3:.2f} / {t_plain * 1e3:.2f} ms)"))
     return rows, details
 
 
-WORKLOADS = {"block": bench_block, "block_small": bench_block_small, "stack": bench_stack, "mlp": bench_mlp,
-             "cnn": bench_cnn, "resnet18": bench_resnet18, "compile": bench_compile, "emulator": bench_emulator,
-             "decode": bench_decode}
+WORKLOADS = {
+    "block": bench_block,
+    "block_small": bench_block_small,
+    "stack": bench_stack,
+    "mlp": bench_mlp,
+    "cnn": bench_cnn,
+    "resnet18": bench_resnet18,
+    "compile": bench_compile,
+    "emulator": bench_emulator,
+    "decode": bench_decode,
+}
 
 
 def format_table(rows: list[dict]) -> str:
@@ -273,7 +374,9 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {','.join(WORKLOADS)}")
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {','.join(WORKLOADS)}"
+    )
     parser.add_argument("--quick", action="store_true", help="skip ResNet-18")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per compile-time median")
     parser.add_argument("--emu-repeats", type=int, default=9, help="timed warm emulator runs per program")
@@ -297,16 +400,29 @@ def main(argv=None) -> int:
         try:
             new_rows, details[name] = WORKLOADS[name](args)
         except Exception as exc:  # one broken workload must not hide the others' figures
-            new_rows, details[name] = [row(name, "error", None, "-", False, "error (see JSON)")], {"error": str(exc)}
+            new_rows, details[name] = (
+                [row(name, "error", None, "-", False, "error (see JSON)")],
+                {"error": str(exc)},
+            )
         details[name]["wall_s"] = time.perf_counter() - t
         rows += new_rows
     elapsed = time.perf_counter() - started
     print(format_table(rows))
     missed = [r for r in rows if r["met"] == "no"]
-    print(f"\n{len(rows) - len(missed)} of {len(rows)} rows met ({sum(r['met'] == 'n/a' for r in rows)} n/a); "
-          f"bench took {elapsed:.0f} s; nvcc: {nvcc_available() or 'available'}")
+    print(
+        f"\n{len(rows) - len(missed)} of {len(rows)} rows met ({sum(r['met'] == 'n/a' for r in rows)} n/a); "
+        f"bench took {elapsed:.0f} s; nvcc: {nvcc_available() or 'available'}"
+    )
     if args.out:
-        write_results(args.out, "bench/search_targets_bench.py", load_start, elapsed, nvcc=nvcc_available() or "available", rows=rows, details=details)
+        write_results(
+            args.out,
+            "bench/search_targets_bench.py",
+            load_start,
+            elapsed,
+            nvcc=nvcc_available() or "available",
+            rows=rows,
+            details=details,
+        )
     return 0
 
 

@@ -56,21 +56,38 @@ def emulator_rows(new: int) -> list:
         with torch.no_grad():  # the mask says every token is real (a prompt may hold the pad id)
             ids = torch.tensor(prompts)
             mask = torch.ones_like(ids)
-            hf.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0)  # warm-up
+            hf.generate(
+                ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0
+            )  # warm-up
             started = time.perf_counter()
-            theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                                 pad_token_id=0)
+            theirs = hf.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=0,
+            )
             torch_s = time.perf_counter() - started
         same = [o == t[16:].tolist() for o, t in zip(ours, theirs)]
         s = engine.stats
-        row = {"batch": batch, "new_tokens": new, "emulator_tokens_per_s": batch * new / seconds,
-               "emulator_decode_tokens_per_s": s["decode_steps"] * batch / s["decode_s"],
-               "emulator_prefill_s": s["prefill_s"], "warmup_with_compiles_s": warm, "compiles": engine.compiles,
-               "torch_cpu_tokens_per_s": batch * new / torch_s, "torch_threads": torch.get_num_threads(),
-               "same_tokens_as_transformers": all(same)}
-        print(f"batch {batch}: emulator {row['emulator_tokens_per_s']:.1f} tok/s (decode "
-              f"{row['emulator_decode_tokens_per_s']:.1f}), torch CPU {row['torch_cpu_tokens_per_s']:.1f} tok/s; "
-              f"same tokens: {all(same)}; warm-up with compiles {warm:.1f} s")
+        row = {
+            "batch": batch,
+            "new_tokens": new,
+            "emulator_tokens_per_s": batch * new / seconds,
+            "emulator_decode_tokens_per_s": s["decode_steps"] * batch / s["decode_s"],
+            "emulator_prefill_s": s["prefill_s"],
+            "warmup_with_compiles_s": warm,
+            "compiles": engine.compiles,
+            "torch_cpu_tokens_per_s": batch * new / torch_s,
+            "torch_threads": torch.get_num_threads(),
+            "same_tokens_as_transformers": all(same),
+        }
+        print(
+            f"batch {batch}: emulator {row['emulator_tokens_per_s']:.1f} tok/s (decode "
+            f"{row['emulator_decode_tokens_per_s']:.1f}), torch CPU {row['torch_cpu_tokens_per_s']:.1f} tok/s; "
+            f"same tokens: {all(same)}; warm-up with compiles {warm:.1f} s"
+        )
         rows.append(row)
     return rows
 
@@ -106,16 +123,32 @@ def model_rows(context: int = 1024, page_size: int = 16) -> list:
         modeled = sum(c.time_s for c in costs)
         kv_kernels = [c for k, c in zip(prog.kernels, costs) if _reads_pages(k)]
         roofline = (weight_bytes + kv_bytes) / HBM_PEAK
-        row = {"batch": batch, "context": context, "kernels": len(costs), "kernels_per_layer": (len(costs) - 2) / layers,
-               "modeled_us": modeled * 1e6, "roofline_us": roofline * 1e6, "ratio": modeled / roofline,
-               "parts": {"launches_us": launches * 1e6, "weights_roofline_us": weight_bytes / HBM_PEAK * 1e6,
-                         "kv_roofline_us": kv_bytes / HBM_PEAK * 1e6,
-                         "kv_kernels": len(kv_kernels), "kv_kernels_modeled_us": sum(c.time_s for c in kv_kernels) * 1e6},
-               "modeled_bytes": sum(c.bytes for c in costs), "weights_bytes": weight_bytes, "kv_bytes": kv_bytes,
-               "compile_s": compile_s, "cost_table": prog.cost_summary()}
-        print(f"GPT-2 small decode, batch {batch}, context {context}: modeled {row['modeled_us']:.1f} us, roofline "
-              f"{row['roofline_us']:.1f} us (x{row['ratio']:.2f}); {len(costs)} kernels, launches "
-              f"{launches * 1e6:.0f} us; weights {weight_bytes / HBM_PEAK * 1e6:.1f} us, KV {kv_bytes / HBM_PEAK * 1e6:.1f} us")
+        row = {
+            "batch": batch,
+            "context": context,
+            "kernels": len(costs),
+            "kernels_per_layer": (len(costs) - 2) / layers,
+            "modeled_us": modeled * 1e6,
+            "roofline_us": roofline * 1e6,
+            "ratio": modeled / roofline,
+            "parts": {
+                "launches_us": launches * 1e6,
+                "weights_roofline_us": weight_bytes / HBM_PEAK * 1e6,
+                "kv_roofline_us": kv_bytes / HBM_PEAK * 1e6,
+                "kv_kernels": len(kv_kernels),
+                "kv_kernels_modeled_us": sum(c.time_s for c in kv_kernels) * 1e6,
+            },
+            "modeled_bytes": sum(c.bytes for c in costs),
+            "weights_bytes": weight_bytes,
+            "kv_bytes": kv_bytes,
+            "compile_s": compile_s,
+            "cost_table": prog.cost_summary(),
+        }
+        print(
+            f"GPT-2 small decode, batch {batch}, context {context}: modeled {row['modeled_us']:.1f} us, roofline "
+            f"{row['roofline_us']:.1f} us (x{row['ratio']:.2f}); {len(costs)} kernels, launches "
+            f"{launches * 1e6:.0f} us; weights {weight_bytes / HBM_PEAK * 1e6:.1f} us, KV {kv_bytes / HBM_PEAK * 1e6:.1f} us"
+        )
         rows.append(row)
     return rows
 

@@ -35,7 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_file import write_results  # noqa: E402
 
 WORKLOADS = {  # name: (input shape, build, targets)
-    "topk5_1x65": ((1, 65), lambda x: list(x.topk(5)), {}),  # issue 28's example: 6,431 nodes, 96 s, 57 kernels before
+    "topk5_1x65": (
+        (1, 65),
+        lambda x: list(x.topk(5)),
+        {},
+    ),  # issue 28's example: 6,431 nodes, 96 s, 57 kernels before
     "topk50_8x50257": ((8, 50257), lambda x: list(x.topk(50)), {"compile_s": 3.0, "emulator_s": 0.050}),
     "sort_4096": ((4096,), lambda x: list(x.sort()), {"nodes": 400}),
 }
@@ -83,28 +87,39 @@ def measure(name: str, rounds: int, repeats: int, profile: bool) -> dict:
     entry["meets"] = {key: entry[key] <= limit for key, limit in targets.items()}
     if profile:
         entry["profile_top"] = _profile(rc, outputs)
-    print(f"  {name}: {entry['nodes']} nodes, compile {entry['compile_s']:.2f} s, emulator {entry['emulator_s'] * 1e3:.1f} ms",
-          file=sys.stderr, flush=True)
+    print(
+        f"  {name}: {entry['nodes']} nodes, compile {entry['compile_s']:.2f} s, emulator {entry['emulator_s'] * 1e3:.1f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
     return entry
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--rounds", type=int, default=3, help="compiles per workload (the median is reported)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="compiles per workload (the median is reported)"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="warm emulator runs per workload")
     parser.add_argument("--profile", action="store_true", help="also profile one compile per workload")
     args = parser.parse_args()
     load_start, start = os.getloadavg(), time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:
         os.environ["REFCOMP_CACHE_DIR"] = cache  # the first run builds every kernel
-        rows = {name: measure(name, args.rounds, args.repeats, args.profile) for name in args.workloads.split(",")}
-    print(f"{'workload':<16}{'nodes':>7}{'kernels':>9}{'1st compile s':>15}{'compile s':>11}{'search s':>10}{'first run s':>13}"
-          f"{'emulator ms':>13}{'exact':>7}  targets")
+        rows = {
+            name: measure(name, args.rounds, args.repeats, args.profile) for name in args.workloads.split(",")
+        }
+    print(
+        f"{'workload':<16}{'nodes':>7}{'kernels':>9}{'1st compile s':>15}{'compile s':>11}{'search s':>10}{'first run s':>13}"
+        f"{'emulator ms':>13}{'exact':>7}  targets"
+    )
     for name, r in rows.items():
         met = ", ".join(f"{k} <= {v} {'yes' if r['meets'][k] else 'NO'}" for k, v in r["targets"].items())
-        print(f"{name:<16}{r['nodes']:>7}{r['kernels']:>9}{r['compile_first_s']:>15.2f}{r['compile_s']:>11.2f}{r['search_s']:>10.2f}"
-              f"{r['first_run_with_build_s']:>13.2f}{r['emulator_s'] * 1e3:>13.1f}{str(r['matches_reference']):>7}  {met}")
+        print(
+            f"{name:<16}{r['nodes']:>7}{r['kernels']:>9}{r['compile_first_s']:>15.2f}{r['compile_s']:>11.2f}{r['search_s']:>10.2f}"
+            f"{r['first_run_with_build_s']:>13.2f}{r['emulator_s'] * 1e3:>13.1f}{str(r['matches_reference']):>7}  {met}"
+        )
     write_results(ROOT / "bench" / "results" / "sorting.json", "bench/sorting_bench.py", load_start,
                   time.perf_counter() - start, rounds=args.rounds, repeats=args.repeats, workloads=rows)
 

@@ -80,7 +80,9 @@ def show_shardings(shardings: dict) -> str:
         if name != "x":
             groups.setdefault(spec, []).append(name)
     fmt = lambda spec: "(" + ",".join(str(a) for a in spec) + ")"  # noqa: E731
-    return "; ".join(f"{','.join(names)} {fmt(spec)}" for spec, names in sorted(groups.items(), key=lambda g: -len(g[0])))
+    return "; ".join(
+        f"{','.join(names)} {fmt(spec)}" for spec, names in sorted(groups.items(), key=lambda g: -len(g[0]))
+    )
 
 
 def show_counts(counts: dict) -> str:
@@ -93,14 +95,26 @@ def run_refcomp(key: str, repeats: int) -> dict:
     search_s = time_search(y, mesh, repeats)
     started = time.perf_counter()
     prog = rc.spmd.compile(y, mesh, dims_hint=HINT)  # search again, then every stage compiled
-    return {"shardings": {k: list(v) for k, v in prog.shardings.items()},
-            "collectives": [{"kind": c.kind, "axis": c.axis, "tensor": c.tensor, "bytes_per_device": c.bytes_per_device,
-                             "time_s": c.time_s} for c in prog.collectives],
-            "counts": dict(Counter(c.kind for c in prog.collectives)),
-            "bytes_per_device": sum(c.bytes_per_device for c in prog.collectives),
-            "search_s": search_s, "search_s_median": statistics.median(search_s),
-            "spmd_compile_s": time.perf_counter() - started, "stages": len(prog.stages),
-            "table": show_shardings(prog.shardings)}
+    return {
+        "shardings": {k: list(v) for k, v in prog.shardings.items()},
+        "collectives": [
+            {
+                "kind": c.kind,
+                "axis": c.axis,
+                "tensor": c.tensor,
+                "bytes_per_device": c.bytes_per_device,
+                "time_s": c.time_s,
+            }
+            for c in prog.collectives
+        ],
+        "counts": dict(Counter(c.kind for c in prog.collectives)),
+        "bytes_per_device": sum(c.bytes_per_device for c in prog.collectives),
+        "search_s": search_s,
+        "search_s_median": statistics.median(search_s),
+        "spmd_compile_s": time.perf_counter() - started,
+        "stages": len(prog.stages),
+        "table": show_shardings(prog.shardings),
+    }
 
 
 def run_jax(python: str | None) -> tuple[dict | None, str]:
@@ -108,8 +122,14 @@ def run_jax(python: str | None) -> tuple[dict | None, str]:
     if not python:
         return None, "GSPMD not run (no --jax-python): the issue's figures"
     try:
-        proc = subprocess.run([python, str(ROOT / "bench" / "spmd_bench_jax.py")], cwd=ROOT, capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        proc = subprocess.run(
+            [python, str(ROOT / "bench" / "spmd_bench_jax.py")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"GSPMD not run ({python}: {exc}): the issue's figures"
     if proc.returncode != 0:
@@ -121,7 +141,9 @@ def run_jax(python: str | None) -> tuple[dict | None, str]:
 def format_table(rows: list[dict]) -> str:
     cols = ["workload", "system", "shardings", "collectives", "B/device", "search s", "issue's GSPMD figure"]
     widths = {c: max(len(str(r[c])) for r in [dict(zip(cols, cols))] + rows) for c in cols}
-    lines = ["  ".join(f"{str(r[c]):<{widths[c]}}" for c in cols).rstrip() for r in [dict(zip(cols, cols))] + rows]
+    lines = [
+        "  ".join(f"{str(r[c]):<{widths[c]}}" for c in cols).rstrip() for r in [dict(zip(cols, cols))] + rows
+    ]
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
@@ -144,17 +166,39 @@ def main(argv=None) -> int:
             if workload != key:
                 continue
             m = gspmd["cases"][case] if gspmd else None
-            rows.append({"workload": "", "system": "GSPMD " + ("(measured)" if m else "(issue's figure)"),
-                         "shardings": GSPMD_SHARDINGS[case], "collectives": show_counts(m["counts"]) if m else figure,
-                         "B/device": f"{m['bytes_per_device']:,}" if m else (f"{figure_bytes:,}" if figure_bytes else "-"),
-                         "search s": "-", "issue's GSPMD figure": figure + (f", {figure_bytes:,} B" if figure_bytes else "")})
+            rows.append(
+                {
+                    "workload": "",
+                    "system": "GSPMD " + ("(measured)" if m else "(issue's figure)"),
+                    "shardings": GSPMD_SHARDINGS[case],
+                    "collectives": show_counts(m["counts"]) if m else figure,
+                    "B/device": f"{m['bytes_per_device']:,}"
+                    if m
+                    else (f"{figure_bytes:,}" if figure_bytes else "-"),
+                    "search s": "-",
+                    "issue's GSPMD figure": figure + (f", {figure_bytes:,} B" if figure_bytes else ""),
+                }
+            )
     elapsed = time.perf_counter() - started
     print(format_table(rows))
-    print(f"\nmesh dp=2 x tp=4, B=8 T=128; search s: median of {args.repeats} search_shardings calls; {note}; "
-          f"bench took {elapsed:.0f} s")
+    print(
+        f"\nmesh dp=2 x tp=4, B=8 T=128; search s: median of {args.repeats} search_shardings calls; {note}; "
+        f"bench took {elapsed:.0f} s"
+    )
     if args.out:
-        write_results(args.out, "bench/spmd_bench.py", load_start, elapsed, mesh=MESH, dims=HINT, gspmd=note, rows=rows,
-                  refcomp=ours, gspmd_measured=gspmd, gspmd_issue_figures=ISSUE)
+        write_results(
+            args.out,
+            "bench/spmd_bench.py",
+            load_start,
+            elapsed,
+            mesh=MESH,
+            dims=HINT,
+            gspmd=note,
+            rows=rows,
+            refcomp=ours,
+            gspmd_measured=gspmd,
+            gspmd_issue_figures=ISSUE,
+        )
     return 0
 
 

@@ -21,8 +21,21 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 B, T, D, H, HIDDEN = 8, 128, 512, 8, 2048
 KINDS = ("all-reduce", "all-gather", "collective-permute", "reduce-scatter", "all-to-all")
-ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
-DEF = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\w+\[[\d,]*\](?:\{[^}]*\})?)\s+([\w\-]+)\((.*?)\)")
+ITEMSIZE = {
+    "f64": 8,
+    "f32": 4,
+    "bf16": 2,
+    "f16": 2,
+    "s64": 8,
+    "s32": 4,
+    "u32": 4,
+    "s8": 1,
+    "u8": 1,
+    "pred": 1,
+}
+DEF = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\w+\[[\d,]*\](?:\{[^}]*\})?)\s+([\w\-]+)\((.*?)\)"
+)
 
 
 def collectives(hlo: str) -> dict:
@@ -83,21 +96,42 @@ def main() -> int:
     x, rep, col, row = ((B, T, D), P("dp", None, None)), ((D,), P(None)), P(None, "tp"), P("tp", None)
     cases = {  # name: (function, [(shape, spec) per argument])
         "mlp_by_hand": (mlp, [x, ((D, HIDDEN), col), ((HIDDEN, D), row)]),
-        "gpt2_by_hand": (block, [x, rep, rep, rep, rep, ((D, D), col), ((D, D), col), ((D, D), col), ((D, D), row),
-                                 ((D, HIDDEN), col), ((HIDDEN, D), row)]),
-        "gpt2_fused_qkv_natural": (block_fused, [x, rep, rep, rep, rep, ((D, 3 * D), col), ((D, D), row),
-                                                 ((D, HIDDEN), col), ((HIDDEN, D), row)]),
+        "gpt2_by_hand": (
+            block,
+            [
+                x,
+                rep,
+                rep,
+                rep,
+                rep,
+                ((D, D), col),
+                ((D, D), col),
+                ((D, D), col),
+                ((D, D), row),
+                ((D, HIDDEN), col),
+                ((HIDDEN, D), row),
+            ],
+        ),
+        "gpt2_fused_qkv_natural": (
+            block_fused,
+            [x, rep, rep, rep, rep, ((D, 3 * D), col), ((D, D), row), ((D, HIDDEN), col), ((HIDDEN, D), row)],
+        ),
     }
     out = {"jax": jax.__version__, "devices": len(jax.devices()), "cases": {}}
     for name, (fn, args) in cases.items():
         started = time.perf_counter()
         jitted = jax.jit(fn, in_shardings=tuple(NamedSharding(mesh, s) for _, s in args),
                          out_shardings=NamedSharding(mesh, P("dp", None, None)))
-        hlo = jitted.lower(*(jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _ in args)).compile().as_text()
+        hlo = (
+            jitted.lower(*(jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _ in args)).compile().as_text()
+        )
         found = collectives(hlo)
-        out["cases"][name] = {"counts": {k: len(v) for k, v in found.items()}, "bytes": {k: v for k, v in found.items()},
-                              "bytes_per_device": sum(sum(v) for v in found.values()),
-                              "compile_s": time.perf_counter() - started}
+        out["cases"][name] = {
+            "counts": {k: len(v) for k, v in found.items()},
+            "bytes": {k: v for k, v in found.items()},
+            "bytes_per_device": sum(sum(v) for v in found.values()),
+            "compile_s": time.perf_counter() - started,
+        }
     print(json.dumps(out))
     return 0
 

@@ -95,8 +95,12 @@ def base_tree(rev: str, tree: Path) -> Path:
     if not (tree / "refcomp" / "__init__.py").exists():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
                        capture_output=True)
-    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    want = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    want = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True
+    ).stdout.strip()
     if head != want:
         raise SystemExit(f"{tree} is at {head[:10]}, not {rev}: pass another --base-tree")
     return tree
@@ -104,23 +108,39 @@ def base_tree(rev: str, tree: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="fresh processes per figure (the median is reported)")
-    parser.add_argument("--base-rev", default="1ee04e8", help="the 'before' commit (default: the last before issue 32's lazy imports)")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="fresh processes per figure (the median is reported)"
+    )
+    parser.add_argument(
+        "--base-rev",
+        default="1ee04e8",
+        help="the 'before' commit (default: the last before issue 32's lazy imports)",
+    )
     parser.add_argument("--base-tree", help="its worktree (default: <this checkout>_base_<rev>)")
     parser.add_argument("--no-base", action="store_true", help="measure this tree only")
     args = parser.parse_args()
     load_start, started = os.getloadavg(), time.perf_counter()
     trees = {"after": ROOT}
     if not args.no_base:
-        trees = {"before": base_tree(args.base_rev, Path(args.base_tree or f"{ROOT}_base_{args.base_rev}")), **trees}
+        trees = {
+            "before": base_tree(args.base_rev, Path(args.base_tree or f"{ROOT}_base_{args.base_rev}")),
+            **trees,
+        }
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(args.runs):
         for name, tree in trees.items():
             samples[name].append(one_round(tree))
-    medians = {name: {key: statistics.median(s[key] for s in runs) for key, _ in ROWS} for name, runs in samples.items()}
+    medians = {
+        name: {key: statistics.median(s[key] for s in runs) for key, _ in ROWS}
+        for name, runs in samples.items()
+    }
 
-    print(f"{'median of ' + str(args.runs) + ' fresh processes':<40}" + "".join(f"{name + ' s':>10}" for name in trees)
-          + ("    ratio" if "before" in trees else "") + f"{'target s':>10}")
+    print(
+        f"{'median of ' + str(args.runs) + ' fresh processes':<40}"
+        + "".join(f"{name + ' s':>10}" for name in trees)
+        + ("    ratio" if "before" in trees else "")
+        + f"{'target s':>10}"
+    )
     for key, label in ROWS:
         line = f"{label:<40}" + "".join(f"{medians[name][key]:>10.3f}" for name in trees)
         if "before" in trees:
@@ -128,13 +148,26 @@ def main() -> None:
         print(line + (f"{TARGETS_S[key]:>10.2f}" if key in TARGETS_S else f"{'-':>10}"))
     loaded = {name: heavy_loaded(tree) for name, tree in trees.items()}
     for name in trees:
-        print(f"{name}: heavy libraries loaded: " + "; ".join(f"{cmd}: {', '.join(libs) or 'none'}" for cmd, libs in loaded[name].items()))
+        print(
+            f"{name}: heavy libraries loaded: "
+            + "; ".join(f"{cmd}: {', '.join(libs) or 'none'}" for cmd, libs in loaded[name].items())
+        )
     met = {key: medians["after"][key] <= target for key, target in TARGETS_S.items()}
     print("targets met" if all(met.values()) else f"targets missed: {[k for k, ok in met.items() if not ok]}")
-    write_results(ROOT / "bench" / "results" / "startup.json", "bench/startup_bench.py", load_start,
-                  time.perf_counter() - started, runs=args.runs, base_revision=None if args.no_base else args.base_rev,
-                  version_command=" ".join(Path(c).name for c in version_command()), targets_s=TARGETS_S, targets_met=met,
-                  median_s=medians, heavy_loaded=loaded, samples_s=samples)
+    write_results(
+        ROOT / "bench" / "results" / "startup.json",
+        "bench/startup_bench.py",
+        load_start,
+        time.perf_counter() - started,
+        runs=args.runs,
+        base_revision=None if args.no_base else args.base_rev,
+        version_command=" ".join(Path(c).name for c in version_command()),
+        targets_s=TARGETS_S,
+        targets_met=met,
+        median_s=medians,
+        heavy_loaded=loaded,
+        samples_s=samples,
+    )
 
 
 if __name__ == "__main__":

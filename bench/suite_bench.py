@@ -51,14 +51,24 @@ def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | Non
     libraries = _libraries(env.get("REFCOMP_CACHE_DIR"))
     load = os.getloadavg()[0]
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], cwd=tree, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     passed = re.search(r"(\d+) passed", tail)
-    result = {"wall_s": round(seconds, 2), "exit_code": proc.returncode, "summary": tail,
-              "passed": int(passed.group(1)) if passed else None, "load_average_at_start": round(load, 2),
-              "cpu_s": round(cpu, 1)}  # user + system time of every process the suite ran: steadier than wall time under load
+    result = {
+        "wall_s": round(seconds, 2),
+        "exit_code": proc.returncode,
+        "summary": tail,
+        "passed": int(passed.group(1)) if passed else None,
+        "load_average_at_start": round(load, 2),
+        "cpu_s": round(cpu, 1),
+    }  # user + system time of every process the suite ran: steadier than wall time under load
     if cache:
         result["libraries_built"] = _libraries(cache) - libraries
     if "--durations=0" in extra:
@@ -95,18 +105,32 @@ def newcomer(before_rev: str, before_tree: Path, with_before: bool = True) -> di
             runs[name][mode] = run_suite(tree, ["--durations=0"], cache=caches[name])
     print(f"{'tree':<8} {'cold s':>8} {'warm s':>8} {'built cold':>11} {'built warm':>11} {'passed':>7}")
     for name, r in runs.items():
-        print(f"{name:<8} {r['cold']['wall_s']:8.1f} {r['warm']['wall_s']:8.1f} {r['cold']['libraries_built']:11d} "
-              f"{r['warm']['libraries_built']:11d} {r['cold']['passed'] or '-':>7}")
+        print(
+            f"{name:<8} {r['cold']['wall_s']:8.1f} {r['warm']['wall_s']:8.1f} {r['cold']['libraries_built']:11d} "
+            f"{r['warm']['libraries_built']:11d} {r['cold']['passed'] or '-':>7}"
+        )
     for name, r in runs.items():
-        print(f"{name}, cold, seconds by file: " + ", ".join(f"{f} {s}" for f, s in list(r["cold"]["seconds_by_file"].items())[:6]))
-    return {"issue_cold_s": ISSUE_COLD_S, "target_cold_s": 300, "before_revision": before_rev if with_before else None,
-            "runs": runs}
+        print(
+            f"{name}, cold, seconds by file: "
+            + ", ".join(f"{f} {s}" for f, s in list(r["cold"]["seconds_by_file"].items())[:6])
+        )
+    return {
+        "issue_cold_s": ISSUE_COLD_S,
+        "target_cold_s": 300,
+        "before_revision": before_rev if with_before else None,
+        "runs": runs,
+    }
 
 
 def collected_ids(tree: Path) -> list[str]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n0"],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n0"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
 
@@ -116,13 +140,23 @@ def main() -> None:
     parser.add_argument("--base-tree", default=str(ROOT.parent / (ROOT.name + "_base")))
     parser.add_argument("--cold", action="store_true", help="every run starts from an empty kernel cache")
     parser.add_argument("--newcomer", action="store_true", help="cold then warm, --before-rev and this tree")
-    parser.add_argument("--before-rev", default="a2c22fb", help="the 'before' of --newcomer (issue 32's start)")
+    parser.add_argument(
+        "--before-rev", default="a2c22fb", help="the 'before' of --newcomer (issue 32's start)"
+    )
     parser.add_argument("--before-tree", default=str(ROOT.parent / (ROOT.name + "_before")))
     parser.add_argument("--no-before", action="store_true", help="--newcomer on this tree alone")
     args = parser.parse_args()
     if args.newcomer:
-        _keep("newcomer", {"python": platform.python_version(), "cpus": os.cpu_count(), "revision": _revision(),
-                           **newcomer(args.before_rev, Path(args.before_tree), not args.no_before), "load_average_at_end": os.getloadavg()})
+        _keep(
+            "newcomer",
+            {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "revision": _revision(),
+                **newcomer(args.before_rev, Path(args.before_tree), not args.no_before),
+                "load_average_at_end": os.getloadavg(),
+            },
+        )
         return
     tree = base_tree(args.base_rev, Path(args.base_tree))
     runs = {"before (base revision, one process)": run_suite(tree, [], args.cold),
@@ -131,19 +165,37 @@ def main() -> None:
     same = sorted(set(collected_ids(tree)) & set(collected_ids(ROOT)))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as ids:
         ids.write("\n".join(same) + "\n")
-    runs["after, only the base's tests (README: pytest)"] = {**run_suite(ROOT, [f"@{ids.name}"], args.cold), "tests": len(same)}
+    runs["after, only the base's tests (README: pytest)"] = {
+        **run_suite(ROOT, [f"@{ids.name}"], args.cold),
+        "tests": len(same),
+    }
     before = runs["before (base revision, one process)"]["wall_s"]
     print(f"{'run':<46} {'wall s':>8} {'ratio':>7} {'passed':>7}  exit")
     for name, r in runs.items():
         r["ratio_to_before"] = round(r["wall_s"] / before, 3)
-        print(f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}")
+        print(
+            f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}"
+        )
     mode = "cold" if args.cold else "warm"
-    _keep(mode, {"python": platform.python_version(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
-                 "revision": _revision(), "base_revision": args.base_rev, "target_ratio": 0.6, "caches": mode, "runs": runs})
+    _keep(
+        mode,
+        {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_at_end": os.getloadavg(),
+            "revision": _revision(),
+            "base_revision": args.base_rev,
+            "target_ratio": 0.6,
+            "caches": mode,
+            "runs": runs,
+        },
+    )
 
 
 def _revision() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _keep(entry: str, result: dict) -> None:

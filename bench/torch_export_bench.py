@@ -88,15 +88,25 @@ def measure(layers: int, profile: bool) -> dict:
     m = rc.torch.TorchModel(imported(ep, names))
     entry["import_s"] = time.perf_counter() - start
     entry["nodes"] = len(toposort([t.node for t in m.outputs.values()]))
-    print(f"  export {entry['torch_export_s']:.1f} s, import {entry['import_s']:.1f} s, {entry['nodes']} nodes",
-          file=sys.stderr, flush=True)
+    print(
+        f"  export {entry['torch_export_s']:.1f} s, import {entry['import_s']:.1f} s, {entry['nodes']} nodes",
+        file=sys.stderr,
+        flush=True,
+    )
 
     start = time.perf_counter()
     prog = rc.compile(m.outputs, dims_hint=HINT, cache=False)
     entry["compile_s"] = time.perf_counter() - start
-    entry.update(search_s=prog.search.seconds, search_complete=prog.search.complete, kernels=len(prog.kernels),
-                 modeled_s_at_hint=prog.search.time_s)
-    def in_layer(op: str, i: int) -> bool:  # a block's own ops (its residual adds) are named net.transformer.h.i
+    entry.update(
+        search_s=prog.search.seconds,
+        search_complete=prog.search.complete,
+        kernels=len(prog.kernels),
+        modeled_s_at_hint=prog.search.time_s,
+    )
+
+    def in_layer(
+        op: str, i: int
+    ) -> bool:  # a block's own ops (its residual adds) are named net.transformer.h.i
         return op == f"net.transformer.h.{i}" or op.startswith(f"net.transformer.h.{i}.")
 
     per_layer = [sum(any(in_layer(op, i) for op in k.ops) for k in prog.kernels) for i in range(layers)]
@@ -104,8 +114,11 @@ def measure(layers: int, profile: bool) -> dict:
     entry["kernels_outside_layers"] = sum(not any(op.startswith("net.transformer.h.") for op in k.ops)
                                           for k in prog.kernels)
     entry["import_plus_compile_s"] = entry["import_s"] + entry["compile_s"]
-    print(f"  compile {entry['compile_s']:.1f} s (search {entry['search_s']:.1f} s), {len(prog.kernels)} kernels",
-          file=sys.stderr, flush=True)
+    print(
+        f"  compile {entry['compile_s']:.1f} s (search {entry['search_s']:.1f} s), {len(prog.kernels)} kernels",
+        file=sys.stderr,
+        flush=True,
+    )
 
     m.__dict__.setdefault("_programs", {})[True] = prog  # m.run serves every binding with this program
     ids = torch.randint(0, 50257, (1, 8), generator=torch.Generator().manual_seed(1))
@@ -135,12 +148,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["REFCOMP_CACHE_DIR"] = cache  # the first emulator run builds every kernel
         r = measure(args.layers, args.profile)
-    print(f"{'layers':>6}{'nodes':>7}{'export s':>10}{'import s':>10}{'compile s':>11}{'search s':>10}{'kernels':>9}"
-          f"{'per layer':>11}{'modeled us':>12}{'emu 1st s':>11}{'logits diff':>13}")
-    print(f"{r['layers']:>6}{r['nodes']:>7}{r['torch_export_s']:>10.2f}{r['import_s']:>10.2f}{r['compile_s']:>11.2f}"
-          f"{r['search_s']:>10.2f}{r['kernels']:>9}{max(r['kernels_per_layer']):>11}{r['modeled_s_at_hint'] * 1e6:>12.1f}"
-          f"{r['emulator_first_run_s']:>11.2f}{r['logits_max_abs_diff']:>13.2e}")
-    print("targets: " + ", ".join(f"{k} <= {v} {'yes' if r['meets'][k] else 'NO'}" for k, v in TARGETS.items()))
+    print(
+        f"{'layers':>6}{'nodes':>7}{'export s':>10}{'import s':>10}{'compile s':>11}{'search s':>10}{'kernels':>9}"
+        f"{'per layer':>11}{'modeled us':>12}{'emu 1st s':>11}{'logits diff':>13}"
+    )
+    print(
+        f"{r['layers']:>6}{r['nodes']:>7}{r['torch_export_s']:>10.2f}{r['import_s']:>10.2f}{r['compile_s']:>11.2f}"
+        f"{r['search_s']:>10.2f}{r['kernels']:>9}{max(r['kernels_per_layer']):>11}{r['modeled_s_at_hint'] * 1e6:>12.1f}"
+        f"{r['emulator_first_run_s']:>11.2f}{r['logits_max_abs_diff']:>13.2e}"
+    )
+    print(
+        "targets: " + ", ".join(f"{k} <= {v} {'yes' if r['meets'][k] else 'NO'}" for k, v in TARGETS.items())
+    )
     if r.get("profile_top"):
         print("\n".join(["compile profile (cumulative):"] + r["profile_top"][:15]))
         print("\n".join(["import profile (cumulative):"] + r["import_profile_top"][:12]))

@@ -28,7 +28,9 @@ TOLERANCE = 2e-4
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="compile, run and check a GPT-2-style block")
-    parser.add_argument("--backend", default=None, help="emulator or pycuda (default: pycuda if usable, else emulator)")
+    parser.add_argument(
+        "--backend", default=None, help="emulator or pycuda (default: pycuda if usable, else emulator)"
+    )
     args = parser.parse_args(argv)
     backend = args.backend or default_backend()
 
@@ -54,7 +56,9 @@ def main(argv=None) -> int:
         elapsed = time.perf_counter() - start
         error = float(np.abs(got - numpy_block(x, weights)).max())
         worst = max(worst, error)
-        print(f"B={batch} T={length:<3d} on {backend}: max |error| vs NumPy float64 = {error:.1e}  ({elapsed * 1e3:.0f} ms)")
+        print(
+            f"B={batch} T={length:<3d} on {backend}: max |error| vs NumPy float64 = {error:.1e}  ({elapsed * 1e3:.0f} ms)"
+        )
     verdict = "PASS" if worst < TOLERANCE else "FAIL"
     print(f"\n{verdict}: every output within {TOLERANCE} of the reference")
     return 0 if verdict == "PASS" else 1

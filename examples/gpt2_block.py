@@ -115,7 +115,9 @@ def numpy_block(x: np.ndarray, weights: dict[str, np.ndarray], n_heads: int = N_
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", default=None, help="emulator, pycuda or numpy (default: rc's default backend)")
+    parser.add_argument(
+        "--backend", default=None, help="emulator, pycuda or numpy (default: rc's default backend)"
+    )
     parser.add_argument("--batch", type=int, default=2)
     args = parser.parse_args(argv)
     if args.backend is None:
@@ -143,7 +145,9 @@ def main(argv=None) -> int:
         elapsed = time.perf_counter() - start
         err = float(np.abs(got - numpy_block(x, weights)).max())
         worst = max(worst, err)
-        print(f"B={args.batch} T={T:<3d} backend={args.backend}: max abs error vs NumPy float64 {err:.2e}  ({elapsed * 1e3:.1f} ms)")
+        print(
+            f"B={args.batch} T={T:<3d} backend={args.backend}: max abs error vs NumPy float64 {err:.2e}  ({elapsed * 1e3:.1f} ms)"
+        )
     return 0 if worst < 2e-4 else 1
 
 

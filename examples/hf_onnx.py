@@ -32,11 +32,28 @@ def model(kind: str, seed: int = 0):
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
     torch.manual_seed(seed)
     if kind == "bert":
-        net = BertModel(BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                                   intermediate_size=2 * HIDDEN, max_position_embeddings=POSITIONS))
+        net = BertModel(
+            BertConfig(
+                vocab_size=VOCAB,
+                hidden_size=HIDDEN,
+                num_hidden_layers=LAYERS,
+                num_attention_heads=HEADS,
+                intermediate_size=2 * HIDDEN,
+                max_position_embeddings=POSITIONS,
+            )
+        )
     elif kind == "gpt2":
-        net = GPT2Model(GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS,
-                                   bos_token_id=0, eos_token_id=0))
+        net = GPT2Model(
+            GPT2Config(
+                vocab_size=VOCAB,
+                n_embd=HIDDEN,
+                n_layer=LAYERS,
+                n_head=HEADS,
+                n_positions=POSITIONS,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        )
     else:
         raise ValueError(f"kind must be 'bert' or 'gpt2', got {kind!r}")
     net.eval()

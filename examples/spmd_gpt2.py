@@ -34,7 +34,9 @@ def gpt2_block(fused_qkv: bool = False, d: int = D, heads: int = HEADS, hidden: 
 def block_feeds(rng, batch: int, t: int, fused_qkv: bool = False, d: int = D, hidden: int = HIDDEN) -> dict:
     """Random feeds for gpt2_block: unit norms, weights scaled so activations stay O(1)."""
     feeds = {"x": rng.standard_normal((batch, t, d)).astype(np.float32)}
-    feeds |= {n: np.ones(d, np.float32) for n in ("g1", "g2")} | {n: np.zeros(d, np.float32) for n in ("b1", "b2")}
+    feeds |= {n: np.ones(d, np.float32) for n in ("g1", "g2")} | {
+        n: np.zeros(d, np.float32) for n in ("b1", "b2")
+    }
     shapes = {"wqkv": (d, 3 * d)} if fused_qkv else {n: (d, d) for n in ("wq", "wk", "wv")}
     shapes |= {"wo": (d, d), "w1": (d, hidden), "w2": (hidden, d)}
     feeds |= {n: (rng.standard_normal(s) * 0.02).astype(np.float32) for n, s in shapes.items()}
@@ -54,7 +56,9 @@ def main():
     feeds = block_feeds(np.random.default_rng(0), 2, 6)
     mesh_out = prog.run(feeds, backend="emulator")
     single = rc.compile(y).run(feeds, backend="emulator")
-    print(f"8 simulated devices vs one device (emulator, B=2, T=6): max abs difference {np.abs(mesh_out - single).max():.2e}")
+    print(
+        f"8 simulated devices vs one device (emulator, B=2, T=6): max abs difference {np.abs(mesh_out - single).max():.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from refcomp.golden import GoldenCase
 
-from . import cases_dtypes, cases_highlevel, cases_models, cases_nn, cases_primitives, cases_symbolic, cases_views
+from . import (
+    cases_dtypes,
+    cases_highlevel,
+    cases_models,
+    cases_nn,
+    cases_primitives,
+    cases_symbolic,
+    cases_views,
+)
 
 __all__ = ["CASES", "GoldenCase"]
 

@@ -20,7 +20,9 @@ def case(name, build, make_inputs, oracle, bindings=({},), tags=()) -> GoldenCas
     bindings = tuple(dict(b) for b in bindings)
     if any(bindings) and "symbolic" not in tags:
         tags = tuple(tags) + ("symbolic",)
-    return GoldenCase(name=name, build=build, make_inputs=make_inputs, oracle=oracle, bindings=bindings, tags=tuple(tags))
+    return GoldenCase(
+        name=name, build=build, make_inputs=make_inputs, oracle=oracle, bindings=bindings, tags=tuple(tags)
+    )
 
 
 # --- samplers (float32 feeds; the binding dict gives symbolic sizes) -----------------------------

@@ -34,13 +34,27 @@ def bf16(x):
 
 def _case(name, storage, build, shapes, oracle, bindings=({},), scale=None):
     def make_inputs(rng, binding):
-        return {k: normal(rng, tuple(binding.get(d, d) for d in s), scale=(scale or {}).get(k, 1.0)) for k, s in shapes.items()}
-    return GoldenCase(name=name, build=build, make_inputs=make_inputs, oracle=oracle, bindings=tuple(bindings),
-                      tags=T + (("symbolic",) if any(bindings) else ()), storage=storage)
+        return {
+            k: normal(rng, tuple(binding.get(d, d) for d in s), scale=(scale or {}).get(k, 1.0))
+            for k, s in shapes.items()
+        }
+
+    return GoldenCase(
+        name=name,
+        build=build,
+        make_inputs=make_inputs,
+        oracle=oracle,
+        bindings=tuple(bindings),
+        tags=T + (("symbolic",) if any(bindings) else ()),
+        storage=storage,
+    )
 
 
 def _half_mlp():
-    x, w1, b1, w2 = (rc.input(n, s, "float16") for n, s in (("x", ("B", 16)), ("w1", (16, 12)), ("b1", (12,)), ("w2", (12, 5))))
+    x, w1, b1, w2 = (
+        rc.input(n, s, "float16")
+        for n, s in (("x", ("B", 16)), ("w1", (16, 12)), ("b1", (12,)), ("w2", (12, 5)))
+    )
     return {"y": ((x @ w1 + b1).relu() @ w2)}
 
 
@@ -78,7 +92,11 @@ def _mixed_oracle(f):
 
 
 def _half_conv():
-    x, w, b = rc.input("x", (1, 3, 7, 7), "float16"), rc.input("w", (4, 3, 3, 3), "float16"), rc.input("b", (4,), "float16")
+    x, w, b = (
+        rc.input("x", (1, 3, 7, 7), "float16"),
+        rc.input("w", (4, 3, 3, 3), "float16"),
+        rc.input("b", (4,), "float16"),
+    )
     return {"y": rc.nn.conv2d(x, w, b, padding=1)}
 
 
@@ -100,7 +118,9 @@ def _half_layer_norm_oracle(f):
 
 def _bf16_sdpa():
     q, k, v = (rc.input(n, (1, 2, 5, 8), "bfloat16") for n in "qkv")
-    return {"y": rc.nn.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).bfloat16()}
+    return {
+        "y": rc.nn.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).bfloat16()
+    }
 
 
 def _bf16_sdpa_oracle(f):
@@ -109,13 +129,34 @@ def _bf16_sdpa_oracle(f):
 
 
 CASES = [
-    _case("half_mlp", "float16", _half_mlp, {"x": ("B", 16), "w1": (16, 12), "b1": (12,), "w2": (12, 5)}, _half_mlp_oracle,
-          bindings=({"B": 3}, {"B": 8}), scale={"w1": 0.3, "w2": 0.3}),
-    _case("bf16_attention", "bfloat16", _bf16_attention, {n: (2, 6, 8) for n in "qkv"}, _bf16_attention_oracle),
+    _case(
+        "half_mlp",
+        "float16",
+        _half_mlp,
+        {"x": ("B", 16), "w1": (16, 12), "b1": (12,), "w2": (12, 5)},
+        _half_mlp_oracle,
+        bindings=({"B": 3}, {"B": 8}),
+        scale={"w1": 0.3, "w2": 0.3},
+    ),
+    _case(
+        "bf16_attention", "bfloat16", _bf16_attention, {n: (2, 6, 8) for n in "qkv"}, _bf16_attention_oracle
+    ),
     _case("mixed_storage", "bfloat16", _mixed, {"x": (4, 9)}, _mixed_oracle),
-    _case("half_conv", "float16", _half_conv, {"x": (1, 3, 7, 7), "w": (4, 3, 3, 3), "b": (4,)}, _half_conv_oracle,
-          scale={"w": 0.3}),
-    _case("half_layer_norm", "float16", _half_layer_norm, {"x": ("T", 32), "w": (32,), "b": (32,)}, _half_layer_norm_oracle,
-          bindings=({"T": 3}, {"T": 7})),
+    _case(
+        "half_conv",
+        "float16",
+        _half_conv,
+        {"x": (1, 3, 7, 7), "w": (4, 3, 3, 3), "b": (4,)},
+        _half_conv_oracle,
+        scale={"w": 0.3},
+    ),
+    _case(
+        "half_layer_norm",
+        "float16",
+        _half_layer_norm,
+        {"x": ("T", 32), "w": (32,), "b": (32,)},
+        _half_layer_norm_oracle,
+        bindings=({"T": 3}, {"T": 7}),
+    ),
     _case("bf16_sdpa", "bfloat16", _bf16_sdpa, {n: (1, 2, 5, 8) for n in "qkv"}, _bf16_sdpa_oracle),
 ]

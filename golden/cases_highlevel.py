@@ -101,8 +101,17 @@ def _matmul_build():
     a, b = rc.input("a", (3, 5)), rc.input("b", (5, 4))
     ba, bb = rc.input("ba", (2, 1, 3, 5)), rc.input("bb", (3, 5, 4))
     v, w = rc.input("v", (5,)), rc.input("w", (3,))
-    return {"mm": a @ b, "method": a.matmul(b), "batched": ba @ bb, "mat_batch": a @ bb, "vec_mat": v @ b,
-            "mat_vec": a @ v, "vec_vec": v @ v, "vec_batched": w @ ba, "batched_vec": bb @ rc.input("u", (4,))}
+    return {
+        "mm": a @ b,
+        "method": a.matmul(b),
+        "batched": ba @ bb,
+        "mat_batch": a @ bb,
+        "vec_mat": v @ b,
+        "mat_vec": a @ v,
+        "vec_vec": v @ v,
+        "vec_batched": w @ ba,
+        "batched_vec": bb @ rc.input("u", (4,)),
+    }
 
 
 def _matmul_inputs(rng, b):
@@ -129,7 +138,11 @@ def _argmax_inputs(rng, b):
 
 def _where_build():
     c, a, b = rc.input("c", (3, 4)), rc.input("a", (3, 4)), rc.input("b", (4,))
-    return {"y": rc.where(c > 0.0, a, b), "scalar": rc.where(a < b, a, 0.0), "mixed": rc.where(c > 0.5, 2.0, a)}
+    return {
+        "y": rc.where(c > 0.0, a, b),
+        "scalar": rc.where(a < b, a, 0.0),
+        "mixed": rc.where(c > 0.5, 2.0, a),
+    }
 
 
 def _where_np(f):
@@ -158,8 +171,12 @@ def _select_np(f):
     x, m = f64(f, "x", "m")
     with np.errstate(all="ignore"):
         masked = np.where(m > 0, m, -np.inf)
-        return {"log_pos": np.where(x > 0, np.log(x), -np.inf), "inf_branch": np.where(np.isfinite(x), x, 0.0),
-                "masked_softmax": softmax(masked, -1), "remainder": np.remainder(x, np.where(m > 0, np.inf, -np.inf))}
+        return {
+            "log_pos": np.where(x > 0, np.log(x), -np.inf),
+            "inf_branch": np.where(np.isfinite(x), x, 0.0),
+            "masked_softmax": softmax(masked, -1),
+            "remainder": np.remainder(x, np.where(m > 0, np.inf, -np.inf)),
+        }
 
 
 def _select_inputs(rng, b):
@@ -169,87 +186,257 @@ def _select_inputs(rng, b):
 
 
 def _power_edges(x, y):
-    return {"tensor": x ** y, "half": x ** 0.5, "p03": x ** 0.3, "cube": x ** 3, "m3": x ** -3, "zero": x ** 0,
-            "inf": x ** math.inf, "m_inf": x ** -math.inf, "pos_base": 2.0 ** y}
+    return {
+        "tensor": x**y,
+        "half": x**0.5,
+        "p03": x**0.3,
+        "cube": x**3,
+        "m3": x**-3,
+        "zero": x**0,
+        "inf": x**math.inf,
+        "m_inf": x**-math.inf,
+        "pos_base": 2.0**y,
+    }
 
 
 def _power_edges_np(x, y):
     with np.errstate(all="ignore"):
-        return {"tensor": np.power(x, y), "half": np.sqrt(x), "p03": np.power(x, 0.3), "cube": x ** 3, "m3": x ** -3.0,
-                "zero": np.power(x, 0.0), "inf": np.power(x, np.inf), "m_inf": np.power(x, -np.inf),
-                "pos_base": np.power(2.0, y)}
+        return {
+            "tensor": np.power(x, y),
+            "half": np.sqrt(x),
+            "p03": np.power(x, 0.3),
+            "cube": x**3,
+            "m3": x**-3.0,
+            "zero": np.power(x, 0.0),
+            "inf": np.power(x, np.inf),
+            "m_inf": np.power(x, -np.inf),
+            "pos_base": np.power(2.0, y),
+        }
 
 
 def _power_inputs(rng, b):
     x = _specials(rng, (5, 8))
-    x[0, :] = [-8.0, -2.0, -0.5, -1.0, 0.5, 2.0, -3.0, -1.5]  # negative bases against the integral exponents below
-    y = rng.choice(np.array([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 0.5, -0.5, 1.5, np.inf, -np.inf, np.nan], np.float32), (5, 8))
+    x[0, :] = [
+        -8.0,
+        -2.0,
+        -0.5,
+        -1.0,
+        0.5,
+        2.0,
+        -3.0,
+        -1.5,
+    ]  # negative bases against the integral exponents below
+    y = rng.choice(
+        np.array([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 0.5, -0.5, 1.5, np.inf, -np.inf, np.nan], np.float32),
+        (5, 8),
+    )
     return {"x": x, "y": y}
 
 
 CASES = [
-    _binary("hl_sub", lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25},
-            lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25}, normal, normal),
-    _binary("hl_div", lambda a, b: {"y": a / b, "rs": 2.0 / b, "s": a / 4.0, "s3": a / 3.0},
-            lambda a, b: {"y": a / b, "rs": 2.0 / b, "s": a / 4.0, "s3": a / 3.0},
-            normal, lambda rng, s: signed_away(rng, 0.3, 3.0, s)),
-    _unary("hl_pow_integer", lambda x: {"p3": x ** 3, "p2": x ** 2, "p0": x ** 0, "p1": x ** 1, "pm2": x ** -2, "p5": x ** 5.0},
-           lambda x: {"p3": x ** 3, "p2": x ** 2, "p0": np.ones_like(x), "p1": x, "pm2": x ** -2.0, "p5": x ** 5},
-           lambda rng, s: signed_away(rng, 0.4, 2.0, s)),
-    _unary("hl_pow_fractional", lambda x: {"p17": x ** 1.7, "half": x ** 0.5, "mhalf": x ** -0.5, "p033": x ** 0.33,
-                                           "rpow": 2.0 ** x, "rpow_e": 0.5 ** x},
-           lambda x: {"p17": x ** 1.7, "half": np.sqrt(x), "mhalf": 1.0 / np.sqrt(x), "p033": x ** 0.33,
-                      "rpow": 2.0 ** x, "rpow_e": 0.5 ** x},
-           lambda rng, s: uniform(rng, 0.1, 4.0, s)),
-    _binary("hl_pow_tensor", lambda a, b: {"y": a ** b}, lambda a, b: {"y": a ** b},
-            lambda rng, s: uniform(rng, 0.2, 3.0, s), lambda rng, s: uniform(rng, -2.0, 2.0, s)),
+    _binary(
+        "hl_sub",
+        lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25},
+        lambda a, b: {"y": a - b, "rs": 1.5 - a, "s": a - 0.25},
+        normal,
+        normal,
+    ),
+    _binary(
+        "hl_div",
+        lambda a, b: {"y": a / b, "rs": 2.0 / b, "s": a / 4.0, "s3": a / 3.0},
+        lambda a, b: {"y": a / b, "rs": 2.0 / b, "s": a / 4.0, "s3": a / 3.0},
+        normal,
+        lambda rng, s: signed_away(rng, 0.3, 3.0, s),
+    ),
+    _unary(
+        "hl_pow_integer",
+        lambda x: {"p3": x**3, "p2": x**2, "p0": x**0, "p1": x**1, "pm2": x**-2, "p5": x**5.0},
+        lambda x: {"p3": x**3, "p2": x**2, "p0": np.ones_like(x), "p1": x, "pm2": x**-2.0, "p5": x**5},
+        lambda rng, s: signed_away(rng, 0.4, 2.0, s),
+    ),
+    _unary(
+        "hl_pow_fractional",
+        lambda x: {
+            "p17": x**1.7,
+            "half": x**0.5,
+            "mhalf": x**-0.5,
+            "p033": x**0.33,
+            "rpow": 2.0**x,
+            "rpow_e": 0.5**x,
+        },
+        lambda x: {
+            "p17": x**1.7,
+            "half": np.sqrt(x),
+            "mhalf": 1.0 / np.sqrt(x),
+            "p033": x**0.33,
+            "rpow": 2.0**x,
+            "rpow_e": 0.5**x,
+        },
+        lambda rng, s: uniform(rng, 0.1, 4.0, s),
+    ),
+    _binary(
+        "hl_pow_tensor",
+        lambda a, b: {"y": a**b},
+        lambda a, b: {"y": a**b},
+        lambda rng, s: uniform(rng, 0.2, 3.0, s),
+        lambda rng, s: uniform(rng, -2.0, 2.0, s),
+    ),
     _unary("hl_neg", lambda x: {"y": -x, "yy": -(-x) + x}, lambda x: {"y": -x, "yy": 2.0 * x}, normal),
     _binary("hl_comparisons", _comparisons, _comparisons_np, _with_ties, _with_ties),
-    _unary("hl_exp_log", lambda x: {"exp": x.exp(), "log": x.log(), "log_exp": x.exp().log()},
-           lambda x: {"exp": np.exp(x), "log": np.log(x), "log_exp": x}, lambda rng, s: uniform(rng, 0.05, 5.0, s)),
-    _unary("hl_exp_negative", lambda x: {"exp": x.exp()}, lambda x: {"exp": np.exp(x)}, lambda rng, s: uniform(rng, -6.0, 3.0, s)),
-    _unary("hl_cos", lambda x: {"y": x.cos()}, lambda x: {"y": np.cos(x)}, lambda rng, s: uniform(rng, -6.5, 6.5, s)),
-    _unary("hl_rsqrt", lambda x: {"y": x.rsqrt()}, lambda x: {"y": 1.0 / np.sqrt(x)}, lambda rng, s: uniform(rng, 0.05, 10.0, s)),
-    _unary("hl_abs_relu", lambda x: {"abs": x.abs(), "relu": x.relu()},
-           lambda x: {"abs": np.abs(x), "relu": np.where(x > 0, x, 0.0)}, normal),
-    _unary("hl_activations", lambda x: {"sigmoid": x.sigmoid(), "tanh": x.tanh(), "gelu": x.gelu(approximate="tanh"), "silu": x.silu()},
-           lambda x: {"sigmoid": sigmoid(x), "tanh": np.tanh(x), "gelu": gelu_tanh(x), "silu": x * sigmoid(x)},
-           lambda rng, s: normal(rng, s, scale=2.5), shape=(5, 8)),
-    _binary("hl_maximum_minimum",
-            lambda a, b: {"max": rc.maximum(a, b), "min": rc.minimum(a, b), "max_m": a.maximum(b), "min_m": a.minimum(b),
-                          "max_s": a.maximum(0.3), "min_s": rc.minimum(-0.2, b)},
-            lambda a, b: {"max": np.maximum(a, b), "min": np.minimum(a, b), "max_m": np.maximum(a, b), "min_m": np.minimum(a, b),
-                          "max_s": np.maximum(a, 0.3), "min_s": np.minimum(-0.2, b)},
-            normal, normal, shape_a=(3, 4), shape_b=(4,), tags=T + ("broadcast",)),
-    _unary("hl_clip", lambda x: {"both": x.clip(-0.5, 0.75), "lo": x.clip(min=0.1), "hi": x.clip(max=-0.1)},
-           lambda x: {"both": np.clip(x, -0.5, 0.75), "lo": np.maximum(x, 0.1), "hi": np.minimum(x, -0.1)}, normal),
-    case("hl_where", build=_where_build,
-         make_inputs=lambda rng, b: {"c": normal(rng, (3, 4)), "a": normal(rng, (3, 4)), "b": normal(rng, (4,))},
-         oracle=_where_np, tags=T + ("broadcast",)),
+    _unary(
+        "hl_exp_log",
+        lambda x: {"exp": x.exp(), "log": x.log(), "log_exp": x.exp().log()},
+        lambda x: {"exp": np.exp(x), "log": np.log(x), "log_exp": x},
+        lambda rng, s: uniform(rng, 0.05, 5.0, s),
+    ),
+    _unary(
+        "hl_exp_negative",
+        lambda x: {"exp": x.exp()},
+        lambda x: {"exp": np.exp(x)},
+        lambda rng, s: uniform(rng, -6.0, 3.0, s),
+    ),
+    _unary(
+        "hl_cos",
+        lambda x: {"y": x.cos()},
+        lambda x: {"y": np.cos(x)},
+        lambda rng, s: uniform(rng, -6.5, 6.5, s),
+    ),
+    _unary(
+        "hl_rsqrt",
+        lambda x: {"y": x.rsqrt()},
+        lambda x: {"y": 1.0 / np.sqrt(x)},
+        lambda rng, s: uniform(rng, 0.05, 10.0, s),
+    ),
+    _unary(
+        "hl_abs_relu",
+        lambda x: {"abs": x.abs(), "relu": x.relu()},
+        lambda x: {"abs": np.abs(x), "relu": np.where(x > 0, x, 0.0)},
+        normal,
+    ),
+    _unary(
+        "hl_activations",
+        lambda x: {
+            "sigmoid": x.sigmoid(),
+            "tanh": x.tanh(),
+            "gelu": x.gelu(approximate="tanh"),
+            "silu": x.silu(),
+        },
+        lambda x: {"sigmoid": sigmoid(x), "tanh": np.tanh(x), "gelu": gelu_tanh(x), "silu": x * sigmoid(x)},
+        lambda rng, s: normal(rng, s, scale=2.5),
+        shape=(5, 8),
+    ),
+    _binary(
+        "hl_maximum_minimum",
+        lambda a, b: {
+            "max": rc.maximum(a, b),
+            "min": rc.minimum(a, b),
+            "max_m": a.maximum(b),
+            "min_m": a.minimum(b),
+            "max_s": a.maximum(0.3),
+            "min_s": rc.minimum(-0.2, b),
+        },
+        lambda a, b: {
+            "max": np.maximum(a, b),
+            "min": np.minimum(a, b),
+            "max_m": np.maximum(a, b),
+            "min_m": np.minimum(a, b),
+            "max_s": np.maximum(a, 0.3),
+            "min_s": np.minimum(-0.2, b),
+        },
+        normal,
+        normal,
+        shape_a=(3, 4),
+        shape_b=(4,),
+        tags=T + ("broadcast",),
+    ),
+    _unary(
+        "hl_clip",
+        lambda x: {"both": x.clip(-0.5, 0.75), "lo": x.clip(min=0.1), "hi": x.clip(max=-0.1)},
+        lambda x: {"both": np.clip(x, -0.5, 0.75), "lo": np.maximum(x, 0.1), "hi": np.minimum(x, -0.1)},
+        normal,
+    ),
+    case(
+        "hl_where",
+        build=_where_build,
+        make_inputs=lambda rng, b: {
+            "c": normal(rng, (3, 4)),
+            "a": normal(rng, (3, 4)),
+            "b": normal(rng, (4,)),
+        },
+        oracle=_where_np,
+        tags=T + ("broadcast",),
+    ),
     case("hl_where_select", build=_select_build, make_inputs=_select_inputs, oracle=_select_np, tags=T),
-    case("hl_pow_edges", build=lambda: _power_edges(rc.input("x", (5, 8)), rc.input("y", (5, 8))),
-         make_inputs=_power_inputs, oracle=lambda f: _power_edges_np(*f64(f, "x", "y")), tags=T),
+    case(
+        "hl_pow_edges",
+        build=lambda: _power_edges(rc.input("x", (5, 8)), rc.input("y", (5, 8))),
+        make_inputs=_power_inputs,
+        oracle=lambda f: _power_edges_np(*f64(f, "x", "y")),
+        tags=T,
+    ),
     _unary("hl_reduce_every_axis", _reduce_3d, _reduce_3d_np, normal, shape=(3, 4, 5)),
     _unary("hl_reduce_axis_tuples", _reduce_tuples, _reduce_tuples_np, normal, shape=(3, 4, 5)),
-    _unary("hl_softmax", lambda x: {"last": x.softmax(), "first": x.softmax(0), "mid": x.softmax(1)},
-           lambda x: {"last": softmax(x, -1), "first": softmax(x, 0), "mid": softmax(x, 1)},
-           lambda rng, s: normal(rng, s, scale=3.0), shape=(3, 4, 6)),
-    _unary("hl_log_softmax", lambda x: {"last": x.log_softmax(), "first": x.log_softmax(0)},
-           lambda x: {"last": log_softmax(x, -1), "first": log_softmax(x, 0)},
-           lambda rng, s: normal(rng, s, scale=3.0), shape=(4, 7)),
-    case("hl_argmax",
-         build=lambda: (lambda x: {"last": x.argmax(-1), "first": x.argmax(0), "mid_keep": x.argmax(1, keepdims=True)})(rc.input("x", (3, 4, 5))),
-         make_inputs=_argmax_inputs,
-         oracle=lambda f: {"last": np.argmax(f64(f, "x"), -1).astype(np.float64), "first": np.argmax(f64(f, "x"), 0).astype(np.float64),
-                           "mid_keep": np.argmax(f64(f, "x"), 1)[:, None, :].astype(np.float64)},
-         tags=T),
-    _unary("hl_cumsum", lambda x: {"axis0": x.cumsum(0), "axis1": x.cumsum(1), "axis2": x.cumsum(-1)}, _cumsum_np, normal,
-           shape=(3, 4, 5)),
-    case("hl_matmul", build=_matmul_build, make_inputs=_matmul_inputs, oracle=_matmul_np, tags=T + ("broadcast",)),
-    _binary("hl_broadcast_binary",
-            lambda a, b: {"add": a + b, "mul": a * b, "sub": b - a, "div": a / (b * b + 1.0), "lt": a < b},
-            lambda a, b: {"add": a + b, "mul": a * b, "sub": b - a, "div": a / (b * b + 1.0), "lt": (a < b).astype(np.float64)},
-            normal, normal, shape_a=(2, 1, 4), shape_b=(3, 1), tags=T + ("broadcast",)),
-    _unary("hl_constant_math", lambda x: {"y": (x * math.pi).sin() * 0.5 + (x - 1.0) * (x + 1.0)},
-           lambda x: {"y": np.sin(x * math.pi) * 0.5 + (x - 1.0) * (x + 1.0)}, normal),
+    _unary(
+        "hl_softmax",
+        lambda x: {"last": x.softmax(), "first": x.softmax(0), "mid": x.softmax(1)},
+        lambda x: {"last": softmax(x, -1), "first": softmax(x, 0), "mid": softmax(x, 1)},
+        lambda rng, s: normal(rng, s, scale=3.0),
+        shape=(3, 4, 6),
+    ),
+    _unary(
+        "hl_log_softmax",
+        lambda x: {"last": x.log_softmax(), "first": x.log_softmax(0)},
+        lambda x: {"last": log_softmax(x, -1), "first": log_softmax(x, 0)},
+        lambda rng, s: normal(rng, s, scale=3.0),
+        shape=(4, 7),
+    ),
+    case(
+        "hl_argmax",
+        build=lambda: (
+            lambda x: {"last": x.argmax(-1), "first": x.argmax(0), "mid_keep": x.argmax(1, keepdims=True)}
+        )(rc.input("x", (3, 4, 5))),
+        make_inputs=_argmax_inputs,
+        oracle=lambda f: {
+            "last": np.argmax(f64(f, "x"), -1).astype(np.float64),
+            "first": np.argmax(f64(f, "x"), 0).astype(np.float64),
+            "mid_keep": np.argmax(f64(f, "x"), 1)[:, None, :].astype(np.float64),
+        },
+        tags=T,
+    ),
+    _unary(
+        "hl_cumsum",
+        lambda x: {"axis0": x.cumsum(0), "axis1": x.cumsum(1), "axis2": x.cumsum(-1)},
+        _cumsum_np,
+        normal,
+        shape=(3, 4, 5),
+    ),
+    case(
+        "hl_matmul",
+        build=_matmul_build,
+        make_inputs=_matmul_inputs,
+        oracle=_matmul_np,
+        tags=T + ("broadcast",),
+    ),
+    _binary(
+        "hl_broadcast_binary",
+        lambda a, b: {"add": a + b, "mul": a * b, "sub": b - a, "div": a / (b * b + 1.0), "lt": a < b},
+        lambda a, b: {
+            "add": a + b,
+            "mul": a * b,
+            "sub": b - a,
+            "div": a / (b * b + 1.0),
+            "lt": (a < b).astype(np.float64),
+        },
+        normal,
+        normal,
+        shape_a=(2, 1, 4),
+        shape_b=(3, 1),
+        tags=T + ("broadcast",),
+    ),
+    _unary(
+        "hl_constant_math",
+        lambda x: {"y": (x * math.pi).sin() * 0.5 + (x - 1.0) * (x + 1.0)},
+        lambda x: {"y": np.sin(x * math.pi) * 0.5 + (x - 1.0) * (x + 1.0)},
+        normal,
+    ),
 ]

@@ -5,7 +5,20 @@ import numpy as np
 
 import refcomp as rc
 
-from .cases_common import attention, case, conv2d, f64, gelu_tanh, ids, layer_norm, log_softmax, normal, rms_norm, sigmoid, softmax
+from .cases_common import (
+    attention,
+    case,
+    conv2d,
+    f64,
+    gelu_tanh,
+    ids,
+    layer_norm,
+    log_softmax,
+    normal,
+    rms_norm,
+    sigmoid,
+    softmax,
+)
 
 T = ("model",)
 BT = ({"B": 2, "T": 5}, {"B": 1, "T": 9})
@@ -131,7 +144,11 @@ def _decoder_np(f):
     def heads(a):
         return a.reshape(b, s, HEADS, HEAD_DIM).transpose(0, 2, 1, 3)
 
-    o = attention(heads(h @ wq.T), heads(h @ wk.T), heads(h @ wv.T), causal=True).transpose(0, 2, 1, 3).reshape(b, s, 16)
+    o = (
+        attention(heads(h @ wq.T), heads(h @ wk.T), heads(h @ wv.T), causal=True)
+        .transpose(0, 2, 1, 3)
+        .reshape(b, s, 16)
+    )
     x = x + o @ wo.T
     u = rms_norm(x, n2) @ up.T
     x = x + (u * sigmoid(u)) @ down.T
@@ -148,19 +165,49 @@ def _decoder_inputs(rng, b):
 
 
 CASES = [
-    case("model_mlp", build=_mlp_build,
-         make_inputs=lambda rng, b: {"x": normal(rng, ("B", 32), b)} | _weights(rng, MLP),
-         oracle=_mlp_np, bindings=({"B": 3}, {"B": 8}), tags=T),
-    case("model_conv_block", build=_conv_build,
-         make_inputs=lambda rng, b: {"x": normal(rng, ("N", 3, 8, 8), b), "w": normal(rng, (4, 3, 3, 3), scale=0.3),
-                                     "b": normal(rng, (4,), scale=0.1), "head": normal(rng, (5, 64), scale=0.125)},
-         oracle=_conv_np, bindings=({"N": 1}, {"N": 3}), tags=T),
-    case("model_prenorm_residual", build=_prenorm_build,
-         make_inputs=lambda rng, b: {"x": normal(rng, ("B", "T", 16), b)} | _weights(rng, PRENORM),
-         oracle=_prenorm_np, bindings=BT, tags=T),
-    case("model_causal_attention", build=_attn_build,
-         make_inputs=lambda rng, b: {"x": normal(rng, ("B", "T", 16), b)} | _weights(rng, ATTN),
-         oracle=_attn_np, bindings=BT, tags=T),
-    case("model_tiny_decoder", build=_decoder_build, make_inputs=_decoder_inputs, oracle=_decoder_np,
-         bindings=({"B": 2, "T": 4}, {"B": 1, "T": 7}), tags=T),
+    case(
+        "model_mlp",
+        build=_mlp_build,
+        make_inputs=lambda rng, b: {"x": normal(rng, ("B", 32), b)} | _weights(rng, MLP),
+        oracle=_mlp_np,
+        bindings=({"B": 3}, {"B": 8}),
+        tags=T,
+    ),
+    case(
+        "model_conv_block",
+        build=_conv_build,
+        make_inputs=lambda rng, b: {
+            "x": normal(rng, ("N", 3, 8, 8), b),
+            "w": normal(rng, (4, 3, 3, 3), scale=0.3),
+            "b": normal(rng, (4,), scale=0.1),
+            "head": normal(rng, (5, 64), scale=0.125),
+        },
+        oracle=_conv_np,
+        bindings=({"N": 1}, {"N": 3}),
+        tags=T,
+    ),
+    case(
+        "model_prenorm_residual",
+        build=_prenorm_build,
+        make_inputs=lambda rng, b: {"x": normal(rng, ("B", "T", 16), b)} | _weights(rng, PRENORM),
+        oracle=_prenorm_np,
+        bindings=BT,
+        tags=T,
+    ),
+    case(
+        "model_causal_attention",
+        build=_attn_build,
+        make_inputs=lambda rng, b: {"x": normal(rng, ("B", "T", 16), b)} | _weights(rng, ATTN),
+        oracle=_attn_np,
+        bindings=BT,
+        tags=T,
+    ),
+    case(
+        "model_tiny_decoder",
+        build=_decoder_build,
+        make_inputs=_decoder_inputs,
+        oracle=_decoder_np,
+        bindings=({"B": 2, "T": 4}, {"B": 1, "T": 7}),
+        tags=T,
+    ),
 ]

@@ -15,19 +15,24 @@ from .ops import names as _names
 
 # name -> the submodule that defines it under that name
 _ATTRIBUTES = {
-    **dict.fromkeys(("AllocationError", "BindingError", "CacheError", "FeedError", "RefcompError", "ShapeError"),
-                    ".errors"),
+    **dict.fromkeys(
+        ("AllocationError", "BindingError", "CacheError", "FeedError", "RefcompError", "ShapeError"),
+        ".errors",
+    ),
     **dict.fromkeys(("BoolTensor", "Tensor", "constant", "input"), ".ops.tensor"),
     **dict.fromkeys(("cat", "concat", "stack"), ".ops.movement"),
     **dict.fromkeys(("fmod", "maximum", "minimum", "where"), ".ops.elementwise"),
     "einsum": ".ops.linalg",
-    **dict.fromkeys(("arange", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros", "zeros_like"),
-                    ".ops.creation"),
+    **dict.fromkeys(
+        ("arange", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros", "zeros_like"),
+        ".ops.creation",
+    ),
     "atan2": ".ops.trigonometry",
     **dict.fromkeys(("ceil", "erf", "erfc", "expm1", "floor", "log1p", "tanh"), ".ops.special"),
     **dict.fromkeys(("Generator", "default_generator", "manual_seed"), ".ops.philox"),
-    "evaluate": ".exec.reference",
-    **dict.fromkeys(("Program", "load_program"), ".exec.program"),
+    "evaluate": ".reference.reference",
+    "Program": ".exec.program",
+    "load_program": ".pipeline.load",
     "compile": ".compiler",
     **dict.fromkeys(("Mesh", "shard"), ".spmd"),
 }
@@ -35,10 +40,28 @@ _ATTRIBUTES = {
 # name -> a submodule that is itself the attribute: the public ones (rc.nn, rc.onnx, ...), and the
 # subpackages the package used to import eagerly, which code reaches as rc.compiler.H200, rc.ops.graph
 _SUBMODULES = {
-    "nn": ".ops.nn", "return_types": ".ops.return_types", "onnx": ".onnx", "torch": ".torch", "spmd": ".spmd",
+    "nn": ".ops.nn",
+    "return_types": ".ops.return_types",
+    "onnx": ".onnx",
+    "torch": ".torch",
+    "spmd": ".spmd",
     "serving": ".serving",
-    **{unit: f".{unit}" for unit in ("codegen", "compiler", "errors", "exec", "frontends", "golden", "measure",
-                                     "ops", "progress", "search", "symbolic")},
+    **{
+        unit: f".{unit}"
+        for unit in (
+            "codegen",
+            "compiler",
+            "errors",
+            "exec",
+            "frontends",
+            "golden",
+            "measure",
+            "ops",
+            "progress",
+            "search",
+            "symbolic",
+        )
+    },
 }
 
 # name -> (submodule, table): an entry of a dict in that submodule; rc.exp(x) is x.exp(), rc.float32 is
@@ -49,15 +72,71 @@ _TABLES = {
     **dict.fromkeys(_names.DTYPES, (".ops.functions", "DTYPES")),
 }
 
-_BUILTINS = {"abs", "max", "min", "sum", "round", "pow", "bool"}  # rc.max, but `from refcomp import *` keeps Python's
+_BUILTINS = {
+    "abs",
+    "max",
+    "min",
+    "sum",
+    "round",
+    "pow",
+    "bool",
+}  # rc.max, but `from refcomp import *` keeps Python's
 
-__all__ = ["Tensor", "BoolTensor", "input", "constant", "cat", "concat", "stack", "where", "maximum", "minimum", "fmod",
-           "erf", "erfc", "tanh", "expm1", "log1p", "floor", "ceil",
-           "arange", "einsum", "atan2", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
-           "zeros_like", *sorted(set(_names.FUNCTIONS) - _BUILTINS), *sorted(_names.RANDOM), "Generator",
-           "default_generator", "manual_seed", *sorted(set(_names.DTYPES) - _BUILTINS), "nn", "return_types",
-           "evaluate", "Program", "compile", "load_program", "onnx", "torch", "spmd", "Mesh", "shard", "RefcompError",
-           "ShapeError", "BindingError", "FeedError", "AllocationError", "CacheError", "serving"]
+__all__ = [
+    "Tensor",
+    "BoolTensor",
+    "input",
+    "constant",
+    "cat",
+    "concat",
+    "stack",
+    "where",
+    "maximum",
+    "minimum",
+    "fmod",
+    "erf",
+    "erfc",
+    "tanh",
+    "expm1",
+    "log1p",
+    "floor",
+    "ceil",
+    "arange",
+    "einsum",
+    "atan2",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+    *sorted(set(_names.FUNCTIONS) - _BUILTINS),
+    *sorted(_names.RANDOM),
+    "Generator",
+    "default_generator",
+    "manual_seed",
+    *sorted(set(_names.DTYPES) - _BUILTINS),
+    "nn",
+    "return_types",
+    "evaluate",
+    "Program",
+    "compile",
+    "load_program",
+    "onnx",
+    "torch",
+    "spmd",
+    "Mesh",
+    "shard",
+    "RefcompError",
+    "ShapeError",
+    "BindingError",
+    "FeedError",
+    "AllocationError",
+    "CacheError",
+    "serving",
+]
 
 
 def __getattr__(name: str):

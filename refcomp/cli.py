@@ -56,8 +56,14 @@ class _Formatter(argparse.HelpFormatter):
 
 # --- refcomp golden ... ---------------------------------------------------------------------------
 def _golden_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--golden-dir", metavar="DIR", help="the golden folder (default: $REFCOMP_GOLDEN_DIR, else <repo>/golden)")
-    parser.add_argument("--case", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)")
+    parser.add_argument(
+        "--golden-dir",
+        metavar="DIR",
+        help="the golden folder (default: $REFCOMP_GOLDEN_DIR, else <repo>/golden)",
+    )
+    parser.add_argument(
+        "--case", dest="cases", action="append", metavar="NAME", help="only this case (repeatable)"
+    )
     parser.add_argument("-k", dest="keywords", action="append", metavar="EXPR",
                         help="only cases whose names match, as pytest's -k: substrings with not, and, or, "
                              "parentheses (repeatable: any)")
@@ -110,7 +116,9 @@ def _golden_check(args) -> int:
         for failure in failures:
             print(f"FAIL {failure}")
         bad = sorted({f.case for f in failures})
-        print(f"golden check: {len(failures)} failures in {len(bad)} of {len(cases)} cases: {', '.join(bad)} ({where})")
+        print(
+            f"golden check: {len(failures)} failures in {len(bad)} of {len(cases)} cases: {', '.join(bad)} ({where})"
+        )
         return 1
 
     return _with_golden_dir(args, run)
@@ -143,7 +151,9 @@ def _golden_update(args) -> int:
     from .golden_update import update_result
 
     def run() -> int:
-        result = update_result(names=_chosen(args, (c.name for c in golden.load_cases())), dry_run=args.dry_run, force=args.force)
+        result = update_result(
+            names=_chosen(args, (c.name for c in golden.load_cases())), dry_run=args.dry_run, force=args.force
+        )
         print(result.summary() + (" (dry run: nothing written)" if args.dry_run else ""))
         return 0 if result.ok else 1
 
@@ -169,22 +179,40 @@ def _setup_golden(parser: argparse.ArgumentParser) -> None:
     _golden_options(check)
     check.add_argument("--precision", choices=("float64", "float32", "both"), default="both",
                        help="evaluate in this precision (default: both)")
-    check.add_argument("--oracle", action="store_true", help="also compare the stored outputs with each case's NumPy oracle")
-    check.add_argument("--dir", metavar="DIR", help="check your own cases stored there by `refcomp golden add` instead")
-    check.add_argument("--backend", help="with --dir: run the compiled programs here (emulator, pycuda, numpy; default: the default backend)")
+    check.add_argument(
+        "--oracle", action="store_true", help="also compare the stored outputs with each case's NumPy oracle"
+    )
+    check.add_argument(
+        "--dir", metavar="DIR", help="check your own cases stored there by `refcomp golden add` instead"
+    )
+    check.add_argument(
+        "--backend",
+        help="with --dir: run the compiled programs here (emulator, pycuda, numpy; default: the default backend)",
+    )
     check.add_argument("--no-search", action="store_true", help="with --dir: compile without the search")
     check.set_defaults(func=_golden_check)
-    add = sub.add_parser("add", help="store a golden case for your own model: FILE.py:FUNCTION's outputs on seeded random inputs")
-    add.add_argument("target", metavar="FILE.py:FUNCTION", help="returns a dict of named output tensors, or one tensor (named y)")
+    add = sub.add_parser(
+        "add",
+        help="store a golden case for your own model: FILE.py:FUNCTION's outputs on seeded random inputs",
+    )
+    add.add_argument(
+        "target",
+        metavar="FILE.py:FUNCTION",
+        help="returns a dict of named output tensors, or one tensor (named y)",
+    )
     add.add_argument("--name", required=True, help="the case's name (its file is DIR/NAME.npz)")
     add.add_argument("--dir", default="golden_cases", help="where to store it (default: ./golden_cases)")
-    add.add_argument("--dims", nargs="+", metavar="NAME=INT", help="the binding of the graph's symbolic dims (B=2,T=7)")
+    add.add_argument(
+        "--dims", nargs="+", metavar="NAME=INT", help="the binding of the graph's symbolic dims (B=2,T=7)"
+    )
     add.add_argument("--force", action="store_true", help="replace a stored case of that name")
     add.set_defaults(func=_golden_add)
     update = sub.add_parser("update", help="regenerate the golden data and print what changed")
     _golden_options(update)
     update.add_argument("--dry-run", action="store_true", help="report the changes without writing anything")
-    update.add_argument("--force", action="store_true", help="write outputs even where they disagree with the oracle")
+    update.add_argument(
+        "--force", action="store_true", help="write outputs even where they disagree with the oracle"
+    )
     update.set_defaults(func=_golden_update)
     listing = sub.add_parser("list", help="list the golden cases with their tags and bindings")
     _golden_options(listing)
@@ -271,41 +299,89 @@ def _doctor(args) -> int:
 def _setup_program(func):
     def setup(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("target", help="a golden case name, or FILE.py:FUNCTION returning the outputs")
-        parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
-        parser.add_argument("--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes")
+        parser.add_argument(
+            "--no-search", action="store_true", help="the plain lowering: one kernel per compute node"
+        )
+        parser.add_argument(
+            "--dims-hint", nargs="*", metavar="NAME=INT", help="the binding the cost model assumes"
+        )
         if func is _profile:
-            parser.add_argument("--dims", nargs="+", metavar="NAME=INT",
-                                help="profile at this binding (B=2,T=7; dims left out: {unbound_dim}, as `run`)")
-            parser.add_argument("--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)")
+            parser.add_argument(
+                "--dims",
+                nargs="+",
+                metavar="NAME=INT",
+                help="profile at this binding (B=2,T=7; dims left out: {unbound_dim}, as `run`)",
+            )
+            parser.add_argument(
+                "--binding", type=int, default=0, help="a golden case's stored binding to profile (default 0)"
+            )
         if func is _compile:
             parser.add_argument("--source", action="store_true", help="print the whole CUDA translation unit")
-            parser.add_argument("--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel")
+            parser.add_argument(
+                "--report", action="store_true", help="nvcc's registers, shared memory and spills per kernel"
+            )
         if func is _explain:
-            parser.add_argument("--html", metavar="PATH", help="write the interactive explorer page there instead")
-            parser.add_argument("--mesh", nargs="*", metavar="AXIS=SIZE", help="compile for a device mesh (rc.spmd), e.g. dp=2,tp=4")
-            parser.add_argument("--shard", nargs="*", metavar="INPUT=AXES", help="an input's sharding, e.g. x=dp,-,- (with --mesh)")
+            parser.add_argument(
+                "--html", metavar="PATH", help="write the interactive explorer page there instead"
+            )
+            parser.add_argument(
+                "--mesh",
+                nargs="*",
+                metavar="AXIS=SIZE",
+                help="compile for a device mesh (rc.spmd), e.g. dp=2,tp=4",
+            )
+            parser.add_argument(
+                "--shard",
+                nargs="*",
+                metavar="INPUT=AXES",
+                help="an input's sharding, e.g. x=dp,-,- (with --mesh)",
+            )
         parser.set_defaults(func=func)
     return setup
 
 
 def _setup_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="a golden case name, or FILE.py:FUNCTION returning the outputs")
-    parser.add_argument("--feeds", metavar="FILE.npz", help="input arrays by name (or golden's in.<name>/dims.<sym> layout); "
-                        "default: random")
-    parser.add_argument("--backend", help="emulator, pycuda or numpy (default: pycuda where usable, else emulator)")
+    parser.add_argument(
+        "--feeds",
+        metavar="FILE.npz",
+        help="input arrays by name (or golden's in.<name>/dims.<sym> layout); default: random",
+    )
+    parser.add_argument(
+        "--backend", help="emulator, pycuda or numpy (default: pycuda where usable, else emulator)"
+    )
     parser.add_argument("--dims", nargs="+", metavar="NAME=INT", help="the binding: B=2,T=7 or B=2 T=7")
-    parser.add_argument("--no-search", action="store_true", help="the plain lowering: one kernel per compute node")
-    parser.add_argument("--profile", action="store_true", help="also print the profiler's counters per kernel")
+    parser.add_argument(
+        "--no-search", action="store_true", help="the plain lowering: one kernel per compute node"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also print the profiler's counters per kernel"
+    )
     parser.set_defaults(func=_run)
 
 
 def _setup_generate(parser: argparse.ArgumentParser) -> None:
     """refcomp generate's options (cli_generate.py runs it): the model, the pool, the sampling."""
-    for flag, kind, default in (("prompt", str, "1,2,3,4"), ("batch", int, 1), ("max-new-tokens", int, 32), ("backend", str, None),
-                                ("layers", int, 2), ("d-model", int, 64), ("heads", int, 4), ("vocab", int, 256), ("init", float, 0.2),
-                                ("weights", str, None), ("config", str, None), ("pages", int, 64), ("page-size", int, 16),
-                                ("temperature", float, 0.0), ("top-k", int, 0), ("top-p", float, 1.0),
-                                ("repetition-penalty", float, 1.0), ("seed", int, 0)):
+    for flag, kind, default in (
+        ("prompt", str, "1,2,3,4"),
+        ("batch", int, 1),
+        ("max-new-tokens", int, 32),
+        ("backend", str, None),
+        ("layers", int, 2),
+        ("d-model", int, 64),
+        ("heads", int, 4),
+        ("vocab", int, 256),
+        ("init", float, 0.2),
+        ("weights", str, None),
+        ("config", str, None),
+        ("pages", int, 64),
+        ("page-size", int, 16),
+        ("temperature", float, 0.0),
+        ("top-k", int, 0),
+        ("top-p", float, 1.0),
+        ("repetition-penalty", float, 1.0),
+        ("seed", int, 0),
+    ):
         parser.add_argument(f"--{flag}", type=kind, default=default, help=f"(default {default})")
     parser.set_defaults(func=_generate)
 
@@ -318,13 +394,31 @@ def _generate(args) -> int:
 # --- the command table ----------------------------------------------------------------------------
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "golden": ("golden cases: check the reference against stored outputs, or regenerate them", _setup_golden),
-    "compile": ("compile a program and show its kernels, CUDA source and nvcc report", _setup_program(_compile)),
-    "explain": ("show the graph before and after search, the rules applied and each kernel's cost", _setup_program(_explain)),
-    "profile": ("run once in the instrumented host build: per kernel, global requests and sectors, shared-memory "
-                "bank conflicts, barriers and flops beside the cost model", _setup_program(_profile)),
-    "run": ("compile, run once on a backend, check against the float64 reference and time each kernel", _setup_run),
-    "doctor": ("which backends are usable here, and how to get the others", lambda p: p.set_defaults(func=_doctor)),
-    "generate": ("generate tokens with a small GPT-2 over the paged KV cache and print tokens per second", _setup_generate),
+    "compile": (
+        "compile a program and show its kernels, CUDA source and nvcc report",
+        _setup_program(_compile),
+    ),
+    "explain": (
+        "show the graph before and after search, the rules applied and each kernel's cost",
+        _setup_program(_explain),
+    ),
+    "profile": (
+        "run once in the instrumented host build: per kernel, global requests and sectors, shared-memory "
+        "bank conflicts, barriers and flops beside the cost model",
+        _setup_program(_profile),
+    ),
+    "run": (
+        "compile, run once on a backend, check against the float64 reference and time each kernel",
+        _setup_run,
+    ),
+    "doctor": (
+        "which backends are usable here, and how to get the others",
+        lambda p: p.set_defaults(func=_doctor),
+    ),
+    "generate": (
+        "generate tokens with a small GPT-2 over the paged KV cache and print tokens per second",
+        _setup_generate,
+    ),
 }
 
 
@@ -379,7 +473,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return BROKEN_PIPE_STATUS
-    except OSError as exc:  # a path refcomp was told to write to or read from (--html, --dir): the user's to fix
+    except (
+        OSError
+    ) as exc:  # a path refcomp was told to write to or read from (--html, --dir): the user's to fix
         print(f"refcomp: error: {exc}", file=sys.stderr)
         return 2
 

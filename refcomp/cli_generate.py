@@ -31,7 +31,9 @@ def generate_command(args) -> int:
     try:
         prompt = [int(t) for t in args.prompt.split(",")]
     except ValueError:
-        raise RefcompError(f"generate: --prompt must be comma-separated token ids, got {args.prompt!r}") from None
+        raise RefcompError(
+            f"generate: --prompt must be comma-separated token ids, got {args.prompt!r}"
+        ) from None
     prompts = [[(t + b) % model.spec.vocab for t in prompt] for b in range(args.batch)]
     engine = Engine(model, pages=args.pages, page_size=args.page_size, backend=args.backend)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
@@ -47,7 +49,9 @@ def generate_command(args) -> int:
         print(f"[{i}] {' '.join(map(str, prompts[i]))} | {' '.join(map(str, tokens))}")
     s = engine.stats
     decode_rate = s["decode_steps"] * len(prompts) / s["decode_s"] if s["decode_s"] else 0.0
-    print(f"{s['tokens']} tokens in {seconds:.2f} s: {s['tokens'] / seconds:.1f} tokens/s "
-          f"(decode {decode_rate:.1f} tokens/s at batch {len(prompts)}; first call with compiles {compile_s:.1f} s; "
-          f"{engine.compiles} compiles)")
+    print(
+        f"{s['tokens']} tokens in {seconds:.2f} s: {s['tokens'] / seconds:.1f} tokens/s "
+        f"(decode {decode_rate:.1f} tokens/s at batch {len(prompts)}; first call with compiles {compile_s:.1f} s; "
+        f"{engine.compiles} compiles)"
+    )
     return 0

@@ -59,7 +59,11 @@ def load_target(text: str) -> Target:
 def did_you_mean(word: str, names: Iterable[str]) -> str:
     """`; did you mean 'nn_layer_norm'?` for the closest names (difflib), or "" when none is close."""
     close = [repr(n) for n in difflib.get_close_matches(word, list(names), n=3, cutoff=0.6)]
-    return f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?" if close else ""
+    return (
+        f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
+        if close
+        else ""
+    )
 
 
 def parse_keywords(expression: str):
@@ -121,7 +125,9 @@ def keyword_match(tree, name: str) -> bool:
     if kind == "not":
         return not keyword_match(tree[1], name)
     first = keyword_match(tree[1], name)
-    return (first and keyword_match(tree[2], name)) if kind == "and" else (first or keyword_match(tree[2], name))
+    return (
+        (first and keyword_match(tree[2], name)) if kind == "and" else (first or keyword_match(tree[2], name))
+    )
 
 
 def _words(tree) -> list[str]:
@@ -166,7 +172,9 @@ def call_in_file(path: str, func: str):
         sys.path.remove(str(file.resolve().parent))
     function = getattr(module, func, None)
     if not callable(function):
-        defined = sorted(k for k, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == name)
+        defined = sorted(
+            k for k, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == name
+        )
         raise UsageError(f"{path} has no function {func!r} (it defines: {', '.join(defined) or 'none'})")
     return _user_code(function, what=f"{path}:{func}()", file=file)
 
@@ -179,7 +187,9 @@ def _user_code(call, *args, what: str, file: Path):
     except RefcompError:
         raise
     except Exception as exc:  # noqa: BLE001 - anything the user's code raises is reported, not a crash
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == file.resolve()]
+        frames = [
+            f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == file.resolve()
+        ]
         where = f" at {file.name}:{frames[-1].lineno}" if frames else ""
         raise UsageError(f"{what} raised {type(exc).__name__}{where}: {exc}") from None
 
@@ -216,7 +226,9 @@ def parse_dims(tokens: Optional[Sequence[str]], option: str = "--dims") -> dict[
     for token in tokens or ():
         for pair in token.replace(",", " ").split():
             name, eq, value = pair.partition("=")
-            if not (eq and name.isidentifier() and re.fullmatch(r"[0-9]+", value)):  # isdigit() takes '²', int() not
+            if not (
+                eq and name.isidentifier() and re.fullmatch(r"[0-9]+", value)
+            ):  # isdigit() takes '²', int() not
                 raise UsageError(f"{option} takes NAME=INT pairs (B=2,T=7 or B=2 T=7), got {pair!r}")
             out[name] = int(value)
     return out
@@ -229,8 +241,10 @@ def load_feeds(path: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a .npy: one bare array
-            raise UsageError(f"--feeds {path}: a .npy file holds one unnamed array; save the feeds by input name "
-                             f"with np.savez")
+            raise UsageError(
+                f"--feeds {path}: a .npy file holds one unnamed array; save the feeds by input name "
+                f"with np.savez"
+            )
         with loaded as z:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
@@ -249,7 +263,11 @@ def load_feeds(path: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
 def _stored_dim(path: str, key: str, value: np.ndarray) -> int:
     """A `dims.<sym>` entry's value: one non-negative integer, as golden stores it."""
     if value.ndim != 0 or value.dtype.kind not in "iu" or int(value) < 0:
-        shown = f"an array of dtype {value.dtype} and shape {value.shape}" if value.ndim else f"{value.item()!r} ({value.dtype})"
+        shown = (
+            f"an array of dtype {value.dtype} and shape {value.shape}"
+            if value.ndim
+            else f"{value.item()!r} ({value.dtype})"
+        )
         raise UsageError(f"--feeds {path}: {key!r} must be one non-negative integer (the value of dim "
                          f"{key[5:]!r}), got {shown}")
     return int(value)
@@ -261,11 +279,15 @@ def target_dims(target: Target, dims_tokens) -> dict[str, int]:
     symbols = graph_symbols(target.outputs)
     unknown = [k for k in dims if k not in symbols]
     if unknown:
-        raise UsageError(f"--dims names {', '.join(unknown)}, not a dimension of this graph (its dims: {', '.join(symbols) or 'none'})")
+        raise UsageError(
+            f"--dims names {', '.join(unknown)}, not a dimension of this graph (its dims: {', '.join(symbols) or 'none'})"
+        )
     return dims
 
 
-def feeds_for(target: Target, feeds_file: Optional[str], dims: Mapping[str, int], binding: int = 0) -> tuple[dict, dict, str]:
+def feeds_for(
+    target: Target, feeds_file: Optional[str], dims: Mapping[str, int], binding: int = 0
+) -> tuple[dict, dict, str]:
     """(feeds, dims, where they came from): the file's; a golden case's own generator (at its stored
     binding number `binding`, with --dims over it); else random, every unbound symbol at
     UNBOUND_DIM. `run` and `profile` both take their defaults from here, so they agree."""
@@ -278,18 +300,33 @@ def feeds_for(target: Target, feeds_file: Optional[str], dims: Mapping[str, int]
             raise UsageError(f"{target.case.name} has bindings 0 to {count - 1}, not {binding}")
         case, binding = (target.case, binding) if not dims else \
             (dataclasses.replace(target.case, bindings=({**target.case.bindings[binding], **dims},)), 0)
-        return golden.make_feeds(case, binding), dict(case.bindings[binding]), "random feeds (the golden case's generator)"
+        return (
+            golden.make_feeds(case, binding),
+            dict(case.bindings[binding]),
+            "random feeds (the golden case's generator)",
+        )
     dims = {**{s: UNBOUND_DIM for s in graph_symbols(target.outputs)}, **dims}
-    return make_feeds(target.outputs, dims, seed=0), dims, "random feeds (standard normal, ids in range; seed 0)"
+    return (
+        make_feeds(target.outputs, dims, seed=0),
+        dims,
+        "random feeds (standard normal, ids in range; seed 0)",
+    )
 
 
 # --- run -----------------------------------------------------------------------------------------
-def run_command(target_text: str, backend: Optional[str], feeds_file: Optional[str], dims_tokens, search: bool,
-                profile: bool, out=print) -> int:
+def run_command(
+    target_text: str,
+    backend: Optional[str],
+    feeds_file: Optional[str],
+    dims_tokens,
+    search: bool,
+    profile: bool,
+    out=print,
+) -> int:
     """`refcomp run`: 0 when every output agrees with the float64 reference, 1 otherwise."""
     from .compiler import compile as compile_program
     from .exec.backends import BACKENDS, default_backend
-    from .exec.reference import evaluate
+    from .reference.reference import evaluate
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -303,7 +340,9 @@ def run_command(target_text: str, backend: Optional[str], feeds_file: Optional[s
     got = named(got)
     binding = ", ".join(f"{k}={v}" for k, v in dims.items()) or "no symbolic dims"
     count = len(program.kernels)
-    out(f"refcomp run {target_text} on {backend}: {count} kernel{'s' if count != 1 else ''}; {binding}; {origin}")
+    out(
+        f"refcomp run {target_text} on {backend}: {count} kernel{'s' if count != 1 else ''}; {binding}; {origin}"
+    )
     ok = compare_outputs(got, want, float32_tolerance(target.outputs), out)
     out(kernel_table(times, clock))
     if profile:
@@ -314,7 +353,9 @@ def run_command(target_text: str, backend: Optional[str], feeds_file: Optional[s
 
 def compare_outputs(got: Mapping, want: Mapping, tol: Mapping[str, float], out=print) -> bool:
     """One line per output: shape, max abs error, PASS/FAIL; golden.compare decides (NaN = NaN)."""
-    out(f"{'output':<16}{'shape':<20}{'max abs err':>12}  tolerance rtol={tol['rtol']:g} atol={tol['atol']:g}")
+    out(
+        f"{'output':<16}{'shape':<20}{'max abs err':>12}  tolerance rtol={tol['rtol']:g} atol={tol['atol']:g}"
+    )
     ok = True
     for name in want:
         problems = golden.compare({name: got[name]} if name in got else {}, {name: want[name]}, tol)
@@ -342,7 +383,11 @@ def run_timed(program, feeds: Mapping, dims: Mapping, backend: str):
     if backend == "numpy":
         start = time.perf_counter()
         values = program.run(feeds, backend="numpy", dims=dims)
-        return values, [], f"none: the numpy backend is the reference interpreter in float32, {(time.perf_counter() - start) * 1e3:.3f} ms"
+        return (
+            values,
+            [],
+            f"none: the numpy backend is the reference interpreter in float32, {(time.perf_counter() - start) * 1e3:.3f} ms",
+        )
     be = get_backend(backend)
     with stage("nvcc build", backend == "pycuda"):  # the emulator's g++ build reports itself
         module = be.load(program.source, [k.signature for k in program.kernels])
@@ -372,8 +417,13 @@ def kernel_table(times, clock: str) -> str:
     if not times:
         return f"kernel times: {clock}"
     wide = max(len(name) for name, _, _ in times) + 2
-    lines = [f"kernel times ({clock}):", f"{'kernel':<{wide}}{'launch (grid x block)':<26}{'ms':>10}{'share':>8}"]
+    lines = [
+        f"kernel times ({clock}):",
+        f"{'kernel':<{wide}}{'launch (grid x block)':<26}{'ms':>10}{'share':>8}",
+    ]
     for name, launch, seconds in times:
-        lines.append(f"{name:<{wide}}{launch:<26}{seconds * 1e3:>10.3f}{seconds / total if total else 0:>8.0%}")
+        lines.append(
+            f"{name:<{wide}}{launch:<26}{seconds * 1e3:>10.3f}{seconds / total if total else 0:>8.0%}"
+        )
     lines.append(f"{'total':<{wide + 26}}{total * 1e3:>10.3f}")
     return "\n".join(lines)

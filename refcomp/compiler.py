@@ -1,11 +1,12 @@
-"""The driver: `rc.compile` calls each stage in turn, and nothing below it imports it.
+"""The driver: `rc.compile` calls each stage once, in order, and nothing below it imports it.
 
     tensors (ops, or frontends.onnx)
-      -> search.search: verified rewrites, then the fusion schedule under the cost model
-      -> exec.program.program_for_schedule: codegen lowers each kernel group, and a Program runs them
-    or, with search=False, codegen.lower.lower_plain: one kernel per compute node.
+      -> search.search: verified rewrites, then the fusion schedule and its kernels' prices
+      -> codegen (pipeline.assemble.lower_schedule): the kernel of each scheduled group
+      -> pipeline.assemble.searched_program: prices refined from the kernels, and the Program (exec)
+    or, with search=False, pipeline.assemble.plain_program: one kernel per compute node.
 
-A searched program is cached on disk (exec.program_cache), so the next process loads it instead
+A searched program is cached on disk (pipeline.program_cache), so the next process loads it instead
 of searching again. Measured mode (`measure=True`) times the search's candidate schedules on a GPU
 (refcomp.measure).
 """
@@ -15,16 +16,17 @@ import contextlib
 import gc
 from typing import Mapping, Optional
 
-from .codegen.lower import lower_plain, materialise_outputs
+from .codegen.lower import materialise_outputs
 from .errors import RefcompError
-from .exec.limits import require_indexable
-from .exec.program import Program, program_for_schedule
-from .exec.program_cache import load_cached, program_path, store
+from .reference.limits import require_indexable
+from .exec.program import Program
 from .ops.core import dtype_name
 from .ops.dtypes import FLOAT_DTYPES
 from .ops.graph import flatten_outputs, symbols_of, toposort
 from .ops.primitives import make_node
 from .ops.tensor import Tensor
+from .pipeline.assemble import lower_schedule, plain_program, searched_program
+from .pipeline.program_cache import load_cached, program_path, store
 from .progress import stage
 from .search.cost import H200, binding_for
 from .ops.graph import identity_edge, own_scatter_tables, rebuild
@@ -38,7 +40,9 @@ def stored_as(outputs, dtype):
     computation between them stays float32."""
     name = dtype_name(dtype, "compile(dtype=)")
     if name not in FLOAT_DTYPES:
-        raise RefcompError(f"compile(dtype={dtype!r}): the storage type must be one of {', '.join(FLOAT_DTYPES)}")
+        raise RefcompError(
+            f"compile(dtype={dtype!r}): the storage type must be one of {', '.join(FLOAT_DTYPES)}"
+        )
     tensors, restructure = flatten_outputs(outputs)
     if name == "float32":
         return outputs
@@ -46,7 +50,9 @@ def stored_as(outputs, dtype):
     def narrow_input(node):
         if node.op.name != "Input" or node.dtype != "float32":
             return None
-        kept = {"ranges": node.attrs["ranges"]} if "ranges" in node.attrs else {}  # the dims' allowed values stay
+        kept = (
+            {"ranges": node.attrs["ranges"]} if "ranges" in node.attrs else {}
+        )  # the dims' allowed values stay
         stored = make_node("Input", dtype=name, name=node.attrs["name"], shape=node.attrs["shape"], **kept)
         return identity_edge(make_node("Cast", (identity_edge(stored),), to="float32"))
 
@@ -67,7 +73,9 @@ def _older_objects_frozen():
     intermediate expressions) die young, freed by their reference counts, and are then never
     scanned (a GPT-2 block: 60 collections, 8 ms, become one of 3 ms)."""
     threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], YOUNG_COLLECTION) if threshold[0] else 0, *threshold[1:])  # (0: collection is off)
+    gc.set_threshold(
+        max(threshold[0], YOUNG_COLLECTION) if threshold[0] else 0, *threshold[1:]
+    )  # (0: collection is off)
     frozen = not gc.get_freeze_count()
     if frozen:
         gc.freeze()
@@ -79,8 +87,14 @@ def _older_objects_frozen():
         gc.set_threshold(*threshold)
 
 
-def compile(outputs, search: bool = True, dims_hint: Optional[Mapping[str, int]] = None, measure: bool = False,
-            cache: bool = True, dtype=None) -> Program:
+def compile(
+    outputs,
+    search: bool = True,
+    dims_hint: Optional[Mapping[str, int]] = None,
+    measure: bool = False,
+    cache: bool = True,
+    dtype=None,
+) -> Program:
     """Lower `outputs` (a Tensor, list or dict) to a CUDA program.
 
     With `search` (the default) the graph is rewritten by verified rules and the fusion schedule is
@@ -106,19 +120,27 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
     require_indexable(nodes, edges, binding_for(nodes, dims_hint, edges))  # before anything is priced
     if measure:
         if not search:
-            raise RefcompError("compile(measure=True) times the search's candidate schedules, so it needs search=True")
-        from .measure import compile_measured  # here: measured mode's timing and checks are not every compile's
+            raise RefcompError(
+                "compile(measure=True) times the search's candidate schedules, so it needs search=True"
+            )
+        from .measure import (
+            compile_measured,
+        )  # here: measured mode's timing and checks are not every compile's
+
         return compile_measured(outputs, dims_hint)
     if not search:
         with stage("code generation"):
-            output_nodes = [e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])]
-            return Program(outputs, lower_plain(output_nodes), output_nodes)
+            output_nodes = [
+                e.node for e in own_scatter_tables([identity_edge(n) for n in materialise_outputs(tensors)])
+            ]
+            return plain_program(outputs, output_nodes)
     path = program_path(outputs, dims_hint, H200) if cache else None
     program = load_cached(outputs, path) if cache else None
     if program is None:
         result = run_search([t.edge for t in tensors], dims_hint, H200)
         with stage("code generation"):
-            program = program_for_schedule(outputs, result, result.schedule)
+            kernels = lower_schedule(result)
+            program = searched_program(outputs, result, kernels)
         if cache:
             store(program, path)
     return program

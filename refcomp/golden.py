@@ -60,9 +60,15 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: `$` would allow a final new
 class GoldenCase:
     name: str  # unique, snake_case, used as file name
     build: Callable[[], dict[str, "Tensor"]]  # builds the graph; returns NAMED outputs
-    make_inputs: Callable[[np.random.Generator, dict[str, int]], dict[str, np.ndarray]]  # feeds at a binding (float32; int32 ids)
-    oracle: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # INDEPENDENT NumPy float64 formula; same keys as build()
-    bindings: tuple[dict[str, int], ...] = ({},)  # symbolic cases: at least two bindings, e.g. ({"T": 5}, {"T": 12})
+    make_inputs: Callable[
+        [np.random.Generator, dict[str, int]], dict[str, np.ndarray]
+    ]  # feeds at a binding (float32; int32 ids)
+    oracle: Callable[
+        [dict[str, np.ndarray]], dict[str, np.ndarray]
+    ]  # INDEPENDENT NumPy float64 formula; same keys as build()
+    bindings: tuple[dict[str, int], ...] = (
+        {},
+    )  # symbolic cases: at least two bindings, e.g. ({"T": 5}, {"T": 12})
     tags: tuple[str, ...] = ()  # e.g. ("primitive",), ("view",), ("nn",), ("symbolic",), ("model",)
     storage: str = "float32"  # the narrowest float type its graph stores ("float16", "bfloat16")
 
@@ -110,7 +116,9 @@ def _import_cases_module(directory: Path):
     is_default = directory == default_golden_dir()
     name = "golden" if is_default else f"_refcomp_golden_{zlib.crc32(str(directory).encode()):08x}"
     package = sys.modules.get(name)
-    if package is None or [str(Path(p).resolve()) for p in getattr(package, "__path__", [])] != [str(directory)]:
+    if package is None or [str(Path(p).resolve()) for p in getattr(package, "__path__", [])] != [
+        str(directory)
+    ]:
         for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
             del sys.modules[key]
         spec = importlib.util.spec_from_file_location(name, directory / "__init__.py",
@@ -176,8 +184,10 @@ def make_feeds(case: GoldenCase, i: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def evaluate_case(case: GoldenCase, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], precision: str) -> dict[str, np.ndarray]:
-    from .exec.reference import evaluate
+def evaluate_case(
+    case: GoldenCase, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], precision: str
+) -> dict[str, np.ndarray]:
+    from .reference.reference import evaluate
     outputs = case.build()
     if not isinstance(outputs, dict):
         raise TypeError(f"golden case {case.name!r}: build() must return a dict of named outputs")
@@ -186,7 +196,10 @@ def evaluate_case(case: GoldenCase, feeds: Mapping[str, np.ndarray], dims: Mappi
 
 def run_oracle(case: GoldenCase, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     with np.errstate(all="ignore"):
-        return {k: np.asarray(v, dtype=np.float64) for k, v in case.oracle({k: v.copy() for k, v in feeds.items()}).items()}
+        return {
+            k: np.asarray(v, dtype=np.float64)
+            for k, v in case.oracle({k: v.copy() for k, v in feeds.items()}).items()
+        }
 
 
 def as_stored(value: np.ndarray) -> np.ndarray:
@@ -209,7 +222,9 @@ def read_data(path) -> dict[str, dict]:
     return parts
 
 
-def write_data(path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None) -> None:
+def write_data(
+    path, feeds: Mapping, dims: Mapping, outputs: Mapping, meta: Optional[Mapping[str, str]] = None
+) -> None:
     """Write one data file in the layout above (outputs stored as float64), atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +254,9 @@ def stored_files() -> list[Path]:
 
 
 # --- comparing ------------------------------------------------------------------------------------
-def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tol: Mapping[str, float]) -> list[str]:
+def compare(
+    got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tol: Mapping[str, float]
+) -> list[str]:
     """Human-readable mismatches between two dicts of arrays, with np.testing.assert_allclose
     semantics (|got - want| <= atol + rtol*|want|, NaN equal to NaN); [] when they agree."""
     rtol, atol = float(tol.get("rtol", 0.0)), float(tol.get("atol", 0.0))
@@ -269,7 +286,8 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tol: 
         problems.append(
             f"output {name!r}: {int(bad.sum())} of {bad.size} elements differ beyond rtol={rtol:g}, atol={atol:g}; "
             f"max abs err {float(diff.max()):.3g} at {worst} (got {g64[worst]:.9g}, want {w64[worst]:.9g}); "
-            f"max rel err {float(np.nanmax(rel)):.3g}; first bad index {first} (got {g64[first]:.9g}, want {w64[first]:.9g})")
+            f"max rel err {float(np.nanmax(rel)):.3g}; first bad index {first} (got {g64[first]:.9g}, want {w64[first]:.9g})"
+        )
     return problems
 
 
@@ -295,7 +313,13 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
     the stored outputs with each case's independent oracle. Stale data (a binding or inputs that no
     longer match the case's definition) and missing or stray data files are failures too.
     """
-    precisions = PRECISIONS if precision == "both" else (precision,) if isinstance(precision, str) else tuple(precision)
+    precisions = (
+        PRECISIONS
+        if precision == "both"
+        else (precision,)
+        if isinstance(precision, str)
+        else tuple(precision)
+    )
     for p in precisions:
         tolerance(p)
     cases = select(load_cases() if cases is None else cases, names)
@@ -304,13 +328,17 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
         for i, binding in enumerate(case.bindings):
             path = data_path(case, i)
             if not path.exists():
-                failures.append(Failure(case.name, i, "data", (f"no data file {path.name}; run `refcomp golden update`",)))
+                failures.append(
+                    Failure(case.name, i, "data", (f"no data file {path.name}; run `refcomp golden update`",))
+                )
                 continue
             parts = read_data(path)
             feeds, dims, want = parts["in"], parts["dims"], parts["out"]
             stale = _staleness(case, i, feeds, dims)
             if stale:
-                failures.append(Failure(case.name, i, "data", tuple(stale) + ("run `refcomp golden update`",)))
+                failures.append(
+                    Failure(case.name, i, "data", tuple(stale) + ("run `refcomp golden update`",))
+                )
                 continue
             for p in precisions:
                 try:
@@ -329,7 +357,14 @@ def check(precision="both", names: Optional[Iterable[str]] = None, oracle: bool 
         known = {data_path(c, i).name for c in cases for i in range(len(c.bindings))}
         for path in stored_files():
             if path.name not in known:
-                failures.append(Failure(path.stem, None, "data", (f"stray data file {path.name} belongs to no case; run `refcomp golden update`",)))
+                failures.append(
+                    Failure(
+                        path.stem,
+                        None,
+                        "data",
+                        (f"stray data file {path.name} belongs to no case; run `refcomp golden update`",),
+                    )
+                )
     return failures
 
 

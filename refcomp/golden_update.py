@@ -11,8 +11,23 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .golden import (FLOAT64_TOLERANCE, GoldenCase, as_stored, case_tolerance, compare, data_path, evaluate_case,
-                     load_cases, make_feeds, read_data, run_oracle, same_array, select, stored_files, write_data)
+from .golden import (
+    FLOAT64_TOLERANCE,
+    GoldenCase,
+    as_stored,
+    case_tolerance,
+    compare,
+    data_path,
+    evaluate_case,
+    load_cases,
+    make_feeds,
+    read_data,
+    run_oracle,
+    same_array,
+    select,
+    stored_files,
+    write_data,
+)
 
 
 @dataclass
@@ -21,15 +36,20 @@ class UpdateResult:
     removed: list[str] = field(default_factory=list)  # data files that belong to no case (deleted)
     changed: list[tuple[str, list[str]]] = field(default_factory=list)  # "<name>[i]" and what changed
     unchanged: int = 0  # data files left as they were
-    refused: list[tuple[str, list[str]]] = field(default_factory=list)  # disagree with the oracle: not written
+    refused: list[tuple[str, list[str]]] = field(
+        default_factory=list
+    )  # disagree with the oracle: not written
 
     @property
     def ok(self) -> bool:
         return not self.refused
 
     def summary(self) -> str:
-        lines = [f"golden update: {len(self.new)} new, {len(self.removed)} removed, {len(self.changed)} changed, "
-                 f"{self.unchanged} unchanged" + (f", {len(self.refused)} REFUSED (oracle disagrees)" if self.refused else "")]
+        lines = [
+            f"golden update: {len(self.new)} new, {len(self.removed)} removed, {len(self.changed)} changed, "
+            f"{self.unchanged} unchanged"
+            + (f", {len(self.refused)} REFUSED (oracle disagrees)" if self.refused else "")
+        ]
         lines += [f"  new      {name}" for name in self.new]
         lines += [f"  removed  {name}" for name in self.removed]
         for name, what in self.changed:

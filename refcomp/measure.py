@@ -21,8 +21,8 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .errors import BindingError, RefcompError
-from .exec.program import program_for_schedule
-from .exec.reference import evaluate
+from .pipeline.assemble import program_for_schedule
+from .reference.reference import evaluate
 from .exec.timing import Timing, gpu_unavailable_reason, require_gpu, time_program  # noqa: F401  (part of this module's API)
 from .golden import FLOAT32_TOLERANCE, compare
 from .ops.graph import flatten_outputs, input_nodes, toposort
@@ -58,8 +58,13 @@ def _id_ranges(nodes: Sequence[Node], dims: Mapping[str, int]) -> dict[str, int]
     return rows
 
 
-def make_feeds(outputs, dims: Mapping[str, int], seed: int = 0, fixed: Optional[Mapping[str, np.ndarray]] = None,
-               result=None) -> dict[str, np.ndarray]:
+def make_feeds(
+    outputs,
+    dims: Mapping[str, int],
+    seed: int = 0,
+    fixed: Optional[Mapping[str, np.ndarray]] = None,
+    result=None,
+) -> dict[str, np.ndarray]:
     """Fresh random feeds for every input at binding `dims`; arrays in `fixed` are used as given.
 
     Float inputs are standard normal, except that an input of two or more axes all of fixed size
@@ -84,10 +89,14 @@ def make_feeds(outputs, dims: Mapping[str, int], seed: int = 0, fixed: Optional[
         try:
             sizes = tuple(evaluate_dim(d, dims) for d in shape)
         except Exception as exc:  # an unbound symbol
-            raise BindingError(f"input {name!r} of shape {tuple(map(str, shape))}: cannot size it at {dict(dims)} ({exc})") from exc
+            raise BindingError(
+                f"input {name!r} of shape {tuple(map(str, shape))}: cannot size it at {dict(dims)} ({exc})"
+            ) from exc
         if node.dtype == "int32" and name in scattered:  # a Scatter's ids must be distinct
             count = int(np.prod(sizes))
-            feeds[name] = rng.permutation(max(ranges.get(name, count), count))[:count].reshape(sizes).astype(np.int32)
+            feeds[name] = (
+                rng.permutation(max(ranges.get(name, count), count))[:count].reshape(sizes).astype(np.int32)
+            )
             continue
         if node.dtype == "int32":
             feeds[name] = rng.integers(0, max(ranges.get(name, 2), 1), size=sizes, dtype=np.int32)
@@ -122,8 +131,15 @@ class ReferenceCheck:
     want: dict[str, np.ndarray]
 
     @classmethod
-    def build(cls, outputs, dims: Mapping[str, int], seed: int = 1, fixed: Optional[Mapping[str, np.ndarray]] = None,
-              result=None, cap: Optional[int] = CHECK_DIM_CAP) -> "ReferenceCheck":
+    def build(
+        cls,
+        outputs,
+        dims: Mapping[str, int],
+        seed: int = 1,
+        fixed: Optional[Mapping[str, np.ndarray]] = None,
+        result=None,
+        cap: Optional[int] = CHECK_DIM_CAP,
+    ) -> "ReferenceCheck":
         """Reference at `dims` capped to `cap` (None: at `dims` itself). If the capped binding is
         invalid for the graph (a slice longer than a capped axis), the full binding is used."""
         bindings = [dict(dims)] if cap is None else [check_binding(dims, cap), dict(dims)]
@@ -132,7 +148,9 @@ class ReferenceCheck:
             try:
                 feeds = make_feeds(outputs, b, seed, fixed, result)
                 known = {n.attrs["name"] for n in graph_inputs(outputs)}
-                want = evaluate(outputs, {k: v for k, v in feeds.items() if k in known}, dims=b, precision="float64")
+                want = evaluate(
+                    outputs, {k: v for k, v in feeds.items() if k in known}, dims=b, precision="float64"
+                )
                 return cls(feeds, b, _flat(want))
             except RefcompError as exc:  # BindingError / FeedError at the capped binding: try the full one
                 error = exc
@@ -141,7 +159,9 @@ class ReferenceCheck:
     def problems(self, program, backend: str = "pycuda") -> list[str]:
         """Mismatches of `program`'s outputs with the reference ([] when they agree)."""
         names = {n.attrs["name"] for n in graph_inputs(program.outputs)}
-        got = program.run({k: v for k, v in self.feeds.items() if k in names}, backend=backend, dims=self.dims)
+        got = program.run(
+            {k: v for k, v in self.feeds.items() if k in names}, backend=backend, dims=self.dims
+        )
         return compare(_flat(got), self.want, FLOAT32_TOLERANCE)
 
 
@@ -160,10 +180,21 @@ class Measurement:
         return self.timing.median_s if self.timing is not None else float("inf")
 
 
-def measure_programs(outputs, result, dims: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5, *,
-                     schedules: Optional[Sequence] = None, fixed_feeds: Optional[Mapping[str, np.ndarray]] = None,
-                     check: Optional[ReferenceCheck] = None, verify: bool = True, strict: bool = True,
-                     seed: int = 0, flush_l2: bool = True) -> list[Measurement]:
+def measure_programs(
+    outputs,
+    result,
+    dims: Optional[Mapping[str, int]] = None,
+    repeats: int = 20,
+    warmup: int = 5,
+    *,
+    schedules: Optional[Sequence] = None,
+    fixed_feeds: Optional[Mapping[str, np.ndarray]] = None,
+    check: Optional[ReferenceCheck] = None,
+    verify: bool = True,
+    strict: bool = True,
+    seed: int = 0,
+    flush_l2: bool = True,
+) -> list[Measurement]:
     """Build, check and time the program of each candidate schedule (default: result.candidates).
 
     `dims` is the binding to time at (default: the search's own binding, from its dims_hint);
@@ -186,8 +217,10 @@ def measure_programs(outputs, result, dims: Optional[Mapping[str, int]] = None, 
             m.problems = check.problems(program)
             if m.problems:
                 if strict:
-                    raise RefcompError(f"candidate schedule {i} ({len(program.kernels)} kernels) gives wrong results at "
-                                       f"{check.dims}: " + "; ".join(m.problems))
+                    raise RefcompError(
+                        f"candidate schedule {i} ({len(program.kernels)} kernels) gives wrong results at "
+                        f"{check.dims}: " + "; ".join(m.problems)
+                    )
                 out.append(m)
                 continue
         m.timing = time_program(program, feeds, dims, repeats, warmup, flush_l2)
@@ -195,11 +228,14 @@ def measure_programs(outputs, result, dims: Optional[Mapping[str, int]] = None, 
     return out
 
 
-def measure_candidates(outputs, result, dims: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5,
-                       **options) -> list[tuple[Any, float]]:
+def measure_candidates(
+    outputs, result, dims: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5, **options
+) -> list[tuple[Any, float]]:
     """(schedule, median seconds) for each of the search's candidate schedules, in candidate order
     (the cost model's pick first). See measure_programs for the options."""
-    return [(m.schedule, m.seconds) for m in measure_programs(outputs, result, dims, repeats, warmup, **options)]
+    return [
+        (m.schedule, m.seconds) for m in measure_programs(outputs, result, dims, repeats, warmup, **options)
+    ]
 
 
 def pick(measurements: Sequence[Measurement], margin: float = PREFER_MODEL_MARGIN) -> Measurement:
@@ -214,8 +250,9 @@ def pick(measurements: Sequence[Measurement], margin: float = PREFER_MODEL_MARGI
     return best
 
 
-def compile_measured(outputs, dims_hint: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5,
-                     **options):
+def compile_measured(
+    outputs, dims_hint: Optional[Mapping[str, int]] = None, repeats: int = 20, warmup: int = 5, **options
+):
     """`rc.compile(outputs, measure=True)`: search, time every candidate on the GPU, return the fastest.
 
     The returned Program has `.measured`: (schedule, median seconds) for every candidate, model's pick first.

@@ -21,8 +21,12 @@ class OnnxModel(CompilingModel, ImportedModel):
     """An imported model (see frontends.onnx.ImportedModel) that also compiles and runs."""
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
-                 base_dir=None) -> OnnxModel:
+def import_model(
+    model_or_path,
+    dims: Optional[Mapping] = None,
+    constants: Optional[Mapping[str, object]] = None,
+    base_dir=None,
+) -> OnnxModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later; see
     refcomp.frontends.onnx.import_model for `dims`, `constants` and `base_dir`."""
     return OnnxModel(imported(load(model_or_path, base_dir), dims, constants))

@@ -78,8 +78,10 @@ class RefcompRep(BackendRep):
                 raise result
         if constants and result.static_outputs:
             name = next(iter(result.static_outputs))
-            raise RefcompError(f"output {name!r} would be folded at import time from the run-time values of integer inputs "
-                               f"{sorted(constants)}; refcomp does not compute integer tensors")
+            raise RefcompError(
+                f"output {name!r} would be folded at import time from the run-time values of integer inputs "
+                f"{sorted(constants)}; refcomp does not compute integer tensors"
+            )
         return result, constants
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
@@ -88,7 +90,9 @@ class RefcompRep(BackendRep):
         else:
             inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(inputs) > len(self.input_names):
-                raise RefcompError(f"{len(inputs)} inputs given for the model's {len(self.input_names)} inputs {self.input_names}")
+                raise RefcompError(
+                    f"{len(inputs)} inputs given for the model's {len(self.input_names)} inputs {self.input_names}"
+                )
             feeds = dict(zip(self.input_names, inputs))
         m, constants = self.imported(feeds)
         user = {n: a for n, a in feeds.items() if n not in constants}
@@ -97,7 +101,9 @@ class RefcompRep(BackendRep):
         for name in m.output_names:
             array = results[name]
             etype = self.output_types.get(name, 0)
-            outputs.append(np.asarray(array).astype(helper.tensor_dtype_to_np_dtype(etype)) if etype else array)
+            outputs.append(
+                np.asarray(array).astype(helper.tensor_dtype_to_np_dtype(etype)) if etype else array
+            )
         return namedtupledict("Outputs", m.output_names)(*outputs)
 
 
@@ -124,14 +130,18 @@ class RefcompBackend(Backend):
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
-    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None, **kwargs: Any) -> tuple:
+    def run_node(
+        cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None, **kwargs: Any
+    ) -> tuple:
         """Run one node: wrap it in a model whose inputs take the given arrays' types and shapes."""
         arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, dict) else inputs)]
         names = [n for n in node.input if n]
         opset = kwargs.pop("opset_version", None) or onnx.defs.onnx_opset_version()
         try:
-            graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                            for n, a in zip(names, arrays)]
+            graph_inputs = [
+                helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                for n, a in zip(names, arrays)
+            ]
             empty = [onnx.ValueInfoProto(name=n) for n in node.output if n]
             model = helper.make_model(helper.make_graph([node], "node", graph_inputs, empty),
                                       opset_imports=[helper.make_opsetid("", opset)])
@@ -165,24 +175,45 @@ supports_device = RefcompBackend.supports_device
 
 #: In-scope tests that must raise RefcompError: their data types or modes are outside refcomp's scope.
 EXPECTED_ERRORS: list[tuple[str, str]] = [
-    (r"(?i)_(u?int(2|4|8|16|32|64)|float64|double|string|float8\w*|float4\w*)(_|$)",
-     "integer, double, 8- and 4-bit float or string tensors (refcomp computes float32, stores float16 and "
-     "bfloat16; bool as 0/1)"),
-    (r"^test_cast(like)?_(?!(FLOAT|FLOAT16|BFLOAT16)_to_(FLOAT|FLOAT16|BFLOAT16)(_expanded)?$)",
-     "converts from or to a type other than FLOAT, FLOAT16, BFLOAT16"),
-    (r"^test_(equal|equal_bcast|mod_broadcast|where_long_example|edge_pad|reflect_pad|wrap_pad)$",
-     "computes on INT32/INT64 data"),
+    (
+        r"(?i)_(u?int(2|4|8|16|32|64)|float64|double|string|float8\w*|float4\w*)(_|$)",
+        "integer, double, 8- and 4-bit float or string tensors (refcomp computes float32, stores float16 and "
+        "bfloat16; bool as 0/1)",
+    ),
+    (
+        r"^test_cast(like)?_(?!(FLOAT|FLOAT16|BFLOAT16)_to_(FLOAT|FLOAT16|BFLOAT16)(_expanded)?$)",
+        "converts from or to a type other than FLOAT, FLOAT16, BFLOAT16",
+    ),
+    (
+        r"^test_(equal|equal_bcast|mod_broadcast|where_long_example|edge_pad|reflect_pad|wrap_pad)$",
+        "computes on INT32/INT64 data",
+    ),
     (r"^test_reduce_log_sum_exp_(?!empty_set$)", "DOUBLE data"),
-    (r"^test_(cumsum|einsum)_(?!.*bfloat16)", "DOUBLE data (tests/test_onnx_linalg.py checks these operators on FLOAT)"),
-    (r"^test_resize_.*(cubic|antialias|tf_crop_and_resize|not_larger|not_smaller)", "Resize modes refcomp does not "
-     "import: cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy"),
+    (
+        r"^test_(cumsum|einsum)_(?!.*bfloat16)",
+        "DOUBLE data (tests/test_onnx_linalg.py checks these operators on FLOAT)",
+    ),
+    (
+        r"^test_resize_.*(cubic|antialias|tf_crop_and_resize|not_larger|not_smaller)",
+        "Resize modes refcomp does not "
+        "import: cubic, antialias, tf_crop_and_resize, keep_aspect_ratio_policy",
+    ),
     (r"^test_tri[lu](_|$)", "INT64 data (tests/test_onnx_linalg.py checks Trilu on FLOAT)"),
     (r"^test_training_dropout|_training_mode$", "training mode"),
     (r"^test_identity_(sequence|opt)$", "sequence and optional types"),
-    (r"^test_maxpool_with_argmax_2d_precomputed_strides$", "MaxPool's column-major Indices (storage_order=1)"),
+    (
+        r"^test_maxpool_with_argmax_2d_precomputed_strides$",
+        "MaxPool's column-major Indices (storage_order=1)",
+    ),
     (r"^test_constantofshape_int_", "an INT32 output computed from a run-time shape input"),
-    (r"^test_range_int32", "an INT32 range fed at run time would be folded from the fed values, not computed"),
-    (r"^test_range_.*_expanded$", "the expansion computes the range with Loop, which refcomp does not import"),
+    (
+        r"^test_range_int32",
+        "an INT32 range fed at run time would be folded from the fed values, not computed",
+    ),
+    (
+        r"^test_range_.*_expanded$",
+        "the expansion computes the range with Loop, which refcomp does not import",
+    ),
 ]
 
 #: In-scope tests that are excluded: (pattern, reason, devices) for a limitation of refcomp.
@@ -191,15 +222,36 @@ KNOWN_FAILURES: list[tuple[str, str, tuple[str, ...]]] = []
 #: Node tests run on the emulator by default (the whole in-scope set runs under `pytest -m slow`):
 #: the first two tests of each operator, plus these, which cover attributes the first two miss.
 EMULATOR_EXTRA = [
-    "test_averagepool_2d_ceil", "test_averagepool_2d_pads_count_include_pad", "test_averagepool_2d_same_lower",
-    "test_maxpool_2d_dilations", "test_maxpool_2d_same_upper", "test_maxpool_1d_default",
-    "test_conv_with_strides_and_asymmetric_padding", "test_conv_with_autopad_same", "test_convtranspose_pads",
-    "test_convtranspose_output_shape", "test_convtranspose_group_2", "test_convtranspose_dilations",
-    "test_gather_2d_indices", "test_gather_negative_indices", "test_slice_neg_steps", "test_constant_pad_negative_axes",
-    "test_layer_normalization_4d_axis_negative_4", "test_gelu_tanh_2", "test_erf", "test_pow_bcast_array",
-    "test_softmax_axis_0", "test_split_variable_parts_2d_opset18", "test_tile_precomputed", "test_expand_dim_changed",
-    "test_reduce_prod_default_axes_keepdims_random", "test_reduce_l2_keep_dims_random", "test_where_example",
-    "test_batchnorm_epsilon", "test_globalaveragepool_precomputed", "test_flatten_negative_axis1",
+    "test_averagepool_2d_ceil",
+    "test_averagepool_2d_pads_count_include_pad",
+    "test_averagepool_2d_same_lower",
+    "test_maxpool_2d_dilations",
+    "test_maxpool_2d_same_upper",
+    "test_maxpool_1d_default",
+    "test_conv_with_strides_and_asymmetric_padding",
+    "test_conv_with_autopad_same",
+    "test_convtranspose_pads",
+    "test_convtranspose_output_shape",
+    "test_convtranspose_group_2",
+    "test_convtranspose_dilations",
+    "test_gather_2d_indices",
+    "test_gather_negative_indices",
+    "test_slice_neg_steps",
+    "test_constant_pad_negative_axes",
+    "test_layer_normalization_4d_axis_negative_4",
+    "test_gelu_tanh_2",
+    "test_erf",
+    "test_pow_bcast_array",
+    "test_softmax_axis_0",
+    "test_split_variable_parts_2d_opset18",
+    "test_tile_precomputed",
+    "test_expand_dim_changed",
+    "test_reduce_prod_default_axes_keepdims_random",
+    "test_reduce_l2_keep_dims_random",
+    "test_where_example",
+    "test_batchnorm_epsilon",
+    "test_globalaveragepool_precomputed",
+    "test_flatten_negative_axis1",
 ]
 
 

@@ -57,7 +57,9 @@ def in_jupyter(modules: Mapping[str, object] = sys.modules) -> bool:
     return shell is not None and any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)
 
 
-def watched(stream, environ: Mapping[str, str] = os.environ, modules: Mapping[str, object] = sys.modules) -> bool:
+def watched(
+    stream, environ: Mapping[str, str] = os.environ, modules: Mapping[str, object] = sys.modules
+) -> bool:
     """Whether a person reads `stream` as it is written: a terminal or Jupyter, not CI or pytest
     (both of which may hand a child process a terminal that nobody watches)."""
     if environ.get("CI", "").strip().lower() not in ("",) + _OFF or "PYTEST_CURRENT_TEST" in environ:

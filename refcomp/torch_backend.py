@@ -67,8 +67,11 @@ def _checked(options) -> dict:
 
 def _no_backward(gm, example_inputs):
     def refuse(*args):
-        raise RefcompError("refcomp compiles inference only: a backward through a torch.compile'd refcomp graph is "
-                           "not supported (run the model under torch.no_grad(), or use another backend to train)")
+        raise RefcompError(
+            "refcomp compiles inference only: a backward through a torch.compile'd refcomp graph is "
+            "not supported (run the model under torch.no_grad(), or use another backend to train)"
+        )
+
     return refuse
 
 
@@ -163,8 +166,10 @@ class _GraphImporter(Importer):
         if isinstance(val, torch.SymInt):
             return self.dims.dim(val, f"input {node.name!r}")
         if isinstance(val, (int, float, bool)):
-            raise RefcompError(f"graph input {node.name!r} is a number ({val!r}) fed at run time, which refcomp "
-                               f"cannot take as a tensor")
+            raise RefcompError(
+                f"graph input {node.name!r} is a number ({val!r}) fed at run time, which refcomp "
+                f"cannot take as a tensor"
+            )
         return super()._placeholder(node, spec)
 
 

@@ -28,7 +28,9 @@ from .exec.backends import default_backend
 from .measure import make_feeds
 from .ops.tensor import Tensor
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # a file name on every system (fullmatch: `$` allows a final newline)
+_NAME = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_.-]*"
+)  # a file name on every system (fullmatch: `$` allows a final newline)
 
 
 def user_outputs(target: str) -> dict:
@@ -41,7 +43,9 @@ def user_outputs(target: str) -> dict:
         return {"y": built}
     if isinstance(built, dict) and built and all(isinstance(v, Tensor) for v in built.values()):
         return {str(k): v for k, v in built.items()}
-    raise UsageError(f"{target} must return a dict of named output tensors or one tensor, got {type(built).__name__}")
+    raise UsageError(
+        f"{target} must return a dict of named output tensors or one tensor, got {type(built).__name__}"
+    )
 
 
 def as_case(name: str, outputs: dict, dims: Mapping[str, int]) -> golden.GoldenCase:
@@ -68,7 +72,9 @@ def add(target: str, name: str, directory: str, dims: Mapping[str, int], force: 
     feeds = golden.make_feeds(case, 0)
     want = golden.evaluate_case(case, feeds, dims, "float64")
     file, func = target.rsplit(":", 1)
-    stored_target = f"{Path(os.path.relpath(Path(file).resolve(), Path(directory).resolve())).as_posix()}:{func}"
+    stored_target = (
+        f"{Path(os.path.relpath(Path(file).resolve(), Path(directory).resolve())).as_posix()}:{func}"
+    )
     golden.write_data(path, feeds, dims, want, meta={"target": stored_target})
     shapes = lambda arrays: ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items())
     binding = f" at {', '.join(f'{k}={v}' for k, v in dims.items())}" if dims else ""
@@ -101,7 +107,9 @@ def check(directory: str, backend: Optional[str] = None, names: Optional[Sequenc
     files = stored_cases(directory)
     unknown = [n for n in names or () if n not in files]
     if unknown:
-        raise UsageError(f"no stored case named {', '.join(map(repr, unknown))} in {directory}{did_you_mean(unknown[0], files)}")
+        raise UsageError(
+            f"no stored case named {', '.join(map(repr, unknown))} in {directory}{did_you_mean(unknown[0], files)}"
+        )
     return [check_file(files[n], backend, precisions, search) for n in (names or files)]
 
 
@@ -131,8 +139,13 @@ def check_file(path: Path, backend: str, precisions: Sequence[str], search: bool
     case = as_case(path.stem, outputs, parts["dims"])
     feeds, dims, want = parts["in"], parts["dims"], parts["out"]
     for precision in precisions:
-        _check_one(result, precision, lambda: (precision, golden.evaluate_case(case, feeds, dims, precision)), want,
-                   golden.case_tolerance(case, precision))
+        _check_one(
+            result,
+            precision,
+            lambda: (precision, golden.evaluate_case(case, feeds, dims, precision)),
+            want,
+            golden.case_tolerance(case, precision),
+        )
     _check_one(result, backend, lambda: _compiled(outputs, feeds, dims, backend, search), want,
                golden.case_tolerance(case, "float32"))
     return result
@@ -144,7 +157,9 @@ def _compiled(outputs, feeds, dims, backend: str, search: bool) -> tuple[str, di
     if backend == "numpy":
         return backend, named(program.run(feeds, backend=backend, dims=dims))
     count = len(program.kernels)
-    return f"{backend} ({count} kernel{'s' if count != 1 else ''})", named(program.run(feeds, backend=backend, dims=dims))
+    return f"{backend} ({count} kernel{'s' if count != 1 else ''})", named(
+        program.run(feeds, backend=backend, dims=dims)
+    )
 
 
 def _check_one(result: Checked, label: str, compute, want: Mapping, tol: Mapping) -> None:
@@ -163,5 +178,7 @@ def _check_one(result: Checked, label: str, compute, want: Mapping, tol: Mapping
 def summary(results: Sequence[Checked], directory: str) -> str:
     bad = [r.name for r in results if r.failures]
     if not bad:
-        return f"golden check: {len(results)} case{'s' if len(results) != 1 else ''} in {directory}: all agree"
+        return (
+            f"golden check: {len(results)} case{'s' if len(results) != 1 else ''} in {directory}: all agree"
+        )
     return f"golden check: {len(bad)} of {len(results)} cases failed in {directory}: {', '.join(bad)}"

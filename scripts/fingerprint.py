@@ -51,7 +51,9 @@ def digest(prog) -> str:
     for k in prog.kernels:
         h.update(k.name.encode() + b"\0" + k.source.encode() + b"\0" + str(k.launch).encode() + b"\0")
         h.update(repr((k.cost.bytes, k.cost.flops, k.cost.threads, k.cost.time_s, k.cost.l2_bytes)).encode())
-    h.update(re.sub(r" states in [0-9.]+ s", " states", prog.explain()).encode())  # the search's wall time varies
+    h.update(
+        re.sub(r" states in [0-9.]+ s", " states", prog.explain()).encode()
+    )  # the search's wall time varies
     return h.hexdigest()
 
 

@@ -63,7 +63,9 @@ def check_model(model_dir: str, device: str) -> tuple[bool, str]:
             value = np.asarray(value)
             if value.shape != want.shape:
                 return False, f"output {k} has shape {value.shape}, expected {want.shape}"
-            if not np.allclose(value.astype(np.float64), want.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True):
+            if not np.allclose(
+                value.astype(np.float64), want.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True
+            ):
                 err = np.max(np.abs(value.astype(np.float64) - want.astype(np.float64)))
                 return False, f"output {k} differs (max abs error {err:.3g})"
     return True, ""
@@ -73,8 +75,12 @@ def main(argv=None) -> int:
     import onnx
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dirs", default="pytorch-converted,pytorch-operator,simple")
-    parser.add_argument("--device", default="CPU", choices=("CPU", "CUDA"),
-                        help="CPU: the NumPy reference; CUDA: compiled, on the emulator (or $REFCOMP_ONNX_CUDA_EXECUTOR)")
+    parser.add_argument(
+        "--device",
+        default="CPU",
+        choices=("CPU", "CUDA"),
+        help="CPU: the NumPy reference; CUDA: compiled, on the emulator (or $REFCOMP_ONNX_CUDA_EXECUTOR)",
+    )
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -87,8 +93,12 @@ def main(argv=None) -> int:
         for model_dir in sorted(glob.glob(str(data_root / kind / "test_*"))):
             results[os.path.basename(model_dir)] = check_model(model_dir, args.device)
         passed = sum(ok for ok, _ in results.values())
-        report["dirs"][kind] = {"models": len(results), "passed": passed, "seconds": round(time.perf_counter() - started, 1),
-                                "failures": {name: why for name, (ok, why) in results.items() if not ok}}
+        report["dirs"][kind] = {
+            "models": len(results),
+            "passed": passed,
+            "seconds": round(time.perf_counter() - started, 1),
+            "failures": {name: why for name, (ok, why) in results.items() if not ok},
+        }
         print(f"{kind}: {passed} of {len(results)} models pass ({args.device})")
         if args.verbose:
             for name, why in report["dirs"][kind]["failures"].items():

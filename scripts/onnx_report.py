@@ -87,9 +87,14 @@ def section(selection, cpu: dict, cuda: dict, raised: int, missed: list[str], su
         "| executor | run | passed | failed | skipped (known limitation) | time |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for label, c in (("NumPy reference (`CPU`)", cpu), ("emulator (`CUDA`)" + (", default subset" if subset else ""), cuda)):
+    for label, c in (
+        ("NumPy reference (`CPU`)", cpu),
+        ("emulator (`CUDA`)" + (", default subset" if subset else ""), cuda),
+    ):
         run = c["passed"] + c["failed"] + c["skipped"]
-        lines.append(f"| {label} | {run} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['seconds']:.0f} s |")
+        lines.append(
+            f"| {label} | {run} | {c['passed']} | {c['failed']} | {c['skipped']} | {c['seconds']:.0f} s |"
+        )
     missing = f", {len(missed)} do not ({', '.join(missed)})" if missed else ""
     lines += [
         "",
@@ -111,13 +116,17 @@ def section(selection, cpu: dict, cuda: dict, raised: int, missed: list[str], su
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subset", action="store_true", help="run only the default emulator subset")
-    parser.add_argument("--no-write", action="store_true", help="print the section instead of rewriting docs/onnx.md")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print the section instead of rewriting docs/onnx.md"
+    )
     args = parser.parse_args()
     os.environ.setdefault("REFCOMP_ONNX_CUDA_EXECUTOR", "emulator")
     from refcomp.onnx_backend import RefcompBackend, node_test_selection
     selection = node_test_selection()
     cpu = run_device(selection, RefcompBackend, "CPU", selection["run"])
-    cuda = run_device(selection, RefcompBackend, "CUDA", selection["emulator_subset"] if args.subset else selection["run"])
+    cuda = run_device(
+        selection, RefcompBackend, "CUDA", selection["emulator_subset"] if args.subset else selection["run"]
+    )
     raised, missed = check_expected_errors(selection, RefcompBackend)
     text = section(selection, cpu, cuda, raised, missed, args.subset)
     if args.no_write:

@@ -30,21 +30,35 @@ def main() -> None:
     pool = PagedKVPool(8, 4, 1, 2, 16, scratch_pages=1)
     prog = rc.compile(step_graph(model, pool, 1, greedy_graph), dims_hint={"B": 2, "NP": 2}, cache=False)
     pool.allocate("a", 6), pool.allocate("b", 3)
-    feeds = {**model.feeds(), **pool.feeds(), "ids": np.array([[5], [7]], np.int32), "positions": np.array([[5], [2]], np.int32),
-             "cached": np.array([5, 2], np.float32), "lengths": np.array([6, 3], np.float32),
-             "block_table": pool.block_tables(["a", "b"]), "slots": pool.slot_matrix(["a", "b"], [5, 2], [1, 1], 1),
-             "penalty": np.ones(2, np.float32), "seen": np.zeros((2, 64), np.float32)}
+    feeds = {
+        **model.feeds(),
+        **pool.feeds(),
+        "ids": np.array([[5], [7]], np.int32),
+        "positions": np.array([[5], [2]], np.int32),
+        "cached": np.array([5, 2], np.float32),
+        "lengths": np.array([6, 3], np.float32),
+        "block_table": pool.block_tables(["a", "b"]),
+        "slots": pool.slot_matrix(["a", "b"], [5, 2], [1, 1], 1),
+        "penalty": np.ones(2, np.float32),
+        "seen": np.zeros((2, 64), np.float32),
+    }
     html = Path(tempfile.mkdtemp()) / "decode.html"
     prog.explorer(html, feeds=feeds)
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(html.as_uri())
         pages = lambda n: n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter"  # noqa: E731
-        reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads))][-1]  # the values' sum
+        reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads))][
+            -1
+        ]  # the values' sum
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
-        page.locator(".rc-after g.rc-node.rc-selected").first.scroll_into_view_if_needed()  # inside the graph's pane
+        page.locator(
+            ".rc-after g.rc-node.rc-selected"
+        ).first.scroll_into_view_if_needed()  # inside the graph's pane
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(OUT), full_page=False)
         browser.close()

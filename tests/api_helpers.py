@@ -19,8 +19,13 @@ SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -3.5, np.inf, -np.inf, np.nan, 1e
 
 def run(fn, *arrays, dims=None, precision="float32"):
     """Evaluate fn(*inputs) with one rc.input per array (int32 for integer arrays)."""
-    inputs = [rc.input(f"a{i}", a.shape, "int32" if a.dtype.kind in "iu" else "float32") for i, a in enumerate(arrays)]
-    return rc.evaluate(fn(*inputs), {f"a{i}": a for i, a in enumerate(arrays)}, dims=dims, precision=precision)
+    inputs = [
+        rc.input(f"a{i}", a.shape, "int32" if a.dtype.kind in "iu" else "float32")
+        for i, a in enumerate(arrays)
+    ]
+    return rc.evaluate(
+        fn(*inputs), {f"a{i}": a for i, a in enumerate(arrays)}, dims=dims, precision=precision
+    )
 
 
 def close(got, expected, rtol=2e-5, atol=1e-6):

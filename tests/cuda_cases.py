@@ -68,7 +68,10 @@ def check_case(case, backend: str, search: bool) -> list[str]:
     for i in range(len(case.bindings)):
         feeds, dims = golden.case_feeds(case, i)
         got = prog.run(feeds, backend=backend, dims=dims)
-        problems += [f"binding {i}: {p}" for p in golden.compare(got, golden.expected(case, i), golden.case_tolerance(case))]
+        problems += [
+            f"binding {i}: {p}"
+            for p in golden.compare(got, golden.expected(case, i), golden.case_tolerance(case))
+        ]
     return problems
 
 

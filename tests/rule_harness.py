@@ -122,12 +122,17 @@ def _elements(shape) -> int:
 
 @st.composite
 def shapes(draw, min_axes: int = 1, max_axes: int = 3):
-    return tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, "B", "T"]), min_size=min_axes, max_size=max_axes)))
+    return tuple(
+        draw(st.lists(st.sampled_from([1, 2, 3, 4, "B", "T"]), min_size=min_axes, max_size=max_axes))
+    )
 
 
 @st.composite
 def binding_pairs(draw):
-    return [{"B": draw(st.integers(1, MAX_BINDING["B"])), "T": draw(st.integers(1, MAX_BINDING["T"]))} for _ in range(2)]
+    return [
+        {"B": draw(st.integers(1, MAX_BINDING["B"])), "T": draw(st.integers(1, MAX_BINDING["T"]))}
+        for _ in range(2)
+    ]
 
 
 def apply_view(t: Tensor, op) -> Tensor:
@@ -168,7 +173,9 @@ def apply_views(t: Tensor, ops) -> Tensor:
 @st.composite
 def view_op(draw, shape, masks: bool):
     nd = len(shape)
-    kinds = ["flip", "getitem", "expand_lead", "unsqueeze", "flatten"] + (["permute", "merge"] if nd >= 2 else [])
+    kinds = ["flip", "getitem", "expand_lead", "unsqueeze", "flatten"] + (
+        ["permute", "merge"] if nd >= 2 else []
+    )
     kinds += ["pad"] * masks
     kinds += ["expand_one"] * any(d == 1 for d in shape)
     kinds += ["split"] * any(isinstance(d, int) and d % 2 == 0 and d > 2 for d in shape)
@@ -186,20 +193,38 @@ def view_op(draw, shape, masks: bool):
                 start = draw(st.integers(0, d - 1))
                 stop = draw(st.integers(start + 1, d))
                 step = draw(st.sampled_from([1, 1, 2, -1]))
-                items.append(slice(start, stop, step) if step > 0 else slice(stop - 1, start - 1 if start else None, -1))
+                items.append(
+                    slice(start, stop, step)
+                    if step > 0
+                    else slice(stop - 1, start - 1 if start else None, -1)
+                )
             else:
-                items.append(draw(st.sampled_from([slice(None), slice(None, None, 2), slice(None, None, -1)])))
+                items.append(
+                    draw(st.sampled_from([slice(None), slice(None, None, 2), slice(None, None, -1)]))
+                )
         return ("getitem", tuple(items))
     if kind == "pad":
         return ("pad", [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape])
     if kind == "expand_lead":
         return ("expand_lead", draw(st.sampled_from([2, 3, "B"])))
     if kind == "expand_one":
-        return ("expand_one", draw(st.sampled_from([a for a, d in enumerate(shape) if d == 1])), draw(st.sampled_from([2, 3, "T"])))
+        return (
+            "expand_one",
+            draw(st.sampled_from([a for a, d in enumerate(shape) if d == 1])),
+            draw(st.sampled_from([2, 3, "T"])),
+        )
     if kind == "merge":
         return ("merge", draw(st.integers(0, nd - 2)))
     if kind == "split":
-        return ("split", draw(st.sampled_from([a for a, d in enumerate(shape) if isinstance(d, int) and d % 2 == 0 and d > 2])), 2)
+        return (
+            "split",
+            draw(
+                st.sampled_from(
+                    [a for a, d in enumerate(shape) if isinstance(d, int) and d % 2 == 0 and d > 2]
+                )
+            ),
+            2,
+        )
     if kind == "unsqueeze":
         return ("unsqueeze", draw(st.integers(-nd - 1, nd)))
     return ("flatten",)

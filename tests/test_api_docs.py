@@ -13,19 +13,35 @@ LISTED = set(re.findall(r"`([A-Za-z_][A-Za-z_0-9]*)", DOC))
 
 def test_every_public_name_is_in_docs_api():
     tensor = {n for n in dir(rc.Tensor) if not n.startswith("_") and callable(getattr(rc.Tensor, n))}
-    functions = {n for n in rc.__all__ if callable(getattr(rc, n)) and not n[0].isupper()} - {"compile", "evaluate", "load_program"}
+    functions = {n for n in rc.__all__ if callable(getattr(rc, n)) and not n[0].isupper()} - {
+        "compile",
+        "evaluate",
+        "load_program",
+    }
     nn = set(rc.nn.__all__)
     missing = sorted((tensor | functions | nn) - LISTED)
     assert not missing, f"docs/api.md does not list {missing}"
 
 
 def test_the_table_parser_reads_names_operators_and_indexing():
-    rows = ("## Tensor methods\n| refcomp | PyTorch | differences |\n| --- | --- | --- |\n"
-            "| `sum(dim)`, `mean` (`dim`, `keepdim`) | same | |\n| `+ -`, `& \\| ~` | same | |\n"
-            "| `x[ids]` | same | |\n| `from_node` | — | internal |\n## Device meshes\n| refcomp | counterpart | x |\n"
-            "| `Mesh` | `jax` | |\n")
-    assert sorted(doc_entries(rows)) == sorted(["Tensor.sum", "Tensor.mean", "Tensor.+", "Tensor.-", "Tensor.&",
-                                                "Tensor.|", "Tensor.~", "Tensor.x[ids]"])
+    rows = (
+        "## Tensor methods\n| refcomp | PyTorch | differences |\n| --- | --- | --- |\n"
+        "| `sum(dim)`, `mean` (`dim`, `keepdim`) | same | |\n| `+ -`, `& \\| ~` | same | |\n"
+        "| `x[ids]` | same | |\n| `from_node` | — | internal |\n## Device meshes\n| refcomp | counterpart | x |\n"
+        "| `Mesh` | `jax` | |\n"
+    )
+    assert sorted(doc_entries(rows)) == sorted(
+        [
+            "Tensor.sum",
+            "Tensor.mean",
+            "Tensor.+",
+            "Tensor.-",
+            "Tensor.&",
+            "Tensor.|",
+            "Tensor.~",
+            "Tensor.x[ids]",
+        ]
+    )
 
 
 @needs_torch
@@ -35,4 +51,6 @@ def test_every_entry_with_a_pytorch_counterpart_has_torch_cases():
     missing = sorted(set(entries) - set(cases))
     assert not missing, f"docs/api.md entries without a torch-comparison case: {missing}"
     stale = sorted(set(cases) - set(entries))
-    assert not stale, f"cases registered for entries docs/api.md does not have (with a PyTorch counterpart): {stale}"
+    assert not stale, (
+        f"cases registered for entries docs/api.md does not have (with a PyTorch counterpart): {stale}"
+    )

@@ -31,8 +31,11 @@ extern "C" __global__ void k_axpy(const float* __restrict__ x, float* __restrict
     if (i < n) y[i] = 2.0f * x[i] + 1.0f;
 }
 """
-KERNELS = [KernelSignature("k_axpy", (Param("x", "const float*"), Param("y", "float*"), Param("n", "long long")),
-                           False)]
+KERNELS = [
+    KernelSignature(
+        "k_axpy", (Param("x", "const float*"), Param("y", "float*"), Param("n", "long long")), False
+    )
+]
 X = np.arange(37, dtype=np.float32) - 5
 
 
@@ -62,7 +65,9 @@ def in_children(source: str, count: int, sanitize: bool = False) -> list[list[fl
     """Run `axpy` in `count` fresh processes at once. A child that crashes (SIGBUS from a bad
     library) breaks the pool, which fails the test instead of hanging it."""
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(count, mp_context=ctx, initializer=_start, initargs=(ctx.Barrier(count),)) as pool:
+    with ProcessPoolExecutor(
+        count, mp_context=ctx, initializer=_start, initargs=(ctx.Barrier(count),)
+    ) as pool:
         return list(pool.map(_axpy_together, [source] * count, [sanitize] * count))
 
 
@@ -168,7 +173,9 @@ def test_stamped_garbage_is_rebuilt_once_after_dlopen_fails(cache_root, source):
     stamp = lib.with_name(lib.name + ".stamp")
     garbage = b"\x7fELF" + os.urandom(4000)
     lib.write_bytes(garbage)
-    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "sha256": hashlib.sha256(garbage).hexdigest()}))
+    stamp.write_text(
+        json.dumps({**json.loads(stamp.read_text()), "sha256": hashlib.sha256(garbage).hexdigest()})
+    )
     assert load_counting_gxx(source) == 1
 
 
@@ -285,7 +292,8 @@ def fake_nvcc(tmp_path, monkeypatch, cache_root) -> Path:
     bin_dir.mkdir()
     (bin_dir / "nvcc").write_text(
         f'#!/bin/sh\nif [ "$1" = --version ]; then echo "Cuda compilation tools, release 12.8 (fake)"; exit 0; fi\n'
-        f"echo x >> {calls}\ncat >&2 <<'EOF'\n{PTXAS}EOF\n")
+        f"echo x >> {calls}\ncat >&2 <<'EOF'\n{PTXAS}EOF\n"
+    )
     (bin_dir / "nvcc").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return calls

@@ -42,24 +42,36 @@ def _corrupt(path: Path, key: str) -> None:
 
 def test_add_then_check_then_catch_a_corrupted_output(model, tmp_path, monkeypatch, capsys):
     cases = tmp_path / "cases"
-    assert main(["golden", "add", f"{model}:tiny", "--name", "tiny", "--dir", str(cases), "--dims", "B=2"]) == 0
+    assert (
+        main(["golden", "add", f"{model}:tiny", "--name", "tiny", "--dir", str(cases), "--dims", "B=2"]) == 0
+    )
     assert main(["golden", "add", f"{model}:one", "--name", "one", "--dir", str(cases)]) == 0
     parts = golden.read_data(cases / "tiny.npz")
-    assert sorted(parts["in"]) == ["w", "x"] and parts["dims"] == {"B": 2} and sorted(parts["out"]) == ["h", "s"]
+    assert (
+        sorted(parts["in"]) == ["w", "x"] and parts["dims"] == {"B": 2} and sorted(parts["out"]) == ["h", "s"]
+    )
     assert parts["out"]["h"].dtype == np.float64 and parts["meta"]["target"] == "../models/model.py:tiny"
     assert sorted(golden.read_data(cases / "one.npz")["out"]) == ["y"]
     capsys.readouterr()
 
-    monkeypatch.chdir(model.parent)  # the stored target is relative to the folder, not to the working directory
+    monkeypatch.chdir(
+        model.parent
+    )  # the stored target is relative to the folder, not to the working directory
     assert main(["golden", "check", "--dir", str(cases), "--backend", "emulator", "--no-search"]) == 0
     out = capsys.readouterr().out
-    assert "PASS tiny: float64, float32, emulator (5 kernels)" in out and "PASS one:" in out  # plain: 5 kernels
+    assert (
+        "PASS tiny: float64, float32, emulator (5 kernels)" in out and "PASS one:" in out
+    )  # plain: 5 kernels
     assert out.splitlines()[-1] == f"golden check: 2 cases in {cases}: all agree"
 
     _corrupt(cases / "tiny.npz", "out.h")
     assert main(["golden", "check", "--dir", str(cases), "--backend", "numpy"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL tiny (float64): output 'h'" in out and "FAIL tiny (numpy): output 'h'" in out and "PASS one:" in out
+    assert (
+        "FAIL tiny (float64): output 'h'" in out
+        and "FAIL tiny (numpy): output 'h'" in out
+        and "PASS one:" in out
+    )
     assert out.splitlines()[-1] == f"golden check: 1 of 2 cases failed in {cases}: tiny"
     assert main(["golden", "check", "--dir", str(cases), "--backend", "numpy", "-k", "one"]) == 0
     capsys.readouterr()
@@ -85,7 +97,9 @@ def test_the_same_name_draws_the_same_inputs(model, tmp_path):
 def test_add_mistakes_exit_2(model, tmp_path, argv, says, capsys):
     main(["golden", "add", f"{model}:one", "--name", "exists", "--dir", str(tmp_path / "cases")])
     capsys.readouterr()
-    assert main(["golden", "add", *[a.format(model=model) for a in argv], "--dir", str(tmp_path / "cases")]) == 2
+    assert (
+        main(["golden", "add", *[a.format(model=model) for a in argv], "--dir", str(tmp_path / "cases")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("refcomp: error: ") and err.count("\n") == 1 and says in err, err
 
@@ -103,7 +117,9 @@ def test_a_case_whose_model_is_gone_fails_alone(model, tmp_path, capsys):
     for name in ("keep", "gone"):
         assert main(["golden", "add", f"{model}:one", "--name", name, "--dir", str(cases)]) == 0
     parts = golden.read_data(cases / "gone.npz")
-    golden.write_data(cases / "gone.npz", parts["in"], parts["dims"], parts["out"], meta={"target": "missing.py:one"})
+    golden.write_data(
+        cases / "gone.npz", parts["in"], parts["dims"], parts["out"], meta={"target": "missing.py:one"}
+    )
     assert main(["golden", "check", "--dir", str(cases), "--backend", "numpy"]) == 1
     out = capsys.readouterr().out
     assert "FAIL gone (load): no such file" in out and "PASS keep" in out

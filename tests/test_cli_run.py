@@ -38,7 +38,14 @@ def model(tmp_path) -> Path:
 
 
 def _refcomp(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refcomp", *args], capture_output=True, text=True, cwd=REPO, timeout=60, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "refcomp", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        **kwargs,
+    )
 
 
 def test_version(capsys):
@@ -125,7 +132,12 @@ def test_a_mistake_in_a_subprocess(model):
 
 def test_explain_html_calls_the_explorer_when_there_is_one(tmp_path, monkeypatch, capsys):
     written = []
-    monkeypatch.setattr(Program, "explorer", lambda self, path=None, feeds=None, dims=None: written.append(path), raising=False)
+    monkeypatch.setattr(
+        Program,
+        "explorer",
+        lambda self, path=None, feeds=None, dims=None: written.append(path),
+        raising=False,
+    )
     assert main(["explain", "prim_add", "--no-search", "--html", str(tmp_path / "x.html")]) == 0
     assert written == [str(tmp_path / "x.html")] and "wrote" in capsys.readouterr().out
     monkeypatch.delattr(Program, "explorer", raising=False)
@@ -157,7 +169,9 @@ def test_progress_into_a_pipe_is_one_line_per_stage(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("REFCOMP_PROGRAM_CACHE_DIR", str(tmp_path / "programs"))
     monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path / "kernels"))
     unique = tmp_path / "unique.py"
-    unique.write_text(f"import refcomp as rc\ndef f():\n    return rc.input('x', (3, 7)).exp() * {time.time_ns() % 997 + 0.5}\n")
+    unique.write_text(
+        f"import refcomp as rc\ndef f():\n    return rc.input('x', (3, 7)).exp() * {time.time_ns() % 997 + 0.5}\n"
+    )
     assert main(["run", f"{unique}:f", "--backend", "emulator"]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err
@@ -197,37 +211,65 @@ def test_progress_on_a_terminal_redraws_then_leaves_one_line(monkeypatch):
 
 
 # --- case names: suggestions, -k -----------------------------------------------------------------
-@pytest.mark.parametrize("argv, says", [
-    (["run", "nn_layer_nrom"], "nor a golden case; did you mean 'nn_layer_norm', "),
-    (["explain", "prim_ad"], "did you mean 'prim_add'"),
-    (["compile", "prim_ad"], "did you mean 'prim_add'"),
-    (["profile", "sym_sofmax"], "did you mean 'sym_softmax'"),
-    (["golden", "check", "--case", "nn_layer_nrom"], "no golden case named 'nn_layer_nrom'; did you mean 'nn_layer_norm'"),
-    (["golden", "update", "--case", "prim_ad", "--dry-run"], "did you mean 'prim_add'"),
-    (["golden", "list", "-k", "layernorm"], "-k 'layernorm' matches no golden case; did you mean 'nn_layer_norm'"),
-    (["golden", "list", "-k", "zzzzqqq"], "-k 'zzzzqqq' matches no golden case"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "nn_layer_nrom"], "nor a golden case; did you mean 'nn_layer_norm', "),
+        (["explain", "prim_ad"], "did you mean 'prim_add'"),
+        (["compile", "prim_ad"], "did you mean 'prim_add'"),
+        (["profile", "sym_sofmax"], "did you mean 'sym_softmax'"),
+        (
+            ["golden", "check", "--case", "nn_layer_nrom"],
+            "no golden case named 'nn_layer_nrom'; did you mean 'nn_layer_norm'",
+        ),
+        (["golden", "update", "--case", "prim_ad", "--dry-run"], "did you mean 'prim_add'"),
+        (
+            ["golden", "list", "-k", "layernorm"],
+            "-k 'layernorm' matches no golden case; did you mean 'nn_layer_norm'",
+        ),
+        (["golden", "list", "-k", "zzzzqqq"], "-k 'zzzzqqq' matches no golden case"),
+    ],
+)
 def test_an_unknown_case_name_suggests_the_closest(argv, says, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
 
 
-@pytest.mark.parametrize("expression, want", [
-    ("layer_norm", ["half_layer_norm", "nn_layer_norm", "sym_layer_norm_linear"]),  # a substring, as pytest's -k
-    ("LAYER_NORM and not half", ["nn_layer_norm", "sym_layer_norm_linear"]),  # case-insensitive
-    ("layer_norm and (half or linear)", ["half_layer_norm", "sym_layer_norm_linear"]),
-    ("not not prim_add and not broadcast", ["prim_add"]),
-    ("lf_lay or linear and sym_layer", ["half_layer_norm", "sym_layer_norm_linear"]),  # and binds tighter than or
-])
+@pytest.mark.parametrize(
+    "expression, want",
+    [
+        (
+            "layer_norm",
+            ["half_layer_norm", "nn_layer_norm", "sym_layer_norm_linear"],
+        ),  # a substring, as pytest's -k
+        ("LAYER_NORM and not half", ["nn_layer_norm", "sym_layer_norm_linear"]),  # case-insensitive
+        ("layer_norm and (half or linear)", ["half_layer_norm", "sym_layer_norm_linear"]),
+        ("not not prim_add and not broadcast", ["prim_add"]),
+        (
+            "lf_lay or linear and sym_layer",
+            ["half_layer_norm", "sym_layer_norm_linear"],
+        ),  # and binds tighter than or
+    ],
+)
 def test_k_selects_as_pytest_does(expression, want):
-    names = ["half_layer_norm", "nn_layer_norm", "prim_add", "prim_add_broadcast", "sym_layer_norm_linear", "sym_softmax"]
+    names = [
+        "half_layer_norm",
+        "nn_layer_norm",
+        "prim_add",
+        "prim_add_broadcast",
+        "sym_layer_norm_linear",
+        "sym_softmax",
+    ]
     assert cli_run.choose_names(names, None, [expression]) == want
-    assert cli_run.choose_names(names, ["sym_softmax"], [expression, "prim"]) == \
-        [n for n in names if n in want or n == "sym_softmax" or "prim" in n]  # --case and every -k: any of them
+    assert cli_run.choose_names(names, ["sym_softmax"], [expression, "prim"]) == [
+        n for n in names if n in want or n == "sym_softmax" or "prim" in n
+    ]  # --case and every -k: any of them
 
 
-@pytest.mark.parametrize("expression", ["", "a and", "(a", "a)", "and a", "a b", "not", "__import__('os').system('x')"])
+@pytest.mark.parametrize(
+    "expression", ["", "a and", "(a", "a)", "and a", "a b", "not", "__import__('os').system('x')"]
+)
 def test_a_malformed_k_is_a_usage_error_never_code(expression):
     with pytest.raises(cli_run.UsageError, match="-k "):
         cli_run.choose_names(["a", "b"], None, [expression])
@@ -235,7 +277,10 @@ def test_a_malformed_k_is_a_usage_error_never_code(expression):
 
 def test_golden_list_and_check_take_k(capsys):
     assert main(["golden", "list", "-k", "layer_norm and not half"]) == 0
-    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["nn_layer_norm", "sym_layer_norm_linear"]
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [
+        "nn_layer_norm",
+        "sym_layer_norm_linear",
+    ]
     assert main(["golden", "check", "--precision", "float64", "-k", "prim_add and not broadcast"]) == 0
     assert "golden check: 1 cases" in capsys.readouterr().out
 
@@ -246,7 +291,9 @@ def _binding_shown(out: str, marker: str) -> str:
     return re.search(r"(?:[A-Z]+=\d+(?:, )?)+", line.split(marker, 1)[1]).group(0)
 
 
-@pytest.mark.parametrize("target, dims", [("{model}:tiny", []), ("{model}:tiny", ["--dims", "B=3"]), ("sym_softmax", [])])
+@pytest.mark.parametrize(
+    "target, dims", [("{model}:tiny", []), ("{model}:tiny", ["--dims", "B=3"]), ("sym_softmax", [])]
+)
 def test_run_and_profile_take_the_same_default_dims(model, target, dims, capsys):
     target = target.format(model=model)
     assert main(["run", target, "--backend", "numpy", *dims]) == 0

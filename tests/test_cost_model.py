@@ -34,7 +34,10 @@ def test_model_counts_match_the_profiler(case):
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_searched_program_never_costs_more_than_plain(case):
     plain, searched = compiled(case.name, False), compiled(case.name, True)
-    assert searched.cost.time_s <= plain.cost.time_s * (1 + 1e-9), (plain.cost_summary(), searched.cost_summary())
+    assert searched.cost.time_s <= plain.cost.time_s * (1 + 1e-9), (
+        plain.cost_summary(),
+        searched.cost_summary(),
+    )
 
 
 # --- ranking: alternatives for the same work, ordered as the profiler orders them ------------------------
@@ -55,7 +58,9 @@ def _alternatives():
     yield "broadcast row vs column", [x + x[:1, :], x + x[:, :1]], feeds
 
 
-@pytest.mark.parametrize("name", ["row sums vs column sums", "copy vs transposed copy", "broadcast row vs column"])
+@pytest.mark.parametrize(
+    "name", ["row sums vs column sums", "copy vs transposed copy", "broadcast row vs column"]
+)
 def test_model_ranks_alternatives_as_the_profiler_does(name):
     _, outputs, feeds = next(a for a in _alternatives() if a[0] == name)
     pairs = [_sectors(rc.compile(out, search=False), feeds) for out in outputs]
@@ -121,7 +126,11 @@ def test_a_retargeted_kernel_is_the_kernel_built_for_its_parameters():
 
     q, k, v = (rc.input(n, ("B", 2, "T", 40)) for n in "qkv")
     x = rc.input("x", ("B", 300))
-    outputs = {"attention": rc.nn.scaled_dot_product_attention(q, k, v), "long": x.sum(axis=-1), "short": x.T.sum(axis=-1)}
+    outputs = {
+        "attention": rc.nn.scaled_dot_product_attention(q, k, v),
+        "long": x.sum(axis=-1),
+        "short": x.T.sum(axis=-1),
+    }
     result = rc.compile(outputs, dims_hint={"B": 2, "T": 96}, cache=False).search
     sched, names = result.schedule, result.graph.names
     fused = lambda n: n.id in sched.inline  # noqa: E731
@@ -129,12 +138,28 @@ def test_a_retargeted_kernel_is_the_kernel_built_for_its_parameters():
     for group in result.groups:
         params = group_params(sched, group)
         only = TEMPLATE_ONLY.get(group.kind, ())
-        analysed = kernel_for_group("priced", group, names, fused, {**params, **{p: PARAMS_BY_NAME[p].default for p in only}},
-                                    render=False)
+        analysed = kernel_for_group(
+            "priced",
+            group,
+            names,
+            fused,
+            {**params, **{p: PARAMS_BY_NAME[p].default for p in only}},
+            render=False,
+        )
         for values in itertools.product(*(PARAMS_BY_NAME[p].choices[group.kind] for p in only)):
             chosen = {**params, **dict(zip(only, values))}
-            built, moved = kernel_for_group("priced", group, names, fused, chosen, render=False), retarget(analysed, chosen)
-            assert (moved.launch, moved.signature, moved.plan) == (built.launch, built.signature, built.plan), (group.kind, values)
+            built, moved = (
+                kernel_for_group("priced", group, names, fused, chosen, render=False),
+                retarget(analysed, chosen),
+            )
+            assert (moved.launch, moved.signature, moved.plan) == (
+                built.launch,
+                built.signature,
+                built.plan,
+            ), (group.kind, values)
             checked.add((built.kind, built.plan.template, values))
     assert {(kind, template) for kind, template, _ in checked} >= {
-        ("matmul", "softmax_matmul.cu.j2"), ("reduce", "reduce_thread.cu.j2"), ("reduce", "reduce_block.cu.j2")}, checked
+        ("matmul", "softmax_matmul.cu.j2"),
+        ("reduce", "reduce_thread.cu.j2"),
+        ("reduce", "reduce_block.cu.j2"),
+    }, checked

@@ -33,7 +33,10 @@ def test_saved_program_runs_like_the_original_on_emulator(case, tmp_path):
     assert loaded.source == prog.source
     for i in range(len(case.bindings)):
         feeds, dims = golden.case_feeds(case, i)
-        want, got = prog.run(feeds, backend="emulator", dims=dims), loaded.run(feeds, backend="emulator", dims=dims)
+        want, got = (
+            prog.run(feeds, backend="emulator", dims=dims),
+            loaded.run(feeds, backend="emulator", dims=dims),
+        )
         assert golden.compare(got, want, dict(rtol=0, atol=0)) == []  # bit for bit (NaN matching NaN)
 
 
@@ -65,7 +68,9 @@ def test_one_module_serves_every_binding():
     prog = rc.compile((x * 2.0).sum(-1))
     for b, t in [(1, 1), (3, 5), (2, 300)]:
         X = np.random.default_rng(b).standard_normal((b, t)).astype(np.float32)
-        np.testing.assert_allclose(prog.run({"x": X}, backend="emulator"), (2 * X.astype(np.float64)).sum(-1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            prog.run({"x": X}, backend="emulator"), (2 * X.astype(np.float64)).sum(-1), rtol=1e-5, atol=1e-5
+        )
     assert "long long dim" in prog.source and "300" not in prog.source
 
 
@@ -101,7 +106,12 @@ def test_memory_plan_reuses_buffers_along_a_chain():
     # five intermediates of N floats, but at most two are alive at once
     assert prog.peak_intermediate_bytes({"N": 1000}) == 2 * 4000
     X = np.linspace(-1, 1, 1000, dtype=np.float32)
-    np.testing.assert_allclose(prog.run({"x": X}, backend="emulator"), np.sin(np.sin(np.sin(np.sin(np.sin(np.sin(X.astype(np.float64))))))), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        prog.run({"x": X}, backend="emulator"),
+        np.sin(np.sin(np.sin(np.sin(np.sin(np.sin(X.astype(np.float64))))))),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_run_returns_the_structure_it_was_given(rng):
@@ -116,14 +126,18 @@ def test_run_returns_the_structure_it_was_given(rng):
 def test_numpy_backend_is_the_reference(rng):
     x = rc.input("x", (5,))
     X = rng.standard_normal(5).astype(np.float32)
-    np.testing.assert_array_equal(rc.compile(x.exp()).run({"x": X}, backend="numpy"), rc.evaluate(x.exp(), {"x": X}))
+    np.testing.assert_array_equal(
+        rc.compile(x.exp()).run({"x": X}, backend="numpy"), rc.evaluate(x.exp(), {"x": X})
+    )
 
 
 def test_out_of_range_embedding_ids_are_rejected_before_launch():
     ids, table = rc.input("ids", (3,), dtype="int32"), rc.input("table", (4, 2))
     prog = rc.compile(rc.nn.embedding(ids, table))
     with pytest.raises(rc.RefcompError, match="ids"):
-        prog.run({"ids": np.array([0, 4, 1], np.int32), "table": np.zeros((4, 2), np.float32)}, backend="emulator")
+        prog.run(
+            {"ids": np.array([0, 4, 1], np.int32), "table": np.zeros((4, 2), np.float32)}, backend="emulator"
+        )
 
 
 def test_unknown_backend_is_an_error():

@@ -24,15 +24,42 @@ TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 def delicate_values() -> np.ndarray:
     """float32 values around every rounding boundary of float16 and bfloat16, and random ones."""
     rng = np.random.default_rng(0)
-    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 65504.0, 65519.996, 65520.0, 65536.0, -65520.0, 1e-8,
-               2.0 ** -24, 2.0 ** -25, 2.0 ** -25 * 1.0000001, 3 * 2.0 ** -26, 2.0 ** -14, 2.0 ** -14 - 2.0 ** -25,
-               6.1e-5, 3.0e38, -3.4e38, 1.17549435e-38, 1e-40]
-    ties16 = (1.0 + (2 * np.arange(64) + 1) * 2.0 ** -11) * 2.0 ** rng.integers(-14, 15, 64)  # midway between halves
+    special = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1.0,
+        -1.0,
+        65504.0,
+        65519.996,
+        65520.0,
+        65536.0,
+        -65520.0,
+        1e-8,
+        2.0**-24,
+        2.0**-25,
+        2.0**-25 * 1.0000001,
+        3 * 2.0**-26,
+        2.0**-14,
+        2.0**-14 - 2.0**-25,
+        6.1e-5,
+        3.0e38,
+        -3.4e38,
+        1.17549435e-38,
+        1e-40,
+    ]
+    ties16 = (1.0 + (2 * np.arange(64) + 1) * 2.0**-11) * 2.0 ** rng.integers(
+        -14, 15, 64
+    )  # midway between halves
     ties_bf = (1.0 + (2 * np.arange(64) + 1) * 2.0 ** -8) * 2.0 ** rng.integers(-100, 100, 64)
     subnormal = rng.uniform(0, 2.0 ** -14, 64) * rng.choice([-1, 1], 64)
     spread = rng.standard_normal(512) * 10.0 ** rng.integers(-8, 6, 512)
     values = np.concatenate([special, ties16, ties_bf, subnormal, spread]).astype(np.float32)
-    return np.concatenate([values, np.nextafter(values, np.float32(np.inf)), np.nextafter(values, np.float32(-np.inf))])
+    return np.concatenate(
+        [values, np.nextafter(values, np.float32(np.inf)), np.nextafter(values, np.float32(-np.inf))]
+    )
 
 
 def torch_round(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -74,11 +101,19 @@ def test_promotion_follows_torch():
         for b, y in shapes.items():
             want = torch.promote_types(getattr(torch, a), getattr(torch, b))
             assert (x + y).dtype == str(want).replace("torch.", ""), (a, b)
-        assert (x * 2.0).dtype == a and (x + rc.constant(1.5)).dtype == a and x.exp().dtype == a  # scalars are weak
+        assert (
+            (x * 2.0).dtype == a and (x + rc.constant(1.5)).dtype == a and x.exp().dtype == a
+        )  # scalars are weak
         assert rc.where(shapes["float32"] > 0, x, x).dtype == a  # the condition only selects
         assert x.sum(-1).dtype == a and (x + rc.arange(3.0)).dtype == a
-    assert shapes["float16"].half() is shapes["float16"] and shapes["float32"].to(torch.float16).dtype == "float16"
-    assert shapes["float16"].to(np.float32).dtype == "float32" and shapes["float16"].type("bf16").dtype == "bfloat16"
+    assert (
+        shapes["float16"].half() is shapes["float16"]
+        and shapes["float32"].to(torch.float16).dtype == "float16"
+    )
+    assert (
+        shapes["float16"].to(np.float32).dtype == "float32"
+        and shapes["float16"].type("bf16").dtype == "bfloat16"
+    )
 
 
 def test_elementwise_chain_matches_torch_exactly():
@@ -105,8 +140,14 @@ def test_contractions_accumulate_in_float32_and_round_once(dtype):
     want = torch_round(exact.astype(np.float32), dtype)  # the exact sum, rounded once
     ulp = np.abs(want) * (2.0 ** -10 if dtype == "float16" else 2.0 ** -7)
     assert (x @ y).dtype == dtype
-    for search in (False, True):  # float32 accumulation: the exact sum's rounding, or one unit away near a tie
-        ours = np.asarray(rc.compile(x @ y, search=search, cache=False).run({"a": a, "w": w}, backend="emulator"), np.float32)
+    for search in (
+        False,
+        True,
+    ):  # float32 accumulation: the exact sum's rounding, or one unit away near a tie
+        ours = np.asarray(
+            rc.compile(x @ y, search=search, cache=False).run({"a": a, "w": w}, backend="emulator"),
+            np.float32,
+        )
         assert np.all(np.abs(ours - want) <= ulp) and np.mean(ours == want) > 0.9
     theirs = (torch.from_numpy(a).to(TORCH[dtype]) @ torch.from_numpy(w).to(TORCH[dtype])).float().numpy()
     assert np.all(np.abs(theirs - want) <= ulp)  # torch's CPU kernel: its own order, at most one unit apart
@@ -122,8 +163,13 @@ def _block(dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_16_bit_block_agrees_plain_searched_and_with_torch(dtype):
     rng = np.random.default_rng(3)
-    feeds = {"x": rng.standard_normal((6, 32)), "w1": rng.standard_normal((32, 64)) * 0.2,
-             "w2": rng.standard_normal((64, 32)) * 0.2, "g": 1 + 0.1 * rng.standard_normal(32), "b": 0.1 * rng.standard_normal(32)}
+    feeds = {
+        "x": rng.standard_normal((6, 32)),
+        "w1": rng.standard_normal((32, 64)) * 0.2,
+        "w2": rng.standard_normal((64, 32)) * 0.2,
+        "g": 1 + 0.1 * rng.standard_normal(32),
+        "b": 0.1 * rng.standard_normal(32),
+    }
     feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
     outs = _block(dtype)
     ref = rc.evaluate(outs, feeds)
@@ -133,7 +179,9 @@ def test_a_16_bit_block_agrees_plain_searched_and_with_torch(dtype):
         got = prog.run(feeds, backend="emulator")
         for k in outs:
             assert got[k].dtype == (np.float16 if dtype == "float16" else np.float32)
-            np.testing.assert_allclose(np.asarray(got[k], dtype=np.float32), ref[k], err_msg=f"{k} search={search}", **tol)
+            np.testing.assert_allclose(
+                np.asarray(got[k], dtype=np.float32), ref[k], err_msg=f"{k} search={search}", **tol
+            )
     t = {k: torch.from_numpy(v).to(TORCH[dtype]) for k, v in feeds.items()}
     h = torch.nn.functional.layer_norm(t["x"], (32,), t["g"], t["b"])
     y = t["x"] + torch.nn.functional.gelu(h @ t["w1"], approximate="tanh") @ t["w2"]
@@ -144,7 +192,10 @@ def test_compile_dtype_stores_inputs_and_outputs_in_16_bits():
     x, w = rc.input("x", ("B", 256)), rc.input("w", (256,))
     out = (x * w).exp()
     rng = np.random.default_rng(4)
-    feeds = {"x": rng.standard_normal((8, 256)).astype(np.float32), "w": rng.standard_normal(256).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((8, 256)).astype(np.float32),
+        "w": rng.standard_normal(256).astype(np.float32),
+    }
     wide = rc.compile(out, cache=False)
     for dtype in ("float16", "bfloat16"):
         prog = rc.compile(out, dtype=dtype, cache=False)
@@ -152,7 +203,9 @@ def test_compile_dtype_stores_inputs_and_outputs_in_16_bits():
         rounded = {k: torch_round(v, dtype) for k, v in feeds.items()}
         want = torch_round(np.exp(rounded["x"].astype(np.float64) * rounded["w"]).astype(np.float32), dtype)
         np.testing.assert_allclose(np.asarray(got, dtype=np.float32), want, rtol=2.0 ** -7, atol=0)
-        assert [p.ctype for p in prog.kernels[0].signature.params[:3]] == ["const unsigned short*"] * 2 + ["unsigned short*"]
+        assert [p.ctype for p in prog.kernels[0].signature.params[:3]] == ["const unsigned short*"] * 2 + [
+            "unsigned short*"
+        ]
         # the cost model's bytes: 2-byte elements read and written once, half the float32 program's
         model = global_counts(prog.kernels[0], {"B": 8})
         assert model.global_bytes == 2 * 3 * 8 * 256  # x, w (read again for every row) and the output
@@ -167,15 +220,21 @@ def test_compile_dtype_stores_inputs_and_outputs_in_16_bits():
 def test_feeds_results_and_saved_programs(tmp_path):
     x = rc.input("x", (4,), "float16")
     prog = rc.compile(x * 3.0, cache=False)
-    got = prog.run({"x": np.array([1.0, 0.1, 70000.0, -2.5], np.float64)}, backend="emulator")  # rounded on the way in
+    got = prog.run(
+        {"x": np.array([1.0, 0.1, 70000.0, -2.5], np.float64)}, backend="emulator"
+    )  # rounded on the way in
     assert got.dtype == np.float16
     with np.errstate(over="ignore"):  # 70000 is past float16's largest value: inf
-        assert got.tolist() == (np.array([1.0, 0.1, 70000.0, -2.5]).astype(np.float16) * np.float16(3)).tolist()
+        assert (
+            got.tolist() == (np.array([1.0, 0.1, 70000.0, -2.5]).astype(np.float16) * np.float16(3)).tolist()
+        )
     with pytest.raises(rc.FeedError, match="input 'x' takes float16"):
         prog.run({"x": np.arange(4)}, backend="emulator")
     prog.save(tmp_path / "p.json")
     loaded = rc.load_program(tmp_path / "p.json")
-    assert np.array_equal(loaded.run({"x": np.ones(4, np.float16)}, backend="emulator"), np.full(4, 3.0, np.float16))
+    assert np.array_equal(
+        loaded.run({"x": np.ones(4, np.float16)}, backend="emulator"), np.full(4, 3.0, np.float16)
+    )
 
 
 def test_misuse_is_refused_by_name():

@@ -19,7 +19,11 @@ extern "C" __global__ void k_scale(const float* __restrict__ x, float* __restric
     if (i < n) y[i] = expf(x[i]) * %s;
 }
 """
-KERNELS = [KernelSignature("k_scale", (Param("x", "const float*"), Param("y", "float*"), Param("n", "long long")), False)]
+KERNELS = [
+    KernelSignature(
+        "k_scale", (Param("x", "const float*"), Param("y", "float*"), Param("n", "long long")), False
+    )
+]
 X = np.linspace(-2, 2, 40, dtype=np.float32)
 
 

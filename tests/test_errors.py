@@ -30,11 +30,26 @@ def test_every_error_class_is_a_refcomp_error():
 
 # --- shapes at build time ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op", [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a / b,
-                                lambda a, b: a < b, lambda a, b: rc.maximum(a, b), lambda a, b: a % b,
-                                lambda a, b: a ** b, lambda a, b: rc.minimum(a, b), lambda a, b: a <= b,
-                                lambda a, b: a == b, lambda a, b: a != b, lambda a, b: rc.fmod(a, b), lambda a, b: a > b,
-                                lambda a, b: a >= b])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a * b,
+        lambda a, b: a - b,
+        lambda a, b: a / b,
+        lambda a, b: a < b,
+        lambda a, b: rc.maximum(a, b),
+        lambda a, b: a % b,
+        lambda a, b: a**b,
+        lambda a, b: rc.minimum(a, b),
+        lambda a, b: a <= b,
+        lambda a, b: a == b,
+        lambda a, b: a != b,
+        lambda a, b: rc.fmod(a, b),
+        lambda a, b: a > b,
+        lambda a, b: a >= b,
+    ],
+)
 def test_binary_shape_mismatch_names_both_shapes(op):
     x, y = rc.input("x", (3, 4)), rc.input("y", (5,))
     with raises(rc.ShapeError, "input 'x'", "(3, 4)", "input 'y'", "(5,)", "4 vs 5"):
@@ -57,13 +72,24 @@ def test_matmul_inner_dim_mismatch():
         x @ 2.0
 
 
-@pytest.mark.parametrize("call, bad", [
-    (lambda x: x.sum(2), "axis 2"), (lambda x: x.max(-3), "axis -3"), (lambda x: x.softmax(5), "axis 5"),
-    (lambda x: x.mean((0, 7)), "axis 7"), (lambda x: x.transpose(0, 2), "axis 2"), (lambda x: x.unsqueeze(4), "axis 4"),
-    (lambda x: x.squeeze(-3), "axis -3"), (lambda x: x.flip(2), "axis 2"), (lambda x: x.cumsum(3), "axis 3"),
-    (lambda x: x.argmax(2), "axis 2"), (lambda x: rc.concat([x, x], axis=2), "axis 2"),
-    (lambda x: rc.stack([x, x], axis=4), "axis 4"), (lambda x: x.sum(1.0), "axis 1.0"),
-])
+@pytest.mark.parametrize(
+    "call, bad",
+    [
+        (lambda x: x.sum(2), "axis 2"),
+        (lambda x: x.max(-3), "axis -3"),
+        (lambda x: x.softmax(5), "axis 5"),
+        (lambda x: x.mean((0, 7)), "axis 7"),
+        (lambda x: x.transpose(0, 2), "axis 2"),
+        (lambda x: x.unsqueeze(4), "axis 4"),
+        (lambda x: x.squeeze(-3), "axis -3"),
+        (lambda x: x.flip(2), "axis 2"),
+        (lambda x: x.cumsum(3), "axis 3"),
+        (lambda x: x.argmax(2), "axis 2"),
+        (lambda x: rc.concat([x, x], axis=2), "axis 2"),
+        (lambda x: rc.stack([x, x], axis=4), "axis 4"),
+        (lambda x: x.sum(1.0), "axis 1.0"),
+    ],
+)
 def test_bad_axis(call, bad):
     with raises(rc.ShapeError, bad, "input 'x'", "(3, 4)"):
         call(rc.input("x", (3, 4)))

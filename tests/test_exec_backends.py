@@ -124,7 +124,9 @@ def test_3d_grid_and_block_indices(backend):
     kernels = [sig("k_idx", "float*", "long long", "long long")]
     (out,) = run(backend, INDEX3D, kernels, "k_idx", (4, 2, 3), (4, 4, 1), [], [w * h * d], [w, h])
     z, y, x = np.meshgrid(np.arange(d), np.arange(h), np.arange(w), indexing="ij")
-    np.testing.assert_array_equal(out.reshape(d, h, w), (x + 100 * y + 10000 * z + 0.25 * 2).astype(np.float32))
+    np.testing.assert_array_equal(
+        out.reshape(d, h, w), (x + 100 * y + 10000 * z + 0.25 * 2).astype(np.float32)
+    )
 
 
 ATOMIC = r"""
@@ -201,7 +203,9 @@ def test_nan_poison_visible_where_kernel_does_not_write(backend):
                  [], [10], [10])
     np.testing.assert_array_equal(out[:5], 1.0)
     assert np.isnan(out[5:]).all()
-    assert (out[5:].view(np.uint32) == 0x7FFF7FFF).all()  # a NaN as float32, and each half a float16 and bfloat16 NaN
+    assert (
+        out[5:].view(np.uint32) == 0x7FFF7FFF
+    ).all()  # a NaN as float32, and each half a float16 and bfloat16 NaN
     assert np.isnan(out[5:].view(np.float16)).all()
 
 
@@ -242,7 +246,9 @@ def test_disk_cache_hit_skips_gxx(tmp_path, monkeypatch):
 
 
 def test_cache_dir_argument(tmp_path):
-    EmulatorBackend(cache_dir=tmp_path / "elsewhere").load(HALF + "// dir", [sig("k_half", "float*", "long long")])
+    EmulatorBackend(cache_dir=tmp_path / "elsewhere").load(
+        HALF + "// dir", [sig("k_half", "float*", "long long")]
+    )
     assert list((tmp_path / "elsewhere" / "emu").glob("*.so"))
 
 
@@ -434,5 +440,7 @@ def test_every_backend_implements_the_abi_protocol():
         missing = {n for n in wanted if not hasattr(cls, n)}
         assert not missing, f"{cls.__name__} lacks {sorted(missing)}"
         for n in wanted - {"name"}:
-            assert list(inspect.signature(getattr(cls, n)).parameters) == list(inspect.signature(getattr(Backend, n)).parameters), n
+            assert list(inspect.signature(getattr(cls, n)).parameters) == list(
+                inspect.signature(getattr(Backend, n)).parameters
+            ), n
     assert isinstance(EmulatorBackend(), Backend)

@@ -59,7 +59,9 @@ class Page(HTMLParser):
         self.elements.append(Element(tag, attrs, list(self.open)))
 
     def handle_endtag(self, tag):
-        assert self.open and self.open[-1].tag == tag, f"</{tag}> closes {self.open[-1].tag if self.open else 'nothing'}"
+        assert self.open and self.open[-1].tag == tag, (
+            f"</{tag}> closes {self.open[-1].tag if self.open else 'nothing'}"
+        )
         self.open.pop()
 
     def handle_data(self, data):
@@ -106,7 +108,9 @@ def test_every_kernel_has_a_panel(program, page):
         assert all(op in panel.text for op in kernel.ops)
         assert f"{kernel.cost.bytes:,} B" in panel.text and f"{kernel.cost.time_s * 1e6:.2f} us" in panel.text
         code = [e for e in page.elements if e.tag == "code" and panel in e.parents]
-        assert len(code) == 1 and code[0].text == kernel.source  # highlighted, escaped, and every character kept
+        assert (
+            len(code) == 1 and code[0].text == kernel.source
+        )  # highlighted, escaped, and every character kept
 
 
 def test_the_compiled_graph_has_every_computed_node_coloured_by_its_kernel(program, page):
@@ -123,7 +127,10 @@ def test_the_compiled_graph_has_every_computed_node_coloured_by_its_kernel(progr
         assert set(element.attrs["data-kernels"].split()) == computing[node.id]
         assert program.names.label(node) in element.text
     writers = {k.output.id: k.name for k in program.kernels}
-    for node_id, name in writers.items():  # a node a kernel writes is that kernel's, though others recompute it
+    for (
+        node_id,
+        name,
+    ) in writers.items():  # a node a kernel writes is that kernel's, though others recompute it
         assert drawn[program.names.numbers[node_id]].attrs["data-kernel"] == name
 
 
@@ -159,9 +166,19 @@ def test_the_trace_names_the_opening_and_lists_the_moves_left_undone(program, pa
     assert f"The '{program.search.opening}' opening found this schedule." in trace.text
     chosen, moves = untaken_moves(program.search)
     rows = [e for e in page.elements if e.tag == "tr" and e.inside("rc-untaken") and not e.inside("rc-trace")]
-    cells = [[c.text for c in page.elements if c.tag == "td" and row in c.parents] for row in rows[1:]]  # after the header
-    assert cells == [[m.rule, m.where, str(m.kernels), f"{m.bytes - chosen.bytes:+,}", f"{(m.time_s - chosen.time_s) * 1e6:+.2f}"]
-                     for m in moves]
+    cells = [
+        [c.text for c in page.elements if c.tag == "td" and row in c.parents] for row in rows[1:]
+    ]  # after the header
+    assert cells == [
+        [
+            m.rule,
+            m.where,
+            str(m.kernels),
+            f"{m.bytes - chosen.bytes:+,}",
+            f"{(m.time_s - chosen.time_s) * 1e6:+.2f}",
+        ]
+        for m in moves
+    ]
     assert bool(moves) == (which == "conv")
     if not moves:
         assert "Moves left undone: none." in trace.text
@@ -170,7 +187,9 @@ def test_the_trace_names_the_opening_and_lists_the_moves_left_undone(program, pa
 def test_the_memory_timeline_has_one_bar_per_intermediate_buffer(program, page):
     plan = program.memory_plan(program.cost_bindings)
     bars = page.find("rc-buffer", "g")
-    assert sorted(int(b.attrs["data-node"]) for b in bars) == sorted(program.names.numbers[i] for i in plan.slot_of)
+    assert sorted(int(b.attrs["data-node"]) for b in bars) == sorted(
+        program.names.numbers[i] for i in plan.slot_of
+    )
     writer = {program.names.numbers[k.output.id]: k.name for k in program.kernels}
     for bar in bars:
         assert int(bar.attrs["data-slot"]) == plan.slot_of[next(i for i, n in program.names.numbers.items()
@@ -187,7 +206,11 @@ def test_user_strings_appear_only_escaped(html, page):
 
 def test_the_page_is_deterministic(program, html, tmp_path):
     assert write_explorer(program) == html
-    assert write_explorer(program, tmp_path / "x.html") == html == (tmp_path / "x.html").read_text(encoding="utf-8")
+    assert (
+        write_explorer(program, tmp_path / "x.html")
+        == html
+        == (tmp_path / "x.html").read_text(encoding="utf-8")
+    )
     again = write_explorer(rc.compile(build(), cache=False))  # the same graph built and searched again
     # (but codegen.memory.plan_memory frees slots in the order of a set of node ids, so which slot a
     # buffer reuses may change with the process-wide ids: compare the page up to the memory plan)
@@ -265,7 +288,9 @@ def test_graphviz_output_gets_the_same_hooks(monkeypatch):
     """dot's SVG (a canned one here) is inlined with our classes and data attributes, and no ids or namespaces."""
     seen = []
     fake = types.ModuleType("graphviz")
-    fake.Source = lambda text: seen.append(text) or types.SimpleNamespace(pipe=lambda format: DOT_SVG.encode())
+    fake.Source = lambda text: (
+        seen.append(text) or types.SimpleNamespace(pipe=lambda format: DOT_SVG.encode())
+    )
     monkeypatch.setitem(sys.modules, "graphviz", fake)
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: "/usr/bin/dot")
     x = rc.input("x", (4,))
@@ -274,7 +299,10 @@ def test_graphviz_output_gets_the_same_hooks(monkeypatch):
     assert "n0 -> n1" in seen[0] and 'label="Mul#1\\n(4,)"' in seen[0]
     assert svg.startswith('<svg class="rc-graph"') and "http" not in svg and " id=" not in svg
     nodes = Page(svg).find("rc-node", "g")
-    assert [(n.attrs["data-node"], n.attrs.get("data-kernel")) for n in nodes] == [("0", None), ("1", "k0_mul")]
+    assert [(n.attrs["data-node"], n.attrs.get("data-kernel")) for n in nodes] == [
+        ("0", None),
+        ("1", "k0_mul"),
+    ]
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
@@ -285,10 +313,18 @@ def test_graphviz_layout_when_installed(program):
 
 
 def test_cuda_highlighting_escapes_everything():
-    out = highlight_cuda('// a < b\n#include <x>\nconst float* __restrict__ in0; y = 1.5f + 2;\n__syncthreads(); s = "<&>";')
-    assert '<span class="hl-comment">// a &lt; b</span>' in out and '<span class="hl-preproc">#include &lt;x&gt;</span>' in out
+    out = highlight_cuda(
+        '// a < b\n#include <x>\nconst float* __restrict__ in0; y = 1.5f + 2;\n__syncthreads(); s = "<&>";'
+    )
+    assert (
+        '<span class="hl-comment">// a &lt; b</span>' in out
+        and '<span class="hl-preproc">#include &lt;x&gt;</span>' in out
+    )
     assert '<span class="hl-keyword">const</span> <span class="hl-type">float</span>*' in out
-    assert '<span class="hl-number">1.5f</span>' in out and '<span class="hl-builtin">__syncthreads</span>' in out
+    assert (
+        '<span class="hl-number">1.5f</span>' in out
+        and '<span class="hl-builtin">__syncthreads</span>' in out
+    )
     assert '<span class="hl-string">&quot;&lt;&amp;&gt;&quot;</span>' in out
 
 

@@ -16,8 +16,14 @@ import pytest
 import refcomp as rc
 
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "explorer.png"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]  # offline: no calls home that the closed network refuses
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]  # offline: no calls home that the closed network refuses
 
 
 def _chromium() -> str:
@@ -30,7 +36,9 @@ def _chromium() -> str:
 
 @pytest.fixture(scope="module")
 def page():
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install -e \".[test]\"")
+    playwright = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed: pip install -e \".[test]\""
+    )
     executable = _chromium()
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
@@ -47,7 +55,11 @@ def _program():
 def test_the_explorer_works_in_chromium(page, tmp_path):
     prog = _program()
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((5, 16)).astype(np.float32), "g": np.ones(16, np.float32), "b": np.zeros(16, np.float32)}
+    feeds = {
+        "x": rng.standard_normal((5, 16)).astype(np.float32),
+        "g": np.ones(16, np.float32),
+        "b": np.zeros(16, np.float32),
+    }
     path = tmp_path / "explorer.html"
     prog.explorer(path, feeds=feeds)
     errors = []
@@ -65,8 +77,11 @@ def test_the_explorer_works_in_chromium(page, tmp_path):
     page.locator(f'section.rc-kernel[data-kernel="{kernel}"]').click()
     selected = page.locator(".rc-after g.rc-node.rc-selected")
     assert selected.count() > 0
-    assert all(kernel in (selected.nth(i).get_attribute("data-kernels") or selected.nth(i).get_attribute("data-kernel"))
-               for i in range(selected.count()))
+    assert all(
+        kernel
+        in (selected.nth(i).get_attribute("data-kernels") or selected.nth(i).get_attribute("data-kernel"))
+        for i in range(selected.count())
+    )
     assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{kernel}"]').count() == 1
 
     # a node of another kernel (clicking one of the selected kernel's would toggle it off): its panel lights up

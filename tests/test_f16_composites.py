@@ -47,7 +47,9 @@ def check(out, feeds: dict, want: np.ndarray, dtype: str):
         assert values.shape == want.shape, where
         err = np.where(values == want, 0.0, np.abs(values - want))  # infinities included
         worst = float(np.max(np.where(np.isnan(err), np.inf, err / ulp(want, dtype)), initial=0.0))
-        assert worst <= ULPS, f"{where}: {worst:.3g} units in the last place of {dtype} from torch's (got {values.ravel()[:4]}, want {want.ravel()[:4]})"
+        assert worst <= ULPS, (
+            f"{where}: {worst:.3g} units in the last place of {dtype} from torch's (got {values.ravel()[:4]}, want {want.ravel()[:4]})"
+        )
 
 
 def alternating(rows: int, n: int, value: float = 300.0) -> np.ndarray:
@@ -80,7 +82,12 @@ def test_bfloat16_layer_norm_does_not_round_its_mean():
 def test_std_and_var_of_rows_whose_squares_overflow():
     x = alternating(2, 8)
     g = rc.input("x", (2, 8), "float16")
-    check(g.std(-1, correction=0), {"x": x}, rounded_once(lambda t: t.std(-1, correction=0), "float16", x), "float16")
+    check(
+        g.std(-1, correction=0),
+        {"x": x},
+        rounded_once(lambda t: t.std(-1, correction=0), "float16", x),
+        "float16",
+    )
     x = alternating(2, 8, 150.0)  # a variance of 25,714 from squares of 22,500
     check(g.var(dim=-1), {"x": x}, rounded_once(lambda t: t.var(-1), "float16", x), "float16")
 
@@ -108,7 +115,9 @@ def test_softmax_and_log_softmax_over_70000_keys():
 def test_attention_whose_scores_overflow_before_scaling():
     """q . k reaches 160,000 before the 1/sqrt(d) scale brings the scores back into range."""
     rng = np.random.default_rng(1)
-    q = (200.0 * rng.choice([-1.0, 1.0], (1, 2, 6, 4)) * rng.uniform(0.9, 1.0, (1, 2, 6, 4))).astype(np.float32)
+    q = (200.0 * rng.choice([-1.0, 1.0], (1, 2, 6, 4)) * rng.uniform(0.9, 1.0, (1, 2, 6, 4))).astype(
+        np.float32
+    )
     v = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
     gq, gv = rc.input("q", q.shape, "float16"), rc.input("v", v.shape, "float16")
     want = rounded_once(lambda a, b: F.scaled_dot_product_attention(a, a, b, is_causal=True), "float16", q, v)
@@ -139,7 +148,7 @@ def test_result_types_follow_promotion_and_float32_is_untouched():
 def test_onnx_normalisations_and_reductions_in_float16():
     """The importer's own composites (LayerNormalization, InstanceNormalization, ReduceMean, ReduceL2)
     of a FLOAT16 model, on the same rows."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto as TP, helper
     x = alternating(2, 8).reshape(1, 2, 8)
     ones = np.ones((7, 10000), np.float32)
@@ -148,9 +157,19 @@ def test_onnx_normalisations_and_reductions_in_float16():
              helper.make_node("ReduceMean", ["ones"], ["mean"], keepdims=0),
              helper.make_node("ReduceL2", ["x"], ["l2"], axes=[2], keepdims=0)]
     half = lambda name, shape: helper.make_tensor_value_info(name, TP.FLOAT16, shape)  # noqa: E731
-    graph = helper.make_graph(nodes, "norms", [half("x", [1, 2, 8]), half("g", [8]), half("b", [8]), half("s", [2]),
-                                               half("c", [2]), half("ones", [7, 10000])],
-                              [half("ln", [1, 2, 8]), half("inorm", [1, 2, 8]), half("mean", []), half("l2", [1, 2])])
+    graph = helper.make_graph(
+        nodes,
+        "norms",
+        [
+            half("x", [1, 2, 8]),
+            half("g", [8]),
+            half("b", [8]),
+            half("s", [2]),
+            half("c", [2]),
+            half("ones", [7, 10000]),
+        ],
+        [half("ln", [1, 2, 8]), half("inorm", [1, 2, 8]), half("mean", []), half("l2", [1, 2])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     g, b = np.linspace(0.5, 1.5, 8, dtype=np.float32), np.full(8, 0.25, np.float32)
     s, c = np.array([1.0, 2.0], np.float32), np.array([0.0, -1.0], np.float32)
@@ -164,4 +183,9 @@ def test_onnx_normalisations_and_reductions_in_float16():
         got = imported.run(feeds, backend=backend)
         for k, w in want.items():
             err = np.abs(got[k].astype(np.float64) - w)
-            assert got[k].dtype == np.float16 and np.all(err <= ULPS * ulp(w, "float16")), (backend, k, got[k], w)
+            assert got[k].dtype == np.float16 and np.all(err <= ULPS * ulp(w, "float16")), (
+                backend,
+                k,
+                got[k],
+                w,
+            )

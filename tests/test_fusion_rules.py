@@ -17,7 +17,7 @@ import pytest
 import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.fused import matmul_axes
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.fuzz.check import own_dims
 from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200, DeviceProfile
@@ -49,52 +49,89 @@ def _fusion_graphs(name: str) -> dict:
                 "transposed": (y.sin() * 3.0).permute(2, 1, 0).cos() + 0.5,
                 "broadcast": (x[:, ::2] * y[:, :, :1].sum(1)).sigmoid()}
     if name == "unroll_short_reduce":
-        return {"relu": (x * 2.0 - 1.0).relu() + 1.0,
-                "short_sum": y.sum(-1, keepdims=True).expand(-1, -1, 6)[:, :, :4].reshape("B", "T", 2, 2).sum(-1) * 2.0,
-                "pair": rc.maximum(x, x.flip(1)).abs() * 0.5,
-                "short_max": y[:, :, :3].amax(-1).exp() - 1.0}
+        return {
+            "relu": (x * 2.0 - 1.0).relu() + 1.0,
+            "short_sum": y.sum(-1, keepdims=True).expand(-1, -1, 6)[:, :, :4].reshape("B", "T", 2, 2).sum(-1)
+            * 2.0,
+            "pair": rc.maximum(x, x.flip(1)).abs() * 0.5,
+            "short_max": y[:, :, :3].amax(-1).exp() - 1.0,
+        }
     if name == "row_fuse":
-        return {"softmax": x.softmax(-1), "layer_norm": rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))),
-                "log_softmax": y.log_softmax(-1) * 1.0, "rms": rc.nn.rms_norm(y.permute(1, 0, 2)),
-                "softmax_axis0": x.softmax(0),
-                "other_row": x - x.amax(-1, keepdims=True).flip(0)}  # reads another row's max: not row-fusable
+        return {
+            "softmax": x.softmax(-1),
+            "layer_norm": rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))),
+            "log_softmax": y.log_softmax(-1) * 1.0,
+            "rms": rc.nn.rms_norm(y.permute(1, 0, 2)),
+            "softmax_axis0": x.softmax(0),
+            "other_row": x - x.amax(-1, keepdims=True).flip(0),
+        }  # reads another row's max: not row-fusable
     if name == "matmul":
-        return {"plain": x @ w, "transposed": rc.nn.linear(x, w.T), "batched": y @ rc.input("v", (6, "T")),
-                "prologue": x.sin() @ w,
-                "conv2d": rc.nn.conv2d(rc.input("i", ("B", 2, 7, 7)), rc.input("k", (3, 2, 3, 3)), stride=2, padding=1),
-                "grouped_conv1d": rc.nn.conv1d(rc.input("c", ("B", 4, "T")), rc.input("g", (6, 2, 2)), groups=2,
-                                               padding=((1, 0),), dilation=2)}  # an implicit GEMM: k unravelled in the loads
+        return {
+            "plain": x @ w,
+            "transposed": rc.nn.linear(x, w.T),
+            "batched": y @ rc.input("v", (6, "T")),
+            "prologue": x.sin() @ w,
+            "conv2d": rc.nn.conv2d(
+                rc.input("i", ("B", 2, 7, 7)), rc.input("k", (3, 2, 3, 3)), stride=2, padding=1
+            ),
+            "grouped_conv1d": rc.nn.conv1d(
+                rc.input("c", ("B", 4, "T")),
+                rc.input("g", (6, 2, 2)),
+                groups=2,
+                padding=((1, 0),),
+                dilation=2,
+            ),
+        }  # an implicit GEMM: k unravelled in the loads
     if name == "matmul_epilogue":
         c = rc.input("c", ("B", 2, "T"))
-        return {"bias_relu": (x @ w + b).relu() * 1.0, "bias": rc.nn.linear(x, w.T, b),
-                "relu_stored": (x @ rc.input("w4", (12, 10)) + b).relu(),  # the max over a pair, unrolled
-                "conv_bias_relu": rc.nn.conv1d(c, rc.input("k", (3, 2, 3)), rc.input("kb", (3,)), padding=1).relu(),
-                "residual": (y @ rc.input("u", (6, 6))) + y,
-                "reduced": (x @ w + 1.0).sum(-1)}  # the Add may join the matmul, the sum may not
+        return {
+            "bias_relu": (x @ w + b).relu() * 1.0,
+            "bias": rc.nn.linear(x, w.T, b),
+            "relu_stored": (x @ rc.input("w4", (12, 10)) + b).relu(),  # the max over a pair, unrolled
+            "conv_bias_relu": rc.nn.conv1d(
+                c, rc.input("k", (3, 2, 3)), rc.input("kb", (3,)), padding=1
+            ).relu(),
+            "residual": (y @ rc.input("u", (6, 6))) + y,
+            "reduced": (x @ w + 1.0).sum(-1),
+        }  # the Add may join the matmul, the sum may not
     if name == "online_softmax":
         q, k, v = (rc.input(n, ("B", "T", 6)) for n in "qkv")
-        return {"causal": rc.nn.scaled_dot_product_attention(q, k, v, causal=True),
-                "masked": rc.nn.scaled_dot_product_attention(q, k, v, mask=rc.input("m", ("T", "T"))),
-                "softmax_matmul": x.softmax(-1) @ w,
-                "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
-                "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1)}  # P is read twice
+        return {
+            "causal": rc.nn.scaled_dot_product_attention(q, k, v, causal=True),
+            "masked": rc.nn.scaled_dot_product_attention(q, k, v, mask=rc.input("m", ("T", "T"))),
+            "softmax_matmul": x.softmax(-1) @ w,
+            "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
+            "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1),
+        }  # P is read twice
     if name == "stream_scores":  # each graph its own q, k, v: the search merges equal scores (CSE)
         q, k, v = ([rc.input(f"{n}{i}", ("B", "T", 6)) for i in range(4)] for n in "qkv")
         scores = q[2] @ k[2].transpose(-1, -2)
-        return {"causal": rc.nn.scaled_dot_product_attention(q[0], k[0], v[0], causal=True),
-                "masked": rc.nn.scaled_dot_product_attention(q[1], k[1], v[1], mask=rc.input("m", ("T", "T"))),
-                "scores_kept": scores.softmax(-1) @ v[2] + scores.sum(-1, keepdims=True),  # S read twice: not streamed
-                "keys_on_the_left": (k[3] @ q[3].transpose(-1, -2)).transpose(-1, -2).softmax(-1) @ v[3]}
+        return {
+            "causal": rc.nn.scaled_dot_product_attention(q[0], k[0], v[0], causal=True),
+            "masked": rc.nn.scaled_dot_product_attention(q[1], k[1], v[1], mask=rc.input("m", ("T", "T"))),
+            "scores_kept": scores.softmax(-1) @ v[2]
+            + scores.sum(-1, keepdims=True),  # S read twice: not streamed
+            "keys_on_the_left": (k[3] @ q[3].transpose(-1, -2)).transpose(-1, -2).softmax(-1) @ v[3],
+        }
     if name == "prologue_reduce":
-        return {"layer_norm_linear": rc.nn.linear(rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b),
-                "rms_batched": rc.nn.rms_norm(y) @ rc.input("u", (6, 6)),
-                "centered": (x * 2.0 - (x * 2.0).mean(-1, keepdims=True)) @ w,
-                "mean_kept": (y - y.mean(-1, keepdims=True)) @ rc.input("z", (6, 6)) + y.mean(-1, keepdims=True)}  # stored
+        return {
+            "layer_norm_linear": rc.nn.linear(
+                rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b
+            ),
+            "rms_batched": rc.nn.rms_norm(y) @ rc.input("u", (6, 6)),
+            "centered": (x * 2.0 - (x * 2.0).mean(-1, keepdims=True)) @ w,
+            "mean_kept": (y - y.mean(-1, keepdims=True)) @ rc.input("z", (6, 6)) + y.mean(-1, keepdims=True),
+        }  # stored
     if name == "one_pass_statistics":
-        return {"layer_norm_linear": rc.nn.linear(rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b),
-                "shifted": rc.nn.layer_norm(x + 100.0) @ rc.input("w2", (12, 10)),  # a mean 100 spreads: no cancelling
-                "batched": rc.nn.layer_norm(y) @ rc.input("u", (6, 6)),
-                "centered": (x - x.mean(-1, keepdims=True)) @ rc.input("w3", (12, 10))}  # no variance: not a pair
+        return {
+            "layer_norm_linear": rc.nn.linear(
+                rc.nn.layer_norm(x, rc.input("g", (12,)), rc.input("h", (12,))), w.T, b
+            ),
+            "shifted": rc.nn.layer_norm(x + 100.0)
+            @ rc.input("w2", (12, 10)),  # a mean 100 spreads: no cancelling
+            "batched": rc.nn.layer_norm(y) @ rc.input("u", (6, 6)),
+            "centered": (x - x.mean(-1, keepdims=True)) @ rc.input("w3", (12, 10)),
+        }  # no variance: not a pair
     if name == "reduce_epilogue":
         z = rc.input("z", (3, 3, 9))
         return {"scaled_sum": x.sum(-1) * 0.5 + 1.0, "rsqrt_var": (x.var(-1, correction=0) + 1e-5).rsqrt(),
@@ -155,11 +192,15 @@ def _check_on_emulator(prog, outputs, bindings=RUN_BINDINGS, scales=None):
         got = prog.run(feeds, backend="emulator", dims=binding)
         want = rc.evaluate(outputs, feeds, dims=binding, precision="float64")
         for key in outputs:
-            np.testing.assert_allclose(got[key], want[key], err_msg=f"{key} at {binding}", **golden.FLOAT32_TOLERANCE)
+            np.testing.assert_allclose(
+                got[key], want[key], err_msg=f"{key} at {binding}", **golden.FLOAT32_TOLERANCE
+            )
 
 
 def test_every_fusion_rule_has_graphs():
-    assert {r.name for r in SCHEDULE_RULES} <= set(FORCE), "a fusion rule without designed graphs in tests/test_fusion_rules.py"
+    assert {r.name for r in SCHEDULE_RULES} <= set(FORCE), (
+        "a fusion rule without designed graphs in tests/test_fusion_rules.py"
+    )
 
 
 @pytest.mark.parametrize("name", [r.name for r in SCHEDULE_RULES])
@@ -176,7 +217,9 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
     if name in ("matmul", "matmul_epilogue"):
         assert "matmul" in kinds
     if name == "online_softmax":
-        assert sum("softmax computed online" in k.source for k in forced.kernels) == 3  # causal, masked, softmax_matmul
+        assert (
+            sum("softmax computed online" in k.source for k in forced.kernels) == 3
+        )  # causal, masked, softmax_matmul
     if name == "stream_scores":
         assert sum("scores streamed" in k.source for k in forced.kernels) >= 2  # causal, masked
     if name == "prologue_reduce":
@@ -190,7 +233,16 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
 def test_schedules_are_values_declared_once():
     """Per-node decisions and per-kernel parameters are declared once (fields of Schedule, KERNEL_PARAMS):
     equal schedules are equal values, and what code generation is told is derived from the declaration."""
-    assert [d.name for d in DECISIONS] == ["inline", "row", "epilogue", "matmul", "online", "prologue", "streamed", "welford"]
+    assert [d.name for d in DECISIONS] == [
+        "inline",
+        "row",
+        "epilogue",
+        "matmul",
+        "online",
+        "prologue",
+        "streamed",
+        "welford",
+    ]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
@@ -210,7 +262,9 @@ def test_the_device_profile_is_threaded_through():
         chosen = with_schedule(result, sched)
         ev = Evaluator(result.graph, result.bindings, slow)
         assert [c.time_s for c in chosen.costs] == [ev.cost(sched, g).time_s for g in chosen.groups]
-        assert group_params(sched, chosen.groups[0])["block"] == sched.param(chosen.groups[0].root.id, "block")
+        assert group_params(sched, chosen.groups[0])["block"] == sched.param(
+            chosen.groups[0].root.id, "block"
+        )
     program = program_for_schedule({"y": y}, result, result.candidates[-1])
     assert explain(program).startswith("cost model: slow roofline")
 
@@ -274,7 +328,13 @@ def test_mlp_784_256_10_is_at_most_three_kernels():
     w1, b1 = rc.input("w1", (784, 256)), rc.input("b1", (256,))
     w2, b2 = rc.input("w2", (256, 10)), rc.input("b2", (10,))
     out = (x @ w1 + b1).relu() @ w2 + b2
-    scales = {"w1": 1 / math.sqrt(784), "w2": 1 / math.sqrt(256), "b1": 0.1, "b2": 0.1, "x": 1.0}  # as a trained net
+    scales = {
+        "w1": 1 / math.sqrt(784),
+        "w2": 1 / math.sqrt(256),
+        "b1": 0.1,
+        "b2": 0.1,
+        "x": 1.0,
+    }  # as a trained net
     _target({"out": out}, 3, bindings=[{"B": 2}, {"B": 1}], scales=scales)
 
 
@@ -318,20 +378,29 @@ def test_one_pass_statistics_do_not_cancel(monkeypatch):
     one = rc.compile(y, dims_hint={"B": 256}, cache=False)
     assert "one_pass_statistics" in {s.rule for s in one.search.trace}
     assert any("in one pass" in k.source for k in one.kernels)
-    without = tuple(type(o)(o.name, tuple([r for r in phase if r.name != "one_pass_statistics"] for phase in o.phases), o.beam)
-                    for o in search_module.OPENINGS)
+    without = tuple(
+        type(o)(
+            o.name, tuple([r for r in phase if r.name != "one_pass_statistics"] for phase in o.phases), o.beam
+        )
+        for o in search_module.OPENINGS
+    )
     monkeypatch.setattr(search_module, "OPENINGS", without)
     two = rc.compile(y, dims_hint={"B": 256}, cache=False)
     assert not any("in one pass" in k.source for k in two.kernels)
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((64, 128)).astype(np.float32), "w": rng.standard_normal((128, 64)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((64, 128)).astype(np.float32),
+        "w": rng.standard_normal((128, 64)).astype(np.float32),
+    }
     want = rc.evaluate(y, feeds, precision="float64")
     err_one = np.abs(one.run(feeds, backend="emulator") - want).max()
     err_two = np.abs(two.run(feeds, backend="emulator") - want).max()
     assert err_one <= 2 * err_two + 1e-6, (err_one, err_two)
     rows = feeds["x"] + np.float32(1000.0)
     naive = (rows * rows).mean(-1, dtype=np.float32) - rows.mean(-1, dtype=np.float32) ** 2
-    assert np.abs(naive / rows.astype(np.float64).var(-1) - 1).max() > 0.05  # the naive one-pass variance: 5% off and worse
+    assert (
+        np.abs(naive / rows.astype(np.float64).var(-1) - 1).max() > 0.05
+    )  # the naive one-pass variance: 5% off and worse
 
 
 def test_one_pass_statistics_check_the_reads():

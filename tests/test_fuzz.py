@@ -23,7 +23,11 @@ from refcomp import fuzz
 from refcomp.fuzz.check import TIED
 from refcomp.search.fusion_rules import CLEANUP, FUSION
 
-COUNT, PER_PROGRAM, SEED = 210, 35, 20  # chosen so the 210 graphs reach every move, rule and refusal the checks below name
+COUNT, PER_PROGRAM, SEED = (
+    210,
+    35,
+    20,
+)  # chosen so the 210 graphs reach every move, rule and refusal the checks below name
 SLICE = 2 * PER_PROGRAM  # the default run checks these first graphs end to end; `pytest -m slow`, all COUNT
 # A program's check is most of a minute of CPU on 2 cores (a plain program's 2 MB of source is 25 s of
 # g++ alone); a cold suite sharing the cores took program 1 past 150 s with no bug.
@@ -34,11 +38,15 @@ def _checked(count: int) -> fuzz.BatchResult:
     """The first `count` graphs checked end to end; every graph compared in both modes, no error."""
     out = io.StringIO()
     start = time.perf_counter()
-    total = fuzz.run(count, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=TIMEOUT)
+    total = fuzz.run(
+        count, SEED, PER_PROGRAM, progress=True, shrink_failures=True, out=out, jobs=2, timeout=TIMEOUT
+    )
     report = out.getvalue()
     assert total.errors == [], report
     assert total.mismatches == [], report
-    assert total.compared >= 2 * 2 * count  # every graph, both modes, two bindings (some have several outputs)
+    assert (
+        total.compared >= 2 * 2 * count
+    )  # every graph, both modes, two bindings (some have several outputs)
     assert total.kernels["search"] < total.kernels["plain"]
     print(f"{count} graphs in {time.perf_counter() - start:.1f} s; kernels {total.kernels}")
     return total
@@ -46,22 +54,121 @@ def _checked(count: int) -> fuzz.BatchResult:
 
 def _assert_the_generator_reaches_every_move(coverage) -> None:
     """A regression in the generator would silently weaken the fuzzing."""
-    expected = {"sin", "exp", "log2", "sqrt", "recip", "affine", "relu", "sigmoid", "gelu", "add", "mul", "div", "maximum",
-                "permute", "flip", "slice", "pad", "reshape", "expand", "unsqueeze", "transpose", "sum", "max", "mean", "var",
-                "softmax", "log_softmax", "layer_norm", "rms_norm", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "gather",
-                "concat", "stack", "cumsum", "where", "compare", "fmod", "argmax", "log2_exp2_pad", "exp2_product_pad",
-                "recip_recip_view", "contiguous", "where_nan_branch", "where_inf_branch", "masked_softmax", "pow_tensor",
-                "pow_negative_base", "fragile_index", "deep_chain", "tanh", "erf", "erfc", "expm1", "log1p", "gelu_exact",
-                "floor", "ceil", "eq", "conv1d", "conv3d", "attention", "norm_matmul", "skinny_matmul", "layers", "einsum", "triangle", "storage", "max_pool_indices", "index_list", "long_sum",
-                "index_copy", "paged_attention"}
+    expected = {
+        "sin",
+        "exp",
+        "log2",
+        "sqrt",
+        "recip",
+        "affine",
+        "relu",
+        "sigmoid",
+        "gelu",
+        "add",
+        "mul",
+        "div",
+        "maximum",
+        "permute",
+        "flip",
+        "slice",
+        "pad",
+        "reshape",
+        "expand",
+        "unsqueeze",
+        "transpose",
+        "sum",
+        "max",
+        "mean",
+        "var",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "matmul",
+        "conv2d",
+        "max_pool2d",
+        "avg_pool2d",
+        "gather",
+        "concat",
+        "stack",
+        "cumsum",
+        "where",
+        "compare",
+        "fmod",
+        "argmax",
+        "log2_exp2_pad",
+        "exp2_product_pad",
+        "recip_recip_view",
+        "contiguous",
+        "where_nan_branch",
+        "where_inf_branch",
+        "masked_softmax",
+        "pow_tensor",
+        "pow_negative_base",
+        "fragile_index",
+        "deep_chain",
+        "tanh",
+        "erf",
+        "erfc",
+        "expm1",
+        "log1p",
+        "gelu_exact",
+        "floor",
+        "ceil",
+        "eq",
+        "conv1d",
+        "conv3d",
+        "attention",
+        "norm_matmul",
+        "skinny_matmul",
+        "layers",
+        "einsum",
+        "triangle",
+        "storage",
+        "max_pool_indices",
+        "index_list",
+        "long_sum",
+        "index_copy",
+        "paged_attention",
+    }
     assert len({op for op in coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
     missing = expected - set(coverage)
     assert not missing, f"the fuzz run never generated {sorted(missing)}"
-    torch_math = {"atan", "asinh", "atanh", "sign", "round", "trunc", "elu", "softplus", "hardswish", "cosh", "logsumexp",
-                  "std", "atan2", "logaddexp", "cummax", "roll", "logcumsumexp", "sort", "unfold", "gather_sorted", "median",
-                  "topk"}  # one step draws one of these: several of them, not each, every run
+    torch_math = {
+        "atan",
+        "asinh",
+        "atanh",
+        "sign",
+        "round",
+        "trunc",
+        "elu",
+        "softplus",
+        "hardswish",
+        "cosh",
+        "logsumexp",
+        "std",
+        "atan2",
+        "logaddexp",
+        "cummax",
+        "roll",
+        "logcumsumexp",
+        "sort",
+        "unfold",
+        "gather_sorted",
+        "median",
+        "topk",
+    }  # one step draws one of these: several of them, not each, every run
     assert len(torch_math & set(coverage)) >= 6, sorted(torch_math & set(coverage))
-    torch_api = {"clamp", "clamp_tensor", "tril", "max_pair", "max_indices", "split", "chunk", "var_torch"}  # issue 28's calls
+    torch_api = {
+        "clamp",
+        "clamp_tensor",
+        "tril",
+        "max_pair",
+        "max_indices",
+        "split",
+        "chunk",
+        "var_torch",
+    }  # issue 28's calls
     assert len(torch_api & set(coverage)) >= 4, sorted(torch_api & set(coverage))
 
 
@@ -70,7 +177,9 @@ def test_random_graphs_match_the_reference_with_and_without_search():
     generated (generation alone takes milliseconds a graph; a program's check, most of a minute)."""
     total = _checked(SLICE)
     assert total.refusals, total.refusals  # feeds or a binding the reference refuses were refused alike
-    _assert_the_generator_reaches_every_move({op for i in range(COUNT) for op in fuzz.generate(SEED, i, tuple(fuzz.KNOWN_BUGS)).ops})
+    _assert_the_generator_reaches_every_move(
+        {op for i in range(COUNT) for op in fuzz.generate(SEED, i, tuple(fuzz.KNOWN_BUGS)).ops}
+    )
 
 
 @pytest.mark.slow
@@ -81,9 +190,13 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
     assert total.rules.get(TIED, 0) > 0, f"no move was tied across repeated layers: {total.rules}"
-    assert total.rules.get("split_k", 0) > 0, f"no skinny contraction was split (search/split.py): {total.rules}"
+    assert total.rules.get("split_k", 0) > 0, (
+        f"no skinny contraction was split (search/split.py): {total.rules}"
+    )
     # bindings a view cannot take and stray embedding ids were tried, and refused as the reference refuses
-    assert total.refusals.get("BindingError", 0) > 0 and total.refusals.get("FeedError", 0) > 0, total.refusals
+    assert total.refusals.get("BindingError", 0) > 0 and total.refusals.get("FeedError", 0) > 0, (
+        total.refusals
+    )
 
 
 def test_generation_is_deterministic_and_replayable():
@@ -120,14 +233,22 @@ def test_generated_graphs_stay_in_safe_domains():
         for k, binding in enumerate(fuzz.bindings_for(SEED + 1, i)):
             feeds = graph.feeds("", binding, k)
             try:
-                want64 = rc.evaluate(outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float64")
+                want64 = rc.evaluate(
+                    outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float64"
+                )
             except (rc.BindingError, rc.FeedError):
                 continue  # a binding this graph's views cannot take, or stray ids: refused, nothing to compare
-            want32 = rc.evaluate(outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float32")
+            want32 = rc.evaluate(
+                outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float32"
+            )
             for key in outputs:
                 finite = np.isfinite(want64[key])
-                assert not graph.finite or k == fuzz.EDGE_BINDING or finite.all(), f"non-finite reference\n{graph.code()}"
-                tol = golden.FLOAT32_TOLERANCE["atol"] + golden.FLOAT32_TOLERANCE["rtol"] * np.abs(want64[key])
+                assert not graph.finite or k == fuzz.EDGE_BINDING or finite.all(), (
+                    f"non-finite reference\n{graph.code()}"
+                )
+                tol = golden.FLOAT32_TOLERANCE["atol"] + golden.FLOAT32_TOLERANCE["rtol"] * np.abs(
+                    want64[key]
+                )
                 with np.errstate(invalid="ignore"):
                     worst += int(np.sum((np.abs(want32[key] - want64[key]) > tol / 4) & finite))
                 total += int(finite.sum())
@@ -139,26 +260,37 @@ def test_comparison_is_nan_aware():
     want = np.array([1.0, np.nan, np.inf, -np.inf])
     assert fuzz.compare(want.copy(), want, want.astype(np.float32)) is None
     assert fuzz.compare(np.array([1.0, -np.inf, np.nan, -np.inf]), want, want.astype(np.float32)) is None
-    for wrong in ([1.0, 0.0, np.inf, -np.inf], [1.0, np.nan, 1e30, -np.inf], [np.nan, np.nan, np.inf, -np.inf],
-                  [1.1, np.nan, np.inf, -np.inf]):
+    for wrong in (
+        [1.0, 0.0, np.inf, -np.inf],
+        [1.0, np.nan, 1e30, -np.inf],
+        [np.nan, np.nan, np.inf, -np.inf],
+        [1.1, np.nan, np.inf, -np.inf],
+    ):
         assert "1 of 4 elements differ" in fuzz.compare(np.array(wrong), want, want.astype(np.float32))
 
 
 def test_the_harness_catches_a_backend_that_does_not_refuse(monkeypatch):
     """A program that runs where the reference refuses a binding is a mismatch, naming the graph."""
     from refcomp.exec import program
-    graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", ("B", "T"))], [("v0", "x0[:, 3]")], ["v0"], ["fragile_index"])
+
+    graph = fuzz.FuzzGraph(
+        SEED, 0, [fuzz.InputSpec("x0", ("B", "T"))], [("v0", "x0[:, 3]")], ["v0"], ["fragile_index"]
+    )
     assert fuzz.check_batch([graph], [{"B": 2, "T": 2}]).refusals == {"BindingError": 2}
     monkeypatch.setattr(program, "check_binding", lambda *args: None)
     res = fuzz.check_batch([graph], [{"B": 2, "T": 2}], modes=("plain",))
-    assert [m.output for m in res.mismatches] == ["(refusal)"] and "returned values" in res.mismatches[0].message
+    assert [m.output for m in res.mismatches] == ["(refusal)"] and "returned values" in res.mismatches[
+        0
+    ].message
 
 
 def test_the_harness_catches_a_miscompiled_op(monkeypatch):
     """A deliberately wrong C expression for Sin (cosf) must show up as a mismatch in both modes."""
     from refcomp.ops import primitives
     monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
-    graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", ("B", 3))], [("v0", "(x0 * 2.0).sin()")], ["v0"], ["sin"])
+    graph = fuzz.FuzzGraph(
+        SEED, 0, [fuzz.InputSpec("x0", ("B", 3))], [("v0", "(x0 * 2.0).sin()")], ["v0"], ["sin"]
+    )
     res = fuzz.check_batch([graph], [{"B": 2, "T": 1}])
     assert {m.mode for m in res.mismatches} == {"search", "plain"}
     assert "MISMATCH" in res.mismatches[0].report() and "(x0 * 2.0).sin()" in res.mismatches[0].report()
@@ -168,19 +300,32 @@ def test_the_harness_catches_a_reference_that_overflows():
     """Where the generator's intervals promise finite values, a non-finite reference is a mismatch:
     comparing with it could not show an overflow that the reference shares (16-bit composites once
     overflowed inside, in every backend alike)."""
-    graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", (3,), "positive")], [("v0", "x0.half()"), ("v1", "(v0 * 60000.0)")],
-                           ["v1"], ["storage", "mul"])
+    graph = fuzz.FuzzGraph(
+        SEED,
+        0,
+        [fuzz.InputSpec("x0", (3,), "positive")],
+        [("v0", "x0.half()"), ("v1", "(v0 * 60000.0)")],
+        ["v1"],
+        ["storage", "mul"],
+    )
     res = fuzz.check_batch([graph], [{"B": 1, "T": 1}], modes=())
-    assert [(m.mode, m.output) for m in res.mismatches] == [("reference", "v1")] and "not finite" in res.mismatches[0].message
+    assert [(m.mode, m.output) for m in res.mismatches] == [
+        ("reference", "v1")
+    ] and "not finite" in res.mismatches[0].message
     assert fuzz.shrink(graph, {"B": 1, "T": 1}, 0, "reference").lines == graph.lines
 
 
 def test_shrinking_finds_the_smallest_failing_prefix(monkeypatch):
     from refcomp.ops import primitives
     monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
-    graph = fuzz.FuzzGraph(SEED, 0, [fuzz.InputSpec("x0", (3,)), fuzz.InputSpec("x1", (3,))],
-                           [("v0", "(x1 * 3.0)"), ("v1", "x0.sin()"), ("v2", "(v1 + v0)"), ("v3", "v2.exp()")], ["v3"],
-                           ["mul", "sin", "add", "exp"])
+    graph = fuzz.FuzzGraph(
+        SEED,
+        0,
+        [fuzz.InputSpec("x0", (3,)), fuzz.InputSpec("x1", (3,))],
+        [("v0", "(x1 * 3.0)"), ("v1", "x0.sin()"), ("v2", "(v1 + v0)"), ("v3", "v2.exp()")],
+        ["v3"],
+        ["mul", "sin", "add", "exp"],
+    )
     small = fuzz.shrink(graph, {}, 0, "plain")
     assert small.lines == [("v1", "x0.sin()")] and [s.name for s in small.inputs] == ["x0"]
 
@@ -235,7 +380,9 @@ def test_fixed_symbolic_strided_convolution():
     rng = np.random.default_rng(0)
     W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     for shape in ((1, 3, 7, 9), (2, 3, 10, 8)):
-        _emulator_matches({"y": rc.nn.conv2d(x, w, stride=2)}, {"x": rng.standard_normal(shape).astype(np.float32), "w": W})
+        _emulator_matches(
+            {"y": rc.nn.conv2d(x, w, stride=2)}, {"x": rng.standard_normal(shape).astype(np.float32), "w": W}
+        )
 
 
 def test_fixed_zero_size_tensors_compile():

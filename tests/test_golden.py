@@ -33,7 +33,9 @@ def _report(case, i, problems):
 def test_stored_outputs_agree_with_the_oracle(case, i):
     """The golden data is checked against a second, independent (NumPy float64) implementation."""
     feeds, _ = golden.case_feeds(case, i)
-    problems = golden.compare(golden.expected(case, i), golden.run_oracle(case, feeds), golden.case_tolerance(case, "oracle"))
+    problems = golden.compare(
+        golden.expected(case, i), golden.run_oracle(case, feeds), golden.case_tolerance(case, "oracle")
+    )
     assert not problems, _report(case, i, problems)
 
 
@@ -83,7 +85,11 @@ def test_inventory():
 
 
 def test_golden_folder_is_small():
-    total = sum(p.stat().st_size for p in golden.golden_dir().rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    total = sum(
+        p.stat().st_size
+        for p in golden.golden_dir().rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
     assert total < 10 * 2 ** 20
     assert golden.data_size() < 2 * 2 ** 20
 
@@ -112,7 +118,9 @@ def test_compare_shapes_missing_nan_inf():
     assert "not expected" in golden.compare({"y": np.zeros(1), "x": np.zeros(1)}, {"y": np.zeros(1)}, tol)[0]
     special = np.array([np.nan, np.inf, -np.inf, 1.0])
     assert golden.compare({"y": special}, {"y": special.copy()}, tol) == []
-    assert golden.compare({"y": np.array([np.nan, np.inf, 1.0])}, {"y": np.array([1.0, -np.inf, 1.0])}, tol)[0].count("2 of 3")
+    assert golden.compare({"y": np.array([np.nan, np.inf, 1.0])}, {"y": np.array([1.0, -np.inf, 1.0])}, tol)[
+        0
+    ].count("2 of 3")
 
 
 def test_compare_uses_allclose_semantics():
@@ -153,7 +161,9 @@ def test_cli_check_detects_a_corrupted_value(tmp_path, monkeypatch, capsys):
     assert main(["golden", "check", "--precision", "float64"]) != 0
     out = capsys.readouterr().out
     assert "hl_softmax[0]" in out and "'last'" in out and "first bad index (0, 0, 0)" in out
-    assert [line for line in out.splitlines() if line.startswith("FAIL")] == [line for line in out.splitlines() if "hl_softmax" in line and line.startswith("FAIL")]
+    assert [line for line in out.splitlines() if line.startswith("FAIL")] == [
+        line for line in out.splitlines() if "hl_softmax" in line and line.startswith("FAIL")
+    ]
 
 
 def test_cli_update_reports_changed_new_and_removed(tmp_path, monkeypatch, capsys):
@@ -203,7 +213,9 @@ def test_update_refuses_outputs_that_disagree_with_the_oracle(tmp_path, monkeypa
     copy = _copy_golden(tmp_path)
     monkeypatch.setenv("REFCOMP_GOLDEN_DIR", str(copy))
     case = next(c for c in golden.load_cases() if c.name == "prim_sin")
-    broken = golden.GoldenCase(case.name, case.build, case.make_inputs, lambda f: {"y": np.cos(f["x"].astype(np.float64))})
+    broken = golden.GoldenCase(
+        case.name, case.build, case.make_inputs, lambda f: {"y": np.cos(f["x"].astype(np.float64))}
+    )
     before = (copy / "data" / "prim_sin__0.npz").read_bytes()
     result = update_result(cases=[broken], names=["prim_sin"])
     assert not result.ok and result.refused[0][0] == "prim_sin[0]"
@@ -222,7 +234,13 @@ def test_python_m_refcomp():
     root = Path(golden.__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "REFCOMP_GOLDEN_DIR"}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "refcomp", "golden", "check", "-k", "prim_add", "-k", "model_mlp"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "refcomp", "golden", "check", "-k", "prim_add", "-k", "model_mlp"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 cases, 3 bindings" in done.stdout

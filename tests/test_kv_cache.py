@@ -60,8 +60,13 @@ def test_write_slots_and_gather_pages_against_numpy_on_the_reference_and_the_emu
     table, lengths = rc.input("table", ("B", "P"), "int32"), rc.input("lengths", ("B",))
     updated = write_slots(K, slots, rows)
     keys = gather_pages(updated, table, 4, lengths=lengths)
-    feeds = {**_feeds(pool), "slots": new_slots.reshape(2, 1), "new": new, "table": pool.block_tables(["a", "b"]),
-             "lengths": pool.lengths(["a", "b"]).astype(np.float32)}
+    feeds = {
+        **_feeds(pool),
+        "slots": new_slots.reshape(2, 1),
+        "new": new,
+        "table": pool.block_tables(["a", "b"]),
+        "lengths": pool.lengths(["a", "b"]).astype(np.float32),
+    }
 
     want_pool = pool.k[0].copy()
     want_pool[new_slots] = new.reshape(2, 2, 4)
@@ -128,7 +133,11 @@ def test_pages_and_slots_outside_the_pool_are_refused_on_every_backend():
     bad_table = {**_feeds(pool), "table": np.array([[0, 3]], np.int32)}
     bad_slots = {**_feeds(pool), "slots": np.array([6], np.int32), "rows": np.zeros((1, 1, 2), np.float32)}
     repeated = {**bad_slots, "slots": np.array([1, 1], np.int32), "rows": np.zeros((2, 1, 2), np.float32)}
-    for graph, feeds, words in ((read, bad_table, "[0, 3)"), (written, bad_slots, "[0, 6)"), (written, repeated, "distinct")):
+    for graph, feeds, words in (
+        (read, bad_table, "[0, 3)"),
+        (written, bad_slots, "[0, 6)"),
+        (written, repeated, "distinct"),
+    ):
         prog = rc.compile(graph, cache=False)
         for run in (lambda: rc.evaluate(graph, feeds), lambda: prog.run(feeds, backend="emulator")):
             with pytest.raises(FeedError, match=words.replace("[", r"\[").replace(")", r"\)")):
@@ -170,6 +179,8 @@ def test_one_decode_program_serves_every_batch_and_cache_length():
                  "table": pool.block_tables(["a"])}
         k, s = prog.run(feeds, backend="emulator")
         pool.store(0, k=k)
-        page_slots = (np.array(pool.pages("a"))[:, None] * 2 + np.arange(2)).reshape(-1)  # whole pages, in order
+        page_slots = (np.array(pool.pages("a"))[:, None] * 2 + np.arange(2)).reshape(
+            -1
+        )  # whole pages, in order
         np.testing.assert_allclose(s, [pool.k[0][page_slots].astype(np.float64).sum()], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pool.k[0][pool.slots("a", 0, 4)].reshape(-1), np.repeat(np.arange(4.0), 2))

@@ -14,7 +14,7 @@ import pytest
 
 import refcomp as rc
 from refcomp.codegen.sums import SERIAL_SUM_LIMIT, long_chain
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.ops.graph import toposort
 from refcomp.search.cost import H200
 from refcomp.search.evaluate import Evaluator
@@ -34,7 +34,9 @@ def _relative_error(got, want) -> float:
 def _with_params(outputs, params: dict):
     """The searched program of `outputs` with kernel parameters `params` (name -> value) on every kernel."""
     result = rc.compile(outputs, cache=False).search
-    sched = result.schedule.with_params({(n.id, name): value for n in result.graph.compute for name, value in params.items()})
+    sched = result.schedule.with_params(
+        {(n.id, name): value for n in result.graph.compute for name, value in params.items()}
+    )
     return program_for_schedule(outputs, result, sched)
 
 
@@ -70,7 +72,9 @@ def test_ten_million_tenths(what, how):
     else:
         strategy, _, block = how.partition(" ")
         program = _with_params(outputs, {"strategy": strategy, "block": int(block or 256)})
-        assert program.kernels[0].launch.mode == ("grid_stride" if strategy == "thread" else "block_per_output")
+        assert program.kernels[0].launch.mode == (
+            "grid_stride" if strategy == "thread" else "block_per_output"
+        )
     assert "rc_sum_add(" in program.source
     exact = math.fsum(TENTHS.astype(np.float64)) / (N if what == "mean" else 1)
     got = program.run({"x": TENTHS}, backend="emulator")["y"]
@@ -84,7 +88,9 @@ def test_long_rows(monkeypatch):
     rows, extent = 3, 2 ** 21
     x = rc.input("x", (rows, extent))
     outputs = {"centred": x - x.mean(-1, keepdims=True)}
-    values = (0.1 * np.arange(1, rows + 1)[:, None] + 1e-3 * np.linspace(0, 1, extent)[None, :]).astype(np.float32)
+    values = (0.1 * np.arange(1, rows + 1)[:, None] + 1e-3 * np.linspace(0, 1, extent)[None, :]).astype(
+        np.float32
+    )
     program = _forced(outputs, ["fuse_elementwise", "row_fuse"])
     assert "row" in {k.kind for k in program.kernels} and "rc_sum_add(" in program.source
     want = rc.evaluate(outputs, {"x": values}, precision="float64")
@@ -103,7 +109,10 @@ def test_tiled_templates():
     sums are compensated."""
     rng = np.random.default_rng(0)
     m, k, n, depth = 16, 2 ** 14, 16, 8
-    a, b, h, sel = (rc.input(name, shape) for name, shape in (("a", (m, k)), ("b", (k, n)), ("h", (m, k)), ("sel", (k, n))))
+    a, b, h, sel = (
+        rc.input(name, shape)
+        for name, shape in (("a", (m, k)), ("b", (k, n)), ("h", (m, k)), ("sel", (k, n)))
+    )
     q, keys, values = rc.input("q", (m, depth)), rc.input("keys", (k, depth)), rc.input("values", (k, n))
     cycle = np.array([0.05, 0.0, -0.05], np.float32)[np.arange(k) % 3]  # a period prime to the tile's stride
     feeds = {"a": np.full((m, k), 0.1, np.float32), "b": np.ones((k, n), np.float32),
@@ -113,16 +122,33 @@ def test_tiled_templates():
              "values": np.full((k, n), 0.1, np.float32)}  # equal scores: every weight is 1, the output 0.1
     cases = [
         ("matmul", {"y": a @ b}, ["matmul"], "matmul tile"),
-        ("rms_norm", {"y": rc.nn.rms_norm(h) @ b}, ["matmul", "fuse_elementwise", "prologue_reduce"], "before the tiles"),
-        ("layer_norm", {"y": rc.nn.layer_norm(h) @ sel}, ["matmul", "fuse_elementwise", "prologue_reduce", "one_pass_statistics"],
-         "pair(s) in one pass"),
-        ("attention", {"y": (q @ keys.T).softmax(-1) @ values}, ["matmul", "online_softmax", "fuse_elementwise"],
-         "softmax computed online"),
+        (
+            "rms_norm",
+            {"y": rc.nn.rms_norm(h) @ b},
+            ["matmul", "fuse_elementwise", "prologue_reduce"],
+            "before the tiles",
+        ),
+        (
+            "layer_norm",
+            {"y": rc.nn.layer_norm(h) @ sel},
+            ["matmul", "fuse_elementwise", "prologue_reduce", "one_pass_statistics"],
+            "pair(s) in one pass",
+        ),
+        (
+            "attention",
+            {"y": (q @ keys.T).softmax(-1) @ values},
+            ["matmul", "online_softmax", "fuse_elementwise"],
+            "softmax computed online",
+        ),
     ]
     for name, outputs, rules, mark in cases:
         program = _forced(outputs, rules)
         assert mark in program.source and "rc_sum_add(" in program.source, name
-        own = {n.attrs["name"]: feeds[n.attrs["name"]] for n in toposort([outputs["y"].node]) if n.op.name == "Input"}
+        own = {
+            n.attrs["name"]: feeds[n.attrs["name"]]
+            for n in toposort([outputs["y"].node])
+            if n.op.name == "Input"
+        }
         got = program.run(own, backend="emulator")["y"]
         want = rc.evaluate(outputs, own, precision="float64")["y"]
         error = np.max(np.abs(got - want) / np.abs(want))

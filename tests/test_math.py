@@ -22,8 +22,30 @@ ORACLES = {
     "tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "floor": np.floor, "ceil": np.ceil,
     "erf": np.vectorize(math.erf, otypes=[np.float64]), "erfc": np.vectorize(math.erfc, otypes=[np.float64]),
 }
-EDGES = np.array([0.0, -0.0, 1e-30, -1e-30, 3e-8, -3e-8, 0.5, -0.5, 1.0, -1.0, 2.5, -7.25, 40.0, -40.0, 1e30, -1e30,
-                  np.inf, -np.inf, np.nan], np.float32)
+EDGES = np.array(
+    [
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        3e-8,
+        -3e-8,
+        0.5,
+        -0.5,
+        1.0,
+        -1.0,
+        2.5,
+        -7.25,
+        40.0,
+        -40.0,
+        1e30,
+        -1e30,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ],
+    np.float32,
+)
 
 
 def evaluate(fn, xs):
@@ -34,8 +56,17 @@ def evaluate(fn, xs):
 def oracle(name, xs):
     """The float64 answer rounded to float32 (NaN where the function is undefined, as NumPy says)."""
     with np.errstate(all="ignore"):
-        want = np.array([ORACLES[name](v) if not (name == "log1p" and v < -1) else np.nan
-                         for v in xs.astype(np.float64)], np.float64) if name.startswith("erf") else ORACLES[name](xs.astype(np.float64))
+        want = (
+            np.array(
+                [
+                    ORACLES[name](v) if not (name == "log1p" and v < -1) else np.nan
+                    for v in xs.astype(np.float64)
+                ],
+                np.float64,
+            )
+            if name.startswith("erf")
+            else ORACLES[name](xs.astype(np.float64))
+        )
     return want
 
 
@@ -77,8 +108,12 @@ ACCURACY = [
     ("erfc", _grid(-8.0, 9.0), "absolute", 2e-7),
     ("expm1", _grid(-80.0, 1.0), "relative", special.EXPM1_MAX_REL_ERROR),
     ("expm1", _grid(1.0, 10.0), "relative", 1e-6),  # exp's own error, about 6e-8 |x|
-    ("log1p", np.concatenate([_grid(-0.9999, 10.0), np.geomspace(10, 1e30, 2001).astype(np.float32)]), "relative",
-     special.LOG1P_MAX_REL_ERROR),
+    (
+        "log1p",
+        np.concatenate([_grid(-0.9999, 10.0), np.geomspace(10, 1e30, 2001).astype(np.float32)]),
+        "relative",
+        special.LOG1P_MAX_REL_ERROR,
+    ),
 ]
 
 
@@ -87,21 +122,37 @@ def test_special_functions_meet_their_stated_accuracy(name, xs, measure, bound):
     want = oracle(name, xs)
     got = evaluate(lambda t: getattr(t, name)(), xs)
     nonzero = want != 0
-    err = _relative(got[nonzero], want[nonzero]) if measure == "relative" else np.abs(got.astype(np.float64) - want)
-    assert err.max() <= bound, (name, err.max(), xs[nonzero][err.argmax()] if measure == "relative" else xs[err.argmax()])
+    err = (
+        _relative(got[nonzero], want[nonzero])
+        if measure == "relative"
+        else np.abs(got.astype(np.float64) - want)
+    )
+    assert err.max() <= bound, (
+        name,
+        err.max(),
+        xs[nonzero][err.argmax()] if measure == "relative" else xs[err.argmax()],
+    )
 
 
 def test_erf_and_tanh_are_relatively_accurate_near_zero():
-    xs = np.concatenate([np.geomspace(1e-30, 1e-3, 4001), -np.geomspace(1e-30, 1e-3, 4001)]).astype(np.float32)
+    xs = np.concatenate([np.geomspace(1e-30, 1e-3, 4001), -np.geomspace(1e-30, 1e-3, 4001)]).astype(
+        np.float32
+    )
     assert _relative(evaluate(lambda t: t.erf(), xs), oracle("erf", xs)).max() < 2e-7
     assert _relative(evaluate(lambda t: t.tanh(), xs), oracle("tanh", xs)).max() < 5e-7
 
 
 def test_floor_and_ceil_are_exact_for_every_kind_of_float32():
     rng = np.random.default_rng(0)
-    bits = rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)  # every exponent
-    xs = np.concatenate([bits, np.arange(-20, 20, 0.25, dtype=np.float32), EDGES,
-                         np.float32([2.0 ** 23 + 1, -(2.0 ** 23) - 1, 0.49999997, -0.49999997, 1e-40, -1e-40])])
+    bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)  # every exponent
+    xs = np.concatenate(
+        [
+            bits,
+            np.arange(-20, 20, 0.25, dtype=np.float32),
+            EDGES,
+            np.float32([2.0**23 + 1, -(2.0**23) - 1, 0.49999997, -0.49999997, 1e-40, -1e-40]),
+        ]
+    )
     with np.errstate(invalid="ignore"):  # NaN inputs
         wants = (("floor", np.floor(xs)), ("ceil", np.ceil(xs)))
     for name, want in wants:
@@ -129,20 +180,26 @@ def test_special_functions_on_the_emulator():
         elif name in ("erf", "erfc"):
             assert err.max() <= special.ERF_MAX_ABS_ERROR, (name, err.max())
         else:
-            bound = {"tanh": special.TANH_MAX_REL_ERROR, "expm1": 1e-6, "log1p": special.LOG1P_MAX_REL_ERROR}[name]
+            bound = {"tanh": special.TANH_MAX_REL_ERROR, "expm1": 1e-6, "log1p": special.LOG1P_MAX_REL_ERROR}[
+                name
+            ]
             nonzero = want[finite] != 0
             assert (err[nonzero] / np.abs(want[finite][nonzero])).max() <= bound, name
 
 
 def test_gelu_exact_and_tanh_forms_match_pytorch():
-    xs = np.concatenate([np.linspace(-12, 12, 20001), [0.0, -0.0, 1e-30, -1e-30, 40.0, np.inf, np.nan]]).astype(np.float32)
+    xs = np.concatenate(
+        [np.linspace(-12, 12, 20001), [0.0, -0.0, 1e-30, -1e-30, 40.0, np.inf, np.nan]]
+    ).astype(np.float32)
     for approximate, atol in (("none", 1e-7), ("tanh", 1e-6)):  # the tanh form's 1 + tanh cancels: |x| ulp(1)
         want = F.gelu(torch.from_numpy(xs.astype(np.float64)), approximate=approximate).numpy()
         got = evaluate(lambda t: t.gelu(approximate=approximate), xs).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=atol, equal_nan=True)
     # the exact form keeps its relative accuracy in the negative tail, where 1 + erf(x / sqrt 2) cancels
     tail = np.linspace(-9, -3, 601).astype(np.float32)
-    want = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2.0)) for v in tail.astype(np.float64)])  # torch's cancels too
+    want = np.array(
+        [v * 0.5 * math.erfc(-v / math.sqrt(2.0)) for v in tail.astype(np.float64)]
+    )  # torch's cancels too
     assert _relative(evaluate(lambda t: t.gelu(approximate="none"), tail), want).max() < 2e-5
     with pytest.raises(rc.ShapeError, match="approximate.*'tanh' or 'none'.*'exact'"):
         rc.input("x", (3,)).gelu(approximate="exact")
@@ -195,7 +252,13 @@ def test_nd_conv_matches_pytorch(spatial, kernel, config):
     d = len(spatial)
     xi, wi, bi = rc.input("x", x.shape), rc.input("w", w.shape), rc.input("b", b.shape)
     feeds = {"x": x, "w": w, "b": b}
-    got = rc.evaluate({"conv": rc.nn.conv(xi, wi, bi, **config), f"conv{d}d": getattr(rc.nn, f"conv{d}d")(xi, wi, bi, **config)}, feeds)
+    got = rc.evaluate(
+        {
+            "conv": rc.nn.conv(xi, wi, bi, **config),
+            f"conv{d}d": getattr(rc.nn, f"conv{d}d")(xi, wi, bi, **config),
+        },
+        feeds,
+    )
     for key in got:
         np.testing.assert_allclose(got[key], want, rtol=1e-4, atol=1e-5)
 
@@ -206,8 +269,17 @@ def test_nd_conv_with_asymmetric_pads_matches_padded_pytorch():
     pads = [(0, 2), (1, 0), (2, 1)]
     padded = np.pad(x, [(0, 0), (0, 0)] + pads)
     want = _torch_conv(padded, w, b, stride=(2, 1, 1), groups=2)
-    got = rc.evaluate(rc.nn.conv(rc.input("x", x.shape), rc.input("w", w.shape), rc.input("b", b.shape), stride=(2, 1, 1),
-                                 padding=pads, groups=2), {"x": x, "w": w, "b": b})
+    got = rc.evaluate(
+        rc.nn.conv(
+            rc.input("x", x.shape),
+            rc.input("w", w.shape),
+            rc.input("b", b.shape),
+            stride=(2, 1, 1),
+            padding=pads,
+            groups=2,
+        ),
+        {"x": x, "w": w, "b": b},
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -215,13 +287,30 @@ def test_nd_conv_on_the_emulator_with_a_symbolic_length():
     rng = np.random.default_rng(11)
     x1, w1, b1 = _conv_operands((13,), (3,), dict(groups=2), rng)
     x3, w3, b3 = _conv_operands((4, 5, 6), (2, 2, 3), dict(), rng)
-    y1 = rc.nn.conv1d(rc.input("x1", (2, 4, "L")), rc.input("w1", w1.shape), rc.input("b1", b1.shape), stride=2, padding=1,
-                      dilation=2, groups=2)
-    y3 = rc.nn.conv3d(rc.input("x3", x3.shape), rc.input("w3", w3.shape), None, stride=(1, 2, 1), padding=(1, 1, 0))
-    got = rc.compile({"y1": y1, "y3": y3}).run({"x1": x1, "w1": w1, "b1": b1, "x3": x3, "w3": w3}, backend="emulator")
-    np.testing.assert_allclose(got["y1"], _torch_conv(x1, w1, b1, stride=2, padding=1, dilation=2, groups=2), rtol=1e-4, atol=1e-5)
-    want3 = F.conv3d(torch.from_numpy(x3.astype(np.float64)), torch.from_numpy(w3.astype(np.float64)), stride=(1, 2, 1),
-                     padding=(1, 1, 0)).numpy()
+    y1 = rc.nn.conv1d(
+        rc.input("x1", (2, 4, "L")),
+        rc.input("w1", w1.shape),
+        rc.input("b1", b1.shape),
+        stride=2,
+        padding=1,
+        dilation=2,
+        groups=2,
+    )
+    y3 = rc.nn.conv3d(
+        rc.input("x3", x3.shape), rc.input("w3", w3.shape), None, stride=(1, 2, 1), padding=(1, 1, 0)
+    )
+    got = rc.compile({"y1": y1, "y3": y3}).run(
+        {"x1": x1, "w1": w1, "b1": b1, "x3": x3, "w3": w3}, backend="emulator"
+    )
+    np.testing.assert_allclose(
+        got["y1"], _torch_conv(x1, w1, b1, stride=2, padding=1, dilation=2, groups=2), rtol=1e-4, atol=1e-5
+    )
+    want3 = F.conv3d(
+        torch.from_numpy(x3.astype(np.float64)),
+        torch.from_numpy(w3.astype(np.float64)),
+        stride=(1, 2, 1),
+        padding=(1, 1, 0),
+    ).numpy()
     np.testing.assert_allclose(got["y3"], want3, rtol=1e-4, atol=1e-5)
 
 

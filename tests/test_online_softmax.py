@@ -19,7 +19,7 @@ import pytest
 import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.online import MAX_STREAMED_DEPTH, online_softmax
-from refcomp.exec.program import program_for_schedule
+from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.ops.graph import toposort
 
 ONLINE = "softmax_matmul.cu.j2"
@@ -44,7 +44,9 @@ def _online_program(out, tile: int, streamed: bool, others: int = 0):
         sched = replace(sched, streamed=frozenset(), inline=sched.inline - sched.streamed)
     forced = program_for_schedule(out, result, sched)
     assert f"__shared__ float Ss[{tile}][{tile + 1}]" in forced.source
-    assert ("scores streamed" in forced.source) == streamed and len(forced.kernels) == others + (1 if streamed else 2)
+    assert ("scores streamed" in forced.source) == streamed and len(forced.kernels) == others + (
+        1 if streamed else 2
+    )
     return forced
 
 
@@ -66,7 +68,9 @@ def test_masked_rows_infinities_and_nan_match_the_reference(tile, streamed):
         feeds = {n: (2 * rng.standard_normal((b, 2, t, D))).astype(np.float32) for n in "qkv"}
         m = np.zeros((t, t), np.float32)
         m[:, :min(40, t - 1)] = -np.inf  # every row starts masked for more than one tile
-        m[min(3, t - 1), :] = -np.inf  # a row masked whole: zeros, as PyTorch (the mask's row test selects them)
+        m[
+            min(3, t - 1), :
+        ] = -np.inf  # a row masked whole: zeros, as PyTorch (the mask's row test selects them)
         m[1, t - 1] = np.inf  # +inf: NaN too
         m[2, t // 2] = np.nan
         feeds["mask"] = m
@@ -93,7 +97,16 @@ def _contraction(out):
 def test_the_matcher_names_the_parts_and_refuses_what_is_not_an_online_softmax():
     x, w = rc.input("x", (8, 12)), rc.input("w", (12, 5))
     parts = online_softmax(_contraction(x.softmax(-1) @ w))
-    assert [n.op.name for n in parts.nodes] == ["MaxReduce", "Mul", "Add", "Mul", "Exp2", "SumReduce", "Recip", "Mul"]
+    assert [n.op.name for n in parts.nodes] == [
+        "MaxReduce",
+        "Mul",
+        "Add",
+        "Mul",
+        "Exp2",
+        "SumReduce",
+        "Recip",
+        "Mul",
+    ]
     m = x.amax(-1, keepdims=True)
     not_online = {
         "c < 0: exp2(-(x - max)), the rescale would overflow": ((x - m) * -1.0).exp2(),
@@ -103,8 +116,9 @@ def test_the_matcher_names_the_parts_and_refuses_what_is_not_an_online_softmax()
     for why, e in not_online.items():
         assert online_softmax(_contraction((e / e.sum(-1, keepdims=True)) @ w)) is None, why
     e = (x - m).exp()
-    assert online_softmax(_contraction((e / (e.sum(-1, keepdims=True) + x.sum(-1, keepdims=True))) @ w)) is None, \
-        "a normaliser that reads more than the sum"
+    assert (
+        online_softmax(_contraction((e / (e.sum(-1, keepdims=True) + x.sum(-1, keepdims=True))) @ w)) is None
+    ), "a normaliser that reads more than the sum"
     assert online_softmax(_contraction(e @ w)) is None, "no normaliser: not a softmax"
 
 
@@ -114,7 +128,10 @@ def test_a_depth_past_the_shared_memory_budget_is_not_streamed():
     prog = rc.compile(out, dims_hint={"B": 2, "T": 96}, cache=False)
     online = [k for k in prog.kernels if k.plan.template == ONLINE]
     assert len(online) == 1 and online[0].plan.streamed_depth == 0  # online, the scores read from memory
-    feeds = {n: np.random.default_rng(2).standard_normal((1, 20, MAX_STREAMED_DEPTH + 8)).astype(np.float32) for n in "qkv"}
+    feeds = {
+        n: np.random.default_rng(2).standard_normal((1, 20, MAX_STREAMED_DEPTH + 8)).astype(np.float32)
+        for n in "qkv"
+    }
     _compare(prog.run(feeds, backend="emulator"), rc.evaluate(out, feeds, precision="float64"))
 
 
@@ -127,7 +144,9 @@ def test_the_gpt2_block_computes_its_attention_in_one_kernel():
     assert len(online) == 1
     assert {"MaxReduce", "SumReduce", "Exp2"} <= {n.op.name for n in online[0].nodes}
     # FlashAttention: the (B, H, T, T) scores, the max and the sum are never written
-    assert online[0].plan.streamed_depth == 32 and {"online_softmax", "stream_scores"} <= {s.rule for s in prog.search.trace}
+    assert online[0].plan.streamed_depth == 32 and {"online_softmax", "stream_scores"} <= {
+        s.rule for s in prog.search.trace
+    }
     assert not any(k.output.op.name == "MaxReduce" or len(k.output.shape) == 4 and k.output.shape[-1] != 32
                    for k in prog.kernels), [(k.name, k.output.shape) for k in prog.kernels]
     x = np.random.default_rng(1).standard_normal((2, 40, 128)).astype(np.float32)

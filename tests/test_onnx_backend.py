@@ -38,7 +38,9 @@ def _collected(cls):
             delattr(cls, attr)
             continue
         if (name, DEVICE[device]) in SELECTION["known_failures"]:
-            func.__unittest_skip_why__ = f"known limitation: {SELECTION['known_failures'][(name, DEVICE[device])]}"
+            func.__unittest_skip_why__ = (
+                f"known limitation: {SELECTION['known_failures'][(name, DEVICE[device])]}"
+            )
         elif device == "cuda" and name not in _subset:
             setattr(cls, attr, pytest.mark.slow(func))
     return cls

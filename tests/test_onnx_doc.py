@@ -19,7 +19,11 @@ def _registered() -> set[str]:
 
 
 def test_every_operator_is_in_the_table():
-    first_cells = [line.split("|")[1] for line in DOC.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
+    first_cells = [
+        line.split("|")[1]
+        for line in DOC.splitlines()
+        if line.startswith("| ") and not line.startswith("| ---")
+    ]
     listed = {word for cell in first_cells for word in re.findall(r"[A-Z][A-Za-z0-9]+", cell)}
     assert _registered() - listed == set()
 
@@ -27,7 +31,9 @@ def test_every_operator_is_in_the_table():
 def test_the_operators_said_to_raise_are_not_registered():
     sentence = re.search(r"Everything else \((.*?)\) raises", DOC, re.DOTALL)
     assert sentence, "docs/onnx.md lost its sentence on unsupported operators"
-    named = set(re.findall(r"\b[A-Z][A-Za-z0-9]+\b", sentence.group(1)))  # If, Loop, QuantizeLinear, TopK, ...
+    named = set(
+        re.findall(r"\b[A-Z][A-Za-z0-9]+\b", sentence.group(1))
+    )  # If, Loop, QuantizeLinear, TopK, ...
     assert len(named) >= 5 and not named & _registered(), named & _registered()
 
 

@@ -18,11 +18,18 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 def _mlp_model(etype: int, rng) -> onnx.ModelProto:
     """MatMul, Add, Relu, Softmax in `etype`, then a Cast to FLOAT and a float32 Mul; a symbolic batch."""
     np_type = helper.tensor_dtype_to_np_dtype(etype)
-    weight = numpy_helper.from_array((rng.standard_normal((8, 6)) * 0.3).astype(np.float32).astype(np_type), "W")
+    weight = numpy_helper.from_array(
+        (rng.standard_normal((8, 6)) * 0.3).astype(np.float32).astype(np_type), "W"
+    )
     bias = numpy_helper.from_array((rng.standard_normal(6) * 0.1).astype(np.float32).astype(np_type), "B")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["a"]),
-             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Softmax", ["r"], ["s"], axis=-1),
-             helper.make_node("Cast", ["s"], ["wide"], to=TP.FLOAT), helper.make_node("Mul", ["wide", "x2"], ["z"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"]),
+        helper.make_node("Add", ["h", "B"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["s"], axis=-1),
+        helper.make_node("Cast", ["s"], ["wide"], to=TP.FLOAT),
+        helper.make_node("Mul", ["wide", "x2"], ["z"]),
+    ]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", etype, ["N", 8]),
                                              helper.make_tensor_value_info("x2", TP.FLOAT, ["N", 6])],
                               [helper.make_tensor_value_info("s", etype, ["N", 6]),
@@ -41,7 +48,10 @@ def test_16_bit_model_matches_onnx_reference_evaluator(etype):
     assert imported.input_types == {"x": TP.DataType.Name(etype), "x2": "FLOAT"}
     one_ulp = 2.0 ** -10 if etype == TP.FLOAT16 else 2.0 ** -7
     for n in (1, 5):
-        feeds = {"x": rng.standard_normal((n, 8)).astype(np.float32).astype(np_type), "x2": rng.standard_normal((n, 6)).astype(np.float32)}
+        feeds = {
+            "x": rng.standard_normal((n, 8)).astype(np.float32).astype(np_type),
+            "x2": rng.standard_normal((n, 6)).astype(np.float32),
+        }
         want_s, want_z = ReferenceEvaluator(model).run(None, feeds)
         for backend in ("numpy", "emulator"):
             got = imported.run(feeds, backend=backend)
@@ -55,7 +65,13 @@ def test_16_bit_model_matches_onnx_reference_evaluator(etype):
 def test_pytorch_exported_half_model_matches_pytorch():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).half().eval()
+    net = (
+        torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+        )
+        .half()
+        .eval()
+    )
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -29,7 +29,9 @@ def test_exported_model_matches_torch_at_two_sizes(tmp_path, kind):
         assert err < 2e-5, (where, err)
     imported = rc.onnx.import_model(path)
     assert {str(d) for d in imported.inputs["input_ids"].shape} == {"batch", "seq"}
-    assert imported.inputs["attention_mask"].dtype == "float32"  # an int64 mask only cast to float is read as float
+    assert (
+        imported.inputs["attention_mask"].dtype == "float32"
+    )  # an int64 mask only cast to float is read as float
     ids, mask = inputs(1, POSITIONS + 1)
     with pytest.raises(BindingError):  # the position table has 64 rows
         imported.evaluate({"input_ids": ids, "attention_mask": mask})

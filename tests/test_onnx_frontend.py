@@ -43,7 +43,13 @@ def mlp_model():
         h.make_node("Reshape", ["g", "target"], ["y"], name="reshape"),
         h.make_node("ReduceMean", ["x", "one"], ["m"], name="mean", keepdims=0),
     ]
-    m = model(nodes, [vi("x", ["batch", 4])], [vi("y", ["batch", 2, 3]), vi("m", ["batch"])], [w, b, tail, zero, one], opset=20)
+    m = model(
+        nodes,
+        [vi("x", ["batch", 4])],
+        [vi("y", ["batch", 2, 3]), vi("m", ["batch"])],
+        [w, b, tail, zero, one],
+        opset=20,
+    )
     return m, nh.to_array(w), nh.to_array(b)
 
 
@@ -104,7 +110,9 @@ def test_initializer_weights_are_fed_automatically_and_can_be_overridden():
 
 def test_uniform_initializers_become_constants_not_weights():
     ones = nh.from_array(np.full((3,), 2.5, np.float32), "scale")
-    m = ro.import_model(model([h.make_node("Mul", ["x", "scale"], ["y"])], [vi("x", [3])], [vi("y", [3])], [ones]))
+    m = ro.import_model(
+        model([h.make_node("Mul", ["x", "scale"], ["y"])], [vi("x", [3])], [vi("y", [3])], [ones])
+    )
     assert m.weights == {}
     np.testing.assert_array_equal(m.evaluate({"x": np.arange(3, dtype=np.float32)})["y"], [0.0, 2.5, 5.0])
 
@@ -112,7 +120,9 @@ def test_uniform_initializers_become_constants_not_weights():
 def test_static_shape_outputs_and_bool_outputs_keep_their_onnx_types():
     nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Greater", ["x", "zero"], ["pos"])]
     zero = nh.from_array(np.zeros((), np.float32), "zero")
-    m = ro.import_model(model(nodes, [vi("x", ["N", 2])], [vi("s", [2], TP.INT64), vi("pos", ["N", 2], TP.BOOL)], [zero]))
+    m = ro.import_model(
+        model(nodes, [vi("x", ["N", 2])], [vi("s", [2], TP.INT64), vi("pos", ["N", 2], TP.BOOL)], [zero])
+    )
     x = np.array([[1, -1], [0, 2], [-3, 4]], np.float32)
     for backend in ("numpy", "emulator"):
         out = m.run({"x": x}, backend=backend)
@@ -145,7 +155,10 @@ def test_shape_input_must_be_static_unless_given_as_a_constant():
 
 
 def test_unsupported_operator_names_the_op_and_the_node():
-    nodes = [h.make_node("Relu", ["x"], ["r"], name="ok"), h.make_node("Hardmax", ["r"], ["y"], name="my_hardmax")]
+    nodes = [
+        h.make_node("Relu", ["x"], ["r"], name="ok"),
+        h.make_node("Hardmax", ["r"], ["y"], name="my_hardmax"),
+    ]
     with pytest.raises(RefcompError, match=r"Hardmax.*my_hardmax|my_hardmax.*Hardmax"):
         ro.import_model(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])]))
 
@@ -153,7 +166,9 @@ def test_unsupported_operator_names_the_op_and_the_node():
 def test_unsupported_attribute_names_the_op_the_node_and_the_attribute():
     node = h.make_node("MaxPool", ["x"], ["y", "i"], name="pool1", kernel_shape=[2, 2], storage_order=1)
     with pytest.raises(RefcompError) as info:  # column-major Indices
-        ro.import_model(model([node], [vi("x", [1, 1, 4, 4])], [vi("y", [1, 1, 3, 3]), vi("i", [1, 1, 3, 3], TP.INT64)]))
+        ro.import_model(
+            model([node], [vi("x", [1, 1, 4, 4])], [vi("y", [1, 1, 3, 3]), vi("i", [1, 1, 3, 3], TP.INT64)])
+        )
     message = str(info.value)
     assert "MaxPool" in message and "pool1" in message and "storage_order" in message
 
@@ -221,8 +236,13 @@ def test_erf_on_the_emulator_matches_the_bound():
 
 def test_floor_and_ceil_are_exact():
     rng = np.random.default_rng(0)
-    xs = np.concatenate([np.arange(-20, 20, 0.25), rng.standard_normal(2000) * 1e6, [2.0 ** 23 + 1, -(2.0 ** 23) - 1,
-                         2.0 ** 30, -0.0, 0.0, 0.49999997, -0.49999997, 1e-40, -1e-40]]).astype(np.float32)
+    xs = np.concatenate(
+        [
+            np.arange(-20, 20, 0.25),
+            rng.standard_normal(2000) * 1e6,
+            [2.0**23 + 1, -(2.0**23) - 1, 2.0**30, -0.0, 0.0, 0.49999997, -0.49999997, 1e-40, -1e-40],
+        ]
+    ).astype(np.float32)
     x = rc.input("x", ["N"])
     np.testing.assert_array_equal(rc.evaluate(floor(x), {"x": xs}), np.floor(xs))
     nodes = [h.make_node("Floor", ["x"], ["f"]), h.make_node("Ceil", ["x"], ["c"])]
@@ -238,7 +258,9 @@ def test_conv_with_asymmetric_pads_groups_and_dilation_matches_a_direct_loop():
     x = rng.standard_normal((1, 4, 7, 6)).astype(np.float32)
     w = rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
     bias = rng.standard_normal(6).astype(np.float32)
-    node = h.make_node("Conv", ["x", "w", "bias"], ["y"], group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])
+    node = h.make_node(
+        "Conv", ["x", "w", "bias"], ["y"], group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]
+    )
     m = ro.import_model(model([node], [vi("x", [1, 4, 7, 6])], [vi("y", [1, 6, 4, 5])],
                               [nh.from_array(w, "w"), nh.from_array(bias, "bias")]))
     xp = np.pad(x, [(0, 0), (0, 0), (1, 2), (0, 1)]).astype(np.float64)
@@ -259,7 +281,9 @@ def test_where_with_infinite_static_branch_is_not_poisoned():
     ninf = nh.from_array(np.array(-np.inf, np.float32), "ninf")
     nodes = [h.make_node("Where", ["c", "zero", "ninf"], ["mask"]), h.make_node("Add", ["x", "mask"], ["y"]),
              h.make_node("Softmax", ["y"], ["p"], axis=-1)]
-    m = ro.import_model(model(nodes, [vi("c", [2, 3], TP.BOOL), vi("x", [2, 3])], [vi("p", [2, 3])], [zero, ninf]))
+    m = ro.import_model(
+        model(nodes, [vi("c", [2, 3], TP.BOOL), vi("x", [2, 3])], [vi("p", [2, 3])], [zero, ninf])
+    )
     c = np.array([[True, True, False], [True, False, False]])
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     y = np.where(c, x, -np.inf)
@@ -276,7 +300,9 @@ def test_backend_run_node_and_device_selects_the_executor():
     for device in ("CPU", "CUDA"):
         (y,) = RefcompBackend.run_node(node, [x], device=device)
         np.testing.assert_allclose(y, [-0.2, 0.0, 3.0], rtol=1e-6)
-    assert RefcompBackend.prepare(model([node], [vi("x", [3])], [vi("y", [3])]), "CUDA").executor == "emulator"
+    assert (
+        RefcompBackend.prepare(model([node], [vi("x", [3])], [vi("y", [3])]), "CUDA").executor == "emulator"
+    )
     assert RefcompBackend.prepare(model([node], [vi("x", [3])], [vi("y", [3])]), "CPU").executor == "numpy"
 
 
@@ -301,7 +327,9 @@ def test_symbolic_spatial_dims_through_conv_pool_and_gemm():
         fixed = ro.import_model(onnx_model, dims={"x": shape})
         want = fixed.evaluate({"x": x})["y"]
         np.testing.assert_allclose(symbolic.evaluate({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(program.run(symbolic.feeds({"x": x}), backend="emulator")["y"], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            program.run(symbolic.feeds({"x": x}), backend="emulator")["y"], want, rtol=1e-5, atol=1e-5
+        )
 
 
 def test_cast_between_float_and_bool():

@@ -28,9 +28,17 @@ def both(model, feeds, want, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(m.run(feeds, backend="emulator")["y"], want, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("equation,shapes", [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
-                                              ("...ii->...i", [(2, 3, 3)]), ("ij->", [(3, 4)]), ("i,i", [(5,), (5,)]),
-                                              ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)])])
+@pytest.mark.parametrize(
+    "equation,shapes",
+    [
+        ("ij,jk->ik", [(3, 4), (4, 5)]),
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
+        ("...ii->...i", [(2, 3, 3)]),
+        ("ij->", [(3, 4)]),
+        ("i,i", [(5,), (5,)]),
+        ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ],
+)
 def test_einsum(equation, shapes):
     arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
     names = [f"x{i}" for i in range(len(shapes))]
@@ -58,18 +66,29 @@ def test_cumsum(exclusive, reverse):
     if exclusive:
         s = np.concatenate([np.zeros((3, 1)), s[:, :-1]], axis=1)
     want = s[:, ::-1] if reverse else s
-    both(one_node("CumSum", ["x", "axis"], {"x": [3, 6]}, [3, 6], [axis], exclusive=exclusive, reverse=reverse),
-         {"x": x}, want)
+    both(
+        one_node(
+            "CumSum", ["x", "axis"], {"x": [3, 6]}, [3, 6], [axis], exclusive=exclusive, reverse=reverse
+        ),
+        {"x": x},
+        want,
+    )
 
 
 def test_gather_elements_with_static_indices():
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     idx = np.array([[0, 3, -1], [2, 2, 0], [1, -4, 3]], np.int64)
     want = np.take_along_axis(x, np.where(idx < 0, idx + 4, idx), axis=1)
-    both(one_node("GatherElements", ["x", "i"], {"x": [3, 4]}, [3, 3], [nh.from_array(idx, "i")], axis=1), {"x": x}, want)
+    both(
+        one_node("GatherElements", ["x", "i"], {"x": [3, 4]}, [3, 3], [nh.from_array(idx, "i")], axis=1),
+        {"x": x},
+        want,
+    )
     bad = np.array([[0, 4, 0], [0, 0, 0], [0, 0, 0]], np.int64)
     with pytest.raises(RefcompError, match="GatherElements.*out of range"):
-        ro.import_model(one_node("GatherElements", ["x", "i"], {"x": [3, 4]}, [3, 3], [nh.from_array(bad, "i")], axis=1))
+        ro.import_model(
+            one_node("GatherElements", ["x", "i"], {"x": [3, 4]}, [3, 3], [nh.from_array(bad, "i")], axis=1)
+        )
 
 
 def test_shrink():
@@ -100,14 +119,28 @@ def test_exported_symbolic_reshape_chain(tmp_path):
 def test_an_int64_mask_cast_to_float_is_read_as_float():
     """attention_mask (INT64, dynamic dims) -> Unsqueeze -> Cast(FLOAT) -> (1 - m) * -1e4 + scores -> Softmax,
     as exporters write it; a mask value beyond 2^24 is refused at the feed."""
-    nodes = [h.make_node("Unsqueeze", ["mask", "ax"], ["m1"]), h.make_node("Cast", ["m1"], ["mf"], to=TP.FLOAT),
-             h.make_node("Sub", ["one", "mf"], ["inv"]), h.make_node("Mul", ["inv", "big"], ["bias"]),
-             h.make_node("Add", ["x", "bias"], ["s"]), h.make_node("Softmax", ["s"], ["y"], axis=-1)]
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["B", 3, "T"]),
-                                      h.make_tensor_value_info("mask", TP.INT64, ["B", "T"])],
-                         [h.make_tensor_value_info("y", TP.FLOAT, ["B", 3, "T"])],
-                         [nh.from_array(np.array([1], np.int64), "ax"), nh.from_array(np.array(1.0, np.float32), "one"),
-                          nh.from_array(np.array(-1e4, np.float32), "big")])
+    nodes = [
+        h.make_node("Unsqueeze", ["mask", "ax"], ["m1"]),
+        h.make_node("Cast", ["m1"], ["mf"], to=TP.FLOAT),
+        h.make_node("Sub", ["one", "mf"], ["inv"]),
+        h.make_node("Mul", ["inv", "big"], ["bias"]),
+        h.make_node("Add", ["x", "bias"], ["s"]),
+        h.make_node("Softmax", ["s"], ["y"], axis=-1),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [
+            h.make_tensor_value_info("x", TP.FLOAT, ["B", 3, "T"]),
+            h.make_tensor_value_info("mask", TP.INT64, ["B", "T"]),
+        ],
+        [h.make_tensor_value_info("y", TP.FLOAT, ["B", 3, "T"])],
+        [
+            nh.from_array(np.array([1], np.int64), "ax"),
+            nh.from_array(np.array(1.0, np.float32), "one"),
+            nh.from_array(np.array(-1e4, np.float32), "big"),
+        ],
+    )
     m = ro.import_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
     assert m.input_types["mask"] == "INT64" and m.inputs["mask"].dtype == "float32"
     x = RNG.standard_normal((2, 3, 5)).astype(np.float32)
@@ -116,14 +149,18 @@ def test_an_int64_mask_cast_to_float_is_read_as_float():
     e = np.exp(s - s.max(-1, keepdims=True))
     want = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(m.evaluate({"x": x, "mask": mask})["y"], want, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(m.run({"x": x, "mask": mask}, backend="emulator")["y"], want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        m.run({"x": x, "mask": mask}, backend="emulator")["y"], want, rtol=1e-5, atol=1e-7
+    )
     with pytest.raises(RefcompError, match="mask.*2\\^24"):
         m.evaluate({"x": x, "mask": mask * (1 << 25)})
     with pytest.raises(RefcompError, match="mask.*INT64"):
         m.evaluate({"x": x, "mask": mask.astype(np.float32)})
 
 
-@pytest.mark.parametrize("op,keepdims,last", [("ArgMax", 1, 0), ("ArgMin", 0, 0), ("ArgMax", 0, 1), ("ArgMin", 1, 1)])
+@pytest.mark.parametrize(
+    "op,keepdims,last", [("ArgMax", 1, 0), ("ArgMin", 0, 0), ("ArgMax", 0, 1), ("ArgMin", 1, 1)]
+)
 def test_argmax_argmin_return_int64(op, keepdims, last):
     x = np.array([[3.0, 7.0, 7.0, -1.0], [2.0, -5.0, 9.0, -5.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
     out_shape = [3, 1] if keepdims else [3]
@@ -149,8 +186,14 @@ def test_gather_nd_and_scatter_nd_with_static_indices():
     want = data.copy()
     for (a, b), u in zip(dup, updates):
         want[a, b] += u
-    model = one_node("ScatterND", ["x", "i", "u"], {"x": [3, 4, 2], "u": [3, 2]}, [3, 4, 2], [nh.from_array(dup, "i")],
-                     reduction="add")
+    model = one_node(
+        "ScatterND",
+        ["x", "i", "u"],
+        {"x": [3, 4, 2], "u": [3, 2]},
+        [3, 4, 2],
+        [nh.from_array(dup, "i")],
+        reduction="add",
+    )
     both(model, {"x": data, "u": updates}, want)
     with pytest.raises(RefcompError, match="ScatterND.*twice"):
         ro.import_model(one_node("ScatterND", ["x", "i", "u"], {"x": [3, 4, 2], "u": [3, 2]}, [3, 4, 2],

@@ -38,9 +38,19 @@ def test_position_embeddings_are_a_view_of_the_table():
                         h.make_node("Unsqueeze", ["shifted", "axes0"], ["pos2"]),
                         h.make_node("Gather", ["table", "pos2"], ["emb"], axis=0),
                         h.make_node("Add", ["x", "emb"], ["y"])]
-    m = build(nodes, [h.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", 4])],
-              [h.make_tensor_value_info("y", TP.FLOAT, ["batch", "seq", 4])],
-              [i64("one", 1), i64("zero", 0), i64("step", 1), i64("two", 2), i64("axes0", [0]), nh.from_array(table, "table")])
+    m = build(
+        nodes,
+        [h.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", 4])],
+        [h.make_tensor_value_info("y", TP.FLOAT, ["batch", "seq", 4])],
+        [
+            i64("one", 1),
+            i64("zero", 0),
+            i64("step", 1),
+            i64("two", 2),
+            i64("axes0", [0]),
+            nh.from_array(table, "table"),
+        ],
+    )
     assert not any(name.startswith("pos") for name in m.weights)  # no index array was made
     for batch, seq in ((2, 3), (1, 8)):
         x = RNG.standard_normal((batch, seq, 4)).astype(np.float32)
@@ -56,10 +66,14 @@ def test_position_embeddings_are_a_view_of_the_table():
 
 def test_a_causal_mask_from_compared_ranges():
     """(k <= q) from two ranges broadcast against each other, cast to float, masks scores."""
-    nodes = seq_of("s") + [h.make_node("Range", ["zero", "seq", "step"], ["r"]),
-                           h.make_node("Unsqueeze", ["r", "axes1"], ["q"]), h.make_node("Unsqueeze", ["r", "axes0"], ["k"]),
-                           h.make_node("LessOrEqual", ["k", "q"], ["keep"]), h.make_node("Cast", ["keep"], ["f"], to=TP.FLOAT),
-                           h.make_node("Mul", ["s", "f"], ["y"])]
+    nodes = seq_of("s") + [
+        h.make_node("Range", ["zero", "seq", "step"], ["r"]),
+        h.make_node("Unsqueeze", ["r", "axes1"], ["q"]),
+        h.make_node("Unsqueeze", ["r", "axes0"], ["k"]),
+        h.make_node("LessOrEqual", ["k", "q"], ["keep"]),
+        h.make_node("Cast", ["keep"], ["f"], to=TP.FLOAT),
+        h.make_node("Mul", ["s", "f"], ["y"]),
+    ]
     m = build(nodes, [h.make_tensor_value_info("s", TP.FLOAT, [2, "seq", "seq"])],
               [h.make_tensor_value_info("y", TP.FLOAT, [2, "seq", "seq"])],
               [i64("one", 1), i64("zero", 0), i64("step", 1), i64("axes0", [0]), i64("axes1", [1])])
@@ -74,15 +88,27 @@ def test_an_integer_fill_of_symbolic_shape_and_a_sliced_arange_buffer():
     float table and added: rows 7 and 0..seq-1."""
     table = RNG.standard_normal((12, 3)).astype(np.float32)
     fill = h.make_tensor("v", TP.INT64, [1], [7])
-    nodes = seq_of() + [h.make_node("Unsqueeze", ["seq", "axes0"], ["seq1"]),
-                        h.make_node("ConstantOfShape", ["seq1"], ["sevens"], value=fill),
-                        h.make_node("Slice", ["buffer", "zero1", "seq1"], ["ids"]),
-                        h.make_node("Gather", ["table", "sevens"], ["a"], axis=0),
-                        h.make_node("Gather", ["table", "ids"], ["b"], axis=0), h.make_node("Add", ["a", "b"], ["ab"]),
-                        h.make_node("Add", ["x", "ab"], ["y"])]
-    m = build(nodes, [h.make_tensor_value_info("x", TP.FLOAT, [1, "seq", 3])],
-              [h.make_tensor_value_info("y", TP.FLOAT, [1, "seq", 3])],
-              [i64("one", 1), i64("axes0", [0]), i64("zero1", [0]), i64("buffer", np.arange(12)), nh.from_array(table, "table")])
+    nodes = seq_of() + [
+        h.make_node("Unsqueeze", ["seq", "axes0"], ["seq1"]),
+        h.make_node("ConstantOfShape", ["seq1"], ["sevens"], value=fill),
+        h.make_node("Slice", ["buffer", "zero1", "seq1"], ["ids"]),
+        h.make_node("Gather", ["table", "sevens"], ["a"], axis=0),
+        h.make_node("Gather", ["table", "ids"], ["b"], axis=0),
+        h.make_node("Add", ["a", "b"], ["ab"]),
+        h.make_node("Add", ["x", "ab"], ["y"]),
+    ]
+    m = build(
+        nodes,
+        [h.make_tensor_value_info("x", TP.FLOAT, [1, "seq", 3])],
+        [h.make_tensor_value_info("y", TP.FLOAT, [1, "seq", 3])],
+        [
+            i64("one", 1),
+            i64("axes0", [0]),
+            i64("zero1", [0]),
+            i64("buffer", np.arange(12)),
+            nh.from_array(table, "table"),
+        ],
+    )
     x = RNG.standard_normal((1, 4, 3)).astype(np.float32)
     want = x + (table[7][None] + table[:4])[None]
     np.testing.assert_allclose(m.evaluate({"x": x})["y"], want, rtol=1e-6)
@@ -102,8 +128,15 @@ def test_positions_algebra():
 
 
 def test_a_symbolic_range_needs_a_unit_step():
-    nodes = seq_of() + [h.make_node("Range", ["zero", "seq", "two"], ["r"]), h.make_node("Cast", ["r"], ["f"], to=TP.FLOAT),
-                        h.make_node("Add", ["x", "f"], ["y"])]
+    nodes = seq_of() + [
+        h.make_node("Range", ["zero", "seq", "two"], ["r"]),
+        h.make_node("Cast", ["r"], ["f"], to=TP.FLOAT),
+        h.make_node("Add", ["x", "f"], ["y"]),
+    ]
     with pytest.raises(RefcompError, match="Range.*step of 1 or -1"):
-        build(nodes, [h.make_tensor_value_info("x", TP.FLOAT, [1, "seq"])], [h.make_tensor_value_info("y", TP.FLOAT, [1, "seq"])],
-              [i64("one", 1), i64("zero", 0), i64("two", 2)])
+        build(
+            nodes,
+            [h.make_tensor_value_info("x", TP.FLOAT, [1, "seq"])],
+            [h.make_tensor_value_info("y", TP.FLOAT, [1, "seq"])],
+            [i64("one", 1), i64("zero", 0), i64("two", 2)],
+        )

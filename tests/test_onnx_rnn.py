@@ -14,7 +14,9 @@ from refcomp.errors import RefcompError  # noqa: E402
 @pytest.mark.parametrize("kind,bidirectional", [("LSTM", False), ("GRU", True), ("RNN", False)])
 def test_torch_recurrent_modules_match(tmp_path, kind, bidirectional):
     torch.manual_seed(0)
-    net = getattr(torch.nn, kind)(input_size=5, hidden_size=4, batch_first=True, bidirectional=bidirectional).eval()
+    net = getattr(torch.nn, kind)(
+        input_size=5, hidden_size=4, batch_first=True, bidirectional=bidirectional
+    ).eval()
     x = torch.randn(2, 6, 5)
     path = str(tmp_path / f"{kind}.onnx")
     with torch.no_grad():
@@ -22,7 +24,9 @@ def test_torch_recurrent_modules_match(tmp_path, kind, bidirectional):
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (x,), path, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
+        torch.onnx.export(
+            net, (x,), path, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False
+        )
     m = ro.import_model(path)
     feeds = {"x": x.numpy()}
     np.testing.assert_allclose(m.evaluate(feeds)["y"], want, rtol=1e-5, atol=1e-6)
@@ -35,8 +39,16 @@ def test_a_symbolic_sequence_length_is_refused(tmp_path):
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (torch.randn(4, 1, 3),), path, input_names=["x"], output_names=["y"], opset_version=17,
-                          dynamo=False, dynamic_axes={"x": {0: "seq"}})
+        torch.onnx.export(
+            net,
+            (torch.randn(4, 1, 3),),
+            path,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=17,
+            dynamo=False,
+            dynamic_axes={"x": {0: "seq"}},
+        )
     with pytest.raises(RefcompError, match="GRU.*sequence length is seq.*dims="):
         ro.import_model(path)
     fixed = ro.import_model(path, dims={"seq": 4})  # fixing the length unrolls it

@@ -21,10 +21,18 @@ try:
     HAS_ONNXSCRIPT = True
 except ImportError:
     HAS_ONNXSCRIPT = False
-EXPORTERS = [pytest.param(True, id="dynamo", marks=pytest.mark.skipif(
-                 not HAS_ONNXSCRIPT, reason="torch.onnx.export(dynamo=True), the default, needs onnxscript, which is "
-                                            "missing (pip install -e '.[onnx]')")),
-             pytest.param(False, id="torchscript")]
+EXPORTERS = [
+    pytest.param(
+        True,
+        id="dynamo",
+        marks=pytest.mark.skipif(
+            not HAS_ONNXSCRIPT,
+            reason="torch.onnx.export(dynamo=True), the default, needs onnxscript, which is "
+            "missing (pip install -e '.[onnx]')",
+        ),
+    ),
+    pytest.param(False, id="torchscript"),
+]
 
 
 class Encoder(torch.nn.Module):
@@ -33,7 +41,9 @@ class Encoder(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True, dropout=0.1)
+        self.layer = torch.nn.TransformerEncoderLayer(
+            16, 4, dim_feedforward=32, batch_first=True, dropout=0.1
+        )
 
     def forward(self, x):
         return self.layer(x)
@@ -46,11 +56,16 @@ def _mlp():
 def export(net, example, path, dynamo: bool, axes=("batch",)) -> None:
     """`torch.onnx.export` of `net` (in eval mode) with the named leading axes of input "x" dynamic, each
     exporter told so its own way (torch.export's Dims, the TorchScript exporter's dynamic_axes)."""
-    dynamic = {"dynamic_shapes": ({k: torch.export.Dim(name) for k, name in enumerate(axes)},)} if dynamo else \
-        {"dynamic_axes": {"x": dict(enumerate(axes))}}
+    dynamic = (
+        {"dynamic_shapes": ({k: torch.export.Dim(name) for k, name in enumerate(axes)},)}
+        if dynamo
+        else {"dynamic_axes": {"x": dict(enumerate(axes))}}
+    )
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice, the exporters' chatter
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (example,), path, input_names=["x"], output_names=["y"], dynamo=dynamo, **dynamic)
+        torch.onnx.export(
+            net, (example,), path, input_names=["x"], output_names=["y"], dynamo=dynamo, **dynamic
+        )
 
 
 def _matches_torch(net, path, shapes) -> rc.onnx.OnnxModel:
@@ -90,12 +105,16 @@ def test_an_exported_transformer_encoder_layer_matches_torch_at_two_batch_sizes(
     np.testing.assert_allclose(got, model.evaluate({"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not HAS_ONNXSCRIPT, reason="the dynamo exporter needs onnxscript (pip install -e '.[onnx]')")
+@pytest.mark.skipif(
+    not HAS_ONNXSCRIPT, reason="the dynamo exporter needs onnxscript (pip install -e '.[onnx]')"
+)
 def test_the_dynamo_export_of_the_plain_layer_keeps_batch_and_sequence_dynamic(tmp_path):
     """The layer itself (no wrapper) and a dynamic sequence too: the dynamo exporter reads the sizes from the
     input's shape. (The TorchScript exporter writes the example's sequence length as a constant.)"""
     torch.manual_seed(0)
-    net = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation="gelu", norm_first=True).eval()
+    net = torch.nn.TransformerEncoderLayer(
+        16, 2, 32, batch_first=True, activation="gelu", norm_first=True
+    ).eval()
     path = str(tmp_path / "layer.onnx")
     export(net, torch.randn(3, 5, 16), path, True, axes=("batch", "seq"))
     _matches_torch(net, path, [(2, 7, 16), (1, 3, 16)])
@@ -108,7 +127,10 @@ def _cast_of_shape_slice(start: int, end: int):
              h.make_node("Slice", ["s", "starts", "ends"], ["d"]),
              h.make_node("Cast", ["d"], ["f"], name="scale_cast", to=TP.FLOAT),
              h.make_node("Div", ["x", "f"], ["y"])]
-    inits = [nh.from_array(np.array([start], np.int64), "starts"), nh.from_array(np.array([end], np.int64), "ends")]
+    inits = [
+        nh.from_array(np.array([start], np.int64), "starts"),
+        nh.from_array(np.array([end], np.int64), "ends"),
+    ]
     graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["batch", 4])],
                          [h.make_tensor_value_info("y", TP.FLOAT, ["batch", 4])], inits)
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])

@@ -68,7 +68,9 @@ def test_partial_warps_and_misaligned_reads():
     source = COPY.replace("in0[i * stride]", "in0[i * stride + 1]")
     c, _ = profile(source, COPY_SIG, (1, 1, 1), (48, 1, 1), [np.zeros(64, np.float32)], [48], [1, 48])
     assert c.global_load_requests == 2
-    assert c.global_load_sectors == 5 + 3  # floats 1..32 span 5 sectors, 33..48 span 3 (32..39, 40..47, 48..55)
+    assert (
+        c.global_load_sectors == 5 + 3
+    )  # floats 1..32 span 5 sectors, 33..48 span 3 (32..39, 40..47, 48..55)
     assert (c.global_store_requests, c.global_store_sectors) == (2, 4 + 2)
 
 
@@ -125,7 +127,9 @@ def test_masked_16_bit_loads_in_a_loop_stay_in_their_iteration():
     kernel = next(k for k in prog.kernels if k.kind == "reduce")
     assert "? rc_half_to_float(in0[" in kernel.source
     feeds = {"x0": np.random.default_rng(0).standard_normal((7, 5, 7, 7)).astype(np.float32)}
-    profiled = next(k for k in prog.profile(feeds, dims={"B": 7, "T": 7}).kernels if k.name == kernel.name).counters
+    profiled = next(
+        k for k in prog.profile(feeds, dims={"B": 7, "T": 7}).kernels if k.name == kernel.name
+    ).counters
     i, bt = np.arange(5 * 49 * 7), 49
     requests = sectors = 0
     for w in range(0, len(i), 32):
@@ -148,11 +152,15 @@ def test_gather_rows_the_model_assumes_stay_in_the_table():
     feeds = {"t": np.arange(562, dtype=np.float32), "ids": np.array([1, 0, 1], dtype=np.int32)}
     profile_ = prog.profile(feeds)
     assert model_disagreements(prog, profile_) == []
-    assert profile_.kernels[-1].counters.global_load_requests == 2 * 27  # ids and table, 27 warps of 843 outputs
+    assert (
+        profile_.kernels[-1].counters.global_load_requests == 2 * 27
+    )  # ids and table, 27 warps of 843 outputs
 
 
-GUARDED = MASKED.replace("const float v = ((threadIdx.x + r >= 3) ? in0[32 * r + threadIdx.x] : 0.0f);",
-                         "float v = 0.0f;\n        if (threadIdx.x + r >= 3) { v = in0[32 * r + threadIdx.x]; }")
+GUARDED = MASKED.replace(
+    "const float v = ((threadIdx.x + r >= 3) ? in0[32 * r + threadIdx.x] : 0.0f);",
+    "float v = 0.0f;\n        if (threadIdx.x + r >= 3) { v = in0[32 * r + threadIdx.x]; }",
+)
 
 
 def test_guarded_blocks_in_a_loop_stay_in_their_iteration():
@@ -183,7 +191,9 @@ def test_shared_bank_conflicts(stride, pad, s_waves, t_waves):
     """s[tid * stride] and t[tid][0] (rows of `pad` floats) are stored, then loaded with s[0] (a broadcast)."""
     source = SHARED.replace("#define STRIDE 32", f"#define STRIDE {stride}\n#define PAD {pad}")
     x = np.arange(32, dtype=np.float32)
-    c, (out,) = profile(source, sig("k_smem", "const float*", "float*", barrier=True), (1, 1, 1), (32, 1, 1), [x], [32])
+    c, (out,) = profile(
+        source, sig("k_smem", "const float*", "float*", barrier=True), (1, 1, 1), (32, 1, 1), [x], [32]
+    )
     np.testing.assert_array_equal(out, 2 * x)
     assert (c.shared_store_requests, c.shared_load_requests) == (2, 3)
     assert c.shared_store_wavefronts == s_waves + t_waves
@@ -215,22 +225,26 @@ extern "C" __global__ void k_flops(const float* __restrict__ in0, float* __restr
 def test_flop_counts():
     n = 1000
     x = np.linspace(-1, 1, n, dtype=np.float32)
-    c, (out,) = profile(FLOPS, sig("k_flops", "const float*", "float*", "long long"), (3, 1, 1), (128, 1, 1), [x], [n], [n])
+    c, (out,) = profile(
+        FLOPS, sig("k_flops", "const float*", "float*", "long long"), (3, 1, 1), (128, 1, 1), [x], [n], [n]
+    )
     x64 = x.astype(np.float64)
     y = (np.sqrt(x64 * x64 + 1) / 3) * -x64 + 0.5
     np.testing.assert_allclose(out, np.where(x > 0, np.exp2(y), -y), rtol=1e-5)
     assert c.flops == 5 * n
     assert c.math_calls == n + int((x > 0).sum())
-    assert c.global_load_requests == c.global_store_requests == -(-n // 32)  # 3 x 128 threads: warps stay aligned
-
-
+    assert (
+        c.global_load_requests == c.global_store_requests == -(-n // 32)
+    )  # 3 x 128 threads: warps stay aligned
 
 
 def test_tiled_matmul_counts():
     m = n = k = 64
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    kernel = sig("k_mm", "const float*", "const float*", "float*", "long long", "long long", "long long", barrier=True)
+    kernel = sig(
+        "k_mm", "const float*", "const float*", "float*", "long long", "long long", "long long", barrier=True
+    )
     c, (out,) = profile(MATMUL, kernel, (4, 4, 1), (16, 16, 1), [a, b], [m * n], [m, n, k])
     np.testing.assert_allclose(out.reshape(m, n), a @ b, rtol=1e-4, atol=1e-4)
     warps, tiles = 16 * 8, k // 16
@@ -239,10 +253,16 @@ def test_tiled_matmul_counts():
     assert (c.global_load_requests, c.global_load_sectors) == (2 * warps * tiles, 2 * warps * tiles * 4)
     assert (c.global_store_requests, c.global_store_sectors) == (warps, warps * 4)
     # a warp is two rows of 16 threads: As[ty][kk] is two words (a broadcast each), Bs[kk][tx] 16 words
-    assert c.shared_load_requests == warps * tiles * 16 * 2 and c.shared_load_wavefronts == c.shared_load_requests
+    assert (
+        c.shared_load_requests == warps * tiles * 16 * 2
+        and c.shared_load_wavefronts == c.shared_load_requests
+    )
     # the stores As[ty][tx], As[ty + 1][tx] with rows of 17 floats: bank of word 17 * (ty + 1) + 15
     # is the bank of word 17 * ty + 0, so each tile store takes 2 wavefronts
-    assert c.shared_store_requests == warps * tiles * 2 and c.shared_store_wavefronts == 2 * c.shared_store_requests
+    assert (
+        c.shared_store_requests == warps * tiles * 2
+        and c.shared_store_wavefronts == 2 * c.shared_store_requests
+    )
 
 
 def test_counters_add_up():
@@ -256,11 +276,15 @@ def test_instrument_leaves_the_original_and_numbers_sites():
     assert done.sites == {"k_copy": 2} and done.site_names["k_copy"] == ["out0", "in0"]
     masked = instrument(MASKED, [sig("k_mask", "const float*", "float*")])
     assert "v = (rcp_pred((threadIdx.x + r >= 3), 0) ? in0(0)[" in masked.source
-    nested = instrument(MASKED.replace("((threadIdx.x + r >= 3) ?", "(r == 0 || (threadIdx.x >= 1 && r != 2) ?"),
-                        [sig("k_mask", "const float*", "float*")])
+    nested = instrument(
+        MASKED.replace("((threadIdx.x + r >= 3) ?", "(r == 0 || (threadIdx.x >= 1 && r != 2) ?"),
+        [sig("k_mask", "const float*", "float*")],
+    )
     assert "v = (rcp_pred(r == 0 || (threadIdx.x >= 1 && r != 2), 0) ? in0(0)[" in nested.source
-    gather = instrument(COPY.replace("out0[i] = in0[i * stride]", "out0[i] = (i >= 0 && i < n) ? in0[i * stride] : 0.0f"),
-                        [COPY_SIG])
+    gather = instrument(
+        COPY.replace("out0[i] = in0[i * stride]", "out0[i] = (i >= 0 && i < n) ? in0[i * stride] : 0.0f"),
+        [COPY_SIG],
+    )
     assert "out0(0)[i] = rcp_pred((i >= 0 && i < n), 1) ? in0(1)[" in gather.source
     assert "rcp_gptr" not in COPY
 

@@ -23,7 +23,10 @@ def _block(d=32):
 
 def _feeds(b=3, d=32, seed=0):
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal((b, d)).astype(np.float32), "w": rng.standard_normal((d, d)).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((b, d)).astype(np.float32),
+        "w": rng.standard_normal((d, d)).astype(np.float32),
+    }
 
 
 def test_kernels_are_named_after_the_user_ops_they_compute():
@@ -58,7 +61,9 @@ def test_kernels_carry_launch_cost_and_a_one_line_repr():
     assert total.time_s == pytest.approx(sum(k.cost.time_s for k in prog.kernels))
     # the search priced graph groups; the program re-prices each built kernel from its own accesses
     assert all(k.cost.l2_bytes > 0 for k in prog.kernels)
-    assert prog.search.time_s > 0 and [k.cost.flops for k in prog.kernels] == [c.flops for c in prog.search.costs]
+    assert prog.search.time_s > 0 and [k.cost.flops for k in prog.kernels] == [
+        c.flops for c in prog.search.costs
+    ]
 
 
 def test_plain_programs_are_priced_too():
@@ -73,7 +78,9 @@ def test_cost_summary_columns_fit_large_numbers():
     y = x @ x
     table = rc.compile(y, cache=False).cost_summary().splitlines()[1:-1]
     assert len({len(line) for line in table}) == 1  # every row as wide as the header: nothing overflows
-    assert any(len(line.split()[4]) > 12 for line in table[1:])  # 137,438,953,472 flops: wider than the old column
+    assert any(
+        len(line.split()[4]) > 12 for line in table[1:]
+    )  # 137,438,953,472 flops: wider than the old column
 
 
 def test_tensor_repr_shows_the_user_op():
@@ -120,7 +127,9 @@ def test_a_saved_view_program_keeps_its_binding_rules(tmp_path):
     loaded = rc.load_program(path)
     with pytest.raises(rc.BindingError) as err:
         loaded.run({"x": np.zeros((2, 2), np.float32)})
-    with pytest.raises(rc.BindingError) as ref:  # the saved graph's own reference (its nodes are numbered anew)
+    with pytest.raises(
+        rc.BindingError
+    ) as ref:  # the saved graph's own reference (its nodes are numbered anew)
         loaded.run({"x": np.zeros((2, 2), np.float32)}, backend="numpy")
     assert str(err.value) == str(ref.value) and "T=2" in str(err.value)
     np.testing.assert_array_equal(loaded.run({"x": np.ones((2, 5), np.float32)}), np.full(2, 2.0, np.float32))
@@ -132,13 +141,19 @@ def _edit(path: Path, change) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda p: _edit(p, lambda d: d["kernels"][0]["source"].append("// edited")), "does not carry this user.s MAC"),
-    (lambda p: _edit(p, lambda d: d.update(version="0.0.1")), "was saved by refcomp 0.0.1"),
-    (lambda p: _edit(p, lambda d: d.pop("format")), "is not a refcomp program file"),
-    (lambda p: p.write_text(p.read_text()[:100]), "cannot read the program file"),
-    (lambda p: p.write_bytes(b"\xff\xfe"), "cannot read the program file"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda p: _edit(p, lambda d: d["kernels"][0]["source"].append("// edited")),
+            "does not carry this user.s MAC",
+        ),
+        (lambda p: _edit(p, lambda d: d.update(version="0.0.1")), "was saved by refcomp 0.0.1"),
+        (lambda p: _edit(p, lambda d: d.pop("format")), "is not a refcomp program file"),
+        (lambda p: p.write_text(p.read_text()[:100]), "cannot read the program file"),
+        (lambda p: p.write_bytes(b"\xff\xfe"), "cannot read the program file"),
+    ],
+)
 def test_a_damaged_or_foreign_program_file_is_refused(tmp_path, damage, message):
     path = tmp_path / "p.json"
     rc.compile(_block(), cache=False).save(path)
@@ -188,8 +203,14 @@ print(len(searched), prog.search is None, len(prog.source))
 
 def test_a_second_process_loads_the_searched_program_instead_of_searching(tmp_path):
     env = {"REFCOMP_PROGRAM_CACHE_DIR": str(tmp_path)}
-    run = lambda: subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT))], cwd=ROOT, capture_output=True,
-                                 text=True, check=True, env={**__import__("os").environ, **env}).stdout.split()
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, **env},
+    ).stdout.split()
     first, second = run(), run()
     assert first[:2] == ["1", "False"] and second[:2] == ["0", "True"] and first[2] == second[2]
     assert len(list(tmp_path.glob("*.json"))) == 1

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import refcomp as rc
-from refcomp.exec import cache, emulator, program_cache
+from refcomp.exec import cache, emulator
+from refcomp.pipeline import program_cache
 from refcomp.exec.saved import ProgramFileError, body_mac
 from refcomp.search import alternatives
 from refcomp.symbolic.dim_text import DimTextError, parse_dim
@@ -52,7 +53,12 @@ def _feeds(b=3, d=8):
 def test_a_kernel_source_edited_to_run_a_command_is_never_built(tmp_path):
     path = _saved(tmp_path)
     marker = tmp_path / "pwned"
-    _forge(path, lambda d: d["kernels"][0]["source"].insert(0, f'#include <cstdlib>\nstatic int x = system("touch {marker}");'))
+    _forge(
+        path,
+        lambda d: d["kernels"][0]["source"].insert(
+            0, f'#include <cstdlib>\nstatic int x = system("touch {marker}");'
+        ),
+    )
     emulator.clear_memory_cache()
     before = emulator.gxx_invocations()
     with pytest.raises(ProgramFileError, match="not the ones refcomp generates"):
@@ -70,13 +76,18 @@ def test_a_plain_sha256_no_longer_signs_a_file(tmp_path):
     def rehash(d):
         d["kernels"][0]["source"].append("// edited")
         body = {k: v for k, v in d.items() if k not in ("format", "version", "mac")}
-        d["mac"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        d["mac"] = hashlib.sha256(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+
     _forge(path, rehash, remac=False)
     with pytest.raises(ProgramFileError, match="does not carry this user's MAC"):
         rc.load_program(path)
 
 
-@pytest.mark.parametrize("text", ["__import__('os').system('touch PWNED')", "B.__class__", "lambda: 1", "B; 1"])
+@pytest.mark.parametrize(
+    "text", ["__import__('os').system('touch PWNED')", "B.__class__", "lambda: 1", "B; 1"]
+)
 def test_a_dim_written_as_code_is_refused_not_evaluated(tmp_path, text, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = _saved(tmp_path)
@@ -109,7 +120,18 @@ def test_the_dim_grammar_reads_what_refcomp_writes_and_nothing_else():
               sympy.Min(9, b, 2 * t), -2 * b * t + idiv(b, 3), -t ** 2):
         assert sympy.expand(parse_dim(str(d)) - d) == 0, d
     assert parse_dim("(T + 1)//2") == idiv(t + 1, 2) and parse_dim("12") == 12
-    for bad in ["1/2", "B**B", "T**-1", "idiv(B)", "(" * 100 + "B" + ")" * 100, "9" * 40, "B +", "Max", "B, T", "f(B)"]:
+    for bad in [
+        "1/2",
+        "B**B",
+        "T**-1",
+        "idiv(B)",
+        "(" * 100 + "B" + ")" * 100,
+        "9" * 40,
+        "B +",
+        "Max",
+        "B, T",
+        "f(B)",
+    ]:
         with pytest.raises(DimTextError):
             parse_dim(bad)
 
@@ -128,8 +150,17 @@ def test_load_program_refuses_outputs_that_are_not_the_saved_graph(tmp_path):
 
 
 # --- damaged files -------------------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["[" * 100000, '{"format": "refcomp-program", "version": ' + "9" * 5000 + "}",
-                                  "{" * 500 + "}" * 500, '{"format": 1}', "null", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100000,
+        '{"format": "refcomp-program", "version": ' + "9" * 5000 + "}",
+        "{" * 500 + "}" * 500,
+        '{"format": 1}',
+        "null",
+        "",
+    ],
+)
 def test_a_damaged_file_is_a_program_file_error(tmp_path, text):
     path = tmp_path / "p.json"
     path.write_text(text)
@@ -137,18 +168,23 @@ def test_a_damaged_file_is_a_program_file_error(tmp_path, text):
         rc.load_program(path)
 
 
-@pytest.mark.parametrize("change", [
-    lambda d: d["nodes"][0]["attrs"].update(name={"tuple": [{"tuple": [{"tuple": [[]] * 3}]}] * 4}),
-    lambda d: d["nodes"][-1]["srcs"][0].__setitem__(0, 99),
-    lambda d: d["nodes"][-1]["srcs"][0].__setitem__(0, len(d["nodes"]) - 1),  # a node reading itself
-    lambda d: d["nodes"][0]["shape"].__setitem__(1, "9" * 5000),
-    lambda d: d["outputs"].update(structure="dict"),
-    lambda d: d.update(cost_bindings={"B": "7"}),
-    lambda d: d["schedule"]["params"].append([0, "block", "__import__"]),
-    lambda d: d.pop("kernels"),
-    lambda d: next(n for n in d["nodes"] if n["op"] == "Constant")["attrs"].update(value="__import__('os').getpid()"),
-    lambda d: d["nodes"][0]["attrs"].update(shape={"tuple": ["B", 8]}),  # a dim as text to evaluate
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["nodes"][0]["attrs"].update(name={"tuple": [{"tuple": [{"tuple": [[]] * 3}]}] * 4}),
+        lambda d: d["nodes"][-1]["srcs"][0].__setitem__(0, 99),
+        lambda d: d["nodes"][-1]["srcs"][0].__setitem__(0, len(d["nodes"]) - 1),  # a node reading itself
+        lambda d: d["nodes"][0]["shape"].__setitem__(1, "9" * 5000),
+        lambda d: d["outputs"].update(structure="dict"),
+        lambda d: d.update(cost_bindings={"B": "7"}),
+        lambda d: d["schedule"]["params"].append([0, "block", "__import__"]),
+        lambda d: d.pop("kernels"),
+        lambda d: next(n for n in d["nodes"] if n["op"] == "Constant")["attrs"].update(
+            value="__import__('os').getpid()"
+        ),
+        lambda d: d["nodes"][0]["attrs"].update(shape={"tuple": ["B", 8]}),  # a dim as text to evaluate
+    ],
+)
 def test_a_malformed_body_is_a_program_file_error(tmp_path, change):
     path = _saved(tmp_path)
     _forge(path, change)

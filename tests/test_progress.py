@@ -64,11 +64,15 @@ def test_who_is_watching(stream, environ, jupyter, want):
 def test_jupyter_is_detected_without_importing_ipython():
     assert not progress.in_jupyter({})
     assert not progress.in_jupyter({"IPython": types.ModuleType("IPython")})  # imported, no get_ipython
-    assert not progress.in_jupyter({"IPython": types.SimpleNamespace(get_ipython=lambda: None)})  # plain python
+    assert not progress.in_jupyter(
+        {"IPython": types.SimpleNamespace(get_ipython=lambda: None)}
+    )  # plain python
     assert progress.in_jupyter({"IPython": _ipython("ZMQInteractiveShell")})
 
 
-@pytest.mark.parametrize("value, want", [("", None), ("0", False), ("off", False), ("1", True), ("yes", True)])
+@pytest.mark.parametrize(
+    "value, want", [("", None), ("0", False), ("off", False), ("1", True), ("yes", True)]
+)
 def test_the_environment_variable(value, want):
     assert progress.env_setting({progress.ENV: value}) is want
     assert progress.env_setting({}) is None
@@ -103,7 +107,9 @@ def test_a_library_compile_shows_progress_only_on_a_terminal(stream, shown, tmp_
     monkeypatch.setattr(sys, "stderr", stream)
     _compile_something_new(tmp_path, monkeypatch)
     text = stream.getvalue()
-    assert ("refcomp: search ... done in " in text and "refcomp: code generation ... done in " in text) is shown, text
+    assert (
+        "refcomp: search ... done in " in text and "refcomp: code generation ... done in " in text
+    ) is shown, text
     assert shown or text == ""
 
 
@@ -126,10 +132,18 @@ def test_a_slow_stage_on_a_pseudo_terminal_prints_progress(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in (progress.ENV, "PYTEST_CURRENT_TEST", "CI")}
     env.update(PYTHONPATH=str(REPO), REFCOMP_PROGRAM_CACHE_DIR=str(tmp_path / "programs"))
     parent, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a window's size (a bare pty has 0 columns)
+    fcntl.ioctl(
+        child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0)
+    )  # a window's size (a bare pty has 0 columns)
     try:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=child, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=child,
+            env=env,
+            cwd=tmp_path,
+        )
         os.close(child)
         child = None
         text = _read_until_closed(parent, deadline=time.monotonic() + 60)
@@ -139,7 +153,9 @@ def test_a_slow_stage_on_a_pseudo_terminal_prints_progress(tmp_path):
         if child is not None:
             os.close(child)
     assert "\rrefcomp: g++ build ... " in text and "(3 states)" in text  # the status line, redrawn in place
-    summaries = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")]  # the terminal writes \r\n
+    summaries = [
+        line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")
+    ]  # the terminal writes \r\n
     assert any(s.startswith("refcomp: g++ build ... done in 0.") for s in summaries), summaries
     assert any(s.startswith("refcomp: search ... done in ") for s in summaries), summaries
 

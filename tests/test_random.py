@@ -33,9 +33,15 @@ def test_every_draw_is_bit_identical_on_the_emulator_with_a_seed_fed_at_run_time
     x = rc.input("x", ("B", 6))
     w = rc.input("w", ("B", 9))
     g = rc.Generator(seed)
-    outputs = [rc.rand("B", 5, generator=g), rc.randn("B", 5, generator=g), rc.randint(-4, 9, ("B", 5), generator=g),
-               rc.nn.dropout(x, 0.3, generator=g), rc.bernoulli(rc.full(("B", 5), 0.3), generator=g),
-               w.multinomial(3, generator=g), w.multinomial(4, replacement=True, generator=g)]
+    outputs = [
+        rc.rand("B", 5, generator=g),
+        rc.randn("B", 5, generator=g),
+        rc.randint(-4, 9, ("B", 5), generator=g),
+        rc.nn.dropout(x, 0.3, generator=g),
+        rc.bernoulli(rc.full(("B", 5), 0.3), generator=g),
+        w.multinomial(3, generator=g),
+        w.multinomial(4, replacement=True, generator=g),
+    ]
     prog = rc.compile(outputs)
     rng = np.random.default_rng(0)
     seen = []
@@ -118,7 +124,9 @@ def test_randint_forms_ranges_and_uniformity_follow_torch():
 def test_normal_broadcasts_tensor_means_and_stds_as_torch():
     mean, std = rc.constant(3.0).reshape(1, 1).broadcast_to((1, 50_000)), rc.full((2, 1), 2.0)
     out = rc.normal(mean, std, generator=rc.Generator(4))
-    assert tuple(out.shape) == tuple(torch.normal(torch.full((1, 50_000), 3.0), torch.full((2, 1), 2.0)).shape)
+    assert tuple(out.shape) == tuple(
+        torch.normal(torch.full((1, 50_000), 3.0), torch.full((2, 1), 2.0)).shape
+    )
     z = draw(out)
     assert stats.kstest(((z - 3.0) / 2.0).ravel(), "norm").pvalue > ALPHA
     fixed = draw(rc.normal(1.0, 0.5, (30_000,), generator=rc.Generator(4)))
@@ -134,7 +142,9 @@ def test_bernoulli_and_dropout_keep_what_torch_keeps_and_scale_as_torch_scales()
         out = draw(rc.nn.dropout(fed, drop, generator=rc.Generator(8)), {"x": x})
         kept = out != 0
         assert abs(kept.mean() - (1 - drop)) < 4 * math.sqrt(drop * (1 - drop) / len(x))
-        scaled = (torch.from_numpy(x) * (torch.ones(1) / (1 - drop))).numpy()  # torch's mask is 1/(1-p) in float32
+        scaled = (
+            torch.from_numpy(x) * (torch.ones(1) / (1 - drop))
+        ).numpy()  # torch's mask is 1/(1-p) in float32
         assert bits_equal(out[kept], scaled[kept])
     assert bits_equal(draw(rc.nn.dropout(fed, 0.5, training=False), {"x": x}), x)
 
@@ -142,7 +152,9 @@ def test_bernoulli_and_dropout_keep_what_torch_keeps_and_scale_as_torch_scales()
 def test_attention_dropout_drops_weights_as_torch_does():
     feeds = {"q": np.random.default_rng(2).standard_normal((1, 4, 8)).astype(np.float32)}
     q = rc.input("q", (1, 4, 8))
-    dropped = draw(rc.nn.scaled_dot_product_attention(q, q, q, dropout_p=0.5, generator=rc.Generator(1)), feeds)
+    dropped = draw(
+        rc.nn.scaled_dot_product_attention(q, q, q, dropout_p=0.5, generator=rc.Generator(1)), feeds
+    )
     # torch's math path: softmax weights, dropout of the weights, then @ v; the mask is rc's own draw
     weights = torch.softmax(torch.from_numpy(feeds["q"]) @ torch.from_numpy(feeds["q"]).transpose(-2, -1)
                             / math.sqrt(8), -1)

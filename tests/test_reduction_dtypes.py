@@ -19,9 +19,14 @@ CALLS = {
     "softmax positional": (lambda x, d: x.softmax(1, d), lambda t, d: t.softmax(1, d)),
     "log_softmax": (lambda x, d: x.log_softmax(-1, dtype=d), lambda t, d: t.log_softmax(-1, dtype=d)),
     "softmin": (lambda x, d: x.softmin(0, dtype=d), lambda t, d: torch.nn.functional.softmin(t, 0, dtype=d)),
-    "nn.softmax": (lambda x, d: rc.nn.softmax(x, 0, dtype=d), lambda t, d: torch.nn.functional.softmax(t, 0, dtype=d)),
-    "nn.log_softmax": (lambda x, d: rc.nn.log_softmax(x, 1, dtype=d),
-                       lambda t, d: torch.nn.functional.log_softmax(t, 1, dtype=d)),
+    "nn.softmax": (
+        lambda x, d: rc.nn.softmax(x, 0, dtype=d),
+        lambda t, d: torch.nn.functional.softmax(t, 0, dtype=d),
+    ),
+    "nn.log_softmax": (
+        lambda x, d: rc.nn.log_softmax(x, 1, dtype=d),
+        lambda t, d: torch.nn.functional.log_softmax(t, 1, dtype=d),
+    ),
     "sum": (lambda x, d: x.sum(dtype=d), lambda t, d: t.sum(dtype=d)),
     "sum dim": (lambda x, d: x.sum(1, dtype=d), lambda t, d: t.sum(1, dtype=d)),
     "rc.sum": (lambda x, d: rc.sum(x, (0, 1), dtype=d), lambda t, d: torch.sum(t, (0, 1), dtype=d)),
@@ -45,7 +50,10 @@ def _values(dtype: str) -> np.ndarray:
 def test_the_result_has_the_requested_dtype_and_torchs_values(name, source, requested):
     ours, theirs = CALLS[name]
     x = _values(source)
-    want = theirs(torch.from_numpy(x).to(getattr(torch, source)), None if requested is None else getattr(torch, requested))
+    want = theirs(
+        torch.from_numpy(x).to(getattr(torch, source)),
+        None if requested is None else getattr(torch, requested),
+    )
     out = ours(rc.input("x", x.shape, source), requested)
     assert out.dtype == str(want.dtype).replace("torch.", ""), (name, source, requested)
     got = np.asarray(rc.evaluate(out, {"x": x}), np.float32)
@@ -65,7 +73,9 @@ def test_a_float16_softmax_asked_for_float32_keeps_float32_precision():
 
 
 @pytest.mark.parametrize("name", CALLS)
-@pytest.mark.parametrize("requested", [torch.int64, torch.int32, torch.bool, torch.float64, "int64"] if torch else [])
+@pytest.mark.parametrize(
+    "requested", [torch.int64, torch.int32, torch.bool, torch.float64, "int64"] if torch else []
+)
 def test_a_type_refcomp_cannot_compute_is_refused(name, requested):
     x = rc.input("x", (4, 6), "float16")
     with pytest.raises(rc.RefcompError) as raised:
@@ -80,6 +90,9 @@ def test_compiled_on_the_emulator_the_result_is_float32():
     outs = {"soft": t.softmax(1, dtype="float32"), "mean": t.mean(0, dtype="float32")}
     got = rc.compile(outs, search=False, cache=False).run({"x": x.astype(np.float16)}, backend="emulator")
     tx = torch.from_numpy(x).half()
-    for name, want in (("soft", tx.softmax(1, dtype=torch.float32)), ("mean", tx.mean(0, dtype=torch.float32))):
+    for name, want in (
+        ("soft", tx.softmax(1, dtype=torch.float32)),
+        ("mean", tx.mean(0, dtype=torch.float32)),
+    ):
         assert got[name].dtype == np.float32
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-6, atol=1e-7)

@@ -6,7 +6,7 @@ import pytest
 
 import refcomp as rc
 from refcomp import fuzz
-from refcomp.exec.reference import _apply_view_by_index, apply_view
+from refcomp.reference.reference import _apply_view_by_index, apply_view
 from refcomp.symbolic.view import View
 
 

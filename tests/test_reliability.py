@@ -57,9 +57,16 @@ def assert_modes_agree(outputs, feeds, dims=None):
 
 # --- 1. symbolic views are checked at run time on every backend -------------------------------
 
-VIEWS = {"index 3": lambda x: x[:, 3], "last two": lambda x: x[:, -2:], "first": lambda x: x[:, :1],
-         "drop first": lambda x: x[:, 1:] * 2.0, "step": lambda x: x[:, 1::2], "pad": lambda x: x[:, 2:].pad([(0, 0), (1, 1)]),
-         "expand": lambda x: x[:, -1:].expand(-1, 3) + 1.0, "flip tail": lambda x: x.flip(1)[:, 2:]}
+VIEWS = {
+    "index 3": lambda x: x[:, 3],
+    "last two": lambda x: x[:, -2:],
+    "first": lambda x: x[:, :1],
+    "drop first": lambda x: x[:, 1:] * 2.0,
+    "step": lambda x: x[:, 1::2],
+    "pad": lambda x: x[:, 2:].pad([(0, 0), (1, 1)]),
+    "expand": lambda x: x[:, -1:].expand(-1, 3) + 1.0,
+    "flip tail": lambda x: x.flip(1)[:, 2:],
+}
 
 
 @pytest.mark.parametrize("t", [0, 1, 2, 5])
@@ -83,7 +90,9 @@ def test_a_window_larger_than_its_input_is_refused_not_truncated():
     x, w = rc.input("x", (1, 1, "H", "H")), rc.input("w", (1, 1, 3, 3))
     y = rc.nn.conv2d(x, w, stride=2).sum((2, 3))
     for h, want in ((2, None), (3, 9.0), (5, 36.0)):
-        got = assert_modes_agree(y, {"x": np.ones((1, 1, h, h), np.float32), "w": np.ones((1, 1, 3, 3), np.float32)})
+        got = assert_modes_agree(
+            y, {"x": np.ones((1, 1, h, h), np.float32), "w": np.ones((1, 1, 3, 3), np.float32)}
+        )
         if want is None:
             assert got[0] is rc.BindingError and "H=2" in got[1]
         else:
@@ -104,7 +113,9 @@ def test_embedding_ids_outside_the_table_are_refused_everywhere():
 def test_only_the_ids_a_view_reads_are_checked():
     ids, table = rc.input("ids", ("T",), "int32"), rc.input("table", (3, 2))
     tab = np.arange(6, dtype=np.float32).reshape(3, 2)
-    got = assert_modes_agree(rc.nn.embedding(ids[:2], table), {"ids": np.array([2, 0, 7], np.int32), "table": tab})
+    got = assert_modes_agree(
+        rc.nn.embedding(ids[:2], table), {"ids": np.array([2, 0, 7], np.int32), "table": tab}
+    )
     np.testing.assert_array_equal(got, tab[[2, 0]])
 
 
@@ -200,7 +211,9 @@ def test_the_same_graph_compiles_to_the_same_source_in_two_processes():
     digests = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr
         digests.add(proc.stdout.split()[-1])
     assert digests == {_gpt2_source_digest()}
@@ -210,13 +223,25 @@ def test_the_same_graph_compiles_to_the_same_source_in_two_processes():
 
 def test_reductions_over_an_empty_axis_follow_numpy():
     x = rc.input("x", ("B", "T"))
-    outputs = {"sum": x.sum(1), "max": x.amax(1), "min": x.amin(1), "mean": x.mean(1), "var": x.var(1, correction=0),
-               "var1": x.var(1, correction=1)}
+    outputs = {
+        "sum": x.sum(1),
+        "max": x.amax(1),
+        "min": x.amin(1),
+        "mean": x.mean(1),
+        "var": x.var(1, correction=0),
+        "var1": x.var(1, correction=1),
+    }
     feeds = {"x": np.zeros((3, 0), np.float32)}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        want = {"sum": np.zeros(3), "max": np.full(3, -np.inf), "min": np.full(3, np.inf), "mean": np.full(3, np.nan),
-                "var": np.full(3, np.nan), "var1": np.zeros((3, 0)).var(1, ddof=1)}
+        want = {
+            "sum": np.zeros(3),
+            "max": np.full(3, -np.inf),
+            "min": np.full(3, np.inf),
+            "mean": np.full(3, np.nan),
+            "var": np.full(3, np.nan),
+            "var1": np.zeros((3, 0)).var(1, ddof=1),
+        }
     for mode in MODES:
         got = outcome(outputs, feeds, mode)
         for key in outputs:
@@ -228,9 +253,11 @@ SPECIALS = np.array([-np.inf, -8.0, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 
 
 def test_powers_follow_numpy_at_every_edge():
     x, y = rc.input("x", (12, 12)), rc.input("y", (12, 12))
-    base, exponent = np.meshgrid(SPECIALS, np.array([-3, -2, -1, -0.5, 0, 0.3, 0.5, 1, 2, 3, np.inf, np.nan], np.float32))
+    base, exponent = np.meshgrid(
+        SPECIALS, np.array([-3, -2, -1, -0.5, 0, 0.3, 0.5, 1, 2, 3, np.inf, np.nan], np.float32)
+    )
     feeds = {"x": base.astype(np.float32), "y": exponent.astype(np.float32)}
-    outputs = {"tensor": x ** y, "cube": x ** 3, "m2": x ** -2, "p03": x ** 0.3, "zero": x ** 0, "rpow": (-2.0) ** y}
+    outputs = {"tensor": x**y, "cube": x**3, "m2": x**-2, "p03": x**0.3, "zero": x**0, "rpow": (-2.0) ** y}
     with np.errstate(all="ignore"):
         want = {"tensor": np.power(base, exponent), "cube": base ** 3, "m2": base ** np.float32(-2),
                 "p03": np.power(base, np.float32(0.3)), "zero": base ** np.float32(0),
@@ -304,8 +331,13 @@ def test_two_inputs_with_one_name_show_their_dtypes():
 
 def test_dims_hint_is_checked_like_dims():
     x = rc.input("x", ("B", 4))
-    for hint, fragment in (({"Q": 3}, "not a dimension of this graph"), ({"B": -1}, "non-negative int"),
-                           ({"B": True}, "non-negative int"), ({"B": "big"}, "non-negative int"), ([3], "must be a dict")):
+    for hint, fragment in (
+        ({"Q": 3}, "not a dimension of this graph"),
+        ({"B": -1}, "non-negative int"),
+        ({"B": True}, "non-negative int"),
+        ({"B": "big"}, "non-negative int"),
+        ([3], "must be a dict"),
+    ):
         with raises(rc.BindingError, "dims_hint", fragment):
             rc.compile(x * 2.0, dims_hint=hint)
     with raises(rc.BindingError, "dims['B'] = 'x'"):

@@ -36,7 +36,9 @@ def graph_of(t) -> Graph:
 def test_identical_layers_are_copies_of_the_first():
     graph = graph_of(residual_stack([16, 16, 16]))
     segs = segments(graph.nodes, graph.position, graph.consumers)
-    assert len(segs) == 3 and len({len(s) for s in segs}) == 1  # one segment per layer, each cut at its residual add
+    assert (
+        len(segs) == 3 and len({len(s) for s in segs}) == 1
+    )  # one segment per layer, each cut at its residual add
     assert all(s[-1].op.name == "Add" and s[-1].shape == segs[0][-1].shape for s in segs)
     copies = graph.copies
     assert copies.layers == 3
@@ -72,7 +74,9 @@ def test_different_or_small_layers_are_not_tied():
 def test_a_tied_move_is_one_step_of_the_trace_naming_its_copies():
     prog = rc.compile(residual_stack([16, 16, 16]), dims_hint={"B": 32}, cache=False)
     tied = [s for s in prog.search.trace if s.copies]
-    assert any(s.copies == 2 for s in tied)  # a move fires wherever its rule applies: in two copies or all three
+    assert any(
+        s.copies == 2 for s in tied
+    )  # a move fires wherever its rule applies: in two copies or all three
     assert all(s.site.endswith(f"and {s.copies} cop{'y' if s.copies == 1 else 'ies'}") for s in tied)
     untied = [s for s in prog.search.trace if not s.copies and s.rule not in ("start", "tune_schedules")]
     assert all("copies" not in s.site for s in untied)
@@ -110,13 +114,15 @@ def test_stacked_gpt2_blocks_get_one_blocks_schedule_and_match_numpy():
 
 
 def test_each_layers_kernels_are_the_first_layers_relabelled_exactly(monkeypatch):
-    """program_for_schedule generates a repeated layer's kernel once and relabels it for the other
-    copies: every kernel must equal what code generation gives for its own group, byte for byte."""
-    import refcomp.exec.program as program
+    """Lowering generates a repeated layer's kernel once and relabels it for the other copies: every
+    kernel must equal what code generation gives for its own group, byte for byte."""
+    import refcomp.codegen.lower as lower
     from refcomp.codegen.lower import kernel_for_group, kernel_name
     from refcomp.search.fusion import group_params
     generated = []
-    monkeypatch.setattr(program, "kernel_for_group", lambda *a, **k: generated.append(a[0]) or kernel_for_group(*a, **k))
+    monkeypatch.setattr(
+        lower, "kernel_for_group", lambda *a, **k: generated.append(a[0]) or kernel_for_group(*a, **k)
+    )
     prog = rc.compile(_gpt2_stack(3), dims_hint={"B": 1, "T": 64}, cache=False)
     assert len(generated) < len(prog.kernels) / 2, generated  # the other two blocks were relabelled
     result, sched = prog.search, prog.search.schedule
@@ -124,8 +130,12 @@ def test_each_layers_kernels_are_the_first_layers_relabelled_exactly(monkeypatch
         fresh = kernel_for_group(kernel_name(k, group.members + (group.root,)), group, result.graph.names,
                                  lambda n: n.id in sched.inline, group_params(sched, group))
         assert kernel.source == fresh.source, kernel.name
-        assert (kernel.output, kernel.nodes, kernel.reads, kernel.signature) == (fresh.output, fresh.nodes, fresh.reads,
-                                                                                 fresh.signature), kernel.name
+        assert (kernel.output, kernel.nodes, kernel.reads, kernel.signature) == (
+            fresh.output,
+            fresh.nodes,
+            fresh.reads,
+            fresh.signature,
+        ), kernel.name
 
 
 def test_no_kernel_recomputes_through_two_layer_boundaries():
@@ -170,13 +180,18 @@ def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(m
     matmul = next(rule for rule in FUSION if rule.name == "matmul")
     sums = [n for n in graph.compute if matmul.applies(graph, Schedule(), n)]
     first, twin = sums[0], graph.copies.of(sums[0])[0]
-    for sched in (Schedule().decide(matmul={first.id}, inline={first.srcs[0].node.id}),
-                  Schedule().decide(matmul={twin.id}, inline={twin.srcs[0].node.id}),
-                  Schedule().decide(matmul={first.id, twin.id}, inline={first.srcs[0].node.id, twin.srcs[0].node.id}),
-                  Schedule().decide(inline={graph.consumers[first.id][0].id}),
-                  Schedule().decide(matmul={first.id}), Schedule().decide(matmul={twin.id})):
+    for sched in (
+        Schedule().decide(matmul={first.id}, inline={first.srcs[0].node.id}),
+        Schedule().decide(matmul={twin.id}, inline={twin.srcs[0].node.id}),
+        Schedule().decide(matmul={first.id, twin.id}, inline={first.srcs[0].node.id, twin.srcs[0].node.id}),
+        Schedule().decide(inline={graph.consumers[first.id][0].id}),
+        Schedule().decide(matmul={first.id}),
+        Schedule().decide(matmul={twin.id}),
+    ):
         checked.clear()
-        assert ev.partition(sched) == {r.id: ev._group(sched, r) for r in graph.compute if r.id not in sched.inline}
+        assert ev.partition(sched) == {
+            r.id: ev._group(sched, r) for r in graph.compute if r.id not in sched.inline
+        }
         assert checked  # the copies the schedule leaves alike were still mapped
 
 

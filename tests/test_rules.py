@@ -32,7 +32,22 @@ from refcomp.search.rewrite import count_compute_nodes
 from refcomp.search.pattern import Apply, Const, Rule, Var, ops
 from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
 
-from rule_harness import (Case, EPS32, EPS64, EXAMPLES, SETTINGS, _input, apply_rule, apply_views, binding_pairs, constant_of, exact, shapes, verify_rule, views)
+from rule_harness import (
+    Case,
+    EPS32,
+    EPS64,
+    EXAMPLES,
+    SETTINGS,
+    _input,
+    apply_rule,
+    apply_views,
+    binding_pairs,
+    constant_of,
+    exact,
+    shapes,
+    verify_rule,
+    views,
+)
 
 
 # --- one strategy per algebraic rule -----------------------------------------------------------------
@@ -45,8 +60,17 @@ def add_zero_cases(draw):
     y = a + zero if draw(st.booleans()) else zero + a
     out, _ = draw(views(y))
     decoy = a + draw(constant_of(float(draw(st.sampled_from([0.5, -1.25]))), a.shape))
-    padded_zero = a + rc.constant(0.0).broadcast_to(a.shape).pad([(1, 0)] + [(0, 0)] * (a.ndim - 1))[1:] if a.ndim else a
-    return Case([out, out * 1.5, decoy, padded_zero], {"x": (0.0, 3.0, True)}, draw(binding_pairs()), draw(st.integers(0, 2**16)))
+    padded_zero = (
+        a + rc.constant(0.0).broadcast_to(a.shape).pad([(1, 0)] + [(0, 0)] * (a.ndim - 1))[1:]
+        if a.ndim
+        else a
+    )
+    return Case(
+        [out, out * 1.5, decoy, padded_zero],
+        {"x": (0.0, 3.0, True)},
+        draw(binding_pairs()),
+        draw(st.integers(0, 2**16)),
+    )
 
 
 @st.composite
@@ -184,25 +208,47 @@ def drop_copy_cases(draw):
         copy = copy.contiguous()
     out, _ = draw(views(copy))
     viewed_copy, _ = draw(views((a * 2.0).contiguous()))
-    return Case([out, out * 3.0, viewed_copy, copy], {"x": (-3.0, 3.0, False)}, draw(binding_pairs()), draw(st.integers(0, 2**16)))
+    return Case(
+        [out, out * 3.0, viewed_copy, copy],
+        {"x": (-3.0, 3.0, False)},
+        draw(binding_pairs()),
+        draw(st.integers(0, 2**16)),
+    )
 
 
 # name -> (strategy, tolerances by precision): each tolerance is what the rule's soundness states
 RULE_CASES = {
     "add_zero": (add_zero_cases, exact()),  # -0.0 + 0.0 = +0.0 compares equal
     "mul_one": (mul_one_cases, exact()),
-    "recip_recip": (recip_recip_cases, {"float64": dict(rtol=2 * EPS64, atol=0.0),  # 1/(1/x): within 1 ulp
-                                        "float32": dict(rtol=EPS32, atol=0.0)}),
-    "log2_exp2": (log2_exp2_cases, {"float64": dict(rtol=4 * EPS64, atol=4 * EPS64),  # a few ulp of max(1, |x|)
-                                    "float32": dict(rtol=4 * EPS32, atol=4 * EPS32)}),
+    "recip_recip": (
+        recip_recip_cases,
+        {
+            "float64": dict(rtol=2 * EPS64, atol=0.0),  # 1/(1/x): within 1 ulp
+            "float32": dict(rtol=EPS32, atol=0.0),
+        },
+    ),
+    "log2_exp2": (
+        log2_exp2_cases,
+        {
+            "float64": dict(rtol=4 * EPS64, atol=4 * EPS64),  # a few ulp of max(1, |x|)
+            "float32": dict(rtol=4 * EPS32, atol=4 * EPS32),
+        },
+    ),
     # a few ulp, plus the rounding of a + b carried through exp2 (ln 2 * ulp(a + b) relative)
-    "exp2_product": (exp2_product_cases, {"float64": dict(rtol=(4 + 2 * EXP2_BOUND) * EPS64, atol=0.0),
-                                          "float32": dict(rtol=(4 + 2 * EXP2_BOUND) * EPS32, atol=0.0)}),
+    "exp2_product": (
+        exp2_product_cases,
+        {
+            "float64": dict(rtol=(4 + 2 * EXP2_BOUND) * EPS64, atol=0.0),
+            "float32": dict(rtol=(4 + 2 * EXP2_BOUND) * EPS32, atol=0.0),
+        },
+    ),
     # folding computes in float32: exact there but for NumPy's transcendentals (an ulp), and in float64
     # within the float32 roundings of the folded values (|values| stay below ~20 in these trees)
     # (atol relative to the largest intermediate: a rounding there survives a later cancellation)
-    "fold_constants": (fold_constants_cases, {"float32": dict(rtol=4 * EPS32, atol=4 * EPS32),
-                                              "float64": dict(rtol=4 * EPS32, atol=8 * EPS32)}),
+    "fold_constants": (
+        fold_constants_cases,
+        {"float32": dict(rtol=4 * EPS32, atol=4 * EPS32), "float64": dict(rtol=4 * EPS32, atol=8 * EPS32)},
+    ),
     "drop_copy": (drop_copy_cases, exact()),
 }
 
@@ -298,5 +344,9 @@ def test_harness_catches_a_wrong_rule(name):
         return count > 0 and bool(problems)
 
     # the first graph it catches is enough: not shrunk to the smallest (shrinking took most of the time)
-    case = find(strategy(), caught, settings=settings(max_examples=200, database=None, phases=[Phase.generate], **SETTINGS))
+    case = find(
+        strategy(),
+        caught,
+        settings=settings(max_examples=200, database=None, phases=[Phase.generate], **SETTINGS),
+    )
     assert caught(case)

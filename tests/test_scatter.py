@@ -18,7 +18,11 @@ def _arrays(*shapes):
 
 
 def _torch_index_copy(x, dim, ids, src):
-    return torch.from_numpy(x).index_copy(dim, torch.from_numpy(np.asarray(ids)).long(), torch.from_numpy(src)).numpy()
+    return (
+        torch.from_numpy(x)
+        .index_copy(dim, torch.from_numpy(np.asarray(ids)).long(), torch.from_numpy(src))
+        .numpy()
+    )
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1, -3])
@@ -35,7 +39,9 @@ def test_index_copy_matches_torch_on_the_reference_and_the_emulator(dim):
     feeds = {"x": x, "s": s, "i": ids}
     want = _torch_index_copy(x, dim, ids, s)
     np.testing.assert_array_equal(rc.evaluate(y, feeds), want)
-    np.testing.assert_array_equal(rc.compile(y, search=False, cache=False).run(feeds, backend="emulator"), want)
+    np.testing.assert_array_equal(
+        rc.compile(y, search=False, cache=False).run(feeds, backend="emulator"), want
+    )
 
 
 def test_index_copy_with_computed_ids_and_a_computed_table():
@@ -63,10 +69,17 @@ def test_bad_ids_are_a_feed_error_on_every_backend(ids, words):
 
 def test_computed_ids_are_checked_before_the_kernel_writes():
     X, S = rc.input("x", (4, 2)), rc.input("s", (3, 2))
-    for ids, words in ((rc.arange(3) * 2, "lie in"), (rc.arange(3) * 0.5, "whole numbers"), (rc.arange(3) * 0, "distinct")):
+    for ids, words in (
+        (rc.arange(3) * 2, "lie in"),
+        (rc.arange(3) * 0.5, "whole numbers"),
+        (rc.arange(3) * 0, "distinct"),
+    ):
         y = X.index_copy(0, ids, S)
         feeds = {"x": _arrays((4, 2))[0], "s": _arrays((3, 2))[0]}
-        for run in (lambda: rc.evaluate(y, feeds), lambda: rc.compile(y, cache=False).run(feeds, backend="emulator")):
+        for run in (
+            lambda: rc.evaluate(y, feeds),
+            lambda: rc.compile(y, cache=False).run(feeds, backend="emulator"),
+        ):
             with pytest.raises(FeedError, match=words):
                 run()
 
@@ -139,7 +152,11 @@ def test_the_scatter_kernel_compiles_with_nvcc():
     from refcomp.exec.nvcc import nvcc_available, nvcc_check
     if nvcc_available() is not None:
         pytest.skip(nvcc_available())
-    P, I, R = rc.input("pool", (64, 16), "float16"), rc.input("i", ("K",), "int32"), rc.input("r", ("K", 16), "float16")
+    P, I, R = (
+        rc.input("pool", (64, 16), "float16"),
+        rc.input("i", ("K",), "int32"),
+        rc.input("r", ("K", 16), "float16"),
+    )
     prog = rc.compile(P.index_copy(0, I, R) + 0, cache=False)
     assert any(k.kind == "scatter" for k in prog.kernels)
     assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
@@ -152,11 +169,23 @@ def test_gathers_of_the_old_table_run_before_the_scatter_overwrites_it():
     from refcomp.ops.graph import toposort
     from refcomp.ops.primitives import make_node
     pool, new = _arrays((12, 2), (2, 2))
-    P, T, S, N = rc.input("pool", (12, 2)), rc.input("t", ("B", 2), "int32"), rc.input("s", ("B",), "int32"), rc.input("n", ("B", 2))
+    P, T, S, N = (
+        rc.input("pool", (12, 2)),
+        rc.input("t", ("B", 2), "int32"),
+        rc.input("s", ("B",), "int32"),
+        rc.input("n", ("B", 2)),
+    )
     old = P.reshape((6, 4)).index_select(0, T)  # whole pages of the old pool
     updated = P.index_copy(0, S, N)
-    computed_ids = rc.Tensor.from_node(make_node("Gather", (P.edge, ((updated[:2, 0] * 0) + rc.arange(2)).edge)))
-    all_feeds = {"pool": pool, "t": np.array([[0, 1], [2, 0]], np.int32), "s": np.array([1, 4], np.int32), "n": new}
+    computed_ids = rc.Tensor.from_node(
+        make_node("Gather", (P.edge, ((updated[:2, 0] * 0) + rc.arange(2)).edge))
+    )
+    all_feeds = {
+        "pool": pool,
+        "t": np.array([[0, 1], [2, 0]], np.int32),
+        "s": np.array([1, 4], np.int32),
+        "n": new,
+    }
     after = pool.copy()
     after[[1, 4]] = new
     cases = [({"old": old, "pool": updated}, False), ({"old": P * 2, "pool": updated}, True),

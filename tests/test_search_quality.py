@@ -79,11 +79,16 @@ def _alone(edges, hint, opening):
 
 
 def _mlp(batch: int):
-    t = {n: rc.input(n, s) for n, s in {"x": (batch, 784), "w1": (256, 784), "b1": (256,), "w2": (10, 256), "b2": (10,)}.items()}
+    t = {
+        n: rc.input(n, s)
+        for n, s in {"x": (batch, 784), "w1": (256, 784), "b1": (256,), "w2": (10, 256), "b2": (10,)}.items()
+    }
     return rc.nn.linear(rc.nn.linear(t["x"], t["w1"], t["b1"]).relu(), t["w2"], t["b2"])
 
 
-@pytest.mark.parametrize("workload, winner", [("gpt2 block B=8 T=128", "contractions first"), ("mlp B=1024", "elementwise first")])
+@pytest.mark.parametrize(
+    "workload, winner", [("gpt2 block B=8 T=128", "contractions first"), ("mlp B=1024", "elementwise first")]
+)
 def test_each_opening_wins_where_the_other_order_is_worse(workload, winner):
     if workload.startswith("gpt2"):
         out, hint = gpt2_block.build_block()[0], {"B": 8, "T": 128}

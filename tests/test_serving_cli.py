@@ -10,8 +10,28 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_refcomp_generate_prints_tokens_and_rate(capsys):
-    assert main(["generate", "--backend", "numpy", "--vocab", "32", "--layers", "1", "--d-model", "16", "--heads", "2",
-                 "--batch", "2", "--max-new-tokens", "3"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--backend",
+                "numpy",
+                "--vocab",
+                "32",
+                "--layers",
+                "1",
+                "--d-model",
+                "16",
+                "--heads",
+                "2",
+                "--batch",
+                "2",
+                "--max-new-tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("[0] 1 2 3 4 | ") and len(out[0].split("|")[1].split()) == 3
     assert out[1].startswith("[1] 2 3 4 5 | ")
@@ -21,7 +41,9 @@ def test_refcomp_generate_prints_tokens_and_rate(capsys):
 def test_refcomp_generate_refuses_bad_arguments(capsys):
     assert main(["generate", "--backend", "numpy", "--prompt", "1,x"]) == 2
     assert "comma-separated" in capsys.readouterr().err
-    assert main(["generate", "--backend", "numpy", "--vocab", "32", "--top-k", "99", "--temperature", "1"]) == 2
+    assert (
+        main(["generate", "--backend", "numpy", "--vocab", "32", "--top-k", "99", "--temperature", "1"]) == 2
+    )
     assert "top_k" in capsys.readouterr().err
     assert main(["generate", "--backend", "numpy", "--weights", "w.safetensors"]) == 2
     assert "--config" in capsys.readouterr().err
@@ -31,7 +53,26 @@ def test_the_example_runs(capsys):
     spec = importlib.util.spec_from_file_location("generate_example", ROOT / "examples" / "generate.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    assert example.main(["--backend", "numpy", "--layers", "1", "--d-model", "16", "--heads", "2", "--vocab", "32",
-                         "--batch", "2", "--max-new-tokens", "3"]) == 0
+    assert (
+        example.main(
+            [
+                "--backend",
+                "numpy",
+                "--layers",
+                "1",
+                "--d-model",
+                "16",
+                "--heads",
+                "2",
+                "--vocab",
+                "32",
+                "--batch",
+                "2",
+                "--max-new-tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "[1, 2, 3] -> [" in out and "tokens/s at batch 2" in out

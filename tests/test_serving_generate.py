@@ -28,17 +28,33 @@ def hf_model(family: str):
         cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=128,
                                       eos_token_id=None, bos_token_id=None, initializer_range=0.3)
         return cfg, transformers.GPT2LMHeadModel(cfg).eval()
-    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=128, vocab_size=128, max_position_embeddings=128,
-                                   eos_token_id=None, bos_token_id=None, pad_token_id=None, initializer_range=0.3)
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=128,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+        initializer_range=0.3,
+    )
     return cfg, transformers.LlamaForCausalLM(cfg).eval()
 
 
 def hf_greedy(hf, prompt, new=NEW) -> list:
     with torch.no_grad():
         ids = torch.tensor([prompt])
-        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                          pad_token_id=0)
+        out = hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+        )
     return out[0, len(prompt):].tolist()
 
 
@@ -72,7 +88,9 @@ def test_greedy_tokens_match_transformers_on_the_emulator(emulated):
 
 def test_greedy_tokens_match_transformers_on_the_reference(family):
     _, _, model, want = family
-    assert Engine(model, pages=64, page_size=4, backend="numpy", prefill_chunk=8).generate(PROMPTS, NEW) == want
+    assert (
+        Engine(model, pages=64, page_size=4, backend="numpy", prefill_chunk=8).generate(PROMPTS, NEW) == want
+    )
 
 
 def test_a_generation_compiles_twice(emulated):
@@ -143,13 +161,26 @@ def test_pages_outside_the_pool_and_bad_requests_are_refused(family):
     assert engine.pool.sequences() == []
     step = engine.program("decode")
     s = model.spec
-    feeds = {**model.feeds(), **engine.pool.feeds(), "ids": np.zeros((1, 1), np.int32),
-             "positions": np.zeros((1, 1), np.int32), "cached": np.zeros(1, np.float32), "lengths": np.ones(1, np.float32),
-             "block_table": np.array([[99]], np.int32), "slots": np.zeros((1, 1), np.int32),
-             "penalty": np.ones(1, np.float32), "seen": np.zeros((1, s.vocab), np.float32)}
+    feeds = {
+        **model.feeds(),
+        **engine.pool.feeds(),
+        "ids": np.zeros((1, 1), np.int32),
+        "positions": np.zeros((1, 1), np.int32),
+        "cached": np.zeros(1, np.float32),
+        "lengths": np.ones(1, np.float32),
+        "block_table": np.array([[99]], np.int32),
+        "slots": np.zeros((1, 1), np.int32),
+        "penalty": np.ones(1, np.float32),
+        "seen": np.zeros((1, s.vocab), np.float32),
+    }
     with pytest.raises(RefcompError, match="99"):
         step(feeds)
-    for bad, match in (([], "non-empty"), ([[1, 999]], "token ids"), ([[1]] * 300, "batch"), ([["a"]], "token ids")):
+    for bad, match in (
+        ([], "non-empty"),
+        ([[1, 999]], "token ids"),
+        ([[1]] * 300, "batch"),
+        ([["a"]], "token ids"),
+    ):
         with pytest.raises(EngineError, match=match):
             engine.generate(bad, 2)
     with pytest.raises(EngineError, match="positions"):

@@ -16,8 +16,16 @@ transformers = pytest.importorskip("transformers")
 
 def _llama():
     torch.manual_seed(1)
-    cfg = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, num_key_value_heads=1,
-                                   intermediate_size=64, vocab_size=40, max_position_embeddings=32, initializer_range=0.2)
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        vocab_size=40,
+        max_position_embeddings=32,
+        initializer_range=0.2,
+    )
     return cfg, transformers.LlamaForCausalLM(cfg).eval()
 
 
@@ -46,7 +54,9 @@ def test_what_cannot_be_used_is_refused(tmp_path):
         from_transformers(cfg, {k: v for k, v in state.items() if "embed_tokens" not in k})
     with pytest.raises(ModelError, match="model_type"):
         from_transformers(transformers.BertConfig(), state)
-    scaled = transformers.LlamaConfig(**{**cfg.to_dict(), "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    scaled = transformers.LlamaConfig(
+        **{**cfg.to_dict(), "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    )
     with pytest.raises(ModelError, match="rope_type"):
         from_transformers(scaled, state)
     with pytest.raises(ModelError, match="not a file|No such|weights file"):
@@ -59,11 +69,16 @@ def test_random_gpt2_is_a_gpt2():
     model = random_gpt2(layers=1, d_model=16, heads=2, vocab=20, positions=16)
     cfg = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=20, n_positions=16)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
-    state = {("transformer." + k if k != "lm_head.weight" else k): torch.tensor(v) for k, v in model.weights.items()}
+    state = {
+        ("transformer." + k if k != "lm_head.weight" else k): torch.tensor(v)
+        for k, v in model.weights.items()
+    }
     state["lm_head.weight"] = state["transformer.wte.weight"]
     hf.load_state_dict(state, strict=False)
     ids = np.array([[1, 2, 3, 4]], np.int32)
-    got = rc.evaluate(full_graph(model), {**model.feeds(), "ids": ids, "positions": np.arange(4, dtype=np.int32)[None]})
+    got = rc.evaluate(
+        full_graph(model), {**model.feeds(), "ids": ids, "positions": np.arange(4, dtype=np.int32)[None]}
+    )
     with torch.no_grad():
         want = hf(torch.tensor(ids, dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

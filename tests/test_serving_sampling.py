@@ -85,7 +85,13 @@ def test_a_seed_draws_the_same_on_the_reference_and_the_emulator(rng):
     program = rc.compile(sampling_graph(rc.input("logits", ("B", vocab))), dims_hint={"B": 4})
     logits = rng.normal(size=(5, vocab)).astype(np.float32)
     seen = np.zeros_like(logits)
-    settings = [Sampling(1.0, seed=11), Sampling(1.5, 8, seed=11), Sampling(0.9, 0, 0.9), Sampling(), Sampling(3.0)]
+    settings = [
+        Sampling(1.0, seed=11),
+        Sampling(1.5, 8, seed=11),
+        Sampling(0.9, 0, 0.9),
+        Sampling(),
+        Sampling(3.0),
+    ]
     draws = []
     for step in range(3):
         ref = run(settings, logits, seen, step)
@@ -108,8 +114,9 @@ def test_the_engine_samples_reproducibly():
     from refcomp.serving.engine import Engine
     from refcomp.serving.models import from_transformers
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=48, n_positions=64, eos_token_id=None,
-                                  bos_token_id=None)
+    cfg = transformers.GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=48, n_positions=64, eos_token_id=None, bos_token_id=None
+    )
     model = from_transformers(cfg, transformers.GPT2LMHeadModel(cfg).state_dict())
     engine = Engine(model, pages=16, page_size=4, backend="numpy")
     prompts = [[1, 2, 3], [4, 5]]

@@ -16,7 +16,17 @@ from refcomp.search.cost import H200
 from refcomp.search.rewrite import count_compute_nodes
 from refcomp.search.search import simplify
 
-from rule_harness import (Case, SETTINGS, EXAMPLES, binding_pairs, differ, evaluate_edges, exact, shapes, verify)
+from rule_harness import (
+    Case,
+    SETTINGS,
+    EXAMPLES,
+    binding_pairs,
+    differ,
+    evaluate_edges,
+    exact,
+    shapes,
+    verify,
+)
 
 
 # --- CSE, dead code, simplify as a whole -------------------------------------------------------------

@@ -50,13 +50,16 @@ def nodes(*tensors) -> int:
 def test_sort_is_torchs_stable_sort(rng, shape, dim, descending):
     x = values(rng, shape)
     a = rc.input("x", shape)
-    got_values, got_indices = rc.evaluate(list(a.sort(dim, descending=descending)) + [a.argsort(dim, descending)],
-                                          {"x": x})[:2]
+    got_values, got_indices = rc.evaluate(
+        list(a.sort(dim, descending=descending)) + [a.argsort(dim, descending)], {"x": x}
+    )[:2]
     want_values, want_indices = stable(x, dim, descending)
     same(got_values, want_values)
     same(got_indices, want_indices)
     # PyTorch's default (unstable) sort gives the same values; its order of ties (-0.0 and 0.0) is its own
-    np.testing.assert_array_equal(got_values, torch.sort(torch.from_numpy(x), dim=dim, descending=descending).values)
+    np.testing.assert_array_equal(
+        got_values, torch.sort(torch.from_numpy(x), dim=dim, descending=descending).values
+    )
 
 
 @pytest.mark.parametrize("n,k", [(9, 1), (9, 4), (65, 5), (40, 40), (200, 3), (200, 70), (257, 64), (1030, 7),
@@ -78,7 +81,9 @@ def test_topk_by_counting_and_by_the_network(rng, n, k, largest):
 
 
 def test_topk_picks_both_algorithms():
-    assert counted(8, 50257, 50) and len(sizes(50257)) == 5  # topk(50) of a GPT-2 vocabulary: 4 levels of minima
+    assert (
+        counted(8, 50257, 50) and len(sizes(50257)) == 5
+    )  # topk(50) of a GPT-2 vocabulary: 4 levels of minima
     assert counted(3, 200, 70) and counted(3, 257, 64) and counted(3, 1030, 7)  # the tournament, above
     assert 70 > MAX_COUNTED and 300 > MAX_CANDIDATES and not counted(3, 300, 70)  # the network, above
     assert not counted(400, 50257, 50) and not counted("B", 65, 5)  # positions past 2^24, or an unknown batch
@@ -106,7 +111,9 @@ def test_topk_of_long_rows_with_ties_on_the_emulator(rng, largest):
         same(got, expected)
 
 
-@pytest.mark.parametrize("shape,dim,k", [((4, 9), 1, 1), ((4, 9), 1, 5), ((4, 9), 0, 2), ((3, 70), -1, 66), ((2, 300), 1, 150)])
+@pytest.mark.parametrize(
+    "shape,dim,k", [((4, 9), 1, 1), ((4, 9), 1, 5), ((4, 9), 0, 2), ((3, 70), -1, 66), ((2, 300), 1, 150)]
+)
 def test_kthvalue(rng, shape, dim, k):
     x = values(rng, shape)
     a = rc.input("x", shape)
@@ -136,12 +143,16 @@ def test_median_is_the_lower_median_and_nan_wins(rng, shape, dim):
     np.testing.assert_array_equal(got[0], torch.median(torch.from_numpy(ties)))
     np.testing.assert_array_equal(got[1], torch.median(torch.from_numpy(ties), dim).values)
     ties[np.isnan(ties)] = 1.5
-    np.testing.assert_array_equal(rc.evaluate([a.median()], {"x": ties})[0], torch.median(torch.from_numpy(ties)))
+    np.testing.assert_array_equal(
+        rc.evaluate([a.median()], {"x": ties})[0], torch.median(torch.from_numpy(ties))
+    )
 
 
 def test_scalars_empty_axes_dtypes_and_symbolic_batches(rng):
     s = rc.input("s", ())
-    got = rc.evaluate(list(s.sort()) + list(s.topk(1)) + list(s.kthvalue(1)) + [s.median()], {"s": np.float32(5)})
+    got = rc.evaluate(
+        list(s.sort()) + list(s.topk(1)) + list(s.kthvalue(1)) + [s.median()], {"s": np.float32(5)}
+    )
     assert [g.shape for g in got] == [()] * 7 and [float(g) for g in got] == [5, 0, 5, 0, 5, 0, 5]
     e = rc.input("e", (3, 0))
     got = rc.evaluate(list(e.sort(-1)) + list(e.topk(0)), {"e": np.zeros((3, 0), np.float32)})
@@ -182,7 +193,9 @@ def test_the_graph_grows_with_log_squared_n_or_with_log_n():
     assert top[20000] == top[50257]  # as many levels: the row's length does not count
     assert top[201028] - top[50257] <= 100  # one more level
     assert nodes(*rc.input("x", (8, 50257)).topk(64)) == top[50257]  # nor does k
-    assert nodes(*rc.input("x", (8, 50257)).topk(100)) <= 4 * (36 + 9 * 8) + 60  # the network: 36 + 9 x 8 stages
+    assert (
+        nodes(*rc.input("x", (8, 50257)).topk(100)) <= 4 * (36 + 9 * 8) + 60
+    )  # the network: 36 + 9 x 8 stages
 
 
 @pytest.mark.parametrize("shape,build", [

@@ -26,7 +26,9 @@ def _product(rows, k, n, batch=()):
     return x, w, y, node
 
 
-@pytest.mark.parametrize("rows, k, n, batch", [(1, 256, 24, ()), (1, 768, 40, ()), (3, 384, 7, (2,)), (1, 512, 1, ())])
+@pytest.mark.parametrize(
+    "rows, k, n, batch", [(1, 256, 24, ()), (1, 768, 40, ()), (3, 384, 7, (2,)), (1, 512, 1, ())]
+)
 def test_a_split_contraction_is_the_same_sum_for_every_chunk_count(rows, k, n, batch):
     rng = np.random.default_rng(k + n)
     x, w, y, node = _product(rows, k, n, batch)
@@ -39,9 +41,13 @@ def test_a_split_contraction_is_the_same_sum_for_every_chunk_count(rows, k, n, b
     assert counts and all(k % s == 0 and k // s >= 8 for s in counts)
     for chunks in counts:
         split = Tensor(split_k(node, chunks))
-        np.testing.assert_allclose(rc.evaluate(split, feeds, precision="float64"), whole, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            rc.evaluate(split, feeds, precision="float64"), whole, rtol=1e-12, atol=1e-12
+        )
         np.testing.assert_allclose(rc.evaluate(split, feeds), whole, **golden.FLOAT32_TOLERANCE)
-    alone = rc.evaluate(Tensor(isolated(node)), {"operand0": feeds["x"], "operand1": feeds["w"]}, precision="float64")
+    alone = rc.evaluate(
+        Tensor(isolated(node)), {"operand0": feeds["x"], "operand1": feeds["w"]}, precision="float64"
+    )
     np.testing.assert_allclose(alone, whole, rtol=1e-12, atol=1e-12)
 
 
@@ -51,7 +57,9 @@ def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_are_skinny()
     assert skinny(_product(3, MIN_K, 5, (2,))[3], count)  # 6 rows in all
     assert not skinny(_product(16, 768, 3072)[3], count)  # a whole tile of rows
     assert not skinny(_product(1, MIN_K // 2, 3072)[3], count)  # a short K
-    assert not skinny((rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 8))).node, count)  # 64 rows at the binding
+    assert not skinny(
+        (rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 8))).node, count
+    )  # 64 rows at the binding
     symbolic_k = (rc.input("x", (1, "T")) @ rc.input("w", ("T", 8))).node
     assert not skinny(symbolic_k, count)  # K must be known to be cut into chunks
     half = (rc.input("x", (1, 768), "float16") @ rc.input("w", (768, 64), "float16")).node
@@ -98,7 +106,9 @@ def test_two_chained_skinny_matmuls_are_both_split_and_named_in_the_searched_gra
              "w2": (rng.standard_normal((3072, 768)) * 0.05).astype(np.float32)}
     h = feeds["x"].astype(np.float64) @ feeds["w1"].astype(np.float64)
     gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
-    np.testing.assert_allclose(prog.run(feeds), gelu @ feeds["w2"].astype(np.float64), **golden.FLOAT32_TOLERANCE)
+    np.testing.assert_allclose(
+        prog.run(feeds), gelu @ feeds["w2"].astype(np.float64), **golden.FLOAT32_TOLERANCE
+    )
 
 
 def test_a_skinny_matmul_that_is_launch_bound_is_not_split():

@@ -33,8 +33,9 @@ def test_collectives_mean_what_numpy_says():
     for i, got in enumerate(exchanged):
         np.testing.assert_array_equal(got, np.concatenate([x[i:i + 1] for x in xs], 1))
     megabyte = 2 ** 20  # the ring all-reduce: 2 (n-1)/n of the bytes over one link direction
-    assert collective_time("AllReduceSum", megabyte, 4) - collective_time("AllReduceSum", 0, 4) == pytest.approx(
-        1.5 * megabyte / LINK_BYTES_PER_S)
+    assert collective_time("AllReduceSum", megabyte, 4) - collective_time(
+        "AllReduceSum", 0, 4
+    ) == pytest.approx(1.5 * megabyte / LINK_BYTES_PER_S)
     assert collective_time("AllReduceSum", megabyte, 1) == 0.0
 
 
@@ -67,7 +68,9 @@ def test_the_search_finds_megatron_for_an_mlp():
     y = _mlp(512, 2048)
     prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
     assert prog.shardings == {"x": ("dp", None, None), "w1": (None, "tp"), "w2": ("tp", None)}
-    (only,) = prog.collectives  # the output's partial sums, reduced and scattered over tp (half an all-reduce)
+    (only,) = (
+        prog.collectives
+    )  # the output's partial sums, reduced and scattered over tp (half an all-reduce)
     assert only.kind == "ReduceScatter" and only.axis == "tp" and only.bytes_per_device == 4 * 128 * 512 * 4
     assert only.time_s < rc.spmd.collectives.collective_time("AllReduceSum", only.bytes_per_device, 4)
     rng = np.random.default_rng(1)
@@ -76,7 +79,9 @@ def test_the_search_finds_megatron_for_an_mlp():
     np.testing.assert_allclose(prog.run(feeds, backend="numpy"), want, **golden.FLOAT32_TOLERANCE)
 
 
-@pytest.mark.parametrize("axes", [{"dp": 1}, {"dp": 2}, {"tp": 4}, {"dp": 2, "tp": 4}], ids=["1", "2", "4", "8"])
+@pytest.mark.parametrize(
+    "axes", [{"dp": 1}, {"dp": 2}, {"tp": 4}, {"dp": 2, "tp": 4}], ids=["1", "2", "4", "8"]
+)
 def test_every_mesh_agrees_with_the_single_device_program(axes):
     y = _mlp()
     mesh = rc.Mesh(axes)
@@ -123,7 +128,9 @@ def test_data_parallel_attention_block_needs_no_collective():
     rng = np.random.default_rng(3)
     feeds = {"x": rng.standard_normal((8, 5, 32)).astype(np.float32), "g": np.ones(32, np.float32),
              "b": np.zeros(32, np.float32), "wq": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)}
-    np.testing.assert_array_equal(prog.run(feeds, backend="emulator"), rc.compile(y, cache=False).run(feeds, backend="emulator"))
+    np.testing.assert_array_equal(
+        prog.run(feeds, backend="emulator"), rc.compile(y, cache=False).run(feeds, backend="emulator")
+    )
     with pytest.raises(rc.BindingError, match="B = 6.*dp.*4"):
         prog.run({**feeds, "x": feeds["x"][:6]}, backend="numpy")
 
@@ -133,7 +140,9 @@ def test_a_reduction_over_a_sharded_axis_is_completed_by_an_all_reduce():
     y = {"sum": x.sum(-1), "max": x.amax(-1), "soft": x.softmax(-1)}
     prog = rc.spmd.compile(y, rc.Mesh({"tp": 4}), search=False)
     kinds = sorted(c.kind for c in prog.collectives)
-    assert "AllReduceSum" in kinds and "AllReduceMax" in kinds and "ReduceScatter" in kinds  # the sum output: scattered
+    assert (
+        "AllReduceSum" in kinds and "AllReduceMax" in kinds and "ReduceScatter" in kinds
+    )  # the sum output: scattered
     feeds = {"x": np.random.default_rng(4).standard_normal((8, 16)).astype(np.float32)}
     want = rc.evaluate(y, feeds, precision="float64")
     got = prog.run(feeds, backend="emulator")
@@ -148,12 +157,19 @@ def test_a_split_moved_to_another_dim_is_an_all_to_all():
     y = (a + b) * 3.0
     prog = rc.spmd.compile(y, rc.Mesh({"tp": 4}))
     (only,) = prog.collectives
-    assert (only.kind, only.axis, only.tensor, only.bytes_per_device) == ("AllToAll", "tp", "input 'b'", 8 * 3 * 4)
+    assert (only.kind, only.axis, only.tensor, only.bytes_per_device) == (
+        "AllToAll",
+        "tp",
+        "input 'b'",
+        8 * 3 * 4,
+    )
     assert only.time_s < rc.spmd.collectives.collective_time("AllGather", only.bytes_per_device, 4)
     rng = np.random.default_rng(11)
     feeds = {name: rng.standard_normal((8, 12)).astype(np.float32) for name in "ab"}
     for backend in ("numpy", "emulator"):  # one add and one multiply per element: exact on every device
-        np.testing.assert_array_equal(prog.run(feeds, backend=backend), (feeds["a"] + feeds["b"]) * np.float32(3.0))
+        np.testing.assert_array_equal(
+            prog.run(feeds, backend=backend), (feeds["a"] + feeds["b"]) * np.float32(3.0)
+        )
 
 
 def test_rc_shard_moves_a_split_of_a_symbolic_dim_by_an_all_to_all():
@@ -176,7 +192,10 @@ def test_rc_shard_moves_a_split_of_a_symbolic_dim_by_an_all_to_all():
 def test_partial_sums_read_split_are_reduce_scattered_in_the_graph():
     """Row-parallel matmul output added to a residual split along T (sequence parallel): the partial
     sums are reduce-scattered along T (half an all-reduce), and the add runs on each device's rows."""
-    a, r = rc.input("a", (4, 16, 32), sharding=(None, None, "tp")), rc.input("r", (4, 16, 32), sharding=(None, "tp", None))
+    a, r = (
+        rc.input("a", (4, 16, 32), sharding=(None, None, "tp")),
+        rc.input("r", (4, 16, 32), sharding=(None, "tp", None)),
+    )
     w = rc.input("w", (32, 32), sharding=("tp", None))
     y = (a @ w) + r
     prog = rc.spmd.compile(y, rc.Mesh({"tp": 4}))
@@ -184,8 +203,11 @@ def test_partial_sums_read_split_are_reduce_scattered_in_the_graph():
     assert (only.kind, only.bytes_per_device) == ("ReduceScatter", 4 * 16 * 32 * 4)
     assert "partial sums, completed by ReduceScatter over tp" in prog.explain()
     rng = np.random.default_rng(13)
-    feeds = {"a": rng.standard_normal((4, 16, 32)).astype(np.float32), "r": rng.standard_normal((4, 16, 32)).astype(np.float32),
-             "w": rng.standard_normal((32, 32)).astype(np.float32)}
+    feeds = {
+        "a": rng.standard_normal((4, 16, 32)).astype(np.float32),
+        "r": rng.standard_normal((4, 16, 32)).astype(np.float32),
+        "w": rng.standard_normal((32, 32)).astype(np.float32),
+    }
     want = rc.evaluate(y, feeds, precision="float64")
     for backend in ("numpy", "emulator"):
         np.testing.assert_allclose(prog.run(feeds, backend=backend), want, **golden.FLOAT32_TOLERANCE)
@@ -218,7 +240,9 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     on_emulator = check_sharded(8, 12, rc.Mesh({"tp": 2}), backend="emulator")
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
     assert on_emulator.compared >= 20
-    moved = check_sharded(20, 5, rc.Mesh({"tp": 4}), backend="numpy")  # outputs laid out anew: splits move between dims
+    moved = check_sharded(
+        20, 5, rc.Mesh({"tp": 4}), backend="numpy"
+    )  # outputs laid out anew: splits move between dims
     assert moved.mismatches == [], moved.mismatches[0]
     assert moved.collectives["AllToAll"] >= 2, moved.collectives
 
@@ -227,8 +251,13 @@ def test_explain_shows_every_sharding_and_a_sharded_graph_saves(tmp_path):
     y = _mlp(512, 2048)
     prog = rc.spmd.compile(y, rc.Mesh({"dp": 2, "tp": 4}), dims_hint={"B": 8, "T": 128})
     text = prog.explain()
-    assert "input 'w1'               (512, 2048/tp)" in text and "input 'x'                (B/dp, T, 512)" in text
-    assert "partial sums, completed by ReduceScatter over tp" in text and "total: 1,048,576 B per device" in text
+    assert (
+        "input 'w1'               (512, 2048/tp)" in text
+        and "input 'x'                (B/dp, T, 512)" in text
+    )
+    assert (
+        "partial sums, completed by ReduceScatter over tp" in text and "total: 1,048,576 B per device" in text
+    )
     single = rc.compile(y, search=False, cache=False)  # the single-device program ignores the shardings
     single.save(tmp_path / "p.json")
     feeds = _feeds(np.random.default_rng(6), 2, 2, 512, 2048)
@@ -239,7 +268,10 @@ def test_explain_shows_every_sharding_and_a_sharded_graph_saves(tmp_path):
 def test_the_example_runs(capsys):
     import runpy
     from pathlib import Path
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "spmd_gpt2.py"), run_name="__main__")
+
+    runpy.run_path(
+        str(Path(__file__).resolve().parent.parent / "examples" / "spmd_gpt2.py"), run_name="__main__"
+    )
     printed = capsys.readouterr().out
     assert "wo: ('tp', None)" in printed and printed.count("AllReduceSum") == 2
     difference = float(printed.rsplit("max abs difference", 1)[1])
@@ -254,9 +286,16 @@ def test_the_explorer_shows_the_shardings_and_each_stage(tmp_path):
     assert page.count('<iframe class="rc-stage"') == sum(1 for s in prog.stages if s.program is not None)
 
 
-@pytest.mark.parametrize("axes", [{"dp": 2}, pytest.param({"dp": 1}, marks=pytest.mark.slow),
-                                  pytest.param({"dp": 2, "tp": 2}, marks=pytest.mark.slow),
-                                  pytest.param({"dp": 2, "tp": 4}, marks=pytest.mark.slow)], ids=["dp2", "1", "dp2xtp2", "dp2xtp4"])
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"dp": 2},
+        pytest.param({"dp": 1}, marks=pytest.mark.slow),
+        pytest.param({"dp": 2, "tp": 2}, marks=pytest.mark.slow),
+        pytest.param({"dp": 2, "tp": 4}, marks=pytest.mark.slow),
+    ],
+    ids=["dp2", "1", "dp2xtp2", "dp2xtp4"],
+)
 def test_minilm_on_a_mesh_matches_one_device(axes):
     """The real sentence-embedding model (examples/minilm.py): batch split over dp (and weights laid
     out by the search over tp) on the simulated mesh, against the single-device reference."""
@@ -267,7 +306,10 @@ def test_minilm_on_a_mesh_matches_one_device(axes):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from examples import minilm
     out = minilm.graph()
-    feeds = {**minilm.weights(), **minilm.tokenize(["a small test sentence", "refcomp splits the batch", "three", "four words here"])}
+    feeds = {
+        **minilm.weights(),
+        **minilm.tokenize(["a small test sentence", "refcomp splits the batch", "three", "four words here"]),
+    }
     batch = {name: ("dp", None) for name in ("input_ids", "token_type_ids", "attention_mask")}
     prog = rc.spmd.compile(out, rc.Mesh(axes), shardings=batch, dims_hint={"B": 4, "T": 16})
     got, want = prog.run(feeds, backend="numpy"), rc.evaluate(out, feeds)
@@ -288,12 +330,43 @@ def test_refcomp_explain_with_a_mesh(tmp_path, capsys):
     target.write_text("import refcomp as rc\n\ndef mlp():\n    x = rc.input('x', ('B', 'T', 512))\n"
                       "    w1, w2 = rc.input('w1', (512, 2048)), rc.input('w2', (2048, 512))\n"
                       "    return (x @ w1).gelu(approximate='tanh') @ w2\n")
-    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2,tp=4", "--shard", "x=dp,-,-", "--dims-hint", "B=8", "T=128"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                f"{target}:mlp",
+                "--mesh",
+                "dp=2,tp=4",
+                "--shard",
+                "x=dp,-,-",
+                "--dims-hint",
+                "B=8",
+                "T=128",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "input 'w2'               (2048/tp, 512)" in printed and "total: 1,048,576 B per device" in printed
-    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=dp,-,-", "--html", str(tmp_path / "m.html")]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                f"{target}:mlp",
+                "--mesh",
+                "dp=2",
+                "--shard",
+                "x=dp,-,-",
+                "--html",
+                str(tmp_path / "m.html"),
+            ]
+        )
+        == 0
+    )
     assert "(B/dp, T, 512)" in (tmp_path / "m.html").read_text()
-    assert main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=pp,-,-"]) == 2  # one line, exit 2
+    assert (
+        main(["explain", f"{target}:mlp", "--mesh", "dp=2", "--shard", "x=pp,-,-"]) == 2
+    )  # one line, exit 2
     assert "refcomp: error:" in capsys.readouterr().err
 
 
@@ -335,13 +408,18 @@ def test_replicated_values_are_read_in_blocks_and_rc_shard_lays_out():
     kinds = [c.kind for c in prog.collectives]
     assert "AllGather" in kinds and kinds.count("AllGather") <= 2  # only rc.shard's gather back, never y's
     rng = np.random.default_rng(8)
-    feeds = {"x": rng.standard_normal((4, 6, 8)).astype(np.float32), "pos": rng.standard_normal((6, 8)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((4, 6, 8)).astype(np.float32),
+        "pos": rng.standard_normal((6, 8)).astype(np.float32),
+    }
     want = rc.evaluate(outs, feeds, precision="float64")
     for backend in ("numpy", "emulator"):
         got = prog.run(feeds, backend=backend)
         for k in outs:
             np.testing.assert_allclose(got[k], want[k], err_msg=k, **golden.FLOAT32_TOLERANCE)
-    single = rc.compile(outs, cache=False).run(feeds, backend="emulator")  # one device: the annotation is a copy
+    single = rc.compile(outs, cache=False).run(
+        feeds, backend="emulator"
+    )  # one device: the annotation is a copy
     np.testing.assert_allclose(single["seq"], want["seq"], **golden.FLOAT32_TOLERANCE)
     with pytest.raises(rc.ShapeError, match="rc.shard"):
         rc.shard(y, ("dp",))

@@ -120,10 +120,30 @@ def _mpirun(n: int, script: Path, out_dir: Path, *cases: str, device: str = "emu
             timeout: int = 180) -> subprocess.CompletedProcess:
     """`mpirun -n n python script out_dir device cases...`: as root too, more ranks than cores (2 here),
     killed by mpirun 10 s before `timeout` (then by the test)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(["mpirun", "-n", str(n), "--allow-run-as-root", "--oversubscribe", "--timeout", str(timeout - 10),
-                           sys.executable, str(script), str(out_dir), device, *cases], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [
+            "mpirun",
+            "-n",
+            str(n),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--timeout",
+            str(timeout - 10),
+            sys.executable,
+            str(script),
+            str(out_dir),
+            device,
+            *cases,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def _agrees(y, feeds, got, simulated) -> None:
@@ -145,7 +165,12 @@ def four_ranks(tmp_path_factory):
     for case in FOUR_RANKS:
         y, prog = script.build(case)
         feeds = script.feeds(case)
-        cases[case] = (y, prog, feeds, prog.run(feeds, backend="emulator"))  # first: fills the kernel cache the ranks share
+        cases[case] = (
+            y,
+            prog,
+            feeds,
+            prog.run(feeds, backend="emulator"),
+        )  # first: fills the kernel cache the ranks share
     return script, cases, _mpirun(4, path, out, *FOUR_RANKS), out
 
 
@@ -156,8 +181,12 @@ def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, four_ran
     y, prog, feeds, simulated = cases[case]
     if case == "exchange":  # blocks move between ranks: each rank must get its own part, in rank order
         assert [c.kind for c in prog.collectives] == ["ReduceScatter", "AllToAll"]
-    elif case != "data_parallel":  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
-        assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == ["ReduceScatter"]
+    elif (
+        case != "data_parallel"
+    ):  # the search's Megatron layout: one reduce-scatter over tp (4 ranks: the order counts)
+        assert prog.shardings["w1"] == (None, "tp") and [c.kind for c in prog.collectives] == [
+            "ReduceScatter"
+        ]
     else:
         assert prog.collectives == []
     assert done.returncode == 0, done.stdout + done.stderr
@@ -231,7 +260,9 @@ def test_an_error_mid_run_on_one_rank_aborts_the_job(tmp_path):
     """Rank 1's first stage raises (an unknown device backend) while rank 0 waits in the collective
     after it: rank 1 prints its error and aborts the job instead of leaving rank 0 waiting forever."""
     done = _fails_fast(tmp_path, "fails_mid_run")
-    assert "refcomp backend='mpi': rank 1 of 2 failed, aborting the MPI job" in done.stderr, done.stdout + done.stderr
+    assert "refcomp backend='mpi': rank 1 of 2 failed, aborting the MPI job" in done.stderr, (
+        done.stdout + done.stderr
+    )
     assert "no_such_backend" in done.stderr
 
 
@@ -268,4 +299,6 @@ def test_two_processes_on_two_gpus_agree_with_the_simulated_mesh(tmp_path):
     done = _mpirun(2, path, tmp_path, "two_gpus", device="pycuda")
     assert done.returncode == 0, done.stdout + done.stderr
     with np.load(tmp_path / "two_gpus.npz") as z:
-        np.testing.assert_allclose(z["y"], prog.run(script.feeds(), backend="numpy"), **golden.FLOAT32_TOLERANCE)
+        np.testing.assert_allclose(
+            z["y"], prog.run(script.feeds(), backend="numpy"), **golden.FLOAT32_TOLERANCE
+        )

@@ -39,13 +39,17 @@ def nccl_semantics(kind: str, sends: list[np.ndarray]) -> list[np.ndarray]:
 def test_the_layout_around_each_nccl_call_gives_the_collectives_meaning(kind, n):
     rng = np.random.default_rng([n, len(kind)])
     for dim, dim2 in [(0, 1), (1, 0), (2, 1), (1, 2)]:
-        arrays = [rng.integers(-8, 8, size=(4, 8, 12)).astype(np.float32) for _ in range(n)]  # exact sums in any order
+        arrays = [
+            rng.integers(-8, 8, size=(4, 8, 12)).astype(np.float32) for _ in range(n)
+        ]  # exact sums in any order
         sends = [nccl.pack(kind, a, n, dim) for a in arrays]
         received = nccl_semantics(kind, sends)
         for r in range(n):
             assert received[r].shape == nccl.received_shape(kind, sends[r], n)
             got = nccl.unpack(kind, received[r], dim, dim2)
-            np.testing.assert_array_equal(got, COLLECTIVES[kind].numpy(arrays, dim, dim2)[r], err_msg=f"{kind} dim={dim} dim2={dim2}")
+            np.testing.assert_array_equal(
+                got, COLLECTIVES[kind].numpy(arrays, dim, dim2)[r], err_msg=f"{kind} dim={dim} dim2={dim2}"
+            )
 
 
 def test_a_part_that_does_not_split_is_named():
@@ -77,7 +81,9 @@ def test_the_library_loads_and_makes_communicator_ids():
     assert major == 2 and minor >= 18  # ncclGroupStart-ed send/recv and ReduceScatter as used here
     a, b = nccl.unique_id(), nccl.unique_id()
     assert len(a) == len(b) == 128 and a != b
-    with pytest.raises(rc.RefcompError, match=r"NCCL ncclCommInitRank failed: unhandled cuda error .*\(ncclResult 1\)"):
+    with pytest.raises(
+        rc.RefcompError, match=r"NCCL ncclCommInitRank failed: unhandled cuda error .*\(ncclResult 1\)"
+    ):
         nccl.check(1, "ncclCommInitRank")  # a failing call's result, in NCCL's own words
 
 
@@ -99,7 +105,9 @@ def test_a_one_rank_communicator_runs_every_collective_or_names_what_is_missing(
         pytest.skip(reason)
     missing = _gpus(1)
     if missing is not None:
-        with pytest.raises(rc.RefcompError, match="collectives='nccl' runs on this rank's GPU: .*pip install"):
+        with pytest.raises(
+            rc.RefcompError, match="collectives='nccl' runs on this rank's GPU: .*pip install"
+        ):
             nccl.GroupComm(_OneRank(), 0)
         return
     comm = nccl.GroupComm(_OneRank(), 0)
@@ -125,4 +133,6 @@ def test_two_processes_on_two_gpus_with_nccl_collectives_agree_with_the_simulate
     for case in cases:
         y, prog = script.build(case)
         with np.load(tmp_path / f"{case}.npz") as z:
-            np.testing.assert_allclose(z["y"], prog.run(script.feeds(case), backend="numpy"), **golden.FLOAT32_TOLERANCE)
+            np.testing.assert_allclose(
+                z["y"], prog.run(script.feeds(case), backend="numpy"), **golden.FLOAT32_TOLERANCE
+            )

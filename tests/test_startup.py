@@ -26,13 +26,17 @@ def _modules_after(code: str) -> set[str]:
     """The top-level packages and refcomp's modules loaded by `code` in a fresh interpreter."""
     probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     return {m for m in loaded if m.startswith("refcomp")} | {m.split(".")[0] for m in loaded}
 
 
-@pytest.mark.parametrize("code", ["import refcomp", "import refcomp as rc; rc.__version__; dir(rc); rc.__all__"])
+@pytest.mark.parametrize(
+    "code", ["import refcomp", "import refcomp as rc; rc.__version__; dir(rc); rc.__all__"]
+)
 def test_import_loads_no_heavy_library(code):
     loaded = _modules_after(code)
     assert not loaded & set(HEAVY), f"`{code}` imports {sorted(loaded & set(HEAVY))}"
@@ -43,8 +47,13 @@ def test_import_loads_no_heavy_library(code):
 def test_version_and_help_import_no_compiler(argv):
     loaded = _modules_after(f"from refcomp.cli import main\nassert main({argv!r}) == 0")
     assert not loaded & set(HEAVY), f"refcomp {' '.join(argv)} imports {sorted(loaded & set(HEAVY))}"
-    assert {m for m in loaded if m.startswith("refcomp.")} <= {"refcomp.cli", "refcomp.errors", "refcomp.progress",
-                                                                "refcomp.ops", "refcomp.ops.names"}
+    assert {m for m in loaded if m.startswith("refcomp.")} <= {
+        "refcomp.cli",
+        "refcomp.errors",
+        "refcomp.progress",
+        "refcomp.ops",
+        "refcomp.ops.names",
+    }
 
 
 def test_the_first_tensor_loads_the_ops_but_not_the_compiler():
@@ -76,7 +85,9 @@ def test_lazy_names_are_their_modules_objects():
     assert rc.exp is functions.FUNCTIONS["exp"] and rc.max is functions.FUNCTIONS["max"]
     assert rc.mm is functions.mm and rc.rand is random_tensors.rand
     assert (rc.float32, rc.bool, rc.int64) == ("float32", "bool", "int64")
-    assert isinstance(rc.compiler, types.ModuleType) and rc.compiler.H200 is not None  # as code has reached it
+    assert (
+        isinstance(rc.compiler, types.ModuleType) and rc.compiler.H200 is not None
+    )  # as code has reached it
     assert isinstance(rc.ops.graph, types.ModuleType)
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         rc.no_such_name  # noqa: B018

@@ -6,7 +6,18 @@ import pytest
 import sympy
 
 import refcomp as rc
-from refcomp.symbolic.dims import dim, dims_equal, evaluate_dim, evaluate_value, expand, free_symbols, idiv, imod, prod, symbol
+from refcomp.symbolic.dims import (
+    dim,
+    dims_equal,
+    evaluate_dim,
+    evaluate_value,
+    expand,
+    free_symbols,
+    idiv,
+    imod,
+    prod,
+    symbol,
+)
 
 
 T, B = symbol("T"), symbol("B")
@@ -34,7 +45,9 @@ def test_user_sympy_symbols_are_made_canonical():
     x = rc.input("x", (plain, 2))
     y = rc.input("y", ("T",))
     out = x[:, 0] + y  # the two spellings of T must broadcast as one dim
-    np.testing.assert_array_equal(rc.evaluate(out, {"x": np.ones((3, 2), np.float32), "y": np.ones(3, np.float32)}), [2, 2, 2])
+    np.testing.assert_array_equal(
+        rc.evaluate(out, {"x": np.ones((3, 2), np.float32), "y": np.ones(3, np.float32)}), [2, 2, 2]
+    )
 
 
 def test_expressions_are_kept():
@@ -86,8 +99,13 @@ def test_idiv_imod_simplify_exact_cases():
 
 @pytest.mark.parametrize("t", [1, 2, 3, 7, 10])
 def test_idiv_imod_evaluate_as_floor_division_and_remainder(t):
-    for expr, expected in [(idiv(T + 1, 2), (t + 1) // 2), (imod(T, 3), t % 3), (idiv(2 * T + 3, 4) + 1, (2 * t + 3) // 4 + 1),
-                           (imod(T + 5, 4) * idiv(T, 3), ((t + 5) % 4) * (t // 3)), (idiv(T - 1, 2) + 1, (t - 1) // 2 + 1)]:
+    for expr, expected in [
+        (idiv(T + 1, 2), (t + 1) // 2),
+        (imod(T, 3), t % 3),
+        (idiv(2 * T + 3, 4) + 1, (2 * t + 3) // 4 + 1),
+        (imod(T + 5, 4) * idiv(T, 3), ((t + 5) % 4) * (t // 3)),
+        (idiv(T - 1, 2) + 1, (t - 1) // 2 + 1),
+    ]:
         assert evaluate_dim(dim(expr), {"T": t}) == expected, expr
 
 
@@ -98,9 +116,25 @@ def test_idiv_imod_are_integer_and_nonnegative():
 
 def test_expand_is_sympys_expand():
     """dims.expand skips SymPy for what is already expanded; the answer must be SymPy's, to the tree."""
-    i, j = sympy.Symbol("i", integer=True, nonnegative=True), sympy.Symbol("j", integer=True, nonnegative=True)
-    for e in [i, 3, 32 * T * i + j, 128 * T**2 * i + 4 * B * j + 7, i + idiv(32 * T * j + i, 4 * T), 2 * imod(i + T, 3) * j,
-              (T + 1) * i, (i + j) ** 2, idiv((T + 1) * i, 2), T * (B + 1) - T, i / 2 + T / 3, T**-1 * i, 2 * (T + 1)]:
+    i, j = (
+        sympy.Symbol("i", integer=True, nonnegative=True),
+        sympy.Symbol("j", integer=True, nonnegative=True),
+    )
+    for e in [
+        i,
+        3,
+        32 * T * i + j,
+        128 * T**2 * i + 4 * B * j + 7,
+        i + idiv(32 * T * j + i, 4 * T),
+        2 * imod(i + T, 3) * j,
+        (T + 1) * i,
+        (i + j) ** 2,
+        idiv((T + 1) * i, 2),
+        T * (B + 1) - T,
+        i / 2 + T / 3,
+        T**-1 * i,
+        2 * (T + 1),
+    ]:
         assert sympy.srepr(expand(e)) == sympy.srepr(sympy.expand(e)), e
 
 
@@ -153,7 +187,9 @@ def test_mean_and_var_over_symbolic_axes(rng):
     x = rc.input("x", ("B", "T"))
     for b, t in [(2, 3), (3, 7)]:
         a = rng.standard_normal((b, t)).astype(np.float32)
-        got = rc.evaluate([x.mean(1), x.mean(), x.var(1, correction=0), x.softmax(-1), x.cumsum(1), x.argmax(1)], {"x": a})
+        got = rc.evaluate(
+            [x.mean(1), x.mean(), x.var(1, correction=0), x.softmax(-1), x.cumsum(1), x.argmax(1)], {"x": a}
+        )
         a64 = a.astype(np.float64)
         np.testing.assert_allclose(got[0], a64.mean(1), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[1], a64.mean(), rtol=1e-5, atol=1e-6)
@@ -172,12 +208,20 @@ def test_strided_conv_output_size_is_an_idiv(rng, stride, padding, dilation):
         ho = (h + 2 * padding - dilation * 2 - 1) // stride + 1
         wo = (wd + 2 * padding - dilation * 2 - 1) // stride + 1
         assert evaluate_dim(out.shape[2], {"H": h}) == ho and evaluate_dim(out.shape[3], {"W": wd}) == wo
-        a, k = rng.standard_normal((1, 2, h, wd)).astype(np.float32), rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+        a, k = (
+            rng.standard_normal((1, 2, h, wd)).astype(np.float32),
+            rng.standard_normal((3, 2, 3, 3)).astype(np.float32),
+        )
         got = rc.evaluate(out, {"x": a, "w": k})
         assert got.shape == (1, 3, ho, wo)
         ap = np.pad(a.astype(np.float64), [(0, 0), (0, 0), (padding,) * 2, (padding,) * 2])
         i, j = ho - 1, wo - 1  # spot-check the last output position
-        window = ap[0, :, i * stride:i * stride + 2 * dilation + 1:dilation, j * stride:j * stride + 2 * dilation + 1:dilation]
+        window = ap[
+            0,
+            :,
+            i * stride : i * stride + 2 * dilation + 1 : dilation,
+            j * stride : j * stride + 2 * dilation + 1 : dilation,
+        ]
         np.testing.assert_allclose(got[0, :, i, j], np.einsum("chw,ochw->o", window, k), rtol=1e-4, atol=1e-5)
 
 
@@ -204,13 +248,19 @@ def test_dims_bind_symbols_no_feed_has():
 def test_a_symbolic_constant_is_evaluated_at_the_binding():
     x = rc.input("x", ("T",))
     scaled = x * (1 / dim("T")) + dim("T")
-    np.testing.assert_allclose(rc.evaluate(scaled, {"x": np.full(4, 2.0, np.float32)}), np.full(4, 2.0 / 4 + 4))
-    np.testing.assert_allclose(rc.evaluate(scaled, {"x": np.full(5, 1.0, np.float32)}), np.full(5, 1.0 / 5 + 5))
+    np.testing.assert_allclose(
+        rc.evaluate(scaled, {"x": np.full(4, 2.0, np.float32)}), np.full(4, 2.0 / 4 + 4)
+    )
+    np.testing.assert_allclose(
+        rc.evaluate(scaled, {"x": np.full(5, 1.0, np.float32)}), np.full(5, 1.0 / 5 + 5)
+    )
 
 
 def test_conflicting_bindings_are_errors():
     a, b = rc.input("a", ("T",)), rc.input("b", (2, "T"))
-    with pytest.raises(rc.BindingError, match=r"dimension T is 3 from input 'a' but 4 from axis 1 of input 'b'"):
+    with pytest.raises(
+        rc.BindingError, match=r"dimension T is 3 from input 'a' but 4 from axis 1 of input 'b'"
+    ):
         rc.evaluate(a + b, {"a": np.ones(3, np.float32), "b": np.ones((2, 4), np.float32)})
     with pytest.raises(rc.BindingError, match=r"dimension T is 2 from dims= but 3 from axis 0 of input 'a'"):
         rc.evaluate(a, {"a": np.ones(3, np.float32)}, dims={"T": 2})

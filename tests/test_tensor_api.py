@@ -18,11 +18,18 @@ from api_helpers import SPECIAL, close, exact, f32, run
 
 # --- arithmetic ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((5,), ())])
+@pytest.mark.parametrize(
+    "shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((5,), ())]
+)
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "truediv"])
 def test_binary_arithmetic_broadcasts_like_numpy(rng, shapes, op):
     a, b = f32(rng, *shapes[0]), f32(rng, *shapes[1], lo=0.5, hi=3.0)
-    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "truediv": lambda x, y: x / y}[op]
+    fn = {
+        "add": lambda x, y: x + y,
+        "sub": lambda x, y: x - y,
+        "mul": lambda x, y: x * y,
+        "truediv": lambda x, y: x / y,
+    }[op]
     close(run(fn, a, b), fn(a.astype(np.float64), b.astype(np.float64)))
 
 
@@ -76,7 +83,9 @@ def test_mod_is_numpy_remainder_and_fmod_is_c_fmod(a, b):
 
 @pytest.mark.parametrize("exponent", [0, 1, 2, 3, 5, -1, -2, -3, 16, 17, 20, 2.0, -4.0])
 def test_integer_powers_of_any_sign(rng, exponent):
-    a = np.concatenate([f32(rng, 8, lo=-1.5, hi=1.5), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -2.0, 1.0], np.float32)])
+    a = np.concatenate(
+        [f32(rng, 8, lo=-1.5, hi=1.5), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -2.0, 1.0], np.float32)]
+    )
     with np.errstate(all="ignore"):
         expected = np.power(a.astype(np.float64), float(exponent))
     close(run(lambda x: x ** exponent, a), expected.astype(np.float32), rtol=1e-5 * max(1, abs(exponent)))
@@ -124,8 +133,13 @@ def test_comparisons_give_one_and_zero_like_numpy_including_nan(name):
     b = np.tile(SPECIAL, len(SPECIAL))
     exact(run(ours, a, b), theirs(a, b).astype(np.float32))
     exact(run(lambda x: ours(x, 1.0), SPECIAL), theirs(SPECIAL, np.float32(1.0)).astype(np.float32))
-    exact(run(lambda x: ours(2.5, x) if name not in ("eq_method", "ne_method") else ours(rc.constant(2.5), x), SPECIAL),
-          theirs(np.float32(2.5), SPECIAL).astype(np.float32))
+    exact(
+        run(
+            lambda x: ours(2.5, x) if name not in ("eq_method", "ne_method") else ours(rc.constant(2.5), x),
+            SPECIAL,
+        ),
+        theirs(np.float32(2.5), SPECIAL).astype(np.float32),
+    )
 
 
 def test_isnan():
@@ -230,7 +244,9 @@ def test_reductions(rng, name, axis, keepdims):
     a = f32(rng, 2, 3, 4)
     ours, extra = {"max": "amax", "min": "amin"}.get(name, name), {"ddof": 0} if name == "var" else {}
     got = run(lambda x: getattr(x, ours)(axis, keepdims=keepdims, **extra), a)
-    expected = getattr(np, name)(a.astype(np.float64), axis=None if axis == () else axis, keepdims=keepdims, **extra)
+    expected = getattr(np, name)(
+        a.astype(np.float64), axis=None if axis == () else axis, keepdims=keepdims, **extra
+    )
     close(got, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -268,7 +284,10 @@ def test_argmax_picks_the_first_maximum(rng, axis, keepdims):
 
 
 def test_argmax_with_infinities_and_nan():
-    a = np.array([[1.0, np.inf, np.inf], [-np.inf, -np.inf, -np.inf], [0.0, np.nan, 5.0], [np.nan, np.nan, 1.0]], np.float32)
+    a = np.array(
+        [[1.0, np.inf, np.inf], [-np.inf, -np.inf, -np.inf], [0.0, np.nan, 5.0], [np.nan, np.nan, 1.0]],
+        np.float32,
+    )
     exact(run(lambda t: t.argmax(-1), a), np.argmax(a, axis=-1).astype(np.float32))
 
 

@@ -62,15 +62,38 @@ def test_pad(rng, value):
     a = f32(rng, 2, 3)
     widths = [(1, 2), (0, 3)]
     exact(run(lambda x: x.pad(widths, value=value), a), np.pad(a, widths, constant_values=value))
-    exact(run(lambda x: x.pad([(0, 0), (2, 0)], value), a), np.pad(a, [(0, 0), (2, 0)], constant_values=value))
+    exact(
+        run(lambda x: x.pad([(0, 0), (2, 0)], value), a), np.pad(a, [(0, 0), (2, 0)], constant_values=value)
+    )
 
 
-@pytest.mark.parametrize("index", [
-    0, -1, 2, (1, 2), (-2, -3), slice(1, 3), slice(None, None, 2), slice(None, None, -1), slice(3, 0, -2),
-    slice(-1, -5, -1), (Ellipsis, 1), (Ellipsis, slice(None, None, -2)), (None, 1), (1, None, Ellipsis, None),
-    (slice(1, None), None, slice(None, 2), 3), (Ellipsis,), (), (slice(10, 20),), (slice(-10, None, 3), Ellipsis, -1),
-    (slice(None), slice(None), slice(None, None, -3)), (0, 0, 0), (None,),
-])
+@pytest.mark.parametrize(
+    "index",
+    [
+        0,
+        -1,
+        2,
+        (1, 2),
+        (-2, -3),
+        slice(1, 3),
+        slice(None, None, 2),
+        slice(None, None, -1),
+        slice(3, 0, -2),
+        slice(-1, -5, -1),
+        (Ellipsis, 1),
+        (Ellipsis, slice(None, None, -2)),
+        (None, 1),
+        (1, None, Ellipsis, None),
+        (slice(1, None), None, slice(None, 2), 3),
+        (Ellipsis,),
+        (),
+        (slice(10, 20),),
+        (slice(-10, None, 3), Ellipsis, -1),
+        (slice(None), slice(None), slice(None, None, -3)),
+        (0, 0, 0),
+        (None,),
+    ],
+)
 def test_getitem(rng, index):
     a = f32(rng, 4, 5, 6)
     exact(run(lambda x: x[index], a), a[index])
@@ -94,7 +117,9 @@ def test_iteration_unpacks_rows(rng):
 def test_concat_stack(rng):
     a, b, c = f32(rng, 2, 3), f32(rng, 4, 3), f32(rng, 2, 3)
     exact(run(lambda x, y: rc.concat([x, y]), a, b), np.concatenate([a, b]))
-    exact(run(lambda x, y, z: rc.concat([x, y.T[:2], z], axis=-1), a, b, c), np.concatenate([a, b.T[:2], c], -1))
+    exact(
+        run(lambda x, y, z: rc.concat([x, y.T[:2], z], axis=-1), a, b, c), np.concatenate([a, b.T[:2], c], -1)
+    )
     exact(run(lambda x, z: rc.stack([x, z]), a, c), np.stack([a, c]))
     exact(run(lambda x, z: rc.stack([x, z], axis=-1), a, c), np.stack([a, c], -1))
     exact(run(lambda x, z: rc.stack([x, z, x], axis=1), a, c), np.stack([a, c, a], 1))

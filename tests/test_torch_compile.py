@@ -1,5 +1,6 @@
 """torch.compile(model, backend="refcomp"): dynamo's graphs lowered to Core ATen by AOTAutograd, imported by
 the torch.export frontend's Importer, compiled once per graph, against eager PyTorch (refcomp/torch_backend.py)."""
+
 import importlib.metadata
 import tomllib
 from pathlib import Path
@@ -50,7 +51,9 @@ def test_mlp_under_no_grad_and_plain_forward():
 def test_dynamic_batch_compiles_once_for_every_size():
     torch.manual_seed(1)
     net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
-    compiled = torch.compile(net, backend=refcomp_backend, dynamic=True, options={"backend": "emulator", **FAST})
+    compiled = torch.compile(
+        net, backend=refcomp_backend, dynamic=True, options={"backend": "emulator", **FAST}
+    )
 
     def run():
         with torch.no_grad():
@@ -78,7 +81,9 @@ def test_a_new_size_recompiles_once_dynamic():
 def test_transformer_encoder_layer():
     torch.manual_seed(3)
     net = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
-    compiled = torch.compile(net, backend=refcomp_backend, dynamic=True, options={"backend": "emulator", **FAST})
+    compiled = torch.compile(
+        net, backend=refcomp_backend, dynamic=True, options={"backend": "emulator", **FAST}
+    )
     for b in (2, 3):
         x = torch.randn(b, 5, 16)
         close(compiled(x).detach(), net(x).detach())  # grad enabled: nn.MultiheadAttention's ATen ops
@@ -158,7 +163,9 @@ def test_integer_and_boolean_outputs_keep_torch_dtypes():
 
 def test_unknown_options_are_refused():
     with pytest.raises(Exception, match="unknown refcomp option 'backnd'"):
-        torch.compile(nn.Linear(2, 2), backend=refcomp_backend, options={"backnd": "numpy"})(torch.randn(1, 2))
+        torch.compile(nn.Linear(2, 2), backend=refcomp_backend, options={"backnd": "numpy"})(
+            torch.randn(1, 2)
+        )
 
 
 def test_an_unsupported_op_is_the_frontends_error_not_a_silent_fallback():

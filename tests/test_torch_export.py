@@ -49,11 +49,23 @@ def test_transformer_encoder_layer():
 
 def test_cnn_with_batch_norm_conv_and_pools():
     torch.manual_seed(2)
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.AvgPool2d(2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                        nn.Linear(8, 10)).eval()
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, stride=2, groups=2),
+        nn.AvgPool2d(2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 10),
+    ).eval()
     with torch.no_grad():  # statistics a trained network would have
-        net[1].running_mean.uniform_(-1, 1), net[1].running_var.uniform_(0.5, 2), net[1].weight.uniform_(0.5, 2)
+        (
+            net[1].running_mean.uniform_(-1, 1),
+            net[1].running_var.uniform_(0.5, 2),
+            net[1].weight.uniform_(0.5, 2),
+        )
     m = rc.torch.export(net, (torch.randn(2, 3, 16, 16),), dynamic_shapes={"input": {0: B}})
     check(m, net, lambda b: (torch.randn(b, 3, 16, 16),))
 
@@ -70,10 +82,17 @@ class Recurrent(nn.Module):
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_recurrent_networks(cell):
     torch.manual_seed(3)
-    rnn = nn.LSTM(8, 16, batch_first=True) if cell == "lstm" else nn.GRU(8, 16, num_layers=2, batch_first=True)
+    rnn = (
+        nn.LSTM(8, 16, batch_first=True) if cell == "lstm" else nn.GRU(8, 16, num_layers=2, batch_first=True)
+    )
     net = Recurrent(rnn).eval()
     m = rc.torch.export(net, (torch.randn(2, 5, 8),), dynamic_shapes={"x": {0: B}})
-    check(m, net, lambda b: (torch.randn(b, 5, 8),), backends=("numpy", "emulator") if cell == "lstm" else ("numpy",))
+    check(
+        m,
+        net,
+        lambda b: (torch.randn(b, 5, 8),),
+        backends=("numpy", "emulator") if cell == "lstm" else ("numpy",),
+    )
 
 
 def test_dim_auto_keeps_torch_names_and_a_binding_outside_the_range_is_refused():
@@ -137,10 +156,15 @@ class CastInts(nn.Module):
 
 
 def test_run_time_integer_arithmetic_is_refused_clearly():
-    with pytest.raises(RefcompError, match=r"aten\.mul\.Tensor \(node 'mul', test_torch_export\.py:\d+\): computes an "
-                                           r"integer tensor at run time with values up to"):
+    with pytest.raises(
+        RefcompError,
+        match=r"aten\.mul\.Tensor \(node 'mul', test_torch_export\.py:\d+\): computes an "
+        r"integer tensor at run time with values up to",
+    ):
         rc.torch.export(RunTimeInts(), (torch.randn(2, 3), torch.randint(0, 5, (2, 3))))
-    with pytest.raises(RefcompError, match=r"aten\.add\.Tensor .*no known magnitude"):  # a cast is exact, a sum of it not
+    with pytest.raises(
+        RefcompError, match=r"aten\.add\.Tensor .*no known magnitude"
+    ):  # a cast is exact, a sum of it not
         rc.torch.export(CastInts(), (torch.randn(2, 3),))
 
 
@@ -154,18 +178,27 @@ class Unsupported(nn.Module):
 def test_missing_ops_are_listed_in_one_error_with_counts_and_lines():
     lines = inspect.getsource(Unsupported.forward).splitlines()
     first = inspect.getsourcelines(Unsupported.forward)[1]
-    at = {word: first + k for k, line in enumerate(lines) for word in ("x.scatter_add", "digamma", "y.scatter_add") if word in line}
+    at = {
+        word: first + k
+        for k, line in enumerate(lines)
+        for word in ("x.scatter_add", "digamma", "y.scatter_add")
+        if word in line
+    }
     with pytest.raises(RefcompError) as info:
         rc.torch.export(Unsupported(), (torch.rand(2, 3), torch.tensor([[0, 1, 2], [2, 1, 0]])))
     message = str(info.value)
     assert "2 ATen ops refcomp does not implement" in message
-    assert f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, test_torch_export.py:{at['y.scatter_add']}): " \
-           f"writes at indices computed at run time" in message
+    assert (
+        f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, test_torch_export.py:{at['y.scatter_add']}): "
+        f"writes at indices computed at run time" in message
+    )
     assert f"aten.digamma.default x1 (test_torch_export.py:{at['digamma']})" in message
 
 
 def test_a_module_exported_in_training_mode_is_told_to_use_eval():
-    with pytest.raises(RefcompError, match=r"_native_batch_norm_legit_functional.* export the module in eval mode"):
+    with pytest.raises(
+        RefcompError, match=r"_native_batch_norm_legit_functional.* export the module in eval mode"
+    ):
         rc.torch.export(nn.Sequential(nn.BatchNorm1d(4), nn.Dropout(0.5)).train(), (torch.randn(3, 4),))
 
 
@@ -192,7 +225,9 @@ class Net(nn.Module):
 
 def test_kernels_name_the_module_path_and_source_line():
     source, first = inspect.getsourcelines(Block.forward)
-    line = {word: first + k for k, text in enumerate(source) for word in ("fc1", "fc2") if f"self.{word}(" in text}
+    line = {
+        word: first + k for k, text in enumerate(source) for word in ("fc1", "fc2") if f"self.{word}(" in text
+    }
     m = rc.torch.export(Net().eval(), (torch.randn(2, 8),), dynamic_shapes={"x": {0: B}})
     program = m.compile(search=False)
     ops = {op for k in program.kernels for op in k.ops}

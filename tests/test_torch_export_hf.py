@@ -25,13 +25,28 @@ class LastHidden(torch.nn.Module):
 def model(kind: str):
     torch.manual_seed(0)
     if kind == "bert":
-        config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-                                         intermediate_size=2 * HIDDEN, max_position_embeddings=POSITIONS)
+        config = transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=2 * HIDDEN,
+            max_position_embeddings=POSITIONS,
+        )
         return LastHidden(transformers.BertModel(config)).eval()
     # GPT-2's SDPA path does not export with a dynamic batch in this transformers (a view of its transposed
     # attention output fails inside torch.export), so its eager attention: the same model, written out
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=2, n_head=2, n_positions=POSITIONS,
-                                     bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager")
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=2,
+        n_head=2,
+        n_positions=POSITIONS,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+        attn_implementation="eager",
+    )
     return LastHidden(transformers.GPT2Model(config)).eval()
 
 
@@ -49,7 +64,10 @@ def test_model_matches_torch_at_two_sizes(kind):
     axes = {0: batch, 1: seq}
     m = rc.torch.export(net, inputs(2, 7), dynamic_shapes={"input_ids": axes, "attention_mask": axes})
     assert m.dims == {"B": (1, 8), "T": (2, 32)}
-    assert any(name.endswith("attn.c_attn.weight") or name.endswith("attention.self.query.weight") for name in m.weights)
+    assert any(
+        name.endswith("attn.c_attn.weight") or name.endswith("attention.self.query.weight")
+        for name in m.weights
+    )
     for size in ((2, 7), (3, 12)):
         ids, mask = inputs(*size)
         with torch.no_grad():
@@ -63,4 +81,6 @@ def test_model_matches_torch_at_two_sizes(kind):
         m.evaluate({"input_ids": ids, "attention_mask": mask})
     program = m.compile()
     ops = {op for k in program.kernels for op in k.ops}
-    assert any(op.startswith("net.h.0.attn") or op.startswith("net.encoder.layer.0.attention") for op in ops), ops
+    assert any(
+        op.startswith("net.h.0.attn") or op.startswith("net.encoder.layer.0.attention") for op in ops
+    ), ops

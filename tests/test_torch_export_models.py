@@ -67,11 +67,20 @@ def token_inputs(batch: int, seq: int, vocab: int = 100):
 
 
 def test_llama_decoder_with_grouped_query_attention():
-    transformers = pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[models]')")
+    transformers = pytest.importorskip(
+        "transformers", reason="needs transformers (pip install -e '.[models]')"
+    )
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      use_cache=False)  # SDPA attention (eager's is GPT-2's, tested elsewhere)
+    config = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+    )  # SDPA attention (eager's is GPT-2's, tested elsewhere)
     net = Logits(transformers.LlamaForCausalLM(config)).eval()
     axes = {0: Dim("B", min=1, max=8), 1: Dim("T", min=2, max=32)}
     m = rc.torch.export(net, token_inputs(2, 7), dynamic_shapes={"input_ids": axes, "attention_mask": axes})
@@ -134,8 +143,11 @@ class InvertedResidual(nn.Module):
     def __init__(self, cin: int, expand: int, cout: int, k: int, stride: int, se: bool, act):
         super().__init__()
         self.expand = nn.Sequential(nn.Conv2d(cin, expand, 1, bias=False), nn.BatchNorm2d(expand), act())
-        self.depthwise = nn.Sequential(nn.Conv2d(expand, expand, k, stride, k // 2, groups=expand, bias=False),
-                                       nn.BatchNorm2d(expand), act())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(expand, expand, k, stride, k // 2, groups=expand, bias=False),
+            nn.BatchNorm2d(expand),
+            act(),
+        )
         self.se = SqueezeExcite(expand, max(expand // 4, 4)) if se else nn.Identity()
         self.project = nn.Sequential(nn.Conv2d(expand, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.residual = stride == 1 and cin == cout
@@ -158,7 +170,9 @@ class MobileNetV3(nn.Module):
         self.classifier = nn.Sequential(nn.Linear(32, 24), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(24, 10))
 
     def forward(self, x):
-        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.last(self.blocks(self.stem(x))), 1), 1))
+        return self.classifier(
+            torch.flatten(F.adaptive_avg_pool2d(self.last(self.blocks(self.stem(x))), 1), 1)
+        )
 
 
 def test_mobilenet_v3_style_cnn():

@@ -19,7 +19,11 @@ import refcomp as rc  # noqa: E402
 from refcomp.frontends.aten_table import NOT_MAPPED, ROWS, TABLE, markdown, op_name  # noqa: E402
 
 CASES = torch_export_cases.CASES
-PARAMS = [pytest.param(row.name, k, id=f"{row.name}-{k}") for row in ROWS for k in range(max(1, len(CASES.get(row.name, []))))]
+PARAMS = [
+    pytest.param(row.name, k, id=f"{row.name}-{k}")
+    for row in ROWS
+    for k in range(max(1, len(CASES.get(row.name, []))))
+]
 
 
 class Calls(torch.nn.Module):
@@ -48,10 +52,17 @@ def check(got: dict, want, c) -> None:
         w = w.float() if w.dtype == torch.bfloat16 else w
         w = w.numpy()
         assert g.shape == w.shape, (name, g.shape, w.shape)
-        if w.dtype.kind == "f":  # atol in units of the output's scale: a sum's rounding is relative to its terms
+        if (
+            w.dtype.kind == "f"
+        ):  # atol in units of the output's scale: a sum's rounding is relative to its terms
             scale = max(1.0, float(np.abs(w[np.isfinite(w)]).max(initial=0.0)))
-            np.testing.assert_allclose(np.asarray(g, np.float64), w.astype(np.float64), rtol=c.rtol, atol=c.atol * scale,
-                                       err_msg=name)
+            np.testing.assert_allclose(
+                np.asarray(g, np.float64),
+                w.astype(np.float64),
+                rtol=c.rtol,
+                atol=c.atol * scale,
+                err_msg=name,
+            )
         else:
             np.testing.assert_array_equal(g, w, err_msg=name)
             assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
@@ -60,11 +71,14 @@ def check(got: dict, want, c) -> None:
 @pytest.mark.parametrize("name,k", PARAMS)
 def test_row_matches_torch(name, k):
     cases = CASES.get(name, [])
-    assert cases, f"{name} has a row in the ATen table but no comparison with PyTorch in tests/torch_export_cases*.py"
+    assert cases, (
+        f"{name} has a row in the ATen table but no comparison with PyTorch in tests/torch_export_cases*.py"
+    )
     c = cases[k]
     ep = exported(c)
-    assert name in {op_name(n.target) for n in ep.graph.nodes if n.op == "call_function"}, \
+    assert name in {op_name(n.target) for n in ep.graph.nodes if n.op == "call_function"}, (
         f"the case exports {sorted({op_name(n.target) for n in ep.graph.nodes if n.op == 'call_function'})}, not {name}"
+    )
     m = rc.torch.import_program(ep)
     feeds = dict(zip(m.input_types, c.inputs))
     with torch.no_grad():
@@ -82,7 +96,9 @@ def test_every_case_names_a_row():
 def test_every_core_aten_op_has_a_row_or_a_reason():
     """torch's Core ATen opset (the ops tagged core): each is imported or listed in NOT_MAPPED with why."""
     core = set()
-    for schema in torch._C._jit_get_all_schemas():  # every registered op (dir(torch.ops.aten) lists only those loaded)
+    for (
+        schema
+    ) in torch._C._jit_get_all_schemas():  # every registered op (dir(torch.ops.aten) lists only those loaded)
         if schema.name.startswith("aten::"):
             name, overload = schema.name[len("aten::"):], schema.overload_name or "default"
             if torch.Tag.core in getattr(getattr(torch.ops.aten, name), overload).tags:

@@ -17,7 +17,9 @@ def test_attention_reads_a_boolean_mask_as_torch_does(rng):
     keep[3] = 0.0
     want = F.scaled_dot_product_attention(*(torch.from_numpy(t).double() for t in (q, k, v)),
                                           attn_mask=torch.from_numpy(keep > 0.5)).numpy()
-    got = run(lambda a, b, c, m: rc.nn.scaled_dot_product_attention(a, b, c, attn_mask=m > 0.5), q, k, v, keep)
+    got = run(
+        lambda a, b, c, m: rc.nn.scaled_dot_product_attention(a, b, c, attn_mask=m > 0.5), q, k, v, keep
+    )
     close(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -46,7 +48,9 @@ def test_var_and_std_with_a_positional_dim_use_torchs_correction(rng):
 
 
 def test_gelu_defaults_to_the_exact_form(rng):
-    x = np.concatenate([rng.uniform(-6, 6, 200).astype(np.float32), np.float32([0.0, -0.0, np.inf, -np.inf, np.nan])])
+    x = np.concatenate(
+        [rng.uniform(-6, 6, 200).astype(np.float32), np.float32([0.0, -0.0, np.inf, -np.inf, np.nan])]
+    )
     close(run(lambda a: a.gelu(), x), F.gelu(torch.from_numpy(x).double()).numpy(), rtol=2e-6, atol=1e-7)
 
 
@@ -54,16 +58,50 @@ def test_booleans_are_flagged_where_pytorch_types_them_bool(rng):
     """What PyTorch would type torch.bool is a BoolTensor (views too); arithmetic and .float() are not, so
     `attn_mask` reads each the way PyTorch reads the same call."""
     x = rc.input("x", (4, 6))
-    flagged = [x > 0, x.eq(1.0), x.isnan(), (x > 0) & (x < 1), ~(x > 0), x.any(1), (x > 0).T, (x > 0)[1:], x.bool(),
-               rc.ones(4, 6, dtype=rc.bool).tril(), rc.full((2,), True), rc.zeros_like(x > 0), rc.cat([x > 0, x < 1]),
-               (x > 0).contiguous(), rc.where(x > 1, x > 0, x < 0), (x > 0).masked_fill(x < 0, 1), (x > 0).roll(1, 0)]
-    plain = [(x > 0) * 1.0, (x > 0).float(), x.sum(), rc.where(x > 0, x, 0.0), rc.ones(4, 6).tril(), rc.eye(3),
-             rc.cat([x > 0, x]), (x > 0).masked_fill(x < 0, 0.5) * 1.0]
-    assert all(isinstance(t, rc.BoolTensor) for t in flagged), [t for t in flagged if not isinstance(t, rc.BoolTensor)]
-    assert not any(isinstance(t, rc.BoolTensor) for t in plain), [t for t in plain if isinstance(t, rc.BoolTensor)]
-    q, k = rng.standard_normal((2, 4, 8)).astype(np.float32), rng.standard_normal((2, 6, 8)).astype(np.float32)
+    flagged = [
+        x > 0,
+        x.eq(1.0),
+        x.isnan(),
+        (x > 0) & (x < 1),
+        ~(x > 0),
+        x.any(1),
+        (x > 0).T,
+        (x > 0)[1:],
+        x.bool(),
+        rc.ones(4, 6, dtype=rc.bool).tril(),
+        rc.full((2,), True),
+        rc.zeros_like(x > 0),
+        rc.cat([x > 0, x < 1]),
+        (x > 0).contiguous(),
+        rc.where(x > 1, x > 0, x < 0),
+        (x > 0).masked_fill(x < 0, 1),
+        (x > 0).roll(1, 0),
+    ]
+    plain = [
+        (x > 0) * 1.0,
+        (x > 0).float(),
+        x.sum(),
+        rc.where(x > 0, x, 0.0),
+        rc.ones(4, 6).tril(),
+        rc.eye(3),
+        rc.cat([x > 0, x]),
+        (x > 0).masked_fill(x < 0, 0.5) * 1.0,
+    ]
+    assert all(isinstance(t, rc.BoolTensor) for t in flagged), [
+        t for t in flagged if not isinstance(t, rc.BoolTensor)
+    ]
+    assert not any(isinstance(t, rc.BoolTensor) for t in plain), [
+        t for t in plain if isinstance(t, rc.BoolTensor)
+    ]
+    q, k = (
+        rng.standard_normal((2, 4, 8)).astype(np.float32),
+        rng.standard_normal((2, 6, 8)).astype(np.float32),
+    )
     causal = torch.ones(4, 6, dtype=torch.bool).tril()
-    for mask, theirs in ((rc.ones(4, 6, dtype=rc.bool).tril(), causal), (rc.ones(4, 6).tril(), causal.double())):
+    for mask, theirs in (
+        (rc.ones(4, 6, dtype=rc.bool).tril(), causal),
+        (rc.ones(4, 6).tril(), causal.double()),
+    ):
         got = run(lambda a, b: rc.nn.scaled_dot_product_attention(a, b, b, mask), q, k)
         want = F.scaled_dot_product_attention(torch.from_numpy(q).double(), torch.from_numpy(k).double(),
                                               torch.from_numpy(k).double(), theirs)

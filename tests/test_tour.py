@@ -41,7 +41,11 @@ def test_the_tour_runs_and_prints_what_it_says(tmp_path, monkeypatch):
         return
     for number, (block, printed) in enumerate(results, start=1):
         if block["output"] is None:
-            assert printed == "", f"tour block {number} prints, but the tour shows no output block after it:\n{printed}"
+            assert printed == "", (
+                f"tour block {number} prints, but the tour shows no output block after it:\n{printed}"
+            )
             continue
-        assert printed == block["output"], (f"tour block {number} now prints:\n{printed}\nbut the tour says:\n"
-                                            f"{block['output']}\n(REFCOMP_TOUR_UPDATE=1 rewrites the outputs)")
+        assert printed == block["output"], (
+            f"tour block {number} now prints:\n{printed}\nbut the tour says:\n"
+            f"{block['output']}\n(REFCOMP_TOUR_UPDATE=1 rewrites the outputs)"
+        )

@@ -37,7 +37,9 @@ def _external_model(location: str):
 
 
 @pytest.mark.parametrize("as_bytes", [True, False])
-def test_a_model_without_a_path_never_reads_external_data_from_the_working_folder(tmp_path, monkeypatch, as_bytes):
+def test_a_model_without_a_path_never_reads_external_data_from_the_working_folder(
+    tmp_path, monkeypatch, as_bytes
+):
     (tmp_path / "data.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
     monkeypatch.chdir(tmp_path)
     m = _external_model("data.bin")
@@ -46,7 +48,9 @@ def test_a_model_without_a_path_never_reads_external_data_from_the_working_folde
         ro.import_model(given)
     imported = ro.import_model(given, base_dir=str(tmp_path))  # named, the folder is read
     np.testing.assert_array_equal(imported.weights["w"], np.arange(6, dtype=np.float32))
-    assert external_data_helper.uses_external_data(m.graph.initializer[0])  # the caller's proto is left as it was
+    assert external_data_helper.uses_external_data(
+        m.graph.initializer[0]
+    )  # the caller's proto is left as it was
 
 
 @pytest.mark.parametrize("location", ["../../etc/passwd", "../data.bin", "/etc/passwd", "link.bin"])
@@ -56,7 +60,9 @@ def test_a_files_external_data_cannot_escape_its_folder(tmp_path, location):
     folder.mkdir()
     (folder / "link.bin").symlink_to(tmp_path / "data.bin")
     (folder / "m.onnx").write_bytes(_external_model(location).SerializeToString())
-    with pytest.raises(RefcompError, match=r"m.onnx.*tensor 'w'.*(outside the directory|not a relative path)"):
+    with pytest.raises(
+        RefcompError, match=r"m.onnx.*tensor 'w'.*(outside the directory|not a relative path)"
+    ):
         ro.import_model(str(folder / "m.onnx"))
     with pytest.raises(RefcompError, match="tensor 'w'"):  # a folder named for bytes follows the same rule
         ro.import_model(_external_model(location).SerializeToString(), base_dir=str(folder))
@@ -72,7 +78,9 @@ def test_a_huge_static_shape_is_an_allocation_error_before_pricing():
                 rc.compile(outputs, search=search, cache=False)
     t = rc.input("t", ("T",))
     square = t.reshape(("T", 1)).broadcast_to(("T", "T")).sum(axis=-1)
-    with pytest.raises(rc.AllocationError, match=r"\(T, T\) at T=4294967296"):  # a hint the model would price at
+    with pytest.raises(
+        rc.AllocationError, match=r"\(T, T\) at T=4294967296"
+    ):  # a hint the model would price at
         rc.compile(square, dims_hint={"T": 2**32}, cache=False)
 
 
@@ -117,8 +125,17 @@ def test_malformed_feeds_are_one_line_usage_errors(tmp_path, capsys, case):
     (tmp_path / "model.py").write_text(MODEL)
     arrays, says = MALFORMED_FEEDS[case]
     np.savez(tmp_path / "feeds.npz", **arrays)
-    status = main(["run", f"{tmp_path / 'model.py'}:tiny", "--feeds", str(tmp_path / "feeds.npz"), "--backend", "numpy",
-                   "--no-search"])
+    status = main(
+        [
+            "run",
+            f"{tmp_path / 'model.py'}:tiny",
+            "--feeds",
+            str(tmp_path / "feeds.npz"),
+            "--backend",
+            "numpy",
+            "--no-search",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.startswith("refcomp: error: ") and err.count("\n") == 1 and says in err, err
@@ -150,9 +167,24 @@ def test_a_dims_array_in_feeds_exits_2_without_a_traceback(tmp_path):
     import sys
     (tmp_path / "model.py").write_text(MODEL)
     np.savez(tmp_path / "feeds.npz", **{"in.x": X, "dims.B": np.array([3, 4])})
-    done = subprocess.run([sys.executable, "-m", "refcomp", "run", "model.py:tiny", "--feeds", "feeds.npz", "--backend",
-                           "numpy"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "refcomp",
+            "run",
+            "model.py:tiny",
+            "--feeds",
+            "feeds.npz",
+            "--backend",
+            "numpy",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "'dims.B'" in done.stderr, done.stderr
 
 
@@ -176,7 +208,9 @@ def test_comment_text_keeps_user_text_inside_one_comment_line():
     from refcomp.codegen.cprint import comment_text
     for text in ("a\nb", "a\r\nb", "a\u2028b", "a\x00b", "ends in \\", "*/ x /*", "tab\there"):
         safe = comment_text("// " + text)
-        assert safe.isprintable() and "*/" not in safe and "/*" not in safe[2:] and not safe.endswith("\\"), safe
+        assert safe.isprintable() and "*/" not in safe and "/*" not in safe[2:] and not safe.endswith("\\"), (
+            safe
+        )
     assert comment_text("// plain k2_softmax (model.py:12)") == "// plain k2_softmax (model.py:12)"
 
 
@@ -191,7 +225,9 @@ def test_golden_add_refuses_a_name_with_a_newline_and_writes_nothing(tmp_path, c
     assert not store.exists() or not any(store.iterdir())
 
 
-@pytest.mark.parametrize("dims", ["B=\u00b2", "B=\u0663"])  # str.isdigit() takes both; int() refuses the first
+@pytest.mark.parametrize(
+    "dims", ["B=\u00b2", "B=\u0663"]
+)  # str.isdigit() takes both; int() refuses the first
 def test_dims_take_ascii_digits_only(dims, capsys):
     from refcomp.cli import main
     assert main(["run", "nn_layer_norm", "--backend", "numpy", "--dims", dims]) == 2
@@ -209,7 +245,12 @@ def _both_ways(m, feeds):
 @pytest.mark.parametrize("values", [[2.0, 2.0, 2.0], [1.0, 2.0, 3.0]])
 def test_an_input_with_an_initializer_stays_an_input_that_a_feed_overrides(values):
     w = nh.from_array(np.array(values, np.float32), "w")
-    m = _model([h.make_node("Mul", ["x", "w"], ["y"], name="mul")], [_vi("x", [3]), _vi("w", [3])], [_vi("y", [3])], [w])
+    m = _model(
+        [h.make_node("Mul", ["x", "w"], ["y"], name="mul")],
+        [_vi("x", [3]), _vi("w", [3])],
+        [_vi("y", [3])],
+        [w],
+    )
     x = np.array([1.0, -2.0, 0.5], np.float32)
     for feeds in ({"x": x}, {"x": x, "w": np.array([5.0, -1.0, 0.25], np.float32)}):
         got, want = _both_ways(m, feeds)
@@ -222,10 +263,16 @@ def test_an_input_with_an_initializer_stays_an_input_that_a_feed_overrides(value
 
 def test_an_input_with_an_initializer_read_at_import_time_refuses_another_value():
     shape = nh.from_array(np.array([2, 3], np.int64), "shape")
-    m = _model([h.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], [_vi("x", [6]), _vi("shape", [2], TP.INT64)],
-               [_vi("y", [2, 3])], [shape])
+    m = _model(
+        [h.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+        [_vi("x", [6]), _vi("shape", [2], TP.INT64)],
+        [_vi("y", [2, 3])],
+        [shape],
+    )
     x = np.arange(6, dtype=np.float32)
-    got, want = _both_ways(m, {"x": x, "shape": np.array([2, 3], np.int64)})  # the initializer's own value: fine
+    got, want = _both_ways(
+        m, {"x": x, "shape": np.array([2, 3], np.int64)}
+    )  # the initializer's own value: fine
     np.testing.assert_array_equal(got[0], want[0])
     with pytest.raises(RefcompError, match=r"'shape'.*read at import time.*constants="):
         ro.import_model(m).evaluate({"x": x, "shape": np.array([3, 2], np.int64)})

@@ -137,7 +137,12 @@ def concrete_op(draw, shape: tuple[int, ...]):
         a = draw(st.integers(0, ndim - 1))
         f = draw(st.sampled_from(_divisors(shape[a])))
         use_minus_one = draw(st.booleans())
-        return ("reshape", lambda s, a=a, f=f, m=use_minus_one: tuple(s[:a]) + ((f, -1) if m else (f, s[a] // f)) + tuple(s[a + 1:]))
+        return (
+            "reshape",
+            lambda s, a=a, f=f, m=use_minus_one: (
+                tuple(s[:a]) + ((f, -1) if m else (f, s[a] // f)) + tuple(s[a + 1 :])
+            ),
+        )
     if kind == "reshape_any":
         total, factors = int(np.prod(shape)), []
         rest = total
@@ -158,7 +163,10 @@ def concrete_op(draw, shape: tuple[int, ...]):
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=max(0, 4 - ndim))))
         if draw(st.booleans()):
             return ("expand", lambda s, t=tuple(lead) + tuple(target): t)
-        return ("broadcast_to", lambda s, t=tuple(target), lead=lead: lead + tuple(n if m == -1 else m for n, m in zip(s, t)))
+        return (
+            "broadcast_to",
+            lambda s, t=tuple(target), lead=lead: lead + tuple(n if m == -1 else m for n, m in zip(s, t)),
+        )
     if kind == "getitem":
         return ("getitem", draw(index_for(shape)))
     if kind == "pad":
@@ -257,17 +265,29 @@ def symbolic_op(draw, shape: tuple[int, ...], symbolic_axes: tuple[bool, ...]):
             return ("reshape", lambda s: (-1,)), (any(symbolic_axes),)
         a = draw(st.integers(0, ndim - 2))
         explicit = draw(st.booleans())  # the merged size from `.shape` products, or -1
-        op = ("reshape", lambda s, a=a, e=explicit: tuple(s[:a]) + ((s[a] * s[a + 1],) if e else (-1,)) + tuple(s[a + 2:]))
+        op = (
+            "reshape",
+            lambda s, a=a, e=explicit: (
+                tuple(s[:a]) + ((s[a] * s[a + 1],) if e else (-1,)) + tuple(s[a + 2 :])
+            ),
+        )
         return op, symbolic_axes[:a] + (symbolic_axes[a] or symbolic_axes[a + 1],) + symbolic_axes[a + 2:]
     if kind == "split":
-        a = draw(st.sampled_from([i for i, (n, s) in enumerate(zip(shape, symbolic_axes)) if not s and n > 1]))
+        a = draw(
+            st.sampled_from([i for i, (n, s) in enumerate(zip(shape, symbolic_axes)) if not s and n > 1])
+        )
         f = draw(st.sampled_from(_divisors(shape[a])))
         op = ("reshape", lambda s, a=a, f=f: tuple(s[:a]) + (f, s[a] // f) + tuple(s[a + 1:]))
         return op, symbolic_axes[:a] + (False, False) + symbolic_axes[a + 1:]
     if kind == "expand":
-        a = draw(st.sampled_from([i for i, (n, s) in enumerate(zip(shape, symbolic_axes)) if n == 1 and not s]))
+        a = draw(
+            st.sampled_from([i for i, (n, s) in enumerate(zip(shape, symbolic_axes)) if n == 1 and not s])
+        )
         size = draw(st.integers(2, 4))
-        return ("expand", lambda s, a=a, size=size: tuple(size if i == a else -1 for i in range(len(s)))), symbolic_axes
+        return (
+            "expand",
+            lambda s, a=a, size=size: tuple(size if i == a else -1 for i in range(len(s))),
+        ), symbolic_axes
     if kind == "pad":
         widths = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(ndim))
         return ("pad", widths, draw(st.sampled_from([0.0, 3.5]))), symbolic_axes
@@ -279,8 +299,15 @@ def symbolic_op(draw, shape: tuple[int, ...], symbolic_axes: tuple[bool, ...]):
     a = draw(st.integers(0, ndim - 1))
     n, sym = shape[a], symbolic_axes[a]
     if not sym:
-        item = draw(st.integers(-n, n - 1) | st.builds(slice, st.none() | st.integers(0, n), st.none() | st.integers(-n, n),
-                                                       st.sampled_from([None, 1, 2, -1, -2])))
+        item = draw(
+            st.integers(-n, n - 1)
+            | st.builds(
+                slice,
+                st.none() | st.integers(0, n),
+                st.none() | st.integers(-n, n),
+                st.sampled_from([None, 1, 2, -1, -2]),
+            )
+        )
     else:
         choices = [slice(None, None, 2), slice(None, None, -1), slice(None, None, -2), 0, -1]
         if n > 2:
@@ -434,10 +461,12 @@ def test_a_view_pickled_in_one_process_hashes_as_a_fresh_one_in_another(tmp_path
     assert stack in {stack}  # its hash (and its views') now cached in this process
     path = tmp_path / "stack.pickle"
     path.write_bytes(pickle.dumps(stack))
-    code = ("import pickle, sys\nfrom refcomp.symbolic.dims import symbol\nfrom refcomp.symbolic.view import ViewStack\n"
-            "loaded = pickle.loads(open(sys.argv[1], 'rb').read())\n"
-            "fresh = ViewStack.of_buffer((symbol('T'), 4)).permute((1, 0))\n"
-            "print(loaded == fresh, loaded in {fresh}, loaded.views[0] in {fresh.views[0]})")
+    code = (
+        "import pickle, sys\nfrom refcomp.symbolic.dims import symbol\nfrom refcomp.symbolic.view import ViewStack\n"
+        "loaded = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "fresh = ViewStack.of_buffer((symbol('T'), 4)).permute((1, 0))\n"
+        "print(loaded == fresh, loaded in {fresh}, loaded.views[0] in {fresh.views[0]})"
+    )
     seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONHASHSEED=seed), timeout=120)

@@ -42,7 +42,11 @@ same("flip", lambda x: x.flip((0, 2)))
 same("expand", lambda x: x.expand(2, -1, 4), a(1, 4))
 same("broadcast_to", lambda x: x.broadcast_to((2, 3, 4)), a(3, 1))
 for key in ("split", "chunk"):
-    refusal(f"Tensor.{key}", lambda k=key: getattr(rc.input("y", ("B", 3)), k)(2), "symbolic length" if key == "split" else "known")
+    refusal(
+        f"Tensor.{key}",
+        lambda k=key: getattr(rc.input("y", ("B", 3)), k)(2),
+        "symbolic length" if key == "split" else "known",
+    )
 same("split", lambda x: x.split(2))
 same("split", lambda x: x.split([1, 3], dim=1))
 same("split", lambda x: x.split(2, 1), emulate=True)
@@ -69,30 +73,71 @@ case("Tensor.matmul", lambda x, y: x.matmul(y), lambda x, y: x.matmul(y), a(4), 
 
 IDS = a(2, 3, ids=True, high=3)
 case("Tensor.gather", lambda x, i: x.gather(1, i), lambda t, i: t.gather(1, i), a(2, 5), IDS, exact=True)
-case("Tensor.gather", lambda x: x.gather(1, x.argmax(1, keepdim=True)), lambda t: t.gather(1, t.argmax(1, keepdim=True)),
-     X, exact=True)
-case("Tensor.index_select", lambda x, i: x.index_select(1, i), lambda t, i: t.index_select(1, i), X, a(3, ids=True),
-     exact=True)
-for dim, n, source in ((0, 3, a(2, 4, 5, edges=True)), (1, 4, a(3, 3, 5, edges=True)), (-1, 5, a(3, 4, 2, edges=True))):
-    case("Tensor.index_copy", lambda x, i, s, d=dim: x.index_copy(d, i, s), lambda t, i, s, d=dim: t.index_copy(d, i, s),
-         X, a(source.shape[dim], ids=True, distinct=True, high=n), source, exact=True, emulate=dim == 1)
+case(
+    "Tensor.gather",
+    lambda x: x.gather(1, x.argmax(1, keepdim=True)),
+    lambda t: t.gather(1, t.argmax(1, keepdim=True)),
+    X,
+    exact=True,
+)
+case(
+    "Tensor.index_select",
+    lambda x, i: x.index_select(1, i),
+    lambda t, i: t.index_select(1, i),
+    X,
+    a(3, ids=True),
+    exact=True,
+)
+for dim, n, source in (
+    (0, 3, a(2, 4, 5, edges=True)),
+    (1, 4, a(3, 3, 5, edges=True)),
+    (-1, 5, a(3, 4, 2, edges=True)),
+):
+    case(
+        "Tensor.index_copy",
+        lambda x, i, s, d=dim: x.index_copy(d, i, s),
+        lambda t, i, s, d=dim: t.index_copy(d, i, s),
+        X,
+        a(source.shape[dim], ids=True, distinct=True, high=n),
+        source,
+        exact=True,
+        emulate=dim == 1,
+    )
 case("Tensor.index_copy", lambda x, s: x.index_copy(1, rc.arange(2) * 2 + 1, s),
      lambda t, s: t.index_copy(1, torch.arange(2) * 2 + 1, s), X, a(3, 2, 5), exact=True)
 case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(5),
      a(1, ids=True, distinct=True, high=5), a(1), exact=True)
 case("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), lambda t, i, s: t.index_copy(0, i, s), a(4),
      a(ids=True, distinct=True, high=4), a(), exact=True)  # a 0-d index and source
-refusal("Tensor.index_copy", lambda x, i, s: x.index_copy(0, i, s), "must have shape", inputs=(X, a(2, ids=True), a(2, 4, 4)))
-refusal("Tensor.index_copy", lambda x, i: rc.evaluate(x.index_copy(0, i, x[:2]), {"a1": np.array([1, 1], np.int32),
-                                                                                     "a0": np.zeros((3, 4, 5), np.float32)}),
-        "distinct", inputs=(X, a(2, ids=True)))
-case("Tensor.x[1, 2:5, None, ...]", lambda x: x[1, 2:5, None, ...], lambda t: t[1, 2:5, None, ...], a(3, 6, 4), exact=True)
+refusal(
+    "Tensor.index_copy",
+    lambda x, i, s: x.index_copy(0, i, s),
+    "must have shape",
+    inputs=(X, a(2, ids=True), a(2, 4, 4)),
+)
+refusal(
+    "Tensor.index_copy",
+    lambda x, i: rc.evaluate(
+        x.index_copy(0, i, x[:2]), {"a1": np.array([1, 1], np.int32), "a0": np.zeros((3, 4, 5), np.float32)}
+    ),
+    "distinct",
+    inputs=(X, a(2, ids=True)),
+)
+case(
+    "Tensor.x[1, 2:5, None, ...]",
+    lambda x: x[1, 2:5, None, ...],
+    lambda t: t[1, 2:5, None, ...],
+    a(3, 6, 4),
+    exact=True,
+)
 for index in ((slice(None), slice(None, None, 2)), (Ellipsis, -1), (slice(1, None), None, 0)):
     case("Tensor.x[1, 2:5, None, ...]", lambda x, i=index: x[i], lambda t, i=index: t[i], X, exact=True)
 case("Tensor.x[ids]", lambda x, i: x[i], lambda t, i: t[i], X, a(2, 2, ids=True, high=3), exact=True)
 for index in ((slice(None), [3, 0]), (1, [3, 2, 0]), (Ellipsis, [1, 3]), [0, 2, 2], (slice(None), [2, 0, 2])):
     case("Tensor.x[..., [2, 0, 2], ...]", lambda x, i=index: x[i], lambda t, i=index: t[i], X, exact=True)
-refusal("Tensor.x[..., [2, 0, 2], ...]", lambda x: x[[0, 1], [0, 1]], "one list of ints at a time", inputs=(X,))
+refusal(
+    "Tensor.x[..., [2, 0, 2], ...]", lambda x: x[[0, 1], [0, 1]], "one list of ints at a time", inputs=(X,)
+)
 refusal("Tensor.x[..., [2, 0, 2], ...]", lambda x: x[x > 0], "boolean mask", inputs=(X,))
 
 same("to", lambda x: x.to(torch.float16))
@@ -102,7 +147,9 @@ same("to", lambda x: x.half().to(torch.float32))
 refusal("Tensor.to", lambda x: x.to(rc.int64), "int64", inputs=(X,))
 refusal("Tensor.to", lambda x: x.to(torch.float64), "float64", inputs=(X,))
 same("type", lambda x: x.type(torch.float16))
-case("Tensor.type_as", lambda x, y: x.type_as(y.half()), lambda x, y: x.type_as(y.half()), X, a(2), exact=True)
+case(
+    "Tensor.type_as", lambda x, y: x.type_as(y.half()), lambda x, y: x.type_as(y.half()), X, a(2), exact=True
+)
 case("Tensor.type_as", lambda x, y: x.type_as(y > 0), lambda x, y: x.type_as(y > 0), X, a(2), exact=True)
 same("half", lambda x: x.half(), emulate=True)
 same("bfloat16", lambda x: x.bfloat16())
@@ -124,5 +171,11 @@ case("Tensor.numel", lambda x: x.numel(), lambda t: t.numel(), X)
 case("Tensor.dim", lambda x: x.dim(), lambda t: t.dim(), X)
 case("Tensor.shape", lambda x: x.shape, lambda t: tuple(t.shape), X)
 case("Tensor.ndim", lambda x: x.ndim, lambda t: t.ndim, X)
-case("Tensor.dtype", lambda x: (x.dtype, x.half().dtype, x.bfloat16().dtype),
-     lambda t: tuple(str(d).replace("torch.", "") for d in (t.float().dtype, t.half().dtype, t.bfloat16().dtype)), X)
+case(
+    "Tensor.dtype",
+    lambda x: (x.dtype, x.half().dtype, x.bfloat16().dtype),
+    lambda t: tuple(
+        str(d).replace("torch.", "") for d in (t.float().dtype, t.half().dtype, t.bfloat16().dtype)
+    ),
+    X,
+)

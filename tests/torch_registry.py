@@ -23,7 +23,14 @@ import refcomp as rc
 from refcomp.ops.graph import toposort
 from api_helpers import torch
 
-MODULES = ("torch_cases_math", "torch_cases_reduce", "torch_cases_shapes", "torch_cases_rc", "torch_cases_nn", "torch_cases_random")
+MODULES = (
+    "torch_cases_math",
+    "torch_cases_reduce",
+    "torch_cases_shapes",
+    "torch_cases_rc",
+    "torch_cases_nn",
+    "torch_cases_random",
+)
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 SECTIONS = {"Creation and functions": "rc", "Tensor methods": "Tensor", "`rc.nn`": "nn"}
@@ -106,17 +113,24 @@ def all_cases() -> dict[str, list[Case]]:
 
 # --- running one case ---------------------------------------------------------------------------------
 def rc_inputs(c: Case, prefix: str = "a") -> list:
-    return [rc.input(f"{prefix}{i}", spec.shape, "int32" if spec.ids else "float32") for i, spec in enumerate(c.inputs)]
+    return [
+        rc.input(f"{prefix}{i}", spec.shape, "int32" if spec.ids else "float32")
+        for i, spec in enumerate(c.inputs)
+    ]
 
 
 def torch_inputs(c: Case, arrays: list) -> list:
     dtype = torch.float32 if c.exact else torch.float64
-    return [torch.from_numpy(x).long() if x.dtype == np.int32 else torch.from_numpy(x).to(dtype) for x in arrays]
+    return [
+        torch.from_numpy(x).long() if x.dtype == np.int32 else torch.from_numpy(x).to(dtype) for x in arrays
+    ]
 
 
 def flatten(value) -> list:
     """Tensors (ours or PyTorch's) and plain values of a result, in order: a named pair's fields too."""
-    if isinstance(value, (tuple, list)) and not (value and all(isinstance(v, (int, np.integer)) for v in value)):
+    if isinstance(value, (tuple, list)) and not (
+        value and all(isinstance(v, (int, np.integer)) for v in value)
+    ):
         return [v for item in value for v in flatten(item)]
     return [value]
 
@@ -139,7 +153,9 @@ def compare(c: Case, got: list, want: list) -> None:
         if c.exact:
             np.testing.assert_array_equal(g, w.astype(np.float32), err_msg=f"{c.id} result {k}")
         else:
-            np.testing.assert_allclose(g, w, rtol=c.rtol, atol=c.atol, equal_nan=True, err_msg=f"{c.id} result {k}")
+            np.testing.assert_allclose(
+                g, w, rtol=c.rtol, atol=c.atol, equal_nan=True, err_msg=f"{c.id} result {k}"
+            )
 
 
 def feeds_for(tensors: list, arrays: list, prefix: str = "a") -> dict:

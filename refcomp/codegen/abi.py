@@ -13,7 +13,14 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 # The only parameter types a generated kernel may take (unsigned short: float16 and bfloat16 storage).
-PARAM_CTYPES = ("const float*", "float*", "const int*", "const unsigned short*", "unsigned short*", "long long")
+PARAM_CTYPES = (
+    "const float*",
+    "float*",
+    "const int*",
+    "const unsigned short*",
+    "unsigned short*",
+    "long long",
+)
 # What backends fill a kernel's output buffers with before it runs, a word at a time, so a missed
 # write shows: a NaN as a float32, and each of its two halves a NaN as a float16 and as a bfloat16.
 POISON_WORD = 0x7FFF7FFF
@@ -33,7 +40,9 @@ class Param:
 class KernelSignature:
     name: str
     params: tuple[Param, ...]
-    uses_barrier: bool  # True when the kernel calls __syncthreads() (the emulator runs it as regions, or fibers)
+    uses_barrier: (
+        bool  # True when the kernel calls __syncthreads() (the emulator runs it as regions, or fibers)
+    )
 
 
 Dim3 = tuple[int, int, int]

@@ -85,7 +85,9 @@ def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
         picked, weight = np.arange(count, dtype=np.int64), 1.0
     else:
         picked = np.sort(np.linspace(0, count - 1, sample).astype(np.int64))
-        picked = picked[np.concatenate(([True], picked[1:] != picked[:-1]))]  # np.unique's values, without its import of numpy.ma
+        picked = picked[
+            np.concatenate(([True], picked[1:] != picked[:-1]))
+        ]  # np.unique's values, without its import of numpy.ma
         weight = count / len(picked)
     picked.setflags(write=False)
     return picked, weight
@@ -103,23 +105,38 @@ def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: 
 @functools.lru_cache(maxsize=1024)
 def _lanes_of(launch, kind: str, extent, prologue_extent, streamed_width: int, along_k: frozenset, scope: str,
               binding: tuple, sample: Optional[int]) -> Lanes:
-    lanes = _new_lanes(launch, kind, extent, prologue_extent, streamed_width, along_k, scope, dict(binding), sample)
+    lanes = _new_lanes(
+        launch, kind, extent, prologue_extent, streamed_width, along_k, scope, dict(binding), sample
+    )
     for array in (lanes.active, *lanes.values.values()):  # shared by every caller: nobody may write to them
         array.setflags(write=False)
     return lanes
 
 
-def _new_lanes(launch, kind: str, extent, prologue_extent, streamed_width: int, along_k: frozenset, scope: str,
-               bindings: Mapping[str, int], sample: Optional[int]) -> Lanes:
+def _new_lanes(
+    launch,
+    kind: str,
+    extent,
+    prologue_extent,
+    streamed_width: int,
+    along_k: frozenset,
+    scope: str,
+    bindings: Mapping[str, int],
+    sample: Optional[int],
+) -> Lanes:
     work = evaluate_dim(launch.work, bindings)
     extent = evaluate_dim(extent, bindings) if extent is not None else 1
     lane = np.arange(WARP, dtype=np.int64)
-    if launch.mode == "grid_stride":  # i = consecutive 32 per warp; a thread-per-output reduction loops r inside
+    if (
+        launch.mode == "grid_stride"
+    ):  # i = consecutive 32 per warp; a thread-per-output reduction loops r inside
         warps = -(-work // WARP)
         loops = extent if scope == "loop" else 1
         q, weight = _pick(warps * loops, sample)
         i = (q // loops)[:, None] * WARP + lane
-        return Lanes({"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight)
+        return Lanes(
+            {"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight
+        )
     if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
         block_sym = "row" if kind == "row" else "i"
         if scope == "single":  # thread 0 alone
@@ -129,7 +146,12 @@ def _new_lanes(launch, kind: str, extent, prologue_extent, streamed_width: int, 
         groups = -(-extent // WARP)
         q, weight = _pick(work * groups, sample)
         r = (q % groups)[:, None] * WARP + lane
-        return Lanes({block_sym: np.broadcast_to((q // groups)[:, None], r.shape), "r": r}, r < extent, work * groups, weight)
+        return Lanes(
+            {block_sym: np.broadcast_to((q // groups)[:, None], r.shape), "r": r},
+            r < extent,
+            work * groups,
+            weight,
+        )
     # tiles: blocks (x over N, y over M, z over the batch) of tile x tile threads; warps of 32 linear ids
     t = launch.block
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
@@ -168,7 +190,9 @@ _COMPARE = {sympy.Lt: np.less, sympy.Le: np.less_equal, sympy.Gt: np.greater, sy
             sympy.Eq: np.equal, sympy.Ne: np.not_equal}
 
 
-def _evaluate(expr, bindings: Mapping[str, int], lanes: Lanes, definitions: Mapping, values: dict) -> np.ndarray:
+def _evaluate(
+    expr, bindings: Mapping[str, int], lanes: Lanes, definitions: Mapping, values: dict
+) -> np.ndarray:
     """The integer (or boolean) value of an index expression on every lane: a walk over the expression
     DAG with NumPy at each node (no code generation, so pricing thousands of kernels stays cheap).
     A bound index variable (uN, o_k) is evaluated from its definition once and shared, as the kernel
@@ -244,12 +268,21 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
         key, lanes, values = lanes_of[access.scope]
         counted = (key, access, itemsize[access.buffer], definitions)
         if counted not in _COUNTED:
-            active = lanes.active & _evaluate(sympy.sympify(access.when), bindings, lanes, plan.definitions, values).astype(bool)
-            sectors = _evaluate(access.index, bindings, lanes, plan.definitions, values).astype(np.int64) * itemsize[access.buffer] // SECTOR
+            active = lanes.active & _evaluate(
+                sympy.sympify(access.when), bindings, lanes, plan.definitions, values
+            ).astype(bool)
+            sectors = (
+                _evaluate(access.index, bindings, lanes, plan.definitions, values).astype(np.int64)
+                * itemsize[access.buffer]
+                // SECTOR
+            )
             per_row = _distinct_per_row(sectors, active)
             if len(_COUNTED) >= MAX_COUNTED:
                 _COUNTED.clear()
-            _COUNTED[counted] = (lanes.weight * float((per_row > 0).sum()), lanes.weight * float(per_row.sum()))
+            _COUNTED[counted] = (
+                lanes.weight * float((per_row > 0).sum()),
+                lanes.weight * float(per_row.sum()),
+            )
         requests, sectors = _COUNTED[counted]
         kind = "store" if access.store else "load"
         totals[f"global_{kind}_requests"] += requests
@@ -270,9 +303,13 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     work = evaluate_dim(launch.work, bindings)
     if launch.mode == "block_per_output":  # the block-wide tree over partial[block]
         warps, steps = launch.block // WARP, int(math.log2(launch.block))
-        tree_warps = sum(-(-(launch.block >> (s + 1)) // WARP) for s in range(steps))  # threads below each stride
+        tree_warps = sum(
+            -(-(launch.block >> (s + 1)) // WARP) for s in range(steps)
+        )  # threads below each stride
         phases = kernel.plan.block_reductions
-        per_phase_loads = 2 * tree_warps + (warps if kernel.kind == "row" else 1)  # red = partial[0] / total = partial[0]
+        per_phase_loads = 2 * tree_warps + (
+            warps if kernel.kind == "row" else 1
+        )  # red = partial[0] / total = partial[0]
         per_phase_stores = warps + tree_warps
         barriers = warps * (1 + steps + (1 if kernel.kind == "row" else 0))
         return MemoryCounts(shared_load_requests=work * phases * per_phase_loads,
@@ -306,24 +343,44 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
     warps = -(-t * t // WARP)
-    own = row = column = b_store = 0  # wavefronts of every warp: [ty][tx], [ty][kk] for all kk, [kk][tx], Bs's store
+    own = row = column = b_store = (
+        0  # wavefronts of every warp: [ty][tx], [ty][kk] for all kk, [kk][tx], Bs's store
+    )
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
         own += _wavefronts(y * pitch + x)
         row += sum(_wavefronts(y * pitch + kk) for kk in range(t))
         column += sum(_wavefronts(kk * pitch + x) for kk in range(t))
-        b_store += _wavefronts(x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x)  # Bs[tx][ty] or Bs[ty][tx]
+        b_store += _wavefronts(
+            x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x
+        )  # Bs[tx][ty] or Bs[ty][tx]
     online = kernel.plan.template == "softmax_matmul.cu.j2"
-    per_step = MemoryCounts(shared_store_requests=2 * warps, shared_store_wavefronts=own + b_store,
-                            shared_load_requests=2 * t * warps, shared_load_wavefronts=row + column, barriers=2 * warps)
+    per_step = MemoryCounts(
+        shared_store_requests=2 * warps,
+        shared_store_wavefronts=own + b_store,
+        shared_load_requests=2 * t * warps,
+        shared_load_wavefronts=row + column,
+        barriers=2 * warps,
+    )
     if online:
-        per_step = per_step + MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own,
-                                           shared_load_requests=(t + 1) * warps, shared_load_wavefronts=row + own,
-                                           barriers=warps)
-    prologue = MemoryCounts(shared_store_requests=warps, shared_store_wavefronts=own, shared_load_requests=t * warps,
-                            shared_load_wavefronts=row, barriers=2 * warps)
+        per_step = per_step + MemoryCounts(
+            shared_store_requests=warps,
+            shared_store_wavefronts=own,
+            shared_load_requests=(t + 1) * warps,
+            shared_load_wavefronts=row + own,
+            barriers=warps,
+        )
+    prologue = MemoryCounts(
+        shared_store_requests=warps,
+        shared_store_wavefronts=own,
+        shared_load_requests=t * warps,
+        shared_load_wavefronts=row,
+        barriers=2 * warps,
+    )
     second = replace(prologue, barriers=0)  # a pair's second value: Bs[ty][tx] stored, Bs[ty][kk] read
-    streamed = _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
+    streamed = (
+        _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
+    )
     return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
             + second.scaled(blocks * kernel.plan.prologue_pairs))
 

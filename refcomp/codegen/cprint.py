@@ -24,7 +24,9 @@ def comment_text(text: str) -> str:
     characters (newlines, carriage returns, other line separators) become escapes, `/*` and `*/`
     are split, and a backslash ending the line (which would continue the comment onto the next
     line) is escaped."""
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+    text = "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text
+    )
     text = text.replace("*/", "* /").replace("/*", "/ *")
     return text[:-1] + "\\x5c" if text.endswith("\\") else text
 

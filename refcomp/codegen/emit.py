@@ -17,14 +17,14 @@ import sympy
 
 from .abi import KernelSignature, Param
 from ..errors import RefcompError
-from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, SHORT_REDUCE, Edge, Node
 from ..symbolic.dims import Dim, expand, idiv, imod, prod
 from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
 from ..symbolic.simplify import tighten
-from .cprint import CPrinter, float_literal
+from . import render_c
+from .cprint import CPrinter
 
 
 # value_at recurses once per fused producer on a chain (four Python frames a level), so a kernel
@@ -103,7 +103,9 @@ class KernelBody:
     statements: list[str] = field(default_factory=list)
     symbols: dict[sympy.Symbol, str] = field(default_factory=dict)
     reads: list[Node] = field(default_factory=list)
-    loads: list = field(default_factory=list)  # (buffer, flat index, mask) of each load, for the kernel's comment
+    loads: list = field(
+        default_factory=list
+    )  # (buffer, flat index, mask) of each load, for the kernel's comment
     flat_axes: Optional[tuple] = None  # (axis symbols, flat symbol, shape) of the kernel's output
     ranges: dict = field(default_factory=dict)  # index symbol -> exclusive upper bound
     scalars: dict = field(default_factory=dict)  # node id -> (C variable, flat position it holds)
@@ -137,7 +139,7 @@ class KernelBody:
     def buffer(self, node: Node) -> str:
         if node.id not in self.buffer_names:
             self.buffer_names[node.id] = f"in{len(self.buffer_names)}"
-            self.buffer_ctypes[node.id] = f"const {DTYPES[node.dtype].c_storage}*"
+            self.buffer_ctypes[node.id] = f"const {render_c.storage_type(node.dtype)}*"
             self.reads.append(node)
         return self.buffer_names[node.id]
 
@@ -161,7 +163,7 @@ class KernelBody:
     def declare_index(self, c_name: str, extent: Dim, expr: sympy.Expr) -> sympy.Symbol:
         """An index line `const long long c_name = expr;`, declared before any statement."""
         sym = self.index_var(c_name, extent)
-        self._index_lines.append((sym, f"const long long {c_name} = {self.comment_printer.int(expr)};", expr))
+        self._index_lines.append((sym, render_c.index_decl(c_name, self.comment_printer.int(expr)), expr))
         self.definitions[sym] = expr
         return sym
 
@@ -172,8 +174,11 @@ class KernelBody:
 
     def load_comments(self) -> list[str]:
         """`in0[o0 * 64 + r] where ...` per load: printed only for a rendered kernel's comment."""
-        return [f"{buffer}[{self.comment_printer.int(flat)}]" + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
-                for buffer, flat, valid in self.loads]
+        return [
+            f"{buffer}[{self.comment_printer.int(flat)}]"
+            + ("" if valid is sympy.true else f" where {self.comment_printer.cond(valid)}")
+            for buffer, flat, valid in self.loads
+        ]
 
     def used_index_lines(self) -> list[str]:
         """Declarations of the axis indices the body actually uses (call after the body is built)."""
@@ -189,7 +194,7 @@ class KernelBody:
         """A C expression for `edge` at `idx`; fused producers emit their statements first."""
         flat, valid = self._locate(edge, idx)
         if valid is sympy.false:
-            return "0.0f"
+            return render_c.ZERO
         node = edge.node
         if node.id in self.scalars:
             return self._scalar(node, flat, valid)
@@ -197,17 +202,17 @@ class KernelBody:
             value = self.printer.real(node.attrs["value"])
         elif node.op.name == "Iota":
             position = self.unravel(flat, node.shape)[node.attrs["axis"]]
-            value = f"(float)({self.printer.int(position)})"
+            value = render_c.to_float(self.printer.int(position))
         elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind == REDUCE):
             return self._inlined(node, flat, valid)
         else:
-            value = DTYPES[node.dtype].c_load.format(f"{self.buffer(node)}[{self.printer.int(flat)}]")
+            value = render_c.load(node.dtype, render_c.element(self.buffer(node), self.printer.int(flat)))
             self.access(self.buffer(node), flat, valid)
             self.loads.append((self.buffer(node), flat, valid))
-        if value == "0.0f":
+        if value == render_c.ZERO:
             return value
         if valid is not sympy.true:
-            value = f"({self.printer.cond(valid)} ? {value} : 0.0f)"
+            value = render_c.masked(self.printer.cond(valid), value)
         return value
 
     def _inlined(self, node: Node, flat, valid) -> str:
@@ -227,18 +232,16 @@ class KernelBody:
         if node.op.kind == REDUCE:
             value = self.unrolled(node, node_idx)
         else:
-            value = node.op.c.format(*[self.value_at(src, node_idx) for src in node.srcs])
-        value = DTYPES[node.dtype].c_round.format(value)  # a 16-bit node's value is rounded wherever it is computed
+            value = render_c.op_expr(node.op, *[self.value_at(src, node_idx) for src in node.srcs])
+        value = render_c.rounded(
+            node.dtype, value
+        )  # a 16-bit node's value is rounded wherever it is computed
         if valid is sympy.true:
             return value
         self._guards.pop()
         inner, self.statements, self.ranges = self.statements, outer, outer_ranges
         name = self.fresh()
-        self.statements.append(f"float {name} = 0.0f;")
-        self.statements.append(f"if ({self.printer.cond(valid)}) {{")
-        self.statements.extend("    " + line for line in inner)
-        self.statements.append(f"    {name} = {value};")
-        self.statements.append("}")
+        self.statements.extend(render_c.guarded(name, self.printer.cond(valid), inner, value))
         return name
 
     def unrolled(self, node: Node, idx: Sequence[sympy.Expr]) -> str:
@@ -246,22 +249,28 @@ class KernelBody:
         axis, extent = node.attrs["axis"], node.srcs[0].shape[node.attrs["axis"]]
         if not isinstance(extent, int) or extent > SHORT_REDUCE:
             raise Unfusable(f"{node.op.name}#{node.id} reduces {extent} values: too many to unroll")
-        value = node.op.c_identity
+        value = render_c.reduce_identity(node.op)
         for r in range(extent):
             at = list(idx[:axis]) + [sympy.Integer(r)] + list(idx[axis:])
-            value = node.op.c.format(value, self.value_at(node.srcs[0], at))
+            value = render_c.op_expr(node.op, value, self.value_at(node.srcs[0], at))
         return value
 
     def _scalar(self, node: Node, flat, valid) -> str:
         """A node this kernel already holds as one value per row (a fused reduction's result)."""
         name, expected = self.scalars[node.id]
         if self.flat_axes is not None and flat == self.flat_axes[1]:  # the identity shortcut: `i` itself
-            flat = sum((a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0))
-        flat = sympy.sympify(flat).xreplace({expr: sym for sym, _, expr in self._index_lines})  # unravelled i -> o_k
+            flat = sum(
+                (a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0)
+            )
+        flat = sympy.sympify(flat).xreplace(
+            {expr: sym for sym, _, expr in self._index_lines}
+        )  # unravelled i -> o_k
         if valid is not sympy.true or expand(flat - expected) != 0:
-            raise Unfusable(f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}")
+            raise Unfusable(
+                f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}"
+            )
         self.scalars_read.add(node.id)
-        return DTYPES[node.dtype].c_round.format(name)
+        return render_c.rounded(node.dtype, name)
 
     def unravel(self, flat, shape) -> list[sympy.Expr]:
         """Per-axis indices of a flat position. A component that stays a div/mod tower is bound to a
@@ -272,7 +281,7 @@ class KernelBody:
                 key = (id(self.statements), e)
                 if key not in self._bound:  # one variable per tower and scope, so equal reads stay equal
                     name = self.fresh("u")
-                    self.statements.append(f"const long long {name} = {self.printer.int(e)};")
+                    self.statements.append(render_c.index_decl(name, self.printer.int(e)))
                     self._bound[key] = self.index_var(name, n)
                     self.definitions[self._bound[key]] = e
                     self._alive.append(self.statements)
@@ -289,7 +298,7 @@ class KernelBody:
         if edge.node.op.name == "Constant" or value.isidentifier():
             return value  # literals and already-named values need no variable
         name = self.fresh()
-        self.statements.append(f"const float {name} = {value};")
+        self.statements.append(render_c.value_decl(name, value))
         self._memo[key] = name
         self._alive.append(self.statements)  # keeps id(statements) unique while the memo refers to it
         return name
@@ -306,35 +315,28 @@ class KernelBody:
         of exact integers (positions a graph computes), or an Iota written into the kernel."""
         if edge.node.op.literal:
             name = self.fresh("id")
-            self.statements.append(f"const long long {name} = (long long)({self.load_expr(edge, idx)});")
+            self.statements.append(render_c.index_decl(name, render_c.to_index(self.load_expr(edge, idx))))
             return name
         flat, valid = index_of(edge.views, tuple(idx), self.ranges)
-        value = f"(long long){self.buffer(edge.node)}[{self.printer.int(flat)}]"
+        value = render_c.index_element(self.buffer(edge.node), self.printer.int(flat))
         self.access(self.buffer(edge.node), flat, valid)
         if valid is not sympy.true:
-            value = f"({self.printer.cond(valid)} ? {value} : 0LL)"
+            value = render_c.masked_index(self.printer.cond(valid), value)
         name = self.fresh("id")
-        self.statements.append(f"const long long {name} = {value};")
+        self.statements.append(render_c.index_decl(name, value))
         return name
 
     # --- the signature -------------------------------------------------------------------------
     def params(self, outputs: Sequence[str], output_dtype: str) -> tuple[Param, ...]:
         buffers = [Param(name, self.buffer_ctypes[node_id]) for node_id, name in self.buffer_names.items()]
-        outs = [Param(name, f"{DTYPES[output_dtype].c_storage}*") for name in outputs]
-        dims = [Param(self.dim_names[s], "long long") for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])]
+        outs = [Param(name, f"{render_c.storage_type(output_dtype)}*") for name in outputs]
+        dims = [
+            Param(self.dim_names[s], "long long")
+            for s in sorted(self.printer.used & set(self.dim_names), key=lambda s: self.dim_names[s])
+        ]
         return tuple(buffers + outs + dims)
 
-    def signature(self, name: str, outputs: Sequence[str], uses_barrier: bool, output_dtype: str = "float32") -> KernelSignature:
+    def signature(
+        self, name: str, outputs: Sequence[str], uses_barrier: bool, output_dtype: str = "float32"
+    ) -> KernelSignature:
         return KernelSignature(name, self.params(outputs, output_dtype), uses_barrier)
-
-
-def c_params(signature: KernelSignature) -> str:
-    parts = []
-    for p in signature.params:
-        restrict = " __restrict__" if p.ctype.endswith("*") else ""
-        parts.append(f"{p.ctype}{restrict} {p.ident}")
-    return ", ".join(parts)
-
-
-def c_float(value: float) -> str:
-    return float_literal(value)

@@ -23,6 +23,7 @@ from ..ops.primitives import REDUCE, Node
 from ..symbolic.dims import Dim, dims_equal, expand, prod
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
+from . import render_c
 from .emit import KernelBody, ProgramNames, Unfusable
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel
 from .statistics import reads_match, row_statistics
@@ -42,7 +43,9 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
         raise Unfusable(f"row output {output.op.name}#{output.id} does not have the rows' shape")
     for r in phases:
         if r.attrs["axis"] != axis or not same_edge(r.srcs[0].shape, shape):
-            raise Unfusable(f"{r.op.name}#{r.id} reduces a different row than {phases[0].op.name}#{phases[0].id}")
+            raise Unfusable(
+                f"{r.op.name}#{r.id} reduces a different row than {phases[0].op.name}#{phases[0].id}"
+            )
     rows_shape, extent = shape[:axis] + shape[axis + 1:], shape[axis]
     body = KernelBody(names, inline=inline)
     o = body.axis_indices("row", rows_shape)
@@ -59,17 +62,34 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     epilogue = None
     if output.op.kind != REDUCE:
         body.statements = []
-        result = output.op.c.format(*[body.value_at(src, idx) for src in output.srcs])
-        epilogue = dict(statements=body.statements, result=result, out_index=body.printer.int(linear_index(idx, shape)))
+        result = render_c.op_expr(output.op, *[body.value_at(src, idx) for src in output.srcs])
+        epilogue = dict(
+            statements=body.statements, result=result, out_index=body.printer.int(linear_index(idx, shape))
+        )
         body.access("out0", linear_index(idx, shape), store=True)
     else:
         body.scope = "single"  # thread 0 stores the row's value
         body.access("out0", body.index_var("row"), store=True)
     body.statements = []
     nodes = tuple(phases) + (() if output.op.kind == REDUCE else (output,))
-    return finish_kernel(name, "row", "row.cu.j2", body, output, nodes, Launch("block_per_output", prod(rows_shape), block),
-                   True, render=render, loop_extent=extent, block_reductions=len(phases), comment_extra=f", one block per row of {len(phases)} reduction(s)", block=block,
-                   phases=rendered, epilogue=epilogue, extent=lambda b: b.printer.int(extent))
+    return finish_kernel(
+        name,
+        "row",
+        "row.cu.j2",
+        body,
+        output,
+        nodes,
+        Launch("block_per_output", prod(rows_shape), block),
+        True,
+        render=render,
+        loop_extent=extent,
+        block_reductions=len(phases),
+        comment_extra=f", one block per row of {len(phases)} reduction(s)",
+        block=block,
+        phases=rendered,
+        epilogue=epilogue,
+        extent=lambda b: b.printer.int(extent),
+    )
 
 
 def lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
@@ -160,11 +180,17 @@ class TiledContraction:
             components = body.unravel(flat, [shape[a] for a in group])
             body.bind_compound = True
             for a, expr in zip(group, components):
-                per_axis[a] = expr if expr.is_Symbol or expr.is_Integer else body.declare_index(f"o{a}", shape[a], expr)
+                per_axis[a] = (
+                    expr if expr.is_Symbol or expr.is_Integer else body.declare_index(f"o{a}", shape[a], expr)
+                )
         ka, kb = body.index_var("ka", shape[k_axis]), body.index_var("kb", shape[k_axis])
-        tile_bound = {name: less(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))}
+        tile_bound = {
+            name: less(body.index_var(name), sizes[key]) for name, key in (("bm", "m"), ("bn", "n"))
+        }
         tile_bound.update(ka=less(ka, shape[k_axis]), kb=less(kb, shape[k_axis]))
-        return TiledContraction(body, reduce, tuple(shape), k_axis, axes, sizes, per_axis, batch_sym, ka, kb, tile_bound)
+        return TiledContraction(
+            body, reduce, tuple(shape), k_axis, axes, sizes, per_axis, batch_sym, ka, kb, tile_bound
+        )
 
     def index(self, k_sym, zero_axes=()) -> list:
         """The source index at (this thread's batch, M and N position, k_sym), `zero_axes` at 0."""
@@ -175,7 +201,9 @@ class TiledContraction:
         """Start a new list of statements, for the template region `scope`, inside `if (guard)`."""
         self.body.statements, self.body.scope, self.body._guards = [], scope, [guard]
 
-    def read(self, contraction: Node, which: int, source_index: list, scope: str, guard) -> tuple[list[str], str]:
+    def read(
+        self, contraction: Node, which: int, source_index: list, scope: str, guard
+    ) -> tuple[list[str], str]:
         """Statements and value of operand `which` of `contraction` (a SumReduce of a Mul) at an index of
         its source, in the template region `scope`, under `guard`."""
         body, product = self.body, contraction.srcs[0].node
@@ -186,11 +214,15 @@ class TiledContraction:
     def operand(self, which: int, scope: str) -> tuple[list[str], str]:
         """Statements and value of operand a (0, read at (bm, ka)) or b (1, read at (kb, bn))."""
         batch_axes, m_axes, n_axes = self.axes
-        k_sym, zero, bounds = (self.ka, n_axes, ("bm", "ka")) if which == 0 else (self.kb, m_axes, ("kb", "bn"))
+        k_sym, zero, bounds = (
+            (self.ka, n_axes, ("bm", "ka")) if which == 0 else (self.kb, m_axes, ("kb", "bn"))
+        )
         guard = conjunction(*(self.tile_bound[b] for b in bounds))  # the template's `if (bm < M && ka < K)`
         return self.read(self.reduce, which, self.index(k_sym, set(zero)), scope, guard)
 
-    def prologue(self, reduces: Sequence[Node], welford: frozenset = frozenset(), tile: int = TILE) -> tuple[list[dict], object]:
+    def prologue(
+        self, reduces: Sequence[Node], welford: frozenset = frozenset(), tile: int = TILE
+    ) -> tuple[list[dict], object]:
         """The template's `prologue` phases: each per-row reduction, in graph order, over the rows of the
         block's M tile (threadIdx.y) with threadIdx.x striding over its axis; later phases and the tile
         loads read each result as `statsJ[RC_SLOT]`, once code generation has checked that every read
@@ -206,14 +238,18 @@ class TiledContraction:
             if red.id in welford:
                 stats = row_statistics(red)
                 if stats is None or stats.total not in reduces or not same_edge(red.shape, stats.total.shape):
-                    raise Unfusable(f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums")
+                    raise Unfusable(
+                        f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums"
+                    )
                 pairs[stats.total.id] = stats
         phases, extent, count = [], None, 0
         for red in reduces:
             if red.id in welford:
                 continue  # computed with its row's sum
             axis, src_shape = red.attrs["axis"], red.srcs[0].shape
-            if not same_edge(red.shape, [self.shape[a] for a in row_axes]) or (extent is not None and not dims_equal(src_shape[axis], extent)):
+            if not same_edge(red.shape, [self.shape[a] for a in row_axes]) or (
+                extent is not None and not dims_equal(src_shape[axis], extent)
+            ):
                 raise Unfusable(f"{red.op.name}#{red.id} does not reduce the rows of the matmul's operand a")
             extent = src_shape[axis]
             r = body.index_var("r", extent)
@@ -221,15 +257,25 @@ class TiledContraction:
             index = rows[:axis] + [r] + rows[axis:]
             value = body.value_at(red.srcs[0], index)
             pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
-            phase = loop_fields(body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"), tile)
+            phase = loop_fields(
+                body.names, red, body.statements, value, ("total", "As[threadIdx.y][kk]"), tile
+            )
             phase.update(pair=pair, stats=[f"stats{count}"])
-            body.scalars[red.id] = (f"stats{count}[RC_SLOT]", linear_index(rows, red.shape))
+            body.scalars[red.id] = (
+                render_c.element(f"stats{count}", "RC_SLOT"),
+                linear_index(rows, red.shape),
+            )
             if pair is not None:
                 if not reads_match(pair, index, linear_index(rows, red.shape), body.ranges):
-                    raise Unfusable(f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations")
+                    raise Unfusable(
+                        f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations"
+                    )
                 phase["what"] += f" and {body.names.label(pair.squares)}"
                 phase["stats"].append(f"stats{count + 1}")
-                body.scalars[pair.squares.id] = (f"stats{count + 1}[RC_SLOT]", linear_index(rows, pair.squares.shape))
+                body.scalars[pair.squares.id] = (
+                    render_c.element(f"stats{count + 1}", "RC_SLOT"),
+                    linear_index(rows, pair.squares.shape),
+                )
             count += len(phase["stats"])
             phases.append(phase)
         return phases, extent
@@ -251,51 +297,92 @@ class TiledContraction:
         elif output.op.kind == REDUCE:  # a short reduction (relu's maximum of a pair), unrolled
             result = body.unrolled(output, out_idx)
         else:
-            result = output.op.c.format(*[body.value_at(s, out_idx) for s in output.srcs])
+            result = render_c.op_expr(output.op, *[body.value_at(s, out_idx) for s in output.srcs])
         statements = body.statements
         body.access("out0", linear_index(out_idx, output.shape), store=True)
         body.statements, body._guards = [], []
         return statements, result
 
-    def fields(self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str) -> dict:
+    def fields(
+        self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str
+    ) -> dict:
         """The template fields every tiled template reads."""
         out_index = linear_index(self.out_index(), output.shape)
         stores = lambda b: epilogue + [result, b.printer.int(out_index)]  # noqa: E731
-        return dict(launch=Launch("tiles", self.sizes["m"], tile, extra=(self.sizes["n"], self.sizes["batch"])),
-                    loop_extent=self.shape[self.k_axis], along_k=frozenset({"b"} if b_along_k else ()),
-                    b_along_k=b_along_k, tile=tile, batched=Late(lambda b: self.batch_sym in b.printer.used),
-                    epilogue_statements=epilogue, result=result, out_index=lambda b: b.printer.int(out_index),
-                    load_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), loads)),
-                    store_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), stores(b))),
-                    long_k=long_chain(self.shape[self.k_axis]),  # sum each tile plainly, the tiles' sums compensated
-                    m=lambda b: b.printer.int(self.sizes["m"]), n=lambda b: b.printer.int(self.sizes["n"]),
-                    k=lambda b: b.printer.int(self.shape[self.k_axis]))
+        return dict(
+            launch=Launch("tiles", self.sizes["m"], tile, extra=(self.sizes["n"], self.sizes["batch"])),
+            loop_extent=self.shape[self.k_axis],
+            along_k=frozenset({"b"} if b_along_k else ()),
+            b_along_k=b_along_k,
+            tile=tile,
+            batched=Late(lambda b: self.batch_sym in b.printer.used),
+            epilogue_statements=epilogue,
+            result=result,
+            out_index=lambda b: b.printer.int(out_index),
+            load_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), loads)),
+            store_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), stores(b))),
+            long_k=long_chain(self.shape[self.k_axis]),  # sum each tile plainly, the tiles' sums compensated
+            m=lambda b: b.printer.int(self.sizes["m"]),
+            n=lambda b: b.printer.int(self.sizes["n"]),
+            k=lambda b: b.printer.int(self.shape[self.k_axis]),
+        )
 
 
-def matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool], tile: int = TILE,
-                  render: bool = True, b_along_k: bool = False, prologue: Sequence[Node] = (),
-                  welford: frozenset = frozenset()) -> Kernel:
+def matmul_kernel(
+    name: str,
+    output: Node,
+    reduce: Node,
+    names,
+    inline: Callable[[Node], bool],
+    tile: int = TILE,
+    render: bool = True,
+    b_along_k: bool = False,
+    prologue: Sequence[Node] = (),
+    welford: frozenset = frozenset(),
+) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
     `welford`: those of them computed in one pass with their row's sum (codegen.statistics)."""
     tc = TiledContraction.of(reduce, names, inline)
     phases, prologue_extent = tc.prologue(prologue, welford, tile)
-    squares = tuple(phase["pair"].square for phase in phases if phase["pair"])  # computed by the update itself
+    squares = tuple(
+        phase["pair"].square for phase in phases if phase["pair"]
+    )  # computed by the update itself
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc")
     unread = [n for n in prologue if n.id not in tc.body.scalars_read]
     if unread:
         raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
-    nodes = (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
+    nodes = (
+        (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
+    )
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
-    return finish_kernel(name, "matmul", "matmul.cu.j2", tc.body, output, nodes, fields.pop("launch"), True, render=render,
-                   comment_extra=f", matmul tile {tile}" + (", B loaded along K" if b_along_k else "")
-                   + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
-                   + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
-                   prologue_extent=prologue_extent, prologue_phases=len(phases), prologue_pairs=len(squares), prologue=phases,
-                   stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
-                   prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
-                   a_statements=a_statements, a_value=a_value, b_statements=b_statements, b_value=b_value, **fields)
+    return finish_kernel(
+        name,
+        "matmul",
+        "matmul.cu.j2",
+        tc.body,
+        output,
+        nodes,
+        fields.pop("launch"),
+        True,
+        render=render,
+        comment_extra=f", matmul tile {tile}"
+        + (", B loaded along K" if b_along_k else "")
+        + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
+        + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
+        prologue_extent=prologue_extent,
+        prologue_phases=len(phases),
+        prologue_pairs=len(squares),
+        prologue=phases,
+        stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
+        prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
+        a_statements=a_statements,
+        a_value=a_value,
+        b_statements=b_statements,
+        b_value=b_value,
+        **fields,
+    )

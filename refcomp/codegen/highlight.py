@@ -11,9 +11,11 @@ from __future__ import annotations
 import html
 import re
 
-KEYWORDS = frozenset("if else for while do return break continue switch case default const static extern inline "
-                     "sizeof struct typedef template typename auto __restrict__ __global__ __device__ __shared__ "
-                     "__forceinline__ constexpr".split())
+KEYWORDS = frozenset(
+    "if else for while do return break continue switch case default const static extern inline "
+    "sizeof struct typedef template typename auto __restrict__ __global__ __device__ __shared__ "
+    "__forceinline__ constexpr".split()
+)
 TYPES = frozenset("void float double int long unsigned short char bool size_t dim3 half __half __nv_bfloat16 "
                   "uint16_t uint32_t int32_t int64_t".split())
 BUILTINS = frozenset("threadIdx blockIdx blockDim gridDim __syncthreads atomicAdd INFINITY NAN".split())

@@ -17,10 +17,10 @@ import sympy
 
 from .abi import KernelSignature
 from .cprint import comment_text
-from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Node
 from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
-from .emit import Access, KernelBody, Unfusable, c_params
+from . import render_c
+from .emit import Access, KernelBody, Unfusable
 from .sums import loop_fields
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -93,10 +93,19 @@ class Kernel:
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
 
     def __repr__(self) -> str:
-        cost = "" if self.cost is None else f", {self.cost.bytes:,} B, {self.cost.flops:,} flop, {self.cost.time_s * 1e6:.2f} us"
+        cost = (
+            ""
+            if self.cost is None
+            else f", {self.cost.bytes:,} B, {self.cost.flops:,} flop, {self.cost.time_s * 1e6:.2f} us"
+        )
         return f"<Kernel {self.name}: {self.kind}, {' '.join(self.ops)}, {self.launch}{cost}>"
 
-    def args(self, buffers: Mapping[int, object], bindings: Mapping[str, int], dim_symbols: Mapping[str, sympy.Symbol]) -> list:
+    def args(
+        self,
+        buffers: Mapping[int, object],
+        bindings: Mapping[str, int],
+        dim_symbols: Mapping[str, sympy.Symbol],
+    ) -> list:
         """Launch arguments: buffers for pointer params, ints for dims."""
         by_ident = {f"in{k}": buffers[n.id] for k, n in enumerate(self.reads)}
         by_ident["out0"] = buffers[self.output.id]
@@ -118,7 +127,9 @@ class AccessPlan:
     along_k: frozenset = frozenset()  # matmul operands ("a", "b") whose tile loads walk K with threadIdx.x
     block_reductions: int = 1  # block-wide reductions (shared-memory trees) a block-per-output kernel runs
     template: str = ""  # the template file, whose fixed shared-memory traffic the model counts
-    prologue_extent: Optional[Dim] = None  # matmul: the axis its per-row prologue reductions walk (None: none)
+    prologue_extent: Optional[Dim] = (
+        None  # matmul: the axis its per-row prologue reductions walk (None: none)
+    )
     prologue_phases: int = 0  # and how many there are
     streamed_depth: int = 0  # softmax_matmul with streamed scores: the length of q . k
     streamed_width: int = 0  # and the depth padded to whole tiles (Q's and K's rows in shared memory)
@@ -135,7 +146,9 @@ class Late:
 def user_ops(nodes: Sequence[Node]) -> tuple[str, ...]:
     """The user-level ops that built these nodes, in the order given, each once; a node no user call
     built (an output's copy, say) counts as its primitive."""
-    return tuple(dict.fromkeys(n.origin.op if n.origin else n.op.name.lower() for n in nodes if n.op.kind != LEAF))
+    return tuple(
+        dict.fromkeys(n.origin.op if n.origin else n.op.name.lower() for n in nodes if n.op.kind != LEAF)
+    )
 
 
 def _origins(nodes: Sequence[Node]) -> str:
@@ -153,7 +166,9 @@ def _comment(name: str, body: KernelBody, nodes: tuple[Node, ...], output: Node,
     if _origins(ordered):
         lines.append(f"//   user ops: {_origins(ordered)}")
     lines += [f"//   reads {r}" for r in dict.fromkeys(body.load_comments())]
-    lines = [comment_text(line) for line in lines]  # every comment line is made safe: they show user file and input names
+    lines = [
+        comment_text(line) for line in lines
+    ]  # every comment line is made safe: they show user file and input names
     return "\n".join(lines + [read_line(k, n, body.names) for k, n in enumerate(body.reads)])
 
 
@@ -163,32 +178,85 @@ READ_LINE = re.compile(r"//   in([0-9]+) = ")
 def read_line(k: int, node: Node, names) -> str:
     """`//   in0 = x`: buffer in<k> names an input as it is fed (the explorer names it so too),
     any other node by its label; made safe, as every comment line is (names are the user's)."""
-    return comment_text(f"//   in{k} = " + (node.attrs["name"] if node.op.name == "Input" else names.label(node)))
+    return comment_text(
+        f"//   in{k} = " + (node.attrs["name"] if node.op.name == "Input" else names.label(node))
+    )
 
 
-def finish_kernel(name: str, kind: str, tmpl: str, body: KernelBody, node: Node, nodes: tuple[Node, ...],
-            launch: Launch, uses_barrier: bool, comment_extra: str = "", render: bool = True, loop_extent: Optional[Dim] = None,
-            along_k: frozenset = frozenset(), block_reductions: int = 1, streamed: tuple = (0, 0),
-            prologue_extent: Optional[Dim] = None, prologue_phases: int = 0, prologue_pairs: int = 0,
-            **fields) -> Optional[Kernel]:
+def finish_kernel(
+    name: str,
+    kind: str,
+    tmpl: str,
+    body: KernelBody,
+    node: Node,
+    nodes: tuple[Node, ...],
+    launch: Launch,
+    uses_barrier: bool,
+    comment_extra: str = "",
+    render: bool = True,
+    loop_extent: Optional[Dim] = None,
+    along_k: frozenset = frozenset(),
+    block_reductions: int = 1,
+    streamed: tuple = (0, 0),
+    prologue_extent: Optional[Dim] = None,
+    prologue_phases: int = 0,
+    prologue_pairs: int = 0,
+    **fields,
+) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
     if not render:
-        plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
-                          prologue_phases, *streamed, prologue_pairs=prologue_pairs)
-        return Kernel(name, kind, node, tuple(nodes), tuple(body.reads), body.signature(name, ["out0"], uses_barrier, node.dtype), "",
-                      launch, plan=plan)
-    fields = {k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()}  # after the body
+        plan = AccessPlan(
+            tuple(body.accesses),
+            dict(body.definitions),
+            loop_extent,
+            along_k,
+            block_reductions,
+            tmpl,
+            prologue_extent,
+            prologue_phases,
+            *streamed,
+            prologue_pairs=prologue_pairs,
+        )
+        return Kernel(
+            name,
+            kind,
+            node,
+            tuple(nodes),
+            tuple(body.reads),
+            body.signature(name, ["out0"], uses_barrier, node.dtype),
+            "",
+            launch,
+            plan=plan,
+        )
+    fields = {
+        k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()
+    }  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
     signature = body.signature(name, ["out0"], uses_barrier, node.dtype)
-    source = template(tmpl).render(name=name, params=c_params(signature), index_lines=index_lines,
-                                   stored=DTYPES[node.dtype].c_store.format,  # a float as out0 holds it
-                                   statements=body.statements, comment=_comment(name, body, nodes, node, comment_extra),
-                                   **fields)
+    source = template(tmpl).render(
+        name=name,
+        params=render_c.parameter_list(signature),
+        index_lines=index_lines,
+        stored=lambda value: render_c.store(node.dtype, value),  # a float as out0 holds it
+        statements=body.statements,
+        comment=_comment(name, body, nodes, node, comment_extra),
+        **fields,
+    )
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    plan = AccessPlan(tuple(body.accesses), dict(body.definitions), loop_extent, along_k, block_reductions, tmpl, prologue_extent,
-                      prologue_phases, *streamed, prologue_pairs=prologue_pairs)
+    plan = AccessPlan(
+        tuple(body.accesses),
+        dict(body.definitions),
+        loop_extent,
+        along_k,
+        block_reductions,
+        tmpl,
+        prologue_extent,
+        prologue_phases,
+        *streamed,
+        prologue_pairs=prologue_pairs,
+    )
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 
@@ -212,11 +280,22 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
-    result = node.op.c.format(*[body.value_at(src, idx) for src in node.srcs])
+    result = render_c.op_expr(node.op, *[body.value_at(src, idx) for src in node.srcs])
     body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
-    return finish_kernel(name, "elementwise", "elementwise.cu.j2", body, node, (node,), Launch("grid_stride", size, block),
-                   False, render=render, result=result, size=lambda b: b.printer.int(size))
+    return finish_kernel(
+        name,
+        "elementwise",
+        "elementwise.cu.j2",
+        body,
+        node,
+        (node,),
+        Launch("grid_stride", size, block),
+        False,
+        render=render,
+        result=result,
+        size=lambda b: b.printer.int(size),
+    )
 
 
 def default_reduce_strategy(extent: Dim) -> str:
@@ -239,27 +318,63 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     body.scope = "loop"
     value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
     loop_statements, body.statements = body.statements, []
-    body.scope = "single" if strategy == "block" else "body"  # thread 0 of the block, or every output's thread
+    body.scope = (
+        "single" if strategy == "block" else "body"
+    )  # thread 0 of the block, or every output's thread
     result, written = "total", node
     if epilogue is not None:
-        if len(epilogue.shape) != len(node.shape) or not all(a == b for a, b in zip(epilogue.shape, node.shape)):
+        if len(epilogue.shape) != len(node.shape) or not all(
+            a == b for a, b in zip(epilogue.shape, node.shape)
+        ):
             raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
         body.flat_axes = output_axes
         body.scalars[node.id] = ("total", _linear_of(idx, node.shape))
-        result = epilogue.op.c.format(*[body.value_at(s, idx) for s in epilogue.srcs])
+        result = render_c.op_expr(epilogue.op, *[body.value_at(s, idx) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)
     size = prod(node.shape)
-    reduction = loop_fields(names, node, loop_statements, value, ("mine", "other"), block if strategy == "block" else 1)
-    common = dict(reduction=reduction, result=result, epilogue=epilogue_statements, extent=lambda b: b.printer.int(extent),
-                  comment_extra=f", reducing axis {axis}")
+    reduction = loop_fields(
+        names, node, loop_statements, value, ("mine", "other"), block if strategy == "block" else 1
+    )
+    common = dict(
+        reduction=reduction,
+        result=result,
+        epilogue=epilogue_statements,
+        extent=lambda b: b.printer.int(extent),
+        comment_extra=f", reducing axis {axis}",
+    )
     nodes = (node,) + (() if epilogue is None else (epilogue,))
     if strategy == "block":
-        return finish_kernel(name, "reduce", "reduce_block.cu.j2", body, written, nodes, Launch("block_per_output", size, block),
-                       True, render=render, loop_extent=extent, block=block, tree_combine=reduction["tree"], **common)
-    return finish_kernel(name, "reduce", "reduce_thread.cu.j2", body, written, nodes, Launch("grid_stride", size, block),
-                   False, render=render, loop_extent=extent, size=lambda b: b.printer.int(size), **common)
+        return finish_kernel(
+            name,
+            "reduce",
+            "reduce_block.cu.j2",
+            body,
+            written,
+            nodes,
+            Launch("block_per_output", size, block),
+            True,
+            render=render,
+            loop_extent=extent,
+            block=block,
+            tree_combine=reduction["tree"],
+            **common,
+        )
+    return finish_kernel(
+        name,
+        "reduce",
+        "reduce_thread.cu.j2",
+        body,
+        written,
+        nodes,
+        Launch("grid_stride", size, block),
+        False,
+        render=render,
+        loop_extent=extent,
+        size=lambda b: b.printer.int(size),
+        **common,
+    )
 
 
 def _linear_of(idx, shape):
@@ -283,9 +398,20 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
     row_value = body.load_expr(table, [row, idx[-1]])
     body.access("out0", flat, store=True)
     size = prod(node.shape)
-    return finish_kernel(name, "gather", "gather.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
-                   id=id_name, row_value=row_value, rows=lambda b: b.printer.int(table.shape[0]),
-                   size=lambda b: b.printer.int(size))
+    return finish_kernel(
+        name,
+        "gather",
+        "gather.cu.j2",
+        body,
+        node,
+        (node,),
+        Launch("grid_stride", size),
+        False,
+        id=id_name,
+        row_value=row_value,
+        rows=lambda b: b.printer.int(table.shape[0]),
+        size=lambda b: b.printer.int(size),
+    )
 
 
 def scatter_kernel(name: str, node: Node, names) -> Kernel:
@@ -305,10 +431,22 @@ def scatter_kernel(name: str, node: Node, names) -> Kernel:
     value = body.value_at(rows, idx)
     body.access("out0", row * table.shape[1] + idx[1], store=True)
     size = prod(rows.shape)
-    return finish_kernel(name, "scatter", "scatter.cu.j2", body, node, (node,), Launch("grid_stride", size), False,
-                         id=id_name, value=value, rows=lambda b: b.printer.int(table.shape[0]),
-                         width=lambda b: b.printer.int(table.shape[1]), column=lambda b: b.printer.int(idx[1]),
-                         size=lambda b: b.printer.int(size))
+    return finish_kernel(
+        name,
+        "scatter",
+        "scatter.cu.j2",
+        body,
+        node,
+        (node,),
+        Launch("grid_stride", size),
+        False,
+        id=id_name,
+        value=value,
+        rows=lambda b: b.printer.int(table.shape[0]),
+        width=lambda b: b.printer.int(table.shape[1]),
+        column=lambda b: b.printer.int(idx[1]),
+        size=lambda b: b.printer.int(size),
+    )
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:

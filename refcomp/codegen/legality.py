@@ -22,11 +22,37 @@ from .sums import COMPENSATION_FLOPS, long_chain
 from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
 from .lower import TEMPLATE_ONLY, Group, kernel_for_group, materialise_outputs, retarget
 
-__all__ = ["fusion_problem", "Unfusable", "TEMPLATE_ONLY", "retarget", "AccessModelError", "global_counts", "MemoryCounts", "Kernel", "kernel_for_group", "Group", "ProgramNames", "matmul_axes", "online_softmax", "streamed_scores", "row_statistics", "materialise_outputs", "BLOCK", "TILE", "MAX_FUSED_NODES",
-           "MAX_INLINED_VALUES", "SHORT_REDUCE", "default_reduce_strategy", "COMPENSATION_FLOPS", "long_chain"]
+__all__ = [
+    "fusion_problem",
+    "Unfusable",
+    "TEMPLATE_ONLY",
+    "retarget",
+    "AccessModelError",
+    "global_counts",
+    "MemoryCounts",
+    "Kernel",
+    "kernel_for_group",
+    "Group",
+    "ProgramNames",
+    "matmul_axes",
+    "online_softmax",
+    "streamed_scores",
+    "row_statistics",
+    "materialise_outputs",
+    "BLOCK",
+    "TILE",
+    "MAX_FUSED_NODES",
+    "MAX_INLINED_VALUES",
+    "SHORT_REDUCE",
+    "default_reduce_strategy",
+    "COMPENSATION_FLOPS",
+    "long_chain",
+]
 
 
-def fusion_problem(group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict) -> Optional[str]:
+def fusion_problem(
+    group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict
+) -> Optional[str]:
     """None when code generation can honour this fused group, else why it cannot."""
     try:
         kernel_for_group("check", group, names, fused, params, render=False)

@@ -15,9 +15,19 @@ from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, N
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
 from .online import softmax_matmul_kernel
-from .kernels import (BLOCK, READ_LINE, TILE, Kernel, default_reduce_strategy, elementwise_kernel, gather_kernel, read_line,
-                      scatter_kernel,
-                      reduce_kernel, user_ops)
+from .kernels import (
+    BLOCK,
+    READ_LINE,
+    TILE,
+    Kernel,
+    default_reduce_strategy,
+    elementwise_kernel,
+    gather_kernel,
+    read_line,
+    scatter_kernel,
+    reduce_kernel,
+    user_ops,
+)
 
 
 def materialise_outputs(tensors) -> list[Node]:
@@ -86,7 +96,9 @@ def retarget(kernel: Kernel, params: dict) -> Kernel:
     if kernel.kind == "matmul":
         along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
         tile = params.get("tile", TILE)
-        width = -(-kernel.plan.streamed_depth // tile) * tile  # streamed Q and K rows: whole tiles (online._stream)
+        width = (
+            -(-kernel.plan.streamed_depth // tile) * tile
+        )  # streamed Q and K rows: whole tiles (online._stream)
         return replace(kernel, launch=replace(kernel.launch, block=tile),
                        plan=replace(kernel.plan, along_k=along_k, streamed_width=width))
     if kernel.kind == "reduce":
@@ -109,8 +121,14 @@ def _restrategised(kernel: Kernel, strategy: str) -> Kernel:
                    plan=replace(kernel.plan, accesses=accesses, template=template))
 
 
-def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callable[[Node], bool], params: dict,
-                     render: bool = True) -> Optional[Kernel]:
+def kernel_for_group(
+    name: str,
+    group: Group,
+    names: ProgramNames,
+    fused: Callable[[Node], bool],
+    params: dict,
+    render: bool = True,
+) -> Optional[Kernel]:
     """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured.
     With `render=False` only the analysis that may refuse runs (see codegen.legality)."""
     root = group.root
@@ -119,23 +137,47 @@ def kernel_for_group(name: str, group: Group, names: ProgramNames, fused: Callab
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)
     if group.kind == "matmul":
         streamed = frozenset(params.get("streamed_ids", ()))
-        reduce = next(n for n in (root,) + group.members if n.id in params.get("matmul_ids", ()) and n.id not in streamed)
+        reduce = next(
+            n
+            for n in (root,) + group.members
+            if n.id in params.get("matmul_ids", ()) and n.id not in streamed
+        )
         online = frozenset(params.get("online_ids", ())) & {n.id for n in group.members}
         prologue = [n for n in group.members if n.id in params.get("prologue_ids", ())]
         if online and prologue:
             raise Unfusable("the online-softmax matmul computes no prologue reductions")
         if online:
-            return softmax_matmul_kernel(name, root, reduce, names, fused, online, streamed, tile=params.get("tile", TILE),
-                                         render=render, b_along_k=bool(params.get("b_along_k")))
+            return softmax_matmul_kernel(
+                name,
+                root,
+                reduce,
+                names,
+                fused,
+                online,
+                streamed,
+                tile=params.get("tile", TILE),
+                render=render,
+                b_along_k=bool(params.get("b_along_k")),
+            )
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue})
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
-            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render)
+            return reduce_kernel(
+                name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render
+            )
         reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
-        return reduce_kernel(name, reduce, names, fused, params.get("strategy"), params.get("block", BLOCK), epilogue=root,
-                             render=render)
+        return reduce_kernel(
+            name,
+            reduce,
+            names,
+            fused,
+            params.get("strategy"),
+            params.get("block", BLOCK),
+            epilogue=root,
+            render=render,
+        )
     if group.kind == "gather":
         return gather_kernel(name, root, names)
     if group.kind == "scatter":
@@ -156,11 +198,39 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     node = {a.id: b for a, b in pairs}
     labels = {names.label(a): names.label(b) for a, b in pairs if a.id != b.id}
     labels[kernel.name] = name
-    pattern = re.compile(r"(?<![\w#])(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")(?![\w#])")
-    source = _with_read_lines(pattern.sub(lambda m: labels[m.group(1)], kernel.source), [node[n.id] for n in kernel.reads], names)
-    return replace(kernel, name=name, output=node[kernel.output.id], nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
-                   reads=tuple(node[n.id] for n in kernel.reads), signature=replace(kernel.signature, name=name),
-                   source=source)
+    pattern = re.compile(
+        r"(?<![\w#])(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")(?![\w#])"
+    )
+    source = _with_read_lines(
+        pattern.sub(lambda m: labels[m.group(1)], kernel.source), [node[n.id] for n in kernel.reads], names
+    )
+    return replace(
+        kernel,
+        name=name,
+        output=node[kernel.output.id],
+        nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
+        reads=tuple(node[n.id] for n in kernel.reads),
+        signature=replace(kernel.signature, name=name),
+        source=source,
+    )
+
+
+def lower_groups(plans: Sequence[tuple], inline: frozenset, names: ProgramNames) -> list[Kernel]:
+    """The kernel of each planned group, in order: `plans` holds (group, its parameters, a key equal
+    for groups whose kernels have the same code but for labels), as the search's lowering_plan gives
+    them, and `inline` the ids of the nodes recomputed where they are read. A kernel whose key an
+    earlier one has (the same layer of a repeated model) is that kernel relabelled, not generated
+    again: N blocks cost one block's code generation."""
+    fused = lambda node: node.id in inline  # noqa: E731
+    kernels, first = [], {}
+    for k, (group, params, key) in enumerate(plans):
+        name = kernel_name(k, group.members + (group.root,))
+        kernel = relabelled(first[key][0], first[key][1], group, name, names) if key in first else None
+        if kernel is None:
+            kernel = kernel_for_group(name, group, names, fused, params)
+            first.setdefault(key, (kernel, group))
+        kernels.append(kernel)
+    return kernels
 
 
 def _with_read_lines(source: str, reads: Sequence[Node], names: ProgramNames) -> str:

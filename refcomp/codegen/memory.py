@@ -54,7 +54,9 @@ def plan_memory(steps: Sequence[tuple[int, Sequence[int]]], nbytes: Mapping[int,
             if slot in free:
                 free.remove(slot)
             slot_of[written] = slot
-        for node_id in dict.fromkeys(list(reads) + [written]):  # in order, not a set: the same plan in any process
+        for node_id in dict.fromkeys(
+            list(reads) + [written]
+        ):  # in order, not a set: the same plan in any process
             if (node_id in slot_of and node_id not in handed_on and last_read.get(node_id, k) <= k
                     and slot_of[node_id] not in free):
                 free.append(slot_of[node_id])

@@ -32,6 +32,7 @@ from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, Edge, Node
 from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
+from . import render_c
 from .emit import Unfusable
 from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes
 from .kernels import TILE, Kernel, Late, finish_kernel
@@ -142,7 +143,9 @@ def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: i
     depth_axis = scores.attrs["axis"]
     depth = scores.srcs[0].shape[depth_axis]
     if not isinstance(depth, int) or depth > MAX_STREAMED_DEPTH:
-        raise Unfusable(f"{scores.op.name}#{scores.id} sums {depth} values: at most {MAX_STREAMED_DEPTH} are streamed")
+        raise Unfusable(
+            f"{scores.op.name}#{scores.id} sums {depth} values: at most {MAX_STREAMED_DEPTH} are streamed"
+        )
     s_batch, s_m, s_n = matmul_axes(scores)
     key = axis + (1 if axis >= depth_axis else 0)  # the keys' axis in S's source
     if s_n != [key]:
@@ -156,25 +159,48 @@ def _stream(tc: TiledContraction, scores: Node, at: Callable, axis: int, tile: i
         src = [sympy.Integer(0) if a in zero else e for a, e in enumerate(src)]
         return tc.read(scores, which, src, "q" if which == 0 else "kt", guard)
 
-    q_statements, q_value = operand(0, sympy.Integer(0), dq, s_n, conjunction(tc.tile_bound["bm"], less(dq, depth)))
-    k_statements, k_value = operand(1, kt, dk, s_m, conjunction(less(kt, tc.shape[tc.k_axis]), less(dk, depth)))
+    q_statements, q_value = operand(
+        0, sympy.Integer(0), dq, s_n, conjunction(tc.tile_bound["bm"], less(dq, depth))
+    )
+    k_statements, k_value = operand(
+        1, kt, dk, s_m, conjunction(less(kt, tc.shape[tc.k_axis]), less(dk, depth))
+    )
     body.scalars[scores.id] = ("qk", linear_index(at(tc.ka), scores.shape))
     width = -(-depth // tile) * tile
-    return dict(depth=depth, width=width, q_statements=q_statements, q_value=q_value, k_statements=k_statements,
-                k_value=k_value)
+    return dict(
+        depth=depth,
+        width=width,
+        q_statements=q_statements,
+        q_value=q_value,
+        k_statements=k_statements,
+        k_value=k_value,
+    )
 
 
-def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: Callable[[Node], bool],
-                          online_ids=frozenset(), streamed_ids=frozenset(), tile: int = TILE, render: bool = True,
-                          b_along_k: bool = False) -> Kernel:
+def softmax_matmul_kernel(
+    name: str,
+    output: Node,
+    reduce: Node,
+    names,
+    inline: Callable[[Node], bool],
+    online_ids=frozenset(),
+    streamed_ids=frozenset(),
+    tile: int = TILE,
+    render: bool = True,
+    b_along_k: bool = False,
+) -> Kernel:
     """With S in `streamed_ids` (see streamed_scores), S = Q K^T is computed in the kernel, a tile of
     keys at a time: the scores are never read from memory (FlashAttention)."""
     parts = online_softmax(reduce)
     if parts is None or not {parts.maximum.id, parts.total.id} <= set(online_ids):
         raise Unfusable(f"{reduce.op.name}#{reduce.id} does not read an online softmax")
     narrow = [n for n in parts.nodes + (reduce, reduce.srcs[0].node) if DTYPES[n.dtype].is_narrow]
-    if narrow:  # its running maximum and sum are rescaled as they go: a 16-bit node's rounding has no place to happen
-        raise Unfusable(f"{narrow[0].op.name}#{narrow[0].id} is {narrow[0].dtype}: online softmax keeps float32 statistics")
+    if (
+        narrow
+    ):  # its running maximum and sum are rescaled as they go: a 16-bit node's rounding has no place to happen
+        raise Unfusable(
+            f"{narrow[0].op.name}#{narrow[0].id} is {narrow[0].dtype}: online softmax keeps float32 statistics"
+        )
     scores, chain = streamed_scores(parts)
     if scores is None or scores.id not in set(streamed_ids):
         scores, chain = None, ()
@@ -188,7 +214,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     axis = kept.index(tc.k_axis)
     for stat in (maximum, total):
         if stat.attrs["axis"] != axis or not same_edge(stat.srcs[0].shape, [tc.shape[a] for a in kept]):
-            raise Unfusable(f"{stat.op.name}#{stat.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K")
+            raise Unfusable(
+                f"{stat.op.name}#{stat.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K"
+            )
     row = linear_index(rows, maximum.shape)
     at = lambda k: rows[:axis] + [k] + rows[axis:]  # noqa: E731  (a row's element k, in S's shape)
     score_at, valid = index_of(maximum.srcs[0].views, at(tc.ka), body.ranges)
@@ -204,7 +232,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     r_read, _ = index_of(r_edge.views, p_idx, body.ranges)
     summand, _ = index_of(total.srcs[0].views, at(tc.ka), body.ranges)
     if valid is not sympy.true or sympy.expand(w_read - summand) != 0 or sympy.expand(r_read - row) != 0:
-        raise Unfusable(f"{parts.probability.op.name}#{parts.probability.id} is not read at its own row and column")
+        raise Unfusable(
+            f"{parts.probability.op.name}#{parts.probability.id} is not read at its own row and column"
+        )
 
     qk = None
     if scores is not None:
@@ -215,7 +245,9 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     score = body.value_at(maximum.srcs[0], at(tc.ka))
     score_statements = body.statements
     if scores is not None and scores.id not in body.scalars_read:
-        raise Unfusable(f"the scores of {maximum.op.name}#{maximum.id} do not read {scores.op.name}#{scores.id} at their own position")
+        raise Unfusable(
+            f"the scores of {maximum.op.name}#{maximum.id} do not read {scores.op.name}#{scores.id} at their own position"
+        )
 
     def weight(s_name: str, guard) -> tuple[list[str], str]:
         """e(s, m_new) with S read as the C value `s_name`: the summand of L at this thread's column."""
@@ -231,23 +263,49 @@ def softmax_matmul_kernel(name: str, output: Node, reduce: Node, names, inline: 
     tc.begin("epilogue", conjunction(tc.tile_bound["bm"], tc.tile_bound["bn"]))
     factor = body.value_at(Edge(parts.normaliser, ViewStack.of_buffer(parts.normaliser.shape)),
                            body.unravel(row, parts.normaliser.shape))
-    scaled_statements = body.statements + [f"const float scaled = acc * {factor};"]
+    scaled_statements = body.statements + [render_c.value_decl("scaled", f"acc * {factor}")]
     epilogue, result = tc.epilogue(output, "scaled")
     epilogue = scaled_statements + epilogue
     streamed = () if scores is None else (scores.srcs[0].node, scores) + chain
     nodes = (reduce.srcs[0].node, reduce) + parts.nodes + streamed + (() if output is reduce else (output,))
-    loads = ([qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]) + b_statements + [b_value]
+    loads = (
+        ([qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score])
+        + b_statements
+        + [b_value]
+    )
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     lines = lambda texts: Late(lambda b: lines_read_by(b.used_index_lines(), texts))  # noqa: E731
     weight_lines = lines(weight_statements + rescale_statements)
-    return finish_kernel(name, "matmul", "softmax_matmul.cu.j2", body, output, nodes, fields.pop("launch"), True,
-                   render=render, comment_extra=", softmax computed online" + (", scores streamed" if qk else "")
-                   + f", matmul tile {tile}", qk=qk, streamed=(qk["depth"], qk["width"]) if qk else (0, 0),
-                   q_index_lines=lines(qk["q_statements"] + [qk["q_value"]] if qk else []),
-                   score_index_lines=lines(score_statements + [score]),
-                   score_statements=score_statements, score_value=score, weight_statements=weight_statements,
-                   weight_value=weight_value, rescale_statements=rescale_statements, rescale_value=rescale_value,
-                   weight_index_lines=weight_lines, b_statements=b_statements, b_value=b_value,
-                   maximum=names.label(maximum), total=names.label(total), max_identity=maximum.op.c_identity,
-                   max_combine=maximum.op.c.format("m_new", "Ss[threadIdx.y][kk]"),
-                   sum_combine=total.op.c.format("l", "w"), **fields)
+    return finish_kernel(
+        name,
+        "matmul",
+        "softmax_matmul.cu.j2",
+        body,
+        output,
+        nodes,
+        fields.pop("launch"),
+        True,
+        render=render,
+        comment_extra=", softmax computed online"
+        + (", scores streamed" if qk else "")
+        + f", matmul tile {tile}",
+        qk=qk,
+        streamed=(qk["depth"], qk["width"]) if qk else (0, 0),
+        q_index_lines=lines(qk["q_statements"] + [qk["q_value"]] if qk else []),
+        score_index_lines=lines(score_statements + [score]),
+        score_statements=score_statements,
+        score_value=score,
+        weight_statements=weight_statements,
+        weight_value=weight_value,
+        rescale_statements=rescale_statements,
+        rescale_value=rescale_value,
+        weight_index_lines=weight_lines,
+        b_statements=b_statements,
+        b_value=b_value,
+        maximum=names.label(maximum),
+        total=names.label(total),
+        max_identity=render_c.reduce_identity(maximum.op),
+        max_combine=render_c.op_expr(maximum.op, "m_new", "Ss[threadIdx.y][kk]"),
+        sum_combine=render_c.op_expr(total.op, "l", "w"),
+        **fields,
+    )

@@ -34,6 +34,7 @@ import sympy
 
 from ..ops.primitives import Node
 from ..symbolic.dims import Dim
+from . import render_c
 
 SERIAL_SUM_LIMIT = 128  # a thread adds at most this many values in one plain (uncompensated) chain
 COMPENSATION_FLOPS = 3  # rc_sum_add's extra flops per value added (4 in all, against 1)
@@ -53,12 +54,20 @@ def compensated(red: Node, extent: Dim, stride: int = 1) -> bool:
     return red.op.name == "SumReduce" and long_chain(extent, stride)
 
 
-def loop_fields(names, red: Node, statements: list[str], value: str, tree: tuple[str, str], stride: int) -> dict:
+def loop_fields(
+    names, red: Node, statements: list[str], value: str, tree: tuple[str, str], stride: int
+) -> dict:
     """One reduction loop of a template (reduce kernels, row kernel phases, matmul prologues): each
     thread takes every `stride`-th value of the row into `acc` (`statements` compute `value`), plainly
     or compensated (the `sums.cu.j2` macros read which), then partial results meet two at a time as
     `tree` names them."""
     extent = red.srcs[0].shape[red.attrs["axis"]]
-    return dict(what=names.label(red), statements=statements, identity=red.op.c_identity, value=value,
-                combine=red.op.c.format("acc", value), tree=red.op.c.format(*tree),
-                compensated=compensated(red, extent, stride))
+    return dict(
+        what=names.label(red),
+        statements=statements,
+        identity=render_c.reduce_identity(red.op),
+        value=value,
+        combine=render_c.op_expr(red.op, "acc", value),
+        tree=render_c.op_expr(red.op, *tree),
+        compensated=compensated(red, extent, stride),
+    )

@@ -1,1 +1,1 @@
-"""Executors: the NumPy reference, the host emulator, the nvcc check and the PyCUDA runtime."""
+"""Executors: the host emulator, the nvcc check and the PyCUDA runtime."""

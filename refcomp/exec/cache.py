@@ -96,7 +96,9 @@ def _key_is_private(path: Path) -> bool:
 @functools.lru_cache(maxsize=None)
 def _key(root: Path) -> bytes:
     path = root / KEY_FILE
-    if not _key_is_private(path):  # missing, or readable (so forgeable) by others: a new key voids every old MAC
+    if not _key_is_private(
+        path
+    ):  # missing, or readable (so forgeable) by others: a new key voids every old MAC
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".key.")  # mkstemp creates the file with mode 0600
         try:
             os.write(fd, secrets.token_bytes(32))

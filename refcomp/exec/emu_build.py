@@ -143,7 +143,11 @@ def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | 
             src = Path(work) / SOURCE_NAME
             src.write_text(full_text)
             shim = precompiled_shim(gxx, flags, root) if includes and includes[0] == SHIM_PATH else None
-            pre = [arg for path in ([shim, *includes[1:]] if shim else includes) for arg in ("-include", str(path))]
+            pre = [
+                arg
+                for path in ([shim, *includes[1:]] if shim else includes)
+                for arg in ("-include", str(path))
+            ]
             run_gxx([gxx, *flags, "-shared", "-fPIC", *pre, "-x", "c++", str(src), "-o", str(tmp)],
                     full_text, "the generated CUDA source for the emulator")
 

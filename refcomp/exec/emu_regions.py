@@ -97,8 +97,10 @@ def kernel_mode(code: str, spans: dict[str, tuple[int, int]], sig: KernelSignatu
     for lo, hi in outside:
         hit = re.compile(r"\bthreadIdx\b").search(code, lo, hi)
         if hit:
-            raise RefcompError(f"kernel {sig.name}: threadIdx on line {line_of(hit.start())} is outside every "
-                               f"{_MARK} region, where code must be the same for every thread of the block")
+            raise RefcompError(
+                f"kernel {sig.name}: threadIdx on line {line_of(hit.start())} is outside every "
+                f"{_MARK} region, where code must be the same for every thread of the block"
+            )
     return REGIONS
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from refcomp.errors import RefcompError
 from refcomp.exec import cache
 from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
-from refcomp.exec.limits import host_memory_bytes
+from refcomp.reference.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
 from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, gxx_invocations, gxx_path,
                         load_library, memory_cache, shim_bytes)

@@ -17,9 +17,17 @@ from pathlib import Path
 
 from ..errors import RefcompError
 from ..ops.draw import draw_graph, kernel_colour
-from .bindings import show_binding
-from .explorer_parts import (compiled_owners, esc, kernel_panel, memory_section, node_name, table, trace_section,
-                             user_owners)
+from ..reference.bindings import show_binding
+from .explorer_parts import (
+    compiled_owners,
+    esc,
+    kernel_panel,
+    memory_section,
+    node_name,
+    table,
+    trace_section,
+    user_owners,
+)
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; background: #fafafa; }
@@ -90,7 +98,9 @@ def write_explorer(program, path=None, profile=None) -> str:
     """The explorer page of `program` as one HTML document, also written to `path` when given.
     `profile` (from `program.profile(feeds)`) adds the profiler's counters to each kernel's panel."""
     profiled = list(profile.kernels) if profile is not None else [None] * len(program.kernels)
-    title = f"refcomp explorer: {len(program.kernels)} kernel(s): {', '.join(k.name for k in program.kernels)}"
+    title = (
+        f"refcomp explorer: {len(program.kernels)} kernel(s): {', '.join(k.name for k in program.kernels)}"
+    )
     names = [k.name for k in program.kernels]
     panels = "\n".join(kernel_panel(program, i, p) for i, p in enumerate(profiled))
     page = f"""<!DOCTYPE html>
@@ -138,20 +148,35 @@ def _computed(nodes) -> int:
 def _summary(program, profile) -> str:
     cost = program.cost
     inputs = ", ".join(esc(n.label) for n in program._inputs) or "none"
-    out = (f"{len(program.kernels)} kernel(s) computing {len(program.output_nodes)} output(s) from inputs {inputs}. "
-           f"Modeled: {cost.bytes:,} B from DRAM, {cost.flops:,} flops, <b>{cost.time_s * 1e6:.2f} us</b> predicted.")
+    out = (
+        f"{len(program.kernels)} kernel(s) computing {len(program.output_nodes)} output(s) from inputs {inputs}. "
+        f"Modeled: {cost.bytes:,} B from DRAM, {cost.flops:,} flops, <b>{cost.time_s * 1e6:.2f} us</b> predicted."
+    )
     if profile is not None:
-        out += f" Profiled at {esc(show_binding(profile.bindings))} (the counters are in each kernel's panel)."
+        out += (
+            f" Profiled at {esc(show_binding(profile.bindings))} (the counters are in each kernel's panel)."
+        )
     return out
 
 
 def program_html(program) -> str:
     """A compact view for Jupyter (Program._repr_html_): a table of the kernels, then the compiled graph."""
-    rows = [[f'<span style="background:{kernel_colour(i)};padding:0 6px">&nbsp;</span> {esc(k.name)}', esc(k.kind),
-             esc(", ".join(k.ops)), esc(str(k.launch)), f"{k.cost.bytes:,}", f"{k.cost.flops:,}", f"{k.cost.time_s * 1e6:.2f}"]
-            for i, k in enumerate(program.kernels)]
+    rows = [
+        [
+            f'<span style="background:{kernel_colour(i)};padding:0 6px">&nbsp;</span> {esc(k.name)}',
+            esc(k.kind),
+            esc(", ".join(k.ops)),
+            esc(str(k.launch)),
+            f"{k.cost.bytes:,}",
+            f"{k.cost.flops:,}",
+            f"{k.cost.time_s * 1e6:.2f}",
+        ]
+        for i, k in enumerate(program.kernels)
+    ]
     header = ["kernel", "kind", "user ops", "launch", "bytes", "flops", "time us"]
-    graph = draw_graph(program.output_nodes, [k.name for k in program.kernels], compiled_owners(program), max_nodes=200)
+    graph = draw_graph(
+        program.output_nodes, [k.name for k in program.kernels], compiled_owners(program), max_nodes=200
+    )
     outputs = ", ".join(esc(node_name(program, n)) for n in program.output_nodes)
     return (f'<div class="rc-program"><p><code>{esc(repr(program))}</code>: outputs {outputs}</p>'
             f'{table(header, rows, "rc-kernels-table", 4)}'

@@ -20,6 +20,7 @@ import os
 import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -28,9 +29,6 @@ from ..codegen.abi import KernelSignature
 from ..codegen.access import MemoryCounts, memory_counts
 from ..errors import RefcompError
 from ..ops.graph import input_nodes, toposort
-from ..search.cost import H200, KernelCost, elements, kernel_cost
-from ..search.fusion import group_cost
-from ..search.search import unfused_costs
 from ..symbolic.dims import evaluate_dim
 from . import cache, emu_build, emulator
 from .profile_rewrite import Instrumented, ProfileError, instrument
@@ -87,7 +85,7 @@ class KernelProfile:
     grid: Optional[tuple[int, int, int]]   # None: no work at this binding, not launched
     block: Optional[tuple[int, int, int]]
     counters: Counters
-    cost: KernelCost                       # the cost model at the profiled binding
+    cost: object                           # the cost model's KernelCost at the profiled binding
 
 
 @dataclass
@@ -130,14 +128,17 @@ def profile_table(profile: Profile) -> str:
 
     rows = [row(k.name, launch(k), k.counters, k.cost) for k in profile.kernels]
     costs = [k.cost for k in profile.kernels]
-    rows.append(row("total", "", profile.total, KernelCost("total", "", sum(c.bytes for c in costs), 0, 0,
-                                                           sum(c.time_s for c in costs), sum(c.l2_bytes for c in costs))))
+    total = SimpleNamespace(bytes=sum(c.bytes for c in costs), time_s=sum(c.time_s for c in costs),
+                            l2_bytes=sum(c.l2_bytes for c in costs))
+    rows.append(row("total", "", profile.total, total))
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
     binding = ", ".join(f"{k}={v}" for k, v in profile.bindings.items()) or "no symbolic dims"
-    title = (f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
-             f"(sect = 32-byte sectors per warp request; model sect B = the cost model's sectors x 32, sampled)"
-             f"{profile.cost_note}")
+    title = (
+        f"profile at {binding}: {len(profile.kernels)} kernel(s), instrumented host build "
+        f"(sect = 32-byte sectors per warp request; model sect B = the cost model's sectors x 32, sampled)"
+        f"{profile.cost_note}"
+    )
     rule = "-" * len(line(head))
     return "\n".join([title, line(head), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
 
@@ -215,7 +216,9 @@ class ProfileBackend(emulator.EmulatorBackend):
         return aligned_buffer(nbytes)
 
 
-def load_profiled(source: str, kernels: Sequence[KernelSignature], cache_dir: Optional[str] = None) -> ProfiledModule:
+def load_profiled(
+    source: str, kernels: Sequence[KernelSignature], cache_dir: Optional[str] = None
+) -> ProfiledModule:
     """Compile (or find in the emulator's disk cache) the profile build of `source`."""
     names = [k.name for k in kernels]
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
@@ -239,21 +242,6 @@ def load_profiled(source: str, kernels: Sequence[KernelSignature], cache_dir: Op
 
 
 # --- programs -------------------------------------------------------------------------------------
-def costs_at(program, bindings: Mapping[str, int]) -> tuple[list[KernelCost], str]:
-    """The cost model's figures for each kernel at `bindings` (and a note when it cannot re-price:
-    a loaded program keeps the costs it was saved with)."""
-    count = lambda shape: elements(shape, bindings)
-    result = program.search
-    if result is not None:
-        return [kernel_cost(k, group_cost(g, result.schedule, count, result.profile, k.name), bindings, result.profile)
-                for g, k in zip(result.groups, program.kernels)], ""
-    if program.saved_explain is None:
-        coarse = unfused_costs(program.output_nodes, dims_hint=dict(bindings))[0]
-        return [kernel_cost(k, c, bindings, H200) for k, c in zip(program.kernels, coarse)], ""
-    binding = ", ".join(f"{k}={v}" for k, v in program.cost_bindings.items()) or "no symbolic dims"
-    return [k.cost for k in program.kernels], f"; model figures as saved, at {binding}"
-
-
 def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None,
                     cache_dir: Optional[str] = None) -> Profile:
     """Run `program` once in the profile build and count every launch (see Program.profile)."""
@@ -263,13 +251,15 @@ def profile_program(program, feeds: Mapping[str, object], dims: Optional[Mapping
     launched = {}
     for kernel, grid, block, args in program.launches(buffers, bindings):
         launched[kernel.name] = (tuple(grid), tuple(block), module.launch(kernel.name, grid, block, args))
-    costs, note = costs_at(program, bindings)
+    costs, note = program.pricing.costs_at(program, bindings)  # the cost model at the profiled binding
     kernels = [KernelProfile(k.name, *launched.get(k.name, (None, None, Counters())), cost)
                for k, cost in zip(program.kernels, costs)]
     return Profile(kernels, dict(bindings), program.download_outputs(be, buffers, bindings), note)
 
 
-MODEL_FIELDS = tuple(f.name for f in fields(MemoryCounts))  # what the model predicts and model_disagreements compares
+MODEL_FIELDS = tuple(
+    f.name for f in fields(MemoryCounts)
+)  # what the model predicts and model_disagreements compares
 
 
 def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> list[str]:
@@ -284,7 +274,10 @@ def model_disagreements(program, profile: Profile, tolerance: float = 0.0) -> li
             continue
         model = memory_counts(kernel, profile.bindings)
         for field in MODEL_FIELDS:
-            if (field, kernel.kind) in (("global_load_sectors", "gather"), ("global_store_sectors", "scatter")):
+            if (field, kernel.kind) in (
+                ("global_load_sectors", "gather"),
+                ("global_store_sectors", "scatter"),
+            ):
                 continue
             want, have = getattr(got.counters, field), getattr(model, field)
             if abs(have - want) > tolerance * max(want, 1):
@@ -305,8 +298,11 @@ def example_feeds(program, dims: Optional[Mapping[str, int]] = None, seed: int =
         shape = tuple(evaluate_dim(d, dims) for d in node.shape)
         integer = np.dtype(node.dtype).kind in "iu"
         if integer:
-            feeds[node.attrs["name"]] = (np.arange(math.prod(shape)).reshape(shape) if node.attrs["name"] in scattered
-                                         else np.zeros(shape)).astype(np.int32)
+            feeds[node.attrs["name"]] = (
+                np.arange(math.prod(shape)).reshape(shape)
+                if node.attrs["name"] in scattered
+                else np.zeros(shape)
+            ).astype(np.int32)
         else:
             feeds[node.attrs["name"]] = rng.standard_normal(shape).astype(np.float32)
     return feeds, dims

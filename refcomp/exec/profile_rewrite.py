@@ -27,7 +27,9 @@ _POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short)\s*\*\s*(?:__
 _SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
 # float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
 # `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)
-_FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)[fF]\b|\b(INFINITY|NAN)\b")
+_FLOAT_LITERAL = re.compile(
+    r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)[fF]\b|\b(INFINITY|NAN)\b"
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,9 @@ def _body_end(text: str, start: int, kernel: str) -> int:
             if depth == 0:
                 return i + 1
         i += 1
-    raise ProfileError(f"kernel {kernel}: cannot find the end of its body, so the profile build cannot instrument it")
+    raise ProfileError(
+        f"kernel {kernel}: cannot find the end of its body, so the profile build cannot instrument it"
+    )
 
 
 def _params(kernel: str, params: str) -> tuple[str, list[str]]:
@@ -76,7 +80,9 @@ def _params(kernel: str, params: str) -> tuple[str, list[str]]:
             out.append(f"rcp_gptr<{'const ' if const else ''}{elem}> {ident}")
             buffers.append(ident)
         elif "*" in param:
-            raise ProfileError(f"kernel {kernel}: the profile build cannot instrument parameter {param.strip()!r}")
+            raise ProfileError(
+                f"kernel {kernel}: the profile build cannot instrument parameter {param.strip()!r}"
+            )
         else:
             out.append(param.strip())
     return ", ".join(out), buffers
@@ -206,5 +212,7 @@ def instrument(source: str, kernels: Sequence[KernelSignature]) -> Instrumented:
     pieces.append(text[pos:])
     missing = [k.name for k in kernels if k.name not in sites]
     if missing:
-        raise ProfileError(f"kernel {missing[0]}: no `extern \"C\" __global__` definition the profile build can read")
+        raise ProfileError(
+            f"kernel {missing[0]}: no `extern \"C\" __global__` definition the profile build can read"
+        )
     return Instrumented("".join(pieces), sites, site_names)

@@ -15,23 +15,17 @@ import numpy as np
 
 from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, keep_compiled_templates, prelude
-from ..codegen.lower import kernel_for_group, kernel_name, lower_plain, relabelled
 from ..codegen.memory import MemoryPlan, plan_memory
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import INDEXED, SCATTER, Node
-from ..search.explain import cost_table, explain
-from ..search.evaluate import group_structure
-from ..search.fusion import Graph, group_params
-from ..search.cost import H200, KernelCost, kernel_cost
-from ..search.search import scheduled, unfused_costs, with_schedule
+from ..reference import limits
+from ..reference.bindings import bind_dims, check_binding, check_ids, show_binding
+from ..reference.reference import computed_ids, evaluate, read_edge
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
-from . import limits
 from .backends import get_backend
-from .bindings import bind_dims, check_binding, check_ids, show_binding
-from .reference import computed_ids, evaluate, read_edge
-from .saved import ProgramFileError, kernel_listing, read_program, rebuild_parts, structure_json, write_program
+from .saved import write_program
 from .cache import TemplateCache
 
 if TYPE_CHECKING:  # the profiler, the explorer and nvcc load when a program first asks for them (start-up)
@@ -42,31 +36,28 @@ keep_compiled_templates(TemplateCache())  # every program's source is rendered f
 
 class Program:
     """`kernels[i]` has .name, .source, .launch, .ops (user-level ops) and .cost (the model's
-    KernelCost at `cost_bindings`); `cost` totals them."""
+    KernelCost at `cost_bindings`); `cost` totals them.
 
-    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], search=None,
-                 costs: Optional[list[KernelCost]] = None, cost_bindings: Optional[Mapping[str, int]] = None,
-                 schedule=None):
+    A Program is assembled from what the stages before it returned (refcomp.pipeline): kernels
+    built by code generation and already priced, the search's result, and `pricing` (the cost
+    model's reports, search.pricing.Pricing), through which it shows prices without computing any."""
+
+    def __init__(self, outputs, kernels: list[Kernel], output_nodes: list[Node], pricing,
+                 cost_bindings: Mapping[str, int], search=None, schedule=None):
         self.outputs = outputs
         self.tensors, self._rebuild = flatten_outputs(outputs)
         self.kernels = kernels
         self.output_nodes = output_nodes
+        self.pricing = pricing
         self.search = search  # the SearchResult (trace, costs) when the program was searched
-        self.schedule = schedule  # the search's Schedule of output_nodes' graph (None: one kernel per compute node)
-        if search is not None:
-            costs, cost_bindings, self.schedule = search.costs, search.bindings, search.schedule
-        if costs is None:
-            costs, cost_bindings = unfused_costs(output_nodes)
-        profile = search.profile if search is not None else H200
-        priced: dict = {}  # relabelled kernels (program_for_schedule) share their plan: priced once
-        for kernel, cost in zip(kernels, costs):  # the graph's estimate, refined from the kernel's own accesses
-            key = (id(kernel.plan), kernel.launch, cost, tuple((n.shape, n.dtype) for n in kernel.reads + (kernel.output,)))
-            if kernel.plan is None or key not in priced:
-                priced[key] = kernel_cost(kernel, cost, cost_bindings, profile)
-            kernel.cost = priced[key]
+        self.schedule = (
+            schedule  # the search's Schedule of output_nodes' graph (None: one kernel per compute node)
+        )
         self.cost_bindings = dict(cost_bindings)
         self.saved_explain: Optional[str] = None  # what explain() said when a loaded program was saved
-        self.measured = None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
+        self.measured = (
+            None  # measured mode: (schedule, median GPU seconds) per candidate, the model's pick first
+        )
         nodes = toposort(list(output_nodes))
         self._nodes = nodes
         self._user_nodes = toposort([t.node for t in self.tensors])
@@ -83,11 +74,14 @@ class Program:
         return f"<Program: {len(self.kernels)} kernels ({', '.join(k.name for k in self.kernels)})>"
 
     @property
-    def cost(self) -> KernelCost:
-        """The whole program under the cost model: its kernels' bytes, flops and times summed."""
-        costs = [k.cost for k in self.kernels]
-        return KernelCost("total", f"{len(costs)} kernels", sum(c.bytes for c in costs), sum(c.flops for c in costs),
-                          max((c.threads for c in costs), default=0), sum(c.time_s for c in costs))
+    def cost(self):
+        """The whole program under the cost model (a KernelCost): its kernels' bytes, flops and times summed."""
+        return self.pricing.total([k.cost for k in self.kernels])
+
+    @property
+    def compiled_nodes(self) -> list[Node]:
+        """Every node of the compiled graph, sources first."""
+        return self._nodes
 
     # --- memory ------------------------------------------------------------------------------
     def _node_bytes(self, node: Node, bindings: Mapping[str, int]) -> int:
@@ -95,8 +89,13 @@ class Program:
 
     def memory_plan(self, bindings: Mapping[str, int]) -> MemoryPlan:
         aliases = self._in_place()
-        steps = [(k.output.id, [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []))
-                 for k in self.kernels]
+        steps = [
+            (
+                k.output.id,
+                [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []),
+            )
+            for k in self.kernels
+        ]
         nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
         return plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
 
@@ -119,7 +118,9 @@ class Program:
         return self.memory_plan(check_dim_values(dims, self._symbols)).peak_bytes
 
     # --- running -----------------------------------------------------------------------------
-    def bind(self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+    def bind(
+        self, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None
+    ) -> tuple[dict, dict]:
         """Checked feeds and the dims' values, refused exactly where the reference refuses them.
 
         Every backend runs this before any launch: the feeds, the binding validator (on the user's
@@ -136,11 +137,15 @@ class Program:
             if node.op.kind in INDEXED and node.srcs[1].node.op.name == "Input":
                 ids = node.srcs[1]
                 check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
-            elif node.op.kind == SCATTER:  # ids the graph computes: a Scatter's must be checked before it writes
+            elif (
+                node.op.kind == SCATTER
+            ):  # ids the graph computes: a Scatter's must be checked before it writes
                 check_ids(node, computed_ids(node.srcs[1], arrays, bindings), bindings)
         return arrays, bindings
 
-    def allocate(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> dict[int, object]:
+    def allocate(
+        self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]
+    ) -> dict[int, object]:
         """Backend buffers for one run: inputs uploaded, intermediates in the memory plan's slots,
         outputs on their own; everything written by a kernel starts as NaN, so a missed write shows."""
         self._check_room(be, arrays, bindings)
@@ -169,10 +174,17 @@ class Program:
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
         total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
-            sizes.setdefault(f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings))
+            sizes.setdefault(
+                f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings)
+            )
         biggest = max(sizes, key=sizes.get)
-        limits.require(total, be.memory_bytes(), f"running this program at {show_binding(bindings)} (largest buffer: "
-                       f"{biggest}, {limits.show_bytes(sizes[biggest])})", f"the {be.name} backend")
+        limits.require(
+            total,
+            be.memory_bytes(),
+            f"running this program at {show_binding(bindings)} (largest buffer: "
+            f"{biggest}, {limits.show_bytes(sizes[biggest])})",
+            f"the {be.name} backend",
+        )
 
     @staticmethod
     def _poisoned(be, nbytes: int):
@@ -181,7 +193,9 @@ class Program:
         be.fill_nan(buffer, nbytes)
         return buffer
 
-    def prepare(self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None) -> tuple[dict, dict]:
+    def prepare(
+        self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None
+    ) -> tuple[dict, dict]:
         """The bound dims and the backend buffers of one run (checked, uploaded, allocated)."""
         arrays, bindings = self.bind(feeds, dims)
         return bindings, self.allocate(be, arrays, bindings)
@@ -202,11 +216,20 @@ class Program:
         if launch.mode == "tiles":
             work *= math.prod(evaluate_dim(d, bindings) for d in launch.extra)
         elements = math.prod(evaluate_dim(d, bindings) for d in kernel.output.shape)
-        if work > elements and not (elements == 0 and launch.mode == "block_per_output"):  # rows of no elements
-            raise RefcompError(f"kernel {kernel.name}: its launch ({launch}) covers {work:,} elements at "
-                               f"{show_binding(bindings)}, more than the {kernel.output.shape} buffer it writes")
+        if work > elements and not (
+            elements == 0 and launch.mode == "block_per_output"
+        ):  # rows of no elements
+            raise RefcompError(
+                f"kernel {kernel.name}: its launch ({launch}) covers {work:,} elements at "
+                f"{show_binding(bindings)}, more than the {kernel.output.shape} buffer it writes"
+            )
 
-    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None):
+    def run(
+        self,
+        feeds: Mapping[str, object],
+        backend: Optional[str] = None,
+        dims: Optional[Mapping[str, int]] = None,
+    ):
         if backend == "numpy":
             return evaluate(self.outputs, feeds, dims)
         be = get_backend(backend)
@@ -238,7 +261,7 @@ class Program:
     # --- reports -------------------------------------------------------------------------------
     def explain(self) -> str:
         """The graph before and after search, the rules applied with the cost after each, per-kernel costs."""
-        return self.saved_explain if self.saved_explain is not None else explain(self)
+        return self.saved_explain if self.saved_explain is not None else self.pricing.explain(self)
 
     def explorer(self, path=None, feeds: Optional[Mapping[str, object]] = None,
                  dims: Optional[Mapping[str, int]] = None) -> str:
@@ -246,7 +269,9 @@ class Program:
         `feeds` are given), the rewrite trace and the memory plan; written to `path` when given.
         `dims` bind the profiled run (as in `profile`), so they need `feeds`."""
         if dims is not None and feeds is None:
-            raise RefcompError("Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)")
+            raise RefcompError(
+                "Program.explorer(dims=...) binds the profiled run: pass feeds too (or no dims)"
+            )
         from .explorer import write_explorer
         return write_explorer(self, path, self.profile(feeds, dims) if feeds is not None else None)
 
@@ -263,9 +288,11 @@ class Program:
     def cost_summary(self) -> str:
         """Per kernel: modeled bytes, flops and predicted time on the cost model's device profile."""
         binding = show_binding(self.cost_bindings) or "no symbolic dims"
-        lines = [f"cost model at {binding}" + ("" if self.search else " (search=False: one kernel per compute node)")]
-        return "\n".join(lines + cost_table(self.kernels, [k.cost for k in self.kernels], self.output_nodes,
-                                            self._nodes, self.cost_bindings))
+        lines = [
+            f"cost model at {binding}"
+            + ("" if self.search else " (search=False: one kernel per compute node)")
+        ]
+        return "\n".join(lines + self.pricing.cost_table(self))
 
     def report(self) -> str:
         """Per kernel: kind, launch, and nvcc's registers / shared memory / spills for sm_90."""
@@ -274,71 +301,10 @@ class Program:
         lines = [f"{'kernel':<28}{'kind':<13}{'launch':<18}{'regs':>5}{'smem B':>8}{'spill B':>8}"]
         for k in self.kernels:
             r = resources.get(k.name)
-            regs, smem, spills = (r.registers, r.shared_bytes, r.spill_store_bytes + r.spill_load_bytes) if r else ("?", "?", "?")
+            regs, smem, spills = (
+                (r.registers, r.shared_bytes, r.spill_store_bytes + r.spill_load_bytes)
+                if r
+                else ("?", "?", "?")
+            )
             lines.append(f"{k.name:<28}{k.kind:<13}{k.launch.mode:<18}{regs:>5}{smem:>8}{spills:>8}")
         return "\n".join(lines)
-
-
-def load_program(path, outputs=None, trusted: bool = False) -> Program:
-    """A program saved by Program.save, ready to run on every backend, without search.
-
-    The file's kernels are generated again from its graph and schedule and must equal the ones it
-    lists (exec.saved). A file from another refcomp version, or without this user's MAC, is refused
-    (`trusted=True` accepts a file saved by another user: see exec.saved). `outputs` (the same
-    graph, built again) must be the saved graph, and then serves as the program's reference."""
-    name = str(path)
-    saved_outputs, output_nodes, schedule, bindings, explained, listed = rebuild_parts(read_program(path, trusted), name)
-    if outputs is not None:
-        given = structure_json(outputs, flatten_outputs(outputs)[0])
-        if given != structure_json(saved_outputs, flatten_outputs(saved_outputs)[0]):
-            raise ProgramFileError(f"{name!r} was saved for another graph than the outputs given to load_program: "
-                                   f"compile these outputs instead")
-    try:
-        kernels, costs = _regenerated(output_nodes, schedule, bindings)
-    except (RefcompError, KeyError, IndexError, StopIteration, TypeError, ValueError) as exc:
-        raise ProgramFileError(f"{name!r}: its schedule does not lower ({type(exc).__name__}: {str(exc)[:200]})") from exc
-    if [kernel_listing(k) for k in kernels] != [{f: k.get(f) for f in ("name", "kind", "ops", "launch", "source")}
-                                               for k in listed if isinstance(k, dict)]:
-        raise ProgramFileError(f"{name!r}: its kernels are not the ones refcomp generates from its graph and schedule "
-                               f"(edited, or written by other code)")
-    program = Program(saved_outputs if outputs is None else outputs, kernels, output_nodes, costs=costs,
-                      cost_bindings=bindings, schedule=schedule)
-    program.saved_explain = explained
-    return program
-
-
-def _regenerated(output_nodes: list[Node], schedule, bindings: Mapping[str, int]):
-    """The kernels (and their graph-level costs) that `schedule` makes of the compiled graph."""
-    if schedule is None:
-        return lower_plain(output_nodes), None
-    graph = Graph(list(output_nodes))
-    made = scheduled(graph, schedule, bindings, H200, checked=False)  # generating them below checks them
-    if made is None:
-        raise ValueError("a fusion its graph does not allow")
-    groups, costs = made
-    return kernels_for_groups(groups, schedule, graph.names), costs
-
-
-def kernels_for_groups(groups, schedule, names) -> list[Kernel]:
-    """The kernel of each group under `schedule`. A kernel of the same structure, parameters and user
-    calls as an earlier one (the same layer of a repeated model) is that kernel relabelled, not
-    generated again: N blocks cost one block's codegen."""
-    fused = lambda node: node.id in schedule.inline  # noqa: E731
-    kernels, first = [], {}
-    for k, g in enumerate(groups):
-        name = kernel_name(k, g.members + (g.root,))
-        key = (group_structure(g, schedule), tuple(schedule.kernel_params(g.root.id, g.kind).items()),
-               tuple(n.origin for n in g.members + (g.root,)))
-        kernel = relabelled(first[key][0], first[key][1], g, name, names) if key in first else None
-        if kernel is None:
-            kernel = kernel_for_group(name, g, names, fused, group_params(schedule, g))
-            first.setdefault(key, (kernel, g))
-        kernels.append(kernel)
-    return kernels
-
-
-def program_for_schedule(outputs, result, schedule) -> Program:
-    """The program a search result's graph gives under `schedule` (the chosen one, or a candidate)."""
-    result = with_schedule(result, schedule)
-    return Program(outputs, kernels_for_groups(result.groups, schedule, result.graph.names), result.graph.output_nodes,
-                   search=result)

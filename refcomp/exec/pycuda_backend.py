@@ -17,7 +17,7 @@ import numpy as np
 from refcomp.errors import AllocationError, RefcompError
 from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
 from refcomp.exec.emulator import check_launch_shape
-from refcomp.exec.limits import show_bytes
+from refcomp.reference.limits import show_bytes
 
 FIX_HINT = 'install it with `pip install -e ".[cuda]"` and check the GPU with `bash scripts/gpu_check.sh`'
 

@@ -35,7 +35,6 @@ from ..ops.graph import toposort
 from ..ops.primitives import OPS, Edge, Node, infer_shape
 from ..ops.provenance import Origin
 from ..ops.tensor import Tensor
-from ..search.schedule import DECISIONS, PARAMS_BY_NAME, Schedule
 from ..symbolic.dim_text import DimTextError, parse_dim
 from ..symbolic.dims import dims_equal
 from ..symbolic.view import View, ViewStack
@@ -93,7 +92,12 @@ def _shape(shape, where: str) -> tuple:
 
 def _value(v) -> Any:
     """An attribute value as JSON: tagged where JSON alone would lose the type."""
-    if v is None or isinstance(v, bool) or isinstance(v, str) or (isinstance(v, int) and not isinstance(v, sympy.Basic)):
+    if (
+        v is None
+        or isinstance(v, bool)
+        or isinstance(v, str)
+        or (isinstance(v, int) and not isinstance(v, sympy.Basic))
+    ):
         return v  # None: an unsharded dim of an input's sharding
     if isinstance(v, float):
         return {"float": repr(v)}
@@ -121,14 +125,29 @@ def _read_value(v, where: str, depth: int = 0) -> Any:
 
 
 def _views(views: ViewStack) -> list:
-    return [{"shape": [_dim(d) for d in v.shape], "strides": [_dim(d) for d in v.strides], "offset": _dim(v.offset),
-             "mask": None if v.mask is None else [[_dim(lo), _dim(hi)] for lo, hi in v.mask]} for v in views.views]
+    return [
+        {
+            "shape": [_dim(d) for d in v.shape],
+            "strides": [_dim(d) for d in v.strides],
+            "offset": _dim(v.offset),
+            "mask": None if v.mask is None else [[_dim(lo), _dim(hi)] for lo, hi in v.mask],
+        }
+        for v in views.views
+    ]
 
 
 def _read_views(views: list, where: str) -> ViewStack:
-    return ViewStack(tuple(View(_shape(v["shape"], where), _shape(v["strides"], where), _parse_dim(v["offset"], where),
-                                None if v["mask"] is None else tuple(_shape(r, where) for r in v["mask"]))
-                           for v in views))
+    return ViewStack(
+        tuple(
+            View(
+                _shape(v["shape"], where),
+                _shape(v["strides"], where),
+                _parse_dim(v["offset"], where),
+                None if v["mask"] is None else tuple(_shape(r, where) for r in v["mask"]),
+            )
+            for v in views
+        )
+    )
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -138,13 +157,26 @@ def graph_json(outputs, tensors, more_nodes=()) -> tuple[dict, dict[int, int]]:
     nodes = toposort([t.node for t in tensors] + list(more_nodes))
     index = {n.id: k for k, n in enumerate(nodes)}
     edge = lambda e: [index[e.node.id], _views(e.views)]
-    structure = "dict" if isinstance(outputs, dict) else "list" if isinstance(outputs, (list, tuple)) else "tensor"
+    structure = (
+        "dict" if isinstance(outputs, dict) else "list" if isinstance(outputs, (list, tuple)) else "tensor"
+    )
     return {
-        "nodes": [{"op": n.op.name, "srcs": [edge(s) for s in n.srcs],
-                   "attrs": {k: _value(v) for k, v in sorted(n.attrs.items())}, "shape": [_dim(d) for d in n.shape],
-                   "dtype": n.dtype, "origin": None if n.origin is None else [n.origin.op, n.origin.where]} for n in nodes],
-        "outputs": {"structure": structure, "keys": [str(k) for k in outputs] if structure == "dict" else None,
-                    "edges": [edge(t.edge) for t in tensors]},
+        "nodes": [
+            {
+                "op": n.op.name,
+                "srcs": [edge(s) for s in n.srcs],
+                "attrs": {k: _value(v) for k, v in sorted(n.attrs.items())},
+                "shape": [_dim(d) for d in n.shape],
+                "dtype": n.dtype,
+                "origin": None if n.origin is None else [n.origin.op, n.origin.where],
+            }
+            for n in nodes
+        ],
+        "outputs": {
+            "structure": structure,
+            "keys": [str(k) for k in outputs] if structure == "dict" else None,
+            "edges": [edge(t.edge) for t in tensors],
+        },
     }, index
 
 
@@ -155,13 +187,6 @@ def structure_json(outputs, tensors) -> dict:
     for node in graph["nodes"]:
         node["origin"] = None
     return graph
-
-
-def _schedule_json(schedule, index: dict[int, int]):
-    if schedule is None:
-        return None
-    decided = {d.name: sorted(index[i] for i in getattr(schedule, d.name) if i in index) for d in DECISIONS}
-    return {**decided, "params": [[index[root], name, value] for (root, name), value in schedule.params if root in index]}
 
 
 def kernel_listing(kernel) -> dict:
@@ -180,9 +205,14 @@ def program_json(program) -> dict:
     body = {
         **graph,
         "output_nodes": [index[n.id] for n in program.output_nodes],
-        "schedule": _schedule_json(program.schedule, index),
-        "kernels": [{**kernel_listing(k), "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in cost_fields}}
-                    for k in program.kernels],
+        "schedule": None if program.schedule is None else program.schedule.indexed(index),
+        "kernels": [
+            {
+                **kernel_listing(k),
+                "cost": None if k.cost is None else {f: getattr(k.cost, f) for f in cost_fields},
+            }
+            for k in program.kernels
+        ],
         "cost_bindings": dict(program.cost_bindings),
         "explain": program.explain(),
     }
@@ -205,8 +235,12 @@ def program_text(program) -> str:
         return head[:-1] + ', ' + lines("source", k["source"]) + "}"
 
     doc = program_json(program)
-    parts = [lines(key, value, kernel if key == "kernels" else json.dumps) if isinstance(value, list) and value
-             else f"{json.dumps(key)}: {json.dumps(value)}" for key, value in doc.items()]
+    parts = [
+        lines(key, value, kernel if key == "kernels" else json.dumps)
+        if isinstance(value, list) and value
+        else f"{json.dumps(key)}: {json.dumps(value)}"
+        for key, value in doc.items()
+    ]
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -226,36 +260,53 @@ def read_program(path, trusted: bool = False) -> dict:
     try:
         size = os.stat(path).st_size
         if size > MAX_FILE_BYTES:
-            raise ProgramFileError(f"{name!r} is {size:,} bytes, more than a program file may be ({MAX_FILE_BYTES:,})")
+            raise ProgramFileError(
+                f"{name!r} is {size:,} bytes, more than a program file may be ({MAX_FILE_BYTES:,})"
+            )
         data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, a 5,000-digit int
-        raise ProgramFileError(f"cannot read the program file {name!r}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    except (
+        OSError,
+        UnicodeDecodeError,
+        ValueError,
+        RecursionError,
+    ) as exc:  # ValueError: bad JSON, a 5,000-digit int
+        raise ProgramFileError(
+            f"cannot read the program file {name!r}: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ProgramFileError(f"{name!r} is not a refcomp program file (no \"format\": \"{FORMAT}\")")
     if data.get("version") != refcomp_version():
-        raise ProgramFileError(f"{name!r} was saved by refcomp {str(data.get('version'))[:40]}, and this is refcomp "
-                               f"{refcomp_version()}: compile the graph again and save it")
+        raise ProgramFileError(
+            f"{name!r} was saved by refcomp {str(data.get('version'))[:40]}, and this is refcomp "
+            f"{refcomp_version()}: compile the graph again and save it"
+        )
     body = {k: v for k, v in data.items() if k not in ("format", "version", "mac")}
     if not trusted and data.get("mac") != body_mac(body):
-        raise ProgramFileError(f"{name!r} does not carry this user's MAC: it was edited or damaged after it was saved, or "
-                               f"saved by another user or machine. If you trust its author, load it with "
-                               f"rc.load_program(path, trusted=True): its kernels are generated again from its graph "
-                               f"either way, but its compiled graph is taken on trust")
+        raise ProgramFileError(
+            f"{name!r} does not carry this user's MAC: it was edited or damaged after it was saved, or "
+            f"saved by another user or machine. If you trust its author, load it with "
+            f"rc.load_program(path, trusted=True): its kernels are generated again from its graph "
+            f"either way, but its compiled graph is taken on trust"
+        )
     return data
 
 
-def rebuild_parts(data: dict, name: str):
+def rebuild_parts(data: dict, name: str, read_schedule):
     """(outputs, output_nodes, schedule or None, cost bindings, explain text, kernel listings) from
-    checked file data: every node rebuilt by its op's shape rule and checked against the file."""
+    checked file data: every node rebuilt by its op's shape rule and checked against the file.
+    `read_schedule(spec, node_id, name)` makes the schedule (the search's type) of the file's
+    schedule `spec`, where `node_id(i)` is the id of the file's node i, checked."""
     try:
-        return _rebuild_parts(data, name)
+        return _rebuild_parts(data, name, read_schedule)
     except ProgramFileError:
         raise
     except (RefcompError, KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-        raise ProgramFileError(f"{name!r}: a malformed program file ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise ProgramFileError(
+            f"{name!r}: a malformed program file ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
 
 
-def _rebuild_parts(data: dict, name: str):
+def _rebuild_parts(data: dict, name: str, read_schedule):
     nodes: list[Node] = []
     for k, spec in enumerate(data["nodes"]):
         where = f"{name!r} node {k} ({str(spec['op'])[:40]})"
@@ -269,19 +320,33 @@ def _rebuild_parts(data: dict, name: str):
         node = Node(op, srcs, attrs, infer_shape(op, srcs, attrs), str(spec["dtype"]), origin=origin)
         stored = _shape(spec["shape"], where)
         if len(stored) != len(node.shape) or not all(dims_equal(a, b) for a, b in zip(stored, node.shape)):
-            raise ProgramFileError(f"{where}: its shape {str(spec['shape'])[:80]} does not follow from its sources")
+            raise ProgramFileError(
+                f"{where}: its shape {str(spec['shape'])[:80]} does not follow from its sources"
+            )
         nodes.append(node)
     out = data["outputs"]
     tensors = [Tensor(Edge(nodes[_index(i, len(nodes))], _read_views(v, f"{name!r} output {j}")))
                for j, (i, v) in enumerate(out["edges"])]
     structure = out["structure"]
-    outputs = (tensors[0] if structure == "tensor" and len(tensors) == 1 else dict(zip(map(str, out["keys"]), tensors))
-               if structure == "dict" and len(out["keys"]) == len(tensors) else tensors if structure == "list" else None)
+    outputs = (
+        tensors[0]
+        if structure == "tensor" and len(tensors) == 1
+        else dict(zip(map(str, out["keys"]), tensors))
+        if structure == "dict" and len(out["keys"]) == len(tensors)
+        else tensors
+        if structure == "list"
+        else None
+    )
     if outputs is None:
-        raise ProgramFileError(f"{name!r}: its outputs' structure {str(structure)[:40]} does not fit its {len(tensors)} edges")
-    schedule = _read_schedule(data["schedule"], nodes, name)
+        raise ProgramFileError(
+            f"{name!r}: its outputs' structure {str(structure)[:40]} does not fit its {len(tensors)} edges"
+        )
+    node_id = lambda i: nodes[_index(i, len(nodes))].id  # noqa: E731
+    schedule = None if data["schedule"] is None else read_schedule(data["schedule"], node_id, name)
     bindings = {str(k): v for k, v in data["cost_bindings"].items()}
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in bindings.values()):
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in bindings.values()
+    ):
         raise ProgramFileError(f"{name!r}: its cost bindings must be whole numbers")
     explained = data["explain"]
     if not isinstance(explained, str):
@@ -295,14 +360,19 @@ def _is_dim(v) -> bool:
 
 
 # Attributes whose values become numbers or dims: only numbers and parsed dims may stand there.
-ATTR_CHECKS = {"value": _is_dim, "axis": lambda v: isinstance(v, int) and not isinstance(v, bool),
-               "shape": lambda v: isinstance(v, tuple) and all(_is_dim(d) and not isinstance(d, float) for d in v)}
+ATTR_CHECKS = {
+    "value": _is_dim,
+    "axis": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "shape": lambda v: isinstance(v, tuple) and all(_is_dim(d) and not isinstance(d, float) for d in v),
+}
 
 
 def _check_attrs(attrs: dict, where: str) -> None:
     for key, check in ATTR_CHECKS.items():
         if key in attrs and not check(attrs[key]):
-            raise ProgramFileError(f"{where}: its attribute {key}={str(attrs[key])[:80]} is not a number or dim")
+            raise ProgramFileError(
+                f"{where}: its attribute {key}={str(attrs[key])[:80]} is not a number or dim"
+            )
 
 
 def _index(i, below: int) -> int:
@@ -311,15 +381,3 @@ def _index(i, below: int) -> int:
         raise ProgramFileError(f"node index {str(i)[:40]} does not name an earlier node")
     return i
 
-
-def _read_schedule(spec, nodes: list[Node], name: str):
-    if spec is None:
-        return None
-    ids = lambda indices: frozenset(nodes[_index(i, len(nodes))].id for i in indices)  # noqa: E731
-    decided = {d.name: ids(spec[d.name]) for d in DECISIONS}
-    params = []
-    for root, param, value in spec["params"]:
-        if param not in PARAMS_BY_NAME or not any(value in choices for choices in PARAMS_BY_NAME[param].choices.values()):
-            raise ProgramFileError(f"{name!r}: the kernel parameter {str(param)[:40]}={str(value)[:40]} is not one refcomp sets")
-        params.append(((nodes[_index(root, len(nodes))].id, param), value))
-    return Schedule(**decided, params=tuple(sorted(params)))

@@ -52,7 +52,9 @@ class Timing:
     median_s: float  # median over the timed rounds of all the program's kernels, back to back
     rounds_s: list[float]
     kernels: list[tuple[str, float]]  # (kernel name, median seconds) in launch order, when timed per kernel
-    host_bound: bool = False  # the GPU may have waited for Python between launches: the time is an upper bound
+    host_bound: bool = (
+        False  # the GPU may have waited for Python between launches: the time is an upper bound
+    )
     flushed_l2: bool = True
 
 
@@ -110,13 +112,22 @@ def _prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[
             elif isinstance(a, DeviceBuffer):
                 args.append(int(a.allocation))
             else:
-                raise RefcompError(f"kernel {kernel.name}: {p.ident} ({p.ctype}) got {type(a).__name__}, not a device buffer")
+                raise RefcompError(
+                    f"kernel {kernel.name}: {p.ident} ({p.ctype}) got {type(a).__name__}, not a device buffer"
+                )
         launches.append((kernel.name, fn, g, b, tuple(args)))
     return launches, owned
 
 
-def time_program(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]] = None,
-                 repeats: int = 20, warmup: int = 5, flush_l2: bool = True, per_kernel: bool = False) -> Timing:
+def time_program(
+    program,
+    feeds: Mapping[str, np.ndarray],
+    dims: Optional[Mapping[str, int]] = None,
+    repeats: int = 20,
+    warmup: int = 5,
+    flush_l2: bool = True,
+    per_kernel: bool = False,
+) -> Timing:
     """Median time of one run of `program`'s kernels (CUDA events), inputs already on the device.
 
     With `per_kernel` an event is also recorded between kernels, giving each kernel's median (the
@@ -182,8 +193,10 @@ def time_program(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mappin
         totals = [events[0].time_till(events[-1]) * 1e-3 for events in all_rounds]
         kernels = []
         if per_kernel:
-            kernels = [(name, statistics.median(events[j].time_till(events[j + 1]) * 1e-3 for events in all_rounds))
-                       for j, (name, _, _, _, _) in enumerate(launches)]
+            kernels = [
+                (name, statistics.median(events[j].time_till(events[j + 1]) * 1e-3 for events in all_rounds))
+                for j, (name, _, _, _, _) in enumerate(launches)
+            ]
         return Timing(statistics.median(totals), totals, kernels, host_bound, flush_l2)
     finally:
         for buf in owned:

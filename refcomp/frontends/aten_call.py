@@ -63,8 +63,12 @@ class Call:
         ints = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, IntValue)]
         if self._integral_out() and self._foldable(args, kwargs):
             return self._fold(args, kwargs)
-        if self.row.affine is not None and self._integral_out("int") and all(v.affine() is not None for v in ints) \
-                and not any(isinstance(v, Tensor) for v in _flat(args)):
+        if (
+            self.row.affine is not None
+            and self._integral_out("int")
+            and all(v.affine() is not None for v in ints)
+            and not any(isinstance(v, Tensor) for v in _flat(args))
+        ):
             p = self.row.affine(self, *args, **kwargs)
             if p is not None:
                 return self.finish(IntValue(p.shape, dtype_name(self.out.dtype), positions=p))
@@ -78,7 +82,9 @@ class Call:
     def _integral_out(self, *kinds: str) -> bool:
         """Every result is an integer (or boolean) tensor."""
         outs = list(self.out) if isinstance(self.out, (list, tuple)) else [self.out]
-        return bool(outs) and all(_is_tensor(o) and kind_of(o.dtype) in (kinds or ("int", "bool")) for o in outs)
+        return bool(outs) and all(
+            _is_tensor(o) and kind_of(o.dtype) in (kinds or ("int", "bool")) for o in outs
+        )
 
     def _foldable(self, args, kwargs) -> bool:
         values = _flat(args) + _flat(tuple(kwargs.values()))
@@ -87,14 +93,18 @@ class Call:
         if any(isinstance(v, IntValue) and v.static is None for v in values):
             return False
         outs = list(self.out) if isinstance(self.out, (list, tuple)) else [self.out]
-        return all(all(isinstance(n, int) for n in o.shape) and math.prod(o.shape) <= MAX_FOLD_ELEMENTS for o in outs)
+        return all(
+            all(isinstance(n, int) for n in o.shape) and math.prod(o.shape) <= MAX_FOLD_ELEMENTS for o in outs
+        )
 
     def _fold(self, args, kwargs):
         """Run the ATen op on the static values themselves."""
         import torch
         convert = lambda v: torch.from_numpy(np.array(v.static)) if isinstance(v, IntValue) else v  # noqa: E731
         try:
-            result = self.node.target(*_mapped(args, convert), **{k: _mapped(v, convert) for k, v in kwargs.items()})
+            result = self.node.target(
+                *_mapped(args, convert), **{k: _mapped(v, convert) for k, v in kwargs.items()}
+            )
         except RuntimeError as exc:  # torch refuses the static values (an index out of range, say)
             raise self.error(f"fails on its static values: {exc}") from exc
         as_value = lambda t: IntValue(tuple(t.shape), dtype_name(t.dtype), static=t.numpy().copy())  # noqa: E731
@@ -119,7 +129,9 @@ class Call:
         if isinstance(self.out, (list, tuple)):
             if not isinstance(result, (list, tuple)) or len(result) != len(self.out):
                 raise self.error(f"gives {type(result).__name__} where torch gives {len(self.out)} results")
-            bounds = bound if isinstance(bound, tuple) else (bound,) * len(self.out)  # one per result, or shared
+            bounds = (
+                bound if isinstance(bound, tuple) else (bound,) * len(self.out)
+            )  # one per result, or shared
             return tuple(self._one(r, o, b) for r, o, b in zip(result, self.out, bounds))
         return self._one(result, self.out, bound)
 
@@ -146,8 +158,10 @@ class Call:
         if not isinstance(result, Tensor):
             raise self.error(f"gives {type(result).__name__} where torch gives an integer tensor")
         if bound is None:
-            raise self.error("computes an integer tensor at run time, which refcomp cannot compute exactly yet "
-                             "(its integers are static values, positions, fed ids, or exact float32 values)")
+            raise self.error(
+                "computes an integer tensor at run time, which refcomp cannot compute exactly yet "
+                "(its integers are static values, positions, fed ids, or exact float32 values)"
+            )
         if self.row.ints not in SELECTIONS:
             self.importer.exact(bound)
         return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
@@ -157,7 +171,9 @@ class Call:
         if shape is None:
             raise self.error(f"gives {type(result).__name__} where torch gives a tensor")
         want = [self.importer.dims.translate(size_expr(n)) for n in meta.shape]
-        if len(shape) != len(want) or any(w is not None and not dims_equal(w, n) for w, n in zip(want, shape)):
+        if len(shape) != len(want) or any(
+            w is not None and not dims_equal(w, n) for w, n in zip(want, shape)
+        ):
             raise self.error(f"refcomp's result has shape {tuple(map(str, shape))} where torch's has "
                              f"{tuple(str(n) for n in meta.shape)}")
 
@@ -181,18 +197,26 @@ class Call:
         if not picked:
             return data
         if any(isinstance(indices[k], BoolTensor) for k in picked):
-            raise self.error("indexing by a boolean mask is not supported (its result's shape depends on the data)")
+            raise self.error(
+                "indexing by a boolean mask is not supported (its result's shape depends on the data)"
+            )
         if all(isinstance(indices[k], IntValue) and indices[k].affine() is not None for k in picked):
             p = indexed(addresses(data.shape), [None if ix is None else ix.affine() for ix in indices])
             return address_view(data, p)
-        if len(picked) == 1 and isinstance(indices[picked[0]], IntValue) and indices[picked[0]].ids is not None:
+        if (
+            len(picked) == 1
+            and isinstance(indices[picked[0]], IntValue)
+            and indices[picked[0]].ids is not None
+        ):
             axis, ids = picked[0], indices[picked[0]].ids
             flat = data.index_select(axis, ids.reshape(-1))
             return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
         if all(isinstance(indices[k], IntValue) and indices[k].static is not None for k in picked):
             return self._static_index(data, picked, [indices[k].static for k in picked])
-        raise self.error("refcomp indexes by positions (affine integer tensors), by static index tensors or by one "
-                         "fed one; these index tensors are computed at run time")
+        raise self.error(
+            "refcomp indexes by positions (affine integer tensors), by static index tensors or by one "
+            "fed one; these index tensors are computed at run time"
+        )
 
     def _static_index(self, data: Tensor, picked: list, arrays: list) -> Tensor:
         """Static index arrays (not affine): the indexed axes moved together (to the front unless they are
@@ -207,9 +231,13 @@ class Call:
         at = picked[0] if picked == list(range(picked[0], picked[-1] + 1)) else 0
         order = rest[:at] + picked + rest[at:]
         moved = data.permute(*order)
-        merged = moved.reshape(tuple(moved.shape[:at]) + (math.prod(sizes),) + tuple(moved.shape[at + len(picked):]))
+        merged = moved.reshape(
+            tuple(moved.shape[:at]) + (math.prod(sizes),) + tuple(moved.shape[at + len(picked) :])
+        )
         flat = np.ravel_multi_index(arrays, sizes) if arrays[0].size else np.zeros(arrays[0].shape, np.int64)
-        ids = self.importer.ids_tensor(IntValue(flat.shape, "int64", static=flat.reshape(-1)), merged.shape[at], self)
+        ids = self.importer.ids_tensor(
+            IntValue(flat.shape, "int64", static=flat.reshape(-1)), merged.shape[at], self
+        )
         out = merged.index_select(at, ids)
         return out.reshape(tuple(merged.shape[:at]) + flat.shape + tuple(merged.shape[at + 1:]))
 

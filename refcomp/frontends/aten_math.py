@@ -238,7 +238,9 @@ def fill(ctx, x, value):
 def full_affine(ctx, size, value, **kwargs):
     if isinstance(value, float) and not value.is_integer():
         return None
-    return full_positions(tuple(dim(n) for n in size), int(value) if isinstance(value, (bool, int, float)) else value)
+    return full_positions(
+        tuple(dim(n) for n in size), int(value) if isinstance(value, (bool, int, float)) else value
+    )
 
 
 def full_like_affine(ctx, x, value, **kwargs):
@@ -259,11 +261,19 @@ def arange_affine(ctx, start, end=None, step=1, **kwargs):
     """Integer ramps with symbolic ends: start + i * step below end."""
     if end is None:
         start, end = 0, start
-    if not all(isinstance(v, (int, sympy.Basic)) for v in (start, end, step)) or not isinstance(step, int) or step == 0:
+    if (
+        not all(isinstance(v, (int, sympy.Basic)) for v in (start, end, step))
+        or not isinstance(step, int)
+        or step == 0
+    ):
         return None
     span = dim(end - start) if step > 0 else dim(start - end)
-    count = ctx.importer.dims.translate(size_expr(ctx.out.shape[0]))  # torch's count simplifies ceil(span / step)
-    count = count if count is not None else span if abs(step) == 1 else dim(idiv(span + abs(step) - 1, abs(step)))
+    count = ctx.importer.dims.translate(
+        size_expr(ctx.out.shape[0])
+    )  # torch's count simplifies ceil(span / step)
+    count = (
+        count if count is not None else span if abs(step) == 1 else dim(idiv(span + abs(step) - 1, abs(step)))
+    )
     return Positions.arange(count, dim(start), step)
 
 

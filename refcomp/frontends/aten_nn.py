@@ -47,8 +47,16 @@ def attention(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     """aten.scaled_dot_product_attention, before decompositions: a boolean mask selects, a float one adds."""
     if dropout_p:
         raise ctx.error("dropout inside attention is not supported (export the model in eval mode)")
-    return nn.scaled_dot_product_attention(ctx.tensor(q), ctx.tensor(k), ctx.tensor(v), _maybe(ctx, attn_mask), 0.0,
-                                           is_causal, scale=scale, enable_gqa=enable_gqa)
+    return nn.scaled_dot_product_attention(
+        ctx.tensor(q),
+        ctx.tensor(k),
+        ctx.tensor(v),
+        _maybe(ctx, attn_mask),
+        0.0,
+        is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
 
 
 def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -61,7 +69,9 @@ def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, out
     transposed_of = {1: nn.conv_transpose1d, 2: nn.conv_transpose2d, 3: nn.conv_transpose3d}
     if d not in transposed_of:
         raise ctx.error(f"a transposed convolution over {d} spatial axes is not supported (1 to 3 are)")
-    return transposed_of[d](x, weight, bias, stride, padding, _pairs(output_padding, d, [0]), groups, dilation)
+    return transposed_of[d](
+        x, weight, bias, stride, padding, _pairs(output_padding, d, [0]), groups, dilation
+    )
 
 
 # --- pools -------------------------------------------------------------------------------------------
@@ -84,7 +94,9 @@ def avg_pool_(ctx, x, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     d = x.ndim - 2
     kernel = _pairs(kernel_size, d, None)
     pads = [(p, p) for p in _pairs(padding, d, [0])]
-    return avg_pool(x, kernel, _pairs(stride, d, kernel), pads, None, ceil_mode, count_include_pad, divisor_override)
+    return avg_pool(
+        x, kernel, _pairs(stride, d, kernel), pads, None, ceil_mode, count_include_pad, divisor_override
+    )
 
 
 def adaptive_avg_pool(ctx, x, output_size):
@@ -98,7 +110,9 @@ def adaptive_avg_pool(ctx, x, output_size):
     if all(n % m == 0 for n, m in zip(sizes, output_size)):
         kernel = tuple(n // m for n, m in zip(sizes, output_size))
         batched = x.reshape((1, -1) + tuple(sizes)) if x.ndim != d + 2 else x  # (C, *spatial) as one sample
-        return avg_pool(batched, kernel, kernel, [(0, 0)] * d).reshape(tuple(x.shape[:-d]) + tuple(output_size))
+        return avg_pool(batched, kernel, kernel, [(0, 0)] * d).reshape(
+            tuple(x.shape[:-d]) + tuple(output_size)
+        )
     out = x
     for k, (n, m) in enumerate(zip(sizes, output_size)):
         matrix = np.zeros((m, n), np.float32)
@@ -118,7 +132,9 @@ def adaptive_max_pool(ctx, x, output_size):
     d = len(output_size)
     sizes = x.shape[-d:]
     if not all(isinstance(n, int) and n % m == 0 for n, m in zip(sizes, output_size)):
-        raise ctx.error(f"adaptive max pooling of {sizes} to {tuple(output_size)} needs sizes the output divides")
+        raise ctx.error(
+            f"adaptive max pooling of {sizes} to {tuple(output_size)} needs sizes the output divides"
+        )
     kernel = tuple(n // m for n, m in zip(sizes, output_size))
     return max_pool(x, kernel, kernel, [(0, 0)] * d, (1,) * d, False, True)
 
@@ -175,7 +191,9 @@ def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, moment
     ATen's two other results (the saved statistics) are empty in inference."""
     x = ctx.tensor(x)
     channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    out = (x - ctx.tensor(running_mean).reshape(channel)) * (ctx.tensor(running_var).reshape(channel) + eps).rsqrt()
+    out = (x - ctx.tensor(running_mean).reshape(channel)) * (
+        ctx.tensor(running_var).reshape(channel) + eps
+    ).rsqrt()
     if weight is not None:
         out = out * ctx.tensor(weight).reshape(channel)
     if bias is not None:

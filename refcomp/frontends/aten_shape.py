@@ -165,7 +165,9 @@ def unbind(ctx, x, axis=0):
 
 def cat(ctx, tensors, axis=0):
     tensors = [ctx.tensor(x) for x in tensors]
-    kept = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)] or tensors[:1]  # ATen skips legacy empty (0,)
+    kept = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)] or tensors[
+        :1
+    ]  # ATen skips legacy empty (0,)
     return rc_cat(kept, _axis(axis, kept[0].ndim))
 
 
@@ -262,7 +264,9 @@ def gather(ctx, x, axis, ids, sparse_grad=False):
         return address_view(x, gather_elements(addresses(x.shape), axis, ids.affine()))
     picked = ctx.importer.ids_tensor(ids, x.shape[axis], ctx)
     if picked is None:
-        raise ctx.error("gather by indices computed at run time is not supported (positions, fed or static ids are)")
+        raise ctx.error(
+            "gather by indices computed at run time is not supported (positions, fed or static ids are)"
+        )
     return x.gather(axis, picked)
 
 

@@ -44,8 +44,15 @@ def op_name(target) -> str:
 
 
 # Ops that compute nothing refcomp needs: checks of metadata and of sizes torch already guarantees.
-IGNORED = frozenset({"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten._assert_async.msg",
-                     "aten.sym_constrain_range.default", "aten.sym_constrain_range_for_size.default"})
+IGNORED = frozenset(
+    {
+        "aten._assert_tensor_metadata.default",
+        "aten._assert_scalar.default",
+        "aten._assert_async.msg",
+        "aten.sym_constrain_range.default",
+        "aten.sym_constrain_range_for_size.default",
+    }
+)
 
 
 # --- affine rules for arithmetic on positions ----------------------------------------------------------
@@ -125,10 +132,39 @@ ROWS = [
     Row("aten.clamp.Tensor", m.clamp, "tensor bounds"),
     Row("aten.atan2.default", m.atan2, ""),
     # functions
-    *[Row(f"aten.{name}.default", m.method(name), "") for name in (
-        "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan",
-        "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "sigmoid", "floor", "ceil", "trunc", "sign",
-        "silu")],
+    *[
+        Row(f"aten.{name}.default", m.method(name), "")
+        for name in (
+            "exp",
+            "expm1",
+            "log",
+            "log2",
+            "log10",
+            "log1p",
+            "sqrt",
+            "rsqrt",
+            "sin",
+            "cos",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "erf",
+            "erfc",
+            "sigmoid",
+            "floor",
+            "ceil",
+            "trunc",
+            "sign",
+            "silu",
+        )
+    ],
     Row("aten.relu.default", m.method("relu"), "", ints=m.first_bound),
     Row("aten.gelu.default", m.gelu, "approximate none (erf) or tanh"),
     Row("aten.hardtanh.default", m.hardtanh, ""),
@@ -139,19 +175,39 @@ ROWS = [
     Row("aten.isnan.default", m.method("isnan"), "a boolean"),
     Row("aten.isinf.default", m.method("isinf"), "a boolean"),
     # selection, comparison, logic
-    Row("aten.where.self", m.where_, "a true select (the branch not taken never leaks NaN)", ints=m.same_bound),
+    Row(
+        "aten.where.self", m.where_, "a true select (the branch not taken never leaks NaN)", ints=m.same_bound
+    ),
     Row("aten.masked_fill.Scalar", m.masked_fill, "", ints=m.same_bound),
     Row("aten.masked_fill.Tensor", m.masked_fill, "a 0-d value", ints=m.same_bound),
-    *[Row(f"aten.{name}.{kind}", m.compare(name), "a boolean")
-      for name in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")],
-    *[Row(f"aten.logical_{name}.default", m.logical(f"logical_{name}"), "any nonzero is true")
-      for name in ("and", "or", "xor", "not")],
-    *[Row(f"aten.bitwise_{name}.{kind}", m.logical(f"logical_{name}"), "booleans only (integers fold if static)")
-      for name in ("and", "or", "xor") for kind in ("Tensor", "Scalar")],
+    *[
+        Row(f"aten.{name}.{kind}", m.compare(name), "a boolean")
+        for name in ("eq", "ne", "lt", "le", "gt", "ge")
+        for kind in ("Tensor", "Scalar")
+    ],
+    *[
+        Row(f"aten.logical_{name}.default", m.logical(f"logical_{name}"), "any nonzero is true")
+        for name in ("and", "or", "xor", "not")
+    ],
+    *[
+        Row(
+            f"aten.bitwise_{name}.{kind}",
+            m.logical(f"logical_{name}"),
+            "booleans only (integers fold if static)",
+        )
+        for name in ("and", "or", "xor")
+        for kind in ("Tensor", "Scalar")
+    ],
     Row("aten.bitwise_not.default", m.logical("logical_not"), "booleans only (integers fold if static)"),
     # casts, copies, creation
-    Row("aten._to_copy.default", m.to_copy, "dtype casts: float32/16/bf16, bool, integers (a float to an integer "
-        "truncates)", ints=m.to_copy_bound, affine=_same, view=True),
+    Row(
+        "aten._to_copy.default",
+        m.to_copy,
+        "dtype casts: float32/16/bf16, bool, integers (a float to an integer truncates)",
+        ints=m.to_copy_bound,
+        affine=_same,
+        view=True,
+    ),
     Row("aten.clone.default", m.identity, "", affine=_same, **_VIEW),
     Row("aten.alias.default", m.identity, "", affine=_same, **_VIEW),
     Row("aten.detach.default", m.identity, "", affine=_same, **_VIEW),
@@ -161,8 +217,13 @@ ROWS = [
     Row("aten.full.default", m.full_, "sizes may be symbolic", ints=m.value_bound, affine=m.full_affine),
     Row("aten.full_like.default", m.full_like, "", ints=m.value_bound, affine=m.full_like_affine),
     Row("aten.fill.Scalar", m.fill, "", ints=m.value_bound),
-    Row("aten.arange.start_step", m.arange_, "ends may be symbolic dims (integer positions)", ints=m.arange_bound,
-        affine=m.arange_affine),
+    Row(
+        "aten.arange.start_step",
+        m.arange_,
+        "ends may be symbolic dims (integer positions)",
+        ints=m.arange_bound,
+        affine=m.arange_affine,
+    ),
     # views and movement
     Row("aten.view.default", s.view, _MOVE, affine=s.view_affine, **_VIEW),
     Row("aten._unsafe_view.default", s.view, _MOVE, affine=s.view_affine, **_VIEW),
@@ -190,16 +251,38 @@ ROWS = [
     Row("aten.replication_pad2d.default", s.pad_mode("replicate")),
     Row("aten.replication_pad3d.default", s.pad_mode("replicate")),
     Row("aten.diagonal.default", s.diagonal, "known lengths"),
-    Row("aten.slice_scatter.default", s.slice_scatter, "a functionalized slice write; step 1", ints=m.same_bound),
+    Row(
+        "aten.slice_scatter.default",
+        s.slice_scatter,
+        "a functionalized slice write; step 1",
+        ints=m.same_bound,
+    ),
     Row("aten.select_scatter.default", s.select_scatter, "a functionalized index write", ints=m.same_bound),
     # indexing
-    Row("aten.index.Tensor", s.index, "positions: a strided view; one fed or static index tensor: index_select",
-        raw=(1,), ints=m.first_bound, affine=s.index_affine),
+    Row(
+        "aten.index.Tensor",
+        s.index,
+        "positions: a strided view; one fed or static index tensor: index_select",
+        raw=(1,),
+        ints=m.first_bound,
+        affine=s.index_affine,
+    ),
     Row("aten.index_select.default", s.index_select, "", raw=(2,), ints=m.first_bound),
-    Row("aten.index_put.default", s.index_put, "one 1-D index tensor of fed or static ids: index_copy (distinct ids, "
-        "checked at run time); accumulate=True is refused", raw=(1,)),
-    Row("aten.gather.default", s.gather, "positions: a strided view; else int32 ids", raw=(2,), ints=m.first_bound,
-        affine=s.gather_affine),
+    Row(
+        "aten.index_put.default",
+        s.index_put,
+        "one 1-D index tensor of fed or static ids: index_copy (distinct ids, "
+        "checked at run time); accumulate=True is refused",
+        raw=(1,),
+    ),
+    Row(
+        "aten.gather.default",
+        s.gather,
+        "positions: a strided view; else int32 ids",
+        raw=(2,),
+        ints=m.first_bound,
+        affine=s.gather_affine,
+    ),
     Row("aten.embedding.default", s.embedding, "fed int64 ids become int32 ids; positions a view", raw=(1,)),
     Row("aten.sym_size.int", s.sym_size, "a dim", raw=(0,)),
     # contractions, convolutions, pools
@@ -207,15 +290,30 @@ ROWS = [
     Row("aten.mm.default", n.mm, ""),
     Row("aten.bmm.default", n.bmm, ""),
     Row("aten.linear.default", n.linear, "in programs not decomposed (import_program)"),
-    Row("aten.scaled_dot_product_attention.default", n.attention, "in programs not decomposed; a boolean mask selects, "
-        "a float one adds; grouped-query heads"),
+    Row(
+        "aten.scaled_dot_product_attention.default",
+        n.attention,
+        "in programs not decomposed; a boolean mask selects, a float one adds; grouped-query heads",
+    ),
     Row("aten.convolution.default", n.convolution, "1-3 spatial axes, groups, dilation; transposed too"),
-    Row("aten.max_pool2d_with_indices.default", n.max_pool_with_indices, "indices in the flattened plane",
-        ints=n.max_pool_bound),
-    Row("aten.max_pool3d_with_indices.default", n.max_pool_with_indices, "indices in the flattened volume",
-        ints=n.max_pool_bound),
-    Row("aten.adaptive_max_pool2d.default", n.adaptive_max_pool, "(values, indices); sizes the output divides",
-        ints=n.max_pool_bound),
+    Row(
+        "aten.max_pool2d_with_indices.default",
+        n.max_pool_with_indices,
+        "indices in the flattened plane",
+        ints=n.max_pool_bound,
+    ),
+    Row(
+        "aten.max_pool3d_with_indices.default",
+        n.max_pool_with_indices,
+        "indices in the flattened volume",
+        ints=n.max_pool_bound,
+    ),
+    Row(
+        "aten.adaptive_max_pool2d.default",
+        n.adaptive_max_pool,
+        "(values, indices); sizes the output divides",
+        ints=n.max_pool_bound,
+    ),
     Row("aten.avg_pool1d.default", n.avg_pool_, "ceil_mode, count_include_pad"),
     Row("aten.avg_pool2d.default", n.avg_pool_, "ceil_mode, count_include_pad, divisor_override"),
     Row("aten.avg_pool3d.default", n.avg_pool_, "ceil_mode, count_include_pad, divisor_override"),
@@ -231,8 +329,16 @@ ROWS = [
     Row("aten.native_group_norm.default", n.native_group_norm, "(out, mean, rstd)"),
     Row("aten._native_batch_norm_legit_no_training.default", n.batch_norm_inference, "running statistics"),
     Row("aten.native_batch_norm.default", n.native_batch_norm, "training=False only"),
-    Row("aten._native_batch_norm_legit.default", n.batch_norm_legit, "training: the batch's statistics (no update)"),
-    Row("aten._native_batch_norm_legit.no_stats", n.batch_norm_batch_statistics, "the batch's statistics (InstanceNorm)"),
+    Row(
+        "aten._native_batch_norm_legit.default",
+        n.batch_norm_legit,
+        "training: the batch's statistics (no update)",
+    ),
+    Row(
+        "aten._native_batch_norm_legit.no_stats",
+        n.batch_norm_batch_statistics,
+        "the batch's statistics (InstanceNorm)",
+    ),
     Row("aten.native_dropout.default", n.native_dropout, "outside training only"),
     # reductions and scans
     Row("aten.sum.dim_IntList", r.sum_, "an empty dim list: every axis", ints=r.sum_bound),
@@ -269,26 +375,49 @@ assert len(TABLE) == len(ROWS), "a row is repeated"
 # refused by the importer's one error. docs/torch.md lists them; a test keeps this list complete.
 _TRAINING = "training only (gradients, batch statistics)"
 NOT_MAPPED = {
-    **{f"aten.{name}": _TRAINING for name in (
-        "_adaptive_avg_pool2d_backward.default", "avg_pool2d_backward.default", "convolution_backward.default",
-        "embedding_dense_backward.default", "max_pool2d_with_indices_backward.default", "native_group_norm_backward.default",
-        "native_layer_norm_backward.default")},
-    **{f"aten.{name}": "random values (refcomp has no random tensors yet)" for name in (
-        "rand.default", "randn.default", "randperm.default")},
-    **{f"aten.{name}": "writes at indices computed at run time (integer tensors at run time come later)" for name in (
-        "scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two",
-        "masked_scatter.default")},
+    **{
+        f"aten.{name}": _TRAINING
+        for name in (
+            "_adaptive_avg_pool2d_backward.default",
+            "avg_pool2d_backward.default",
+            "convolution_backward.default",
+            "embedding_dense_backward.default",
+            "max_pool2d_with_indices_backward.default",
+            "native_group_norm_backward.default",
+            "native_layer_norm_backward.default",
+        )
+    },
+    **{
+        f"aten.{name}": "random values (refcomp has no random tensors yet)"
+        for name in ("rand.default", "randn.default", "randperm.default")
+    },
+    **{
+        f"aten.{name}": "writes at indices computed at run time (integer tensors at run time come later)"
+        for name in (
+            "scatter.src",
+            "scatter.value",
+            "scatter_add.default",
+            "scatter_reduce.two",
+            "masked_scatter.default",
+        )
+    },
     "aten.nonzero.default": "a result whose shape depends on the data",
     "aten._local_scalar_dense.default": "a tensor's value read back into Python (.item())",
-    "aten.empty.memory_format": "uninitialised memory", "aten.empty_strided.default": "uninitialised memory",
+    "aten.empty.memory_format": "uninitialised memory",
+    "aten.empty_strided.default": "uninitialised memory",
     "aten.as_strided.default": "strides of torch's storage, which a refcomp graph does not have",
-    "aten.sym_stride.int": "strides of torch's storage", "aten.sym_storage_offset.default": "torch's storage",
-    "aten.sym_is_contiguous.default": "torch's storage", "aten.resize_.default": "an in-place resize of torch's storage",
+    "aten.sym_stride.int": "strides of torch's storage",
+    "aten.sym_storage_offset.default": "torch's storage",
+    "aten.sym_is_contiguous.default": "torch's storage",
+    "aten.resize_.default": "an in-place resize of torch's storage",
     "aten.sym_numel.default": "torch.export writes sizes' products as Python arithmetic on sym_size",
     "aten.atan2.out": "an out= variant (not in functional programs)",
-    "aten._embedding_bag.default": "not yet", "aten._cdist_forward.default": "not yet",
-    "aten._pdist_forward.default": "not yet", "aten._fft_r2c.default": "not yet (no complex numbers)",
-    "aten._fft_c2r.default": "not yet (no complex numbers)", "aten.grid_sampler_2d.default": "not yet",
+    "aten._embedding_bag.default": "not yet",
+    "aten._cdist_forward.default": "not yet",
+    "aten._pdist_forward.default": "not yet",
+    "aten._fft_r2c.default": "not yet (no complex numbers)",
+    "aten._fft_c2r.default": "not yet (no complex numbers)",
+    "aten.grid_sampler_2d.default": "not yet",
     "aten.col2im.default": "not yet",
 }
 
@@ -297,7 +426,9 @@ def markdown() -> str:
     """The table as docs/torch.md shows it: every row, then the Core ATen ops with none."""
     lines = ["| ATen op | status | refcomp | notes |", "| --- | --- | --- | --- |"]
     for row in ROWS:
-        lines.append(f"| `{row.name}` | yes | `{row.fn.__module__.rsplit('.', 1)[-1]}.{row.fn.__name__}` | {row.notes} |")
+        lines.append(
+            f"| `{row.name}` | yes | `{row.fn.__module__.rsplit('.', 1)[-1]}.{row.fn.__name__}` | {row.notes} |"
+        )
     for name, why in sorted(NOT_MAPPED.items()):
         lines.append(f"| `{name}` | no | | {why} |")
     return "\n".join(lines)

@@ -76,8 +76,14 @@ def magnitude(value) -> object:
     total = sympy.Integer(0)
     for term in sympy.Add.make_args(e):
         coeff, rest = term.as_coeff_Mul()
-        factors = [magnitude(f.args[0]) if isinstance(f, idiv) else magnitude(f.args[1]) if isinstance(f, imod) else f
-                   for f in sympy.Mul.make_args(rest)]
+        factors = [
+            magnitude(f.args[0])
+            if isinstance(f, idiv)
+            else magnitude(f.args[1])
+            if isinstance(f, imod)
+            else f
+            for f in sympy.Mul.make_args(rest)
+        ]
         total += abs(coeff) * sympy.Mul(*factors)
     return total
 
@@ -129,7 +135,9 @@ def bound_max(bounds: Sequence) -> object:
 
 def positions_bound(p: Positions) -> object:
     """max |value| of Positions: |offset| + sum |step| * (n - 1), bounded as `magnitude` does."""
-    return magnitude(p.offset) + sum((magnitude(s) * magnitude(n) for s, n in zip(p.steps, p.shape)), sympy.Integer(0))
+    return magnitude(p.offset) + sum(
+        (magnitude(s) * magnitude(n) for s, n in zip(p.steps, p.shape)), sympy.Integer(0)
+    )
 
 
 # --- positions: the affine forms of views and indexing ----------------------------------------------

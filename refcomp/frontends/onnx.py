@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import FeedError, RefcompError
-from ..exec.reference import evaluate
+from ..reference.reference import evaluate
 from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
@@ -60,8 +60,10 @@ class ImportedModel:
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
-                f"{len(self.weights)} weights>")
+        return (
+            f"<{type(self).__name__} opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
+            f"{len(self.weights)} weights>"
+        )
 
     def feeds(self, feeds: Optional[Mapping[str, object]] = None) -> dict[str, np.ndarray]:
         """The feeds refcomp needs: user arrays (converted to float32 / int32 ids) plus the weights."""
@@ -70,10 +72,14 @@ class ImportedModel:
             if name in self.pinned:
                 self._check_pinned(name, feeds[name])
             elif name not in self.input_types and name not in self.weights:
-                raise FeedError(f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})")
+                raise FeedError(
+                    f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})"
+                )
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
-            if name in feeds and name not in self.pinned:  # a pinned feed equals the weight read from its initializer
+            if (
+                name in feeds and name not in self.pinned
+            ):  # a pinned feed equals the weight read from its initializer
                 out[name] = self._convert(name, feeds[name])
             elif name in self.weights:
                 out[name] = self.weights[name]
@@ -89,9 +95,11 @@ class ImportedModel:
         except (TypeError, ValueError):  # strings, ragged lists: not the initializer
             same = False
         if not same:
-            raise FeedError(f"ONNX input {name!r} has an initializer that refcomp read at import time (it fixes a "
-                            f"shape or another static value), so a feed may not change it; import the model with "
-                            f"constants={{{name!r}: array}} to use another value")
+            raise FeedError(
+                f"ONNX input {name!r} has an initializer that refcomp read at import time (it fixes a "
+                f"shape or another static value), so a feed may not change it; import the model with "
+                f"constants={{{name!r}: array}} to use another value"
+            )
 
     def _convert(self, name: str, value) -> np.ndarray:
         array = np.asarray(value)
@@ -105,8 +113,10 @@ class ImportedModel:
                 raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
             if name in self.float_ints:
                 if array.size and np.abs(array).max() > MAX_EXACT_INT:
-                    raise FeedError(f"ONNX input {name!r} is read as float32 (it is only cast to float), but holds "
-                                    f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)")
+                    raise FeedError(
+                        f"ONNX input {name!r} is read as float32 (it is only cast to float), but holds "
+                        f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)"
+                    )
                 return np.ascontiguousarray(array, dtype=np.float32)
             rows = self._id_rows.get(name, set())
             if array.size and array.min() < 0:
@@ -119,7 +129,9 @@ class ImportedModel:
             return array.astype(np.int32)
         if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
             raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
-        if not (array.dtype.name in ("float16", "bfloat16") and kind != "FLOAT"):  # 16-bit feeds of 16-bit inputs go in as they are
+        if not (
+            array.dtype.name in ("float16", "bfloat16") and kind != "FLOAT"
+        ):  # 16-bit feeds of 16-bit inputs go in as they are
             array = np.asarray(array, dtype=np.float32)
         return array if array.flags.c_contiguous else array.copy()
 
@@ -127,7 +139,9 @@ class ImportedModel:
         """The dims to run at: the given ones (the feeds' shapes bind the rest)."""
         return dims
 
-    def finish(self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims) -> dict[str, np.ndarray]:
+    def finish(
+        self, results: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], dims
+    ) -> dict[str, np.ndarray]:
         from ..symbolic.dims import evaluate_dim
         out = {}
         bindings = dict(dims or {})
@@ -146,17 +160,29 @@ class ImportedModel:
                 out[name] = array
             elif self.output_types[name] == "BOOL":
                 out[name] = np.asarray(results[name]) != 0
-            elif self.output_types[name] in ("INT64", "INT32"):  # integers computed exactly as float32 (ArgMax)
-                out[name] = np.asarray(results[name]).astype(np.int64 if self.output_types[name] == "INT64" else np.int32)
-            elif self.output_types[name] in ("FLOAT16", "BFLOAT16"):  # ONNX's numpy type (ml_dtypes' bfloat16)
+            elif self.output_types[name] in (
+                "INT64",
+                "INT32",
+            ):  # integers computed exactly as float32 (ArgMax)
+                out[name] = np.asarray(results[name]).astype(
+                    np.int64 if self.output_types[name] == "INT64" else np.int32
+                )
+            elif self.output_types[name] in (
+                "FLOAT16",
+                "BFLOAT16",
+            ):  # ONNX's numpy type (ml_dtypes' bfloat16)
                 from onnx import TensorProto, helper
                 etype = TensorProto.FLOAT16 if self.output_types[name] == "FLOAT16" else TensorProto.BFLOAT16
-                out[name] = np.asarray(results[name], dtype=np.float32).astype(helper.tensor_dtype_to_np_dtype(etype))
+                out[name] = np.asarray(results[name], dtype=np.float32).astype(
+                    helper.tensor_dtype_to_np_dtype(etype)
+                )
             else:
                 out[name] = np.asarray(results[name], dtype=np.float32)
         return out
 
-    def evaluate(self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
+    def evaluate(
+        self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None
+    ) -> dict[str, np.ndarray]:
         """Every graph output, by the NumPy reference interpreter, with its ONNX dtype."""
         merged = self.feeds(feeds)
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
@@ -166,13 +192,20 @@ class ImportedModel:
 class Importer:
     """Walks an ONNX graph in order, turning each node into refcomp tensors or static arrays."""
 
-    def __init__(self, model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
-                 pin: frozenset = frozenset()):
+    def __init__(
+        self,
+        model,
+        dims: Optional[Mapping] = None,
+        constants: Optional[Mapping[str, object]] = None,
+        pin: frozenset = frozenset(),
+    ):
         from . import onnx_ops_core as core
         self.core = core
         self.model = model
         self.graph = model.graph
-        self.opset = default_opset(model)  # load() has converted an older opset where an operator's meaning changed
+        self.opset = default_opset(
+            model
+        )  # load() has converted an older opset where an operator's meaning changed
         self.dims = dict(dims or {})
         self.constants = dict(constants or {})
         self.values: dict[str, object] = {}
@@ -187,14 +220,18 @@ class Importer:
         self.float_ints: set[str] = set()  # integer graph inputs read as float32 (cast_only_inputs)
         self.names: set[str] = set()
         self.pin = pin  # float inputs with an initializer that an operator needs static (see imported)
-        self.pinned: dict[str, np.ndarray] = {}  # inputs with an initializer read at import time (onnx_inputs)
+        self.pinned: dict[
+            str, np.ndarray
+        ] = {}  # inputs with an initializer read at import time (onnx_inputs)
 
     # --- values --------------------------------------------------------------------------------
     def lookup(self, name: str, ctx):
         try:
             return self.values[name]
         except KeyError:
-            raise ctx.error(f"input {name!r} is not produced by any earlier node, initializer or graph input") from None
+            raise ctx.error(
+                f"input {name!r} is not produced by any earlier node, initializer or graph input"
+            ) from None
 
     def unique_name(self, base: str) -> str:
         name, k = base or "const", 1
@@ -214,11 +251,23 @@ class Importer:
         array = v.static
         if array.dtype == object:
             if array.size != 1:
-                raise RefcompError(f"value {v.name!r} holds symbolic dims {array.tolist()} and cannot be used as a float tensor")
-            t = constant(array.reshape(-1)[0]).reshape((1,) * array.ndim) if array.ndim else constant(array.reshape(-1)[0])
+                raise RefcompError(
+                    f"value {v.name!r} holds symbolic dims {array.tolist()} and cannot be used as a float tensor"
+                )
+            t = (
+                constant(array.reshape(-1)[0]).reshape((1,) * array.ndim)
+                if array.ndim
+                else constant(array.reshape(-1)[0])
+            )
         else:
-            if v.etype not in core.FLOATS | {core.BOOL} and not np.issubdtype(array.dtype, np.floating) and array.dtype != np.bool_:
-                raise RefcompError(f"value {v.name!r} of type {core.type_name(v.etype)} cannot be used as a float tensor")
+            if (
+                v.etype not in core.FLOATS | {core.BOOL}
+                and not np.issubdtype(array.dtype, np.floating)
+                and array.dtype != np.bool_
+            ):
+                raise RefcompError(
+                    f"value {v.name!r} of type {core.type_name(v.etype)} cannot be used as a float tensor"
+                )
             values = array.astype(np.float32)
             flat = values.reshape(-1)
             uniform = flat.size == 0 or bool(np.all(flat == flat[0])) or bool(np.all(np.isnan(flat)))
@@ -228,7 +277,9 @@ class Importer:
             else:
                 name = self.unique_name(v.name)
                 self.weights[name] = np.ascontiguousarray(values)
-                t = rc_input(name, values.shape, core.DTYPE_OF_ETYPE.get(v.etype, "float32"))  # FLOAT16 weights stay 16-bit
+                t = rc_input(
+                    name, values.shape, core.DTYPE_OF_ETYPE.get(v.etype, "float32")
+                )  # FLOAT16 weights stay 16-bit
         v.tensor = t
         return t
 
@@ -242,10 +293,14 @@ class Importer:
             array = array.astype(np.int64)
             if array.size and array.min() < 0:
                 if not isinstance(rows, int):
-                    raise ctx.error(f"negative indices need a concrete axis size, but the axis has size {rows}")
+                    raise ctx.error(
+                        f"negative indices need a concrete axis size, but the axis has size {rows}"
+                    )
                 array = np.where(array < 0, array + rows, array)
             if isinstance(rows, int) and array.size and (array.min() < 0 or array.max() >= rows):
-                raise ctx.error(f"indices {array.min()}..{array.max()} are out of range for an axis of size {rows}")
+                raise ctx.error(
+                    f"indices {array.min()}..{array.max()} are out of range for an axis of size {rows}"
+                )
             name = self.unique_name(v.name or "indices")
             self.weights[name] = array.astype(np.int32)
             return rc_input(name, array.shape, dtype="int32")
@@ -265,7 +320,15 @@ class Importer:
                 results = core.OPS[node.op_type].fn(ctx)
             except RefcompError as exc:
                 raise ctx.located(exc)
-            except (ArithmeticError, AttributeError, LookupError, MemoryError, RecursionError, TypeError, ValueError) as exc:
+            except (
+                ArithmeticError,
+                AttributeError,
+                LookupError,
+                MemoryError,
+                RecursionError,
+                TypeError,
+                ValueError,
+            ) as exc:
                 # the last resort: a model refcomp's checks missed still fails by its node, not deep in NumPy
                 raise ctx.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
             results = list(results) if isinstance(results, (list, tuple)) else [results]
@@ -286,7 +349,9 @@ class Importer:
         for vi in self.graph.output:
             name = vi.name
             if name not in self.values:
-                raise RefcompError(f"graph output {name!r} is not produced by any node (truncated or corrupt model?)")
+                raise RefcompError(
+                    f"graph output {name!r} is not produced by any node (truncated or corrupt model?)"
+                )
             v = self.values[name]
             self.output_names.append(name)
             if v.static is not None and (core.is_int_array(v.static) or v.etype in core.INT_TYPES):
@@ -294,14 +359,20 @@ class Importer:
                 self.output_types[name] = core.type_name(v.etype)
                 continue
             if v.etype not in core.FLOATS | {core.BOOL} and not v.exact_ints:
-                raise RefcompError(f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
-                                   f"refcomp computes FLOAT (and BOOL as 0/1) outputs only")
+                raise RefcompError(
+                    f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
+                    f"refcomp computes FLOAT (and BOOL as 0/1) outputs only"
+                )
             self.outputs[name] = self.materialize(v)
             self.output_types[name] = core.type_name(v.etype)
 
 
-def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None,
-                 base_dir=None) -> ImportedModel:
+def import_model(
+    model_or_path,
+    dims: Optional[Mapping] = None,
+    constants: Optional[Mapping[str, object]] = None,
+    base_dir=None,
+) -> ImportedModel:
     """Import an ONNX model (a ModelProto, bytes, or a path) of opset 13 or later.
 
     dims: fixes or renames symbolic dims: {"batch": 8} binds dim_param "batch" to 8, {"batch": "B"}
@@ -314,7 +385,9 @@ def import_model(model_or_path, dims: Optional[Mapping] = None, constants: Optio
     return ImportedModel(imported(load(model_or_path, base_dir), dims, constants))
 
 
-def imported(model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None) -> Importer:
+def imported(
+    model, dims: Optional[Mapping] = None, constants: Optional[Mapping[str, object]] = None
+) -> Importer:
     """The model walked by an Importer. A float input with an initializer is an input, unless an
     operator needs its value at import time (StaticInputRequired): then it is imported again with
     that input pinned to its initializer, as an initializer without an input would be."""
@@ -325,7 +398,11 @@ def imported(model, dims: Optional[Mapping] = None, constants: Optional[Mapping[
         try:
             return Importer(model, dims, constants, pin).run()
         except StaticInputRequired as exc:
-            if exc.input_name not in overridable or exc.input_name in pin or exc.input_name in (constants or {}):
+            if (
+                exc.input_name not in overridable
+                or exc.input_name in pin
+                or exc.input_name in (constants or {})
+            ):
                 raise
             pin |= {exc.input_name}
 

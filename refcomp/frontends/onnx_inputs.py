@@ -51,7 +51,9 @@ def cast_only_inputs(graph) -> set[str]:
             name = stack.pop()
             ok = name not in outputs
             for node in consumers.get(name, ()):
-                if node.op_type == "Cast" and any(a.name == "to" and a.i in (core.FLOAT, core.BOOL) for a in node.attribute):
+                if node.op_type == "Cast" and any(
+                    a.name == "to" and a.i in (core.FLOAT, core.BOOL) for a in node.attribute
+                ):
                     cast = True
                 elif node.op_type in _MOVES and node.input[0] == name:
                     stack.extend(node.output)
@@ -68,10 +70,14 @@ def input_shape(vi, dims) -> tuple:
     if vi.name in dims:
         given = dims[vi.name]
         if isinstance(given, str) or not hasattr(given, "__len__") or not all(_is_dim(d) for d in given):
-            raise RefcompError(f"dims[{vi.name!r}] = {given!r} must be a shape: a sequence of ints and dim names")
+            raise RefcompError(
+                f"dims[{vi.name!r}] = {given!r} must be a shape: a sequence of ints and dim names"
+            )
         if tt.HasField("shape") and len(given) != len(tt.shape.dim):
-            raise RefcompError(f"dims[{vi.name!r}] = {given!r} has rank {len(given)}, but graph input {vi.name!r} "
-                               f"has rank {len(tt.shape.dim)}")
+            raise RefcompError(
+                f"dims[{vi.name!r}] = {given!r} has rank {len(given)}, but graph input {vi.name!r} "
+                f"has rank {len(tt.shape.dim)}"
+            )
         return tuple(d if isinstance(d, str) else int(d) for d in given)
     shape = []
     for axis, d in enumerate(tt.shape.dim):
@@ -81,7 +87,9 @@ def input_shape(vi, dims) -> tuple:
             param = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}_{axis}"
             fixed = dims.get(param, param)
             if not _is_dim(fixed):
-                raise RefcompError(f"dims[{param!r}] = {fixed!r} (a dim of graph input {vi.name!r}) must be an int or a name")
+                raise RefcompError(
+                    f"dims[{param!r}] = {fixed!r} (a dim of graph input {vi.name!r}) must be an int or a name"
+                )
             shape.append(int(fixed) if not isinstance(fixed, str) else _symbol_name(fixed))
     return tuple(shape)
 
@@ -92,7 +100,9 @@ def add_graph_inputs(imp) -> None:
     initializers = {t.name: t for t in imp.graph.initializer}
     cast_only = cast_only_inputs(imp.graph)
     for t in imp.graph.initializer:
-        imp.values[t.name] = core.Value(t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name)
+        imp.values[t.name] = core.Value(
+            t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name
+        )
     for s in imp.graph.sparse_initializer:
         raise RefcompError(f"sparse initializer {s.values.name!r} is not supported")
     for vi in imp.graph.input:
@@ -103,7 +113,9 @@ def add_graph_inputs(imp) -> None:
             continue
         imp.names.add(vi.name)
         if not vi.type.HasField("tensor_type"):
-            raise RefcompError(f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); refcomp imports tensors only")
+            raise RefcompError(
+                f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); refcomp imports tensors only"
+            )
         etype = vi.type.tensor_type.elem_type if default is None else default.data_type
         if vi.name in imp.constants:
             array = np.asarray(imp.constants[vi.name])
@@ -121,14 +133,18 @@ def add_graph_inputs(imp) -> None:
             shape = input_shape(vi, imp.dims)
         imp.input_types[vi.name] = core.type_name(etype)
         if etype in core.FLOATS | {core.BOOL}:
-            t = rc_input(vi.name, shape, core.DTYPE_OF_ETYPE.get(etype, "float32"))  # graph_input: a use that needs it static names it (constants=)
+            t = rc_input(
+                vi.name, shape, core.DTYPE_OF_ETYPE.get(etype, "float32")
+            )  # graph_input: a use that needs it static names it (constants=)
         elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
             t = rc_input(vi.name, shape)
             imp.float_ints.add(vi.name)
         elif etype in core.ID_TYPES:
             t = rc_input(vi.name, shape, dtype="int32")
         else:
-            raise RefcompError(f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
-                               f"float32 (FLOAT, FLOAT16, BFLOAT16 and BOOL inputs, INT64/INT32 as Gather indices or static shapes)")
+            raise RefcompError(
+                f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
+                f"float32 (FLOAT, FLOAT16, BFLOAT16 and BOOL inputs, INT64/INT32 as Gather indices or static shapes)"
+            )
         imp.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
         imp.user_inputs[vi.name] = t

@@ -66,18 +66,26 @@ def load(model_or_path, base_dir=None):
             except OSError as exc:
                 raise RefcompError(f"cannot read {where}: {exc}") from exc
         else:
-            raise RefcompError(f"import_model takes an onnx.ModelProto, bytes or a file path, got {type(model_or_path).__name__}")
+            raise RefcompError(
+                f"import_model takes an onnx.ModelProto, bytes or a file path, got {type(model_or_path).__name__}"
+            )
         model = onnx.ModelProto()
         try:
             model.ParseFromString(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
-            raise RefcompError(f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}") from exc
+            raise RefcompError(
+                f"{where} is not a valid ONNX model (truncated or corrupt file?): {exc}"
+            ) from exc
     model = _with_external_data(model, base_dir, where, copy=isinstance(model_or_path, onnx.ModelProto))
     if not model.HasField("graph") or not model.graph.output:
         raise RefcompError(f"{where} has no graph outputs (truncated or corrupt file?)")
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
-        raise RefcompError(f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)")
-    _refuse_unsupported_operators(model)  # before any conversion: the user's operators, named by the user's nodes
+        raise RefcompError(
+            f"{where} declares no opset of the default ONNX domain (truncated or corrupt file?)"
+        )
+    _refuse_unsupported_operators(
+        model
+    )  # before any conversion: the user's operators, named by the user's nodes
     model = at_supported_opset(model, where)
     check_supported(model)
     check_defined(model)
@@ -100,8 +108,10 @@ def at_supported_opset(model, where: str):
     version < 4 can add initializers that are not graph inputs, which that IR forbids: the converted
     model declares IR version 7, the first that opset 13 belongs to."""
     opset = default_opset(model)
-    if opset >= MIN_OPSET or (opset >= 6 and all(n.op_type in UNCHANGED_SINCE_6 and n.domain in ("", "ai.onnx")
-                                                  for n in model.graph.node)):
+    if opset >= MIN_OPSET or (
+        opset >= 6
+        and all(n.op_type in UNCHANGED_SINCE_6 and n.domain in ("", "ai.onnx") for n in model.graph.node)
+    ):
         return model
     from onnx import version_converter
     if opset < 7:
@@ -109,8 +119,10 @@ def at_supported_opset(model, where: str):
     try:
         converted = version_converter.convert_version(model, MIN_OPSET)
     except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError, ValueError or its own C++ errors
-        raise RefcompError(f"{where} uses opset {opset}, and onnx.version_converter could not convert it to opset "
-                           f"{MIN_OPSET} (refcomp imports opset {MIN_OPSET} and later): {_onnx_message(exc)}") from exc
+        raise RefcompError(
+            f"{where} uses opset {opset}, and onnx.version_converter could not convert it to opset "
+            f"{MIN_OPSET} (refcomp imports opset {MIN_OPSET} and later): {_onnx_message(exc)}"
+        ) from exc
     converted.ir_version = max(converted.ir_version, 7)
     warnings.warn(f"{where} uses opset {opset}: converted to opset {MIN_OPSET} with onnx.version_converter",
                   OpsetConverted, stacklevel=3)
@@ -123,8 +135,11 @@ def _channel_slopes(model):
     of the model whose slope initializers have the shape (C, 1, ..., 1) means the same at any opset."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
-    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in list(inferred.graph.input) + list(inferred.graph.value_info)
-             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    ranks = {
+        vi.name: len(vi.type.tensor_type.shape.dim)
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info)
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+    }
     model = onnx.ModelProto.FromString(model.SerializeToString())
     initializers = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
@@ -174,26 +189,34 @@ def _with_external_data(model, base_dir, where: str, copy: bool):
             continue
         location = next((e.value for e in t.external_data if e.key == "location"), "")
         if folder is None:
-            raise RefcompError(f"{where}: tensor {t.name!r} keeps its data in the external file {location!r}, and a "
-                               f"model given as bytes or a ModelProto has no folder to read it from: pass "
-                               f"base_dir=<the folder that holds {location!r}>, or import the model from its file path")
+            raise RefcompError(
+                f"{where}: tensor {t.name!r} keeps its data in the external file {location!r}, and a "
+                f"model given as bytes or a ModelProto has no folder to read it from: pass "
+                f"base_dir=<the folder that holds {location!r}>, or import the model from its file path"
+            )
         _check_location(t.name, location, folder, where)
         try:
             ext.load_external_data_for_tensor(t, folder)
         except Exception as exc:  # noqa: BLE001 - ValidationError, OSError, ValueError
-            raise RefcompError(f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}") from exc
+            raise RefcompError(
+                f"{where}: cannot load the external data of tensor {t.name!r}: {_onnx_message(exc)}"
+            ) from exc
     return model
 
 
 def _check_location(name: str, location: str, folder: str, where: str) -> None:
     """Refuse an external data location that is absolute or resolves outside `folder`."""
     if not location or "\0" in location or os.path.isabs(location) or os.path.splitdrive(location)[0]:
-        raise RefcompError(f"{where}: tensor {name!r} names its external data file {location!r}, which is not a "
-                           f"relative path inside the directory of the model ({folder!r})")
+        raise RefcompError(
+            f"{where}: tensor {name!r} names its external data file {location!r}, which is not a "
+            f"relative path inside the directory of the model ({folder!r})"
+        )
     target = os.path.realpath(os.path.join(folder, location))
     if os.path.commonpath([target, folder]) != folder or target == folder:
-        raise RefcompError(f"{where}: tensor {name!r} names its external data file {location!r}, which points outside "
-                           f"the directory of the model ({folder!r})")
+        raise RefcompError(
+            f"{where}: tensor {name!r} names its external data file {location!r}, which points outside "
+            f"the directory of the model ({folder!r})"
+        )
 
 
 def register_operators() -> None:
@@ -217,7 +240,11 @@ def check_supported(model) -> None:
         spec = core.OPS[node.op_type]
         for a in node.attribute:
             if a.name not in spec.attrs:
-                raise ctx.attr_error(a.name, ctx.attr(a.name), f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}")
+                raise ctx.attr_error(
+                    a.name,
+                    ctx.attr(a.name),
+                    f"{node.op_type} supports the attributes {sorted(spec.attrs) or 'none'}",
+                )
         try:
             checker.check_node(node, context)
         except Exception as exc:  # noqa: BLE001 - ValidationError, or a schema lookup failure
@@ -239,14 +266,20 @@ def _refuse_unsupported_operators(model) -> None:
         (op, (ctx,)), = unsupported.items()
         if "." in op:
             raise ctx.error(f"operator {op} is not supported (only the default ONNX domain is)")
-        raise ctx.error(f"operator {op} is not supported by refcomp (see docs/onnx.md for the operator table)")
+        raise ctx.error(
+            f"operator {op} is not supported by refcomp (see docs/onnx.md for the operator table)"
+        )
     parts = []
     for op, nodes in unsupported.items():
-        shown = ", ".join(repr(c.label) for c in nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        shown = ", ".join(repr(c.label) for c in nodes[:3]) + (
+            f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+        )
         parts.append(f"{op} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}: {shown})")
-    raise RefcompError(f"the ONNX model uses {len(unsupported)} operator{'s' if len(unsupported) > 1 else ''} refcomp "
-                       f"does not support: {'; '.join(parts)} (only the default ONNX domain; see docs/onnx.md for the "
-                       f"operator table)")
+    raise RefcompError(
+        f"the ONNX model uses {len(unsupported)} operator{'s' if len(unsupported) > 1 else ''} refcomp "
+        f"does not support: {'; '.join(parts)} (only the default ONNX domain; see docs/onnx.md for the "
+        f"operator table)"
+    )
 
 
 def check_defined(model) -> None:
@@ -266,15 +299,23 @@ def check_defined(model) -> None:
                 continue
             later = producer.get(name)
             if later is None:
-                raise ctx.error(f"input {name!r} is undefined: no node, initializer or graph input produces it")
+                raise ctx.error(
+                    f"input {name!r} is undefined: no node, initializer or graph input produces it"
+                )
             other = core.NodeContext(None, graph.node[later], later)
-            raise ctx.error(f"input {name!r} is produced by a later node ({other.op_type} node {other.label!r}); "
-                            f"ONNX nodes must be in topological order")
+            raise ctx.error(
+                f"input {name!r} is produced by a later node ({other.op_type} node {other.label!r}); "
+                f"ONNX nodes must be in topological order"
+            )
         for name in filter(None, node.output):
             if name in known:
-                raise ctx.error(f"output {name!r} is already produced by an earlier node, initializer or graph input "
-                                f"(ONNX assigns each name once)")
+                raise ctx.error(
+                    f"output {name!r} is already produced by an earlier node, initializer or graph input "
+                    f"(ONNX assigns each name once)"
+                )
             known.add(name)
     for vi in graph.output:
         if vi.name not in known:
-            raise RefcompError(f"graph output {vi.name!r} is undefined: no node, initializer or graph input produces it")
+            raise RefcompError(
+                f"graph output {vi.name!r} is undefined: no node, initializer or graph input produces it"
+            )

@@ -64,10 +64,14 @@ def _byte_size(n: float) -> str:
 def read_tensor(proto, what: str) -> np.ndarray:
     """A TensorProto (initializer, Constant or ConstantOfShape value) as an array, or an error naming it."""
     if proto.data_type not in TensorProto.DataType.values() or proto.data_type == TensorProto.UNDEFINED:
-        raise RefcompError(f"{what} has element type {type_name(proto.data_type)}, which ONNX does not define")
+        raise RefcompError(
+            f"{what} has element type {type_name(proto.data_type)}, which ONNX does not define"
+        )
     if proto.data_type == TensorProto.STRING:
         raise RefcompError(f"{what} is a STRING tensor; refcomp imports numeric tensors only")
-    if proto.data_location == TensorProto.EXTERNAL:  # onnx_load reads external data in: never from the working folder here
+    if (
+        proto.data_location == TensorProto.EXTERNAL
+    ):  # onnx_load reads external data in: never from the working folder here
         raise RefcompError(f"{what} keeps its data in an external file that was not loaded")
     try:
         return numpy_helper.to_array(proto)
@@ -103,12 +107,16 @@ class Value:
     positions: Optional[Positions] = None  # an integer tensor affine in its indices (onnx_positions)
 
     def __post_init__(self):
-        if self.tensor is not None and self.etype in FLOATS:  # a float tensor's ONNX type is its dtype (promotion decides)
+        if (
+            self.tensor is not None and self.etype in FLOATS
+        ):  # a float tensor's ONNX type is its dtype (promotion decides)
             self.etype = ETYPE_OF_DTYPE[self.tensor.dtype]
         # indexing a 1-D array of dims with a scalar (Gather of Shape at index 0) gives the dim itself,
         # an int or a SymPy symbol: a static value is always an array, 0-d for a scalar
         if self.static is not None and not isinstance(self.static, np.ndarray):
-            self.static = np.asarray(self.static, dtype=object if isinstance(self.static, sympy.Basic) else None)
+            self.static = np.asarray(
+                self.static, dtype=object if isinstance(self.static, sympy.Basic) else None
+            )
         if self.static is not None and self.static.dtype == object:
             self.static = concrete_ints(self.static)
 
@@ -205,7 +213,9 @@ class NodeContext:
 
     @property
     def label(self) -> str:
-        return self.node.name or f"#{self.index} (output {self.node.output[0] if self.node.output else '?'!r})"
+        return (
+            self.node.name or f"#{self.index} (output {self.node.output[0] if self.node.output else '?'!r})"
+        )
 
     @property
     def opset(self) -> int:
@@ -215,7 +225,9 @@ class NodeContext:
         return RefcompError(f"ONNX {self.op_type} node {self.label!r}: {message}")
 
     def attr_error(self, name: str, value, why: str) -> RefcompError:
-        return RefcompError(f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} is not supported ({why})")
+        return RefcompError(
+            f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} is not supported ({why})"
+        )
 
     def located(self, exc: RefcompError) -> RefcompError:
         """exc, its message prefixed with this node unless it names one (errors from refcomp's Tensor ops do not)."""
@@ -232,8 +244,10 @@ class NodeContext:
         count = math.prod(shape)
         if count > MAX_FOLD_ELEMENTS:
             size = _byte_size(count * np.dtype(dtype).itemsize)
-            raise self.error(f"{what} of shape {list(shape)} would be built at import time and hold {count:,} elements "
-                             f"({size}); refcomp folds at most {MAX_FOLD_ELEMENTS:,} elements (MAX_FOLD_ELEMENTS)")
+            raise self.error(
+                f"{what} of shape {list(shape)} would be built at import time and hold {count:,} elements "
+                f"({size}); refcomp folds at most {MAX_FOLD_ELEMENTS:,} elements (MAX_FOLD_ELEMENTS)"
+            )
         return shape
 
     def check_fold_broadcast(self, arrays, what: str = "the folded result") -> tuple:
@@ -241,7 +255,9 @@ class NodeContext:
         try:
             shape = np.broadcast_shapes(*(a.shape for a in arrays))
         except ValueError:
-            raise self.error(f"static inputs of shapes {[a.shape for a in arrays]} do not broadcast") from None
+            raise self.error(
+                f"static inputs of shapes {[a.shape for a in arrays]} do not broadcast"
+            ) from None
         return self.check_fold(shape, max((a.dtype for a in arrays), key=lambda d: d.itemsize), what)
 
     # attributes -------------------------------------------------------------------------------
@@ -252,7 +268,9 @@ class NodeContext:
         for a in self.node.attribute:
             if a.name == name:
                 if a.ref_attr_name:
-                    raise self.attr_error(name, a.ref_attr_name, "attribute references inside functions are not supported")
+                    raise self.attr_error(
+                        name, a.ref_attr_name, "attribute references inside functions are not supported"
+                    )
                 value = helper.get_attribute_value(a)
                 if isinstance(value, bytes):
                     value = value.decode("utf-8", "replace")
@@ -297,10 +315,14 @@ class NodeContext:
         if v.etype not in types and not ((v.exact_ints or v.etype in FLOATS) and FLOAT in types):
             allowed = "/".join(type_name(t) for t in types)
             if v.etype in INT_TYPES and v.tensor is not None:
-                raise self.error(f"{what} is an {type_name(v.etype)} tensor computed at run time; refcomp computes in "
-                                 f"float32 and uses integer inputs only as Gather indices or as static shape values")
-            raise self.error(f"{what} has element type {type_name(v.etype)}; this operator supports {allowed} "
-                             f"(refcomp computes in float32)")
+                raise self.error(
+                    f"{what} is an {type_name(v.etype)} tensor computed at run time; refcomp computes in "
+                    f"float32 and uses integer inputs only as Gather indices or as static shape values"
+                )
+            raise self.error(
+                f"{what} has element type {type_name(v.etype)}; this operator supports {allowed} "
+                f"(refcomp computes in float32)"
+            )
         return self.importer.materialize(v)
 
     def static(self, i: int, what: str = "") -> np.ndarray:
@@ -313,7 +335,9 @@ class NodeContext:
             raise StaticInputRequired(
                 f"ONNX {self.op_type} node {self.label!r}: {what} must be static (an initializer, a Constant or a folded "
                 f"Shape), but it comes from graph input {v.graph_input!r} at run time; pass "
-                f"constants={{{v.graph_input!r}: ...}} to import_model to fix its value", v.graph_input)
+                f"constants={{{v.graph_input!r}: ...}} to import_model to fix its value",
+                v.graph_input,
+            )
         raise self.error(f"{what} must be static (an initializer, a Constant or a folded Shape), "
                          f"but it is computed at run time")
 

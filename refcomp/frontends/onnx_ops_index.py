@@ -33,7 +33,9 @@ def _slice_bounds(ctx, n, start, end, step):
     if step < 0:
         if isinstance(start, int) and (start >= BIG or start == -1) and isinstance(end, int) and end <= -BIG:
             return slice(None, None, step)
-        raise ctx.error(f"a negative step on an axis of symbolic size {n} needs a full reversal (start=-1, end=-INT_MAX)")
+        raise ctx.error(
+            f"a negative step on an axis of symbolic size {n} needs a full reversal (start=-1, end=-INT_MAX)"
+        )
 
     def bound(b, default):
         if isinstance(b, int):
@@ -63,8 +65,10 @@ def slice_op(ctx):
     if v.is_static and v.etype in INT_TYPES:  # e.g. a buffer of position ids sliced to a symbolic length
         v = Value(v.etype, positions=positions_of(v.static))
         if v.positions is None:
-            raise ctx.error(f"a static integer array sliced to a symbolic length is supported only where its values "
-                            f"are affine in their indices (an arange); bounds {index}")
+            raise ctx.error(
+                f"a static integer array sliced to a symbolic length is supported only where its values "
+                f"are affine in their indices (an arange); bounds {index}"
+            )
     if v.positions is not None:
         if any(s.step not in (None, 1) for s in index):
             raise ctx.error(f"positions (an integer arange) sliced with a step other than 1: {index}")
@@ -93,7 +97,9 @@ def gather(ctx):
         ctx.check_fold(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.static.dtype)
         return Value(data.etype, static=np.take(data.static, np.where(idx < 0, idx + rows, idx), axis=axis))
     if data.etype in INT_TYPES and data.tensor is None:
-        raise ctx.error(f"gathering from static {type_name(data.etype)} data with run-time indices is not supported")
+        raise ctx.error(
+            f"gathering from static {type_name(data.etype)} data with run-time indices is not supported"
+        )
     x = data_tensor(ctx, data)
     if ids.positions is not None:  # an arange's rows: a view
         return moved(data, gather_rows(x, axis, ids.positions))
@@ -123,10 +129,16 @@ def gather_elements(ctx):
     data, ids = ctx.value(0), ctx.value(1)
     axis = ctx.axis(ctx.int_attr("axis", 0), max(data.ndim, 1))
     if ids.etype not in INT_TYPES or ids.ndim != data.ndim:
-        raise ctx.error(f"indices must be integers of the data's rank {data.ndim}, got {type_name(ids.etype)} "
-                        f"of rank {ids.ndim}")
-    if ids.positions is not None or (ids.is_static and positions_of(ids.static) is not None and not data.is_static):
-        where = ids.positions or positions_of(ids.static)  # affine indices: the result is a view, or affine itself
+        raise ctx.error(
+            f"indices must be integers of the data's rank {data.ndim}, got {type_name(ids.etype)} "
+            f"of rank {ids.ndim}"
+        )
+    if ids.positions is not None or (
+        ids.is_static and positions_of(ids.static) is not None and not data.is_static
+    ):
+        where = ids.positions or positions_of(
+            ids.static
+        )  # affine indices: the result is a view, or affine itself
         affine = data.positions or (positions_of(data.static) if data.is_static else None)
         if affine is not None:
             return Value(data.etype, positions=gather_elements_positions(affine, axis, where))
@@ -147,7 +159,9 @@ def gather_elements(ctx):
     grid[axis] = idx
     flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*grid)), data.shape) if idx.size else idx
     table = data_tensor(ctx, data).reshape((prod(data.shape), 1))
-    positions = ctx.importer.ids_tensor(Value(ids.etype, static=flat, name=ids.name or "positions"), prod(data.shape), ctx)
+    positions = ctx.importer.ids_tensor(
+        Value(ids.etype, static=flat, name=ids.name or "positions"), prod(data.shape), ctx
+    )
     return Value(data.etype, tensor=embedding(positions, table).reshape(tuple(idx.shape)))
 
 
@@ -162,12 +176,16 @@ def concat_op(ctx):
         raise ctx.error("attribute 'axis' is required")
     if all(v.is_static for v in values):
         arrays = [v.static for v in values]
-        ctx.check_fold([sum(a.shape[axis] for a in arrays) if i == axis else n for i, n in enumerate(arrays[0].shape)],
-                       arrays[0].dtype)
+        ctx.check_fold(
+            [sum(a.shape[axis] for a in arrays) if i == axis else n for i, n in enumerate(arrays[0].shape)],
+            arrays[0].dtype,
+        )
         try:
             out = np.concatenate(arrays, axis=axis)
         except ValueError:
-            raise ctx.error(f"static inputs of shapes {[a.shape for a in arrays]} do not concatenate on axis {axis}") from None
+            raise ctx.error(
+                f"static inputs of shapes {[a.shape for a in arrays]} do not concatenate on axis {axis}"
+            ) from None
         if out.dtype == object and all(isinstance(x, (int, np.integer)) for x in out.reshape(-1)):
             out = out.astype(np.int64)
         return Value(values[0].etype, static=out)

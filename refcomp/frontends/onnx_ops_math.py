@@ -14,8 +14,22 @@ from ..ops.core import constant
 from ..ops.elementwise import FLOAT32_MAX, fmod, where
 from ..ops.tensor import Tensor
 from ..symbolic.dims import dims_equal, idiv
-from .onnx_ops_core import (BOOL, DTYPE_OF_ETYPE, FLOAT, FLOATS, INT_TYPES, Value, as_dim, bool_value, float_value,
-                            is_int_array, numpy_dtype, op, static_value, type_name)
+from .onnx_ops_core import (
+    BOOL,
+    DTYPE_OF_ETYPE,
+    FLOAT,
+    FLOATS,
+    INT_TYPES,
+    Value,
+    as_dim,
+    bool_value,
+    float_value,
+    is_int_array,
+    numpy_dtype,
+    op,
+    static_value,
+    type_name,
+)
 from .onnx_ops_shape import broadcast_shapes
 
 FLT_MAX = FLOAT32_MAX
@@ -49,7 +63,12 @@ def fold_result(result, like) -> Value:
     return static_value(result)
 
 
-FOLD_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _int_div}
+FOLD_BINARY = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": _int_div,
+}
 
 
 def _exact_operand(ctx, i: int) -> Tensor:
@@ -60,8 +79,11 @@ def _exact_operand(ctx, i: int) -> Tensor:
         if v.static.dtype == object:
             if v.static.size != 1:
                 raise ctx.error(f"input {i} holds the symbolic dims {v.static.tolist()}")
-            return constant(0.0).reshape((1,) * v.static.ndim) + v.static.reshape(-1)[0] if v.static.ndim else \
-                constant(0.0) + v.static.reshape(-1)[0]
+            return (
+                constant(0.0).reshape((1,) * v.static.ndim) + v.static.reshape(-1)[0]
+                if v.static.ndim
+                else constant(0.0) + v.static.reshape(-1)[0]
+            )
         if v.static.size and np.abs(v.static).max() > 1 << 24:
             raise ctx.error(f"input {i} holds integers beyond 2^24, which float32 does not hold exactly")
         return ctx.importer.materialize(Value(FLOAT, static=v.static.astype(np.float32), name=v.name))
@@ -102,7 +124,12 @@ def _positions_arithmetic(ctx):
     if x.positions is None and y.positions is None or ctx.op_type == "Div":
         return None
     def scalar(v):
-        return as_dim(v.static.reshape(-1)[0]) if v.is_static and v.static.size == 1 and is_int_array(v.static) else None
+        return (
+            as_dim(v.static.reshape(-1)[0])
+            if v.is_static and v.static.size == 1 and is_int_array(v.static)
+            else None
+        )
+
     sign = -1 if ctx.op_type == "Sub" else 1
     if ctx.op_type in ("Add", "Sub"):
         if x.positions is not None and y.positions is not None:
@@ -111,7 +138,9 @@ def _positions_arithmetic(ctx):
         p, k = (x.positions, scalar(y)) if x.positions is not None else (y.positions, scalar(x))
         if k is None or len(y.shape if x.positions is not None else x.shape) > len(p.shape):
             return None
-        moved_positions = p.shifted(sign * k) if x.positions is not None else p.scaled(sign).shifted(k)  # p -/+ k, k -/+ p
+        moved_positions = (
+            p.shifted(sign * k) if x.positions is not None else p.scaled(sign).shifted(k)
+        )  # p -/+ k, k -/+ p
         return Value(x.etype, positions=moved_positions)
     p, k = (x.positions, scalar(y)) if x.positions is not None else (y.positions, scalar(x))
     if k is None:
@@ -139,7 +168,9 @@ def power(ctx):
         y = yv.static.astype(np.float64)
         if y.size and np.all(y == y.reshape(-1)[0]) and y.ndim <= x.ndim:  # one exponent: decided at import
             out = x ** float(y.reshape(-1)[0])
-            return float_value(out.broadcast_to(_broadcast_shape(x.shape, y.shape)) if out.shape != x.shape else out)
+            return float_value(
+                out.broadcast_to(_broadcast_shape(x.shape, y.shape)) if out.shape != x.shape else out
+            )
         if yv.etype in INT_TYPES:
             yv = static_value(y.astype(np.float32), FLOAT)
     return float_value(x ** ctx.as_tensor(yv, "exponent (input 1)"))  # NumPy's pow, at every edge
@@ -171,12 +202,34 @@ def variadic(ctx):
 
 # --- unary math and activations (the op library's own, refcomp/ops/activations.py) ----------------
 UNARY = {
-    "Relu": Tensor.relu, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Exp": Tensor.exp, "Log": Tensor.log,
-    "Sqrt": Tensor.sqrt, "Sin": Tensor.sin, "Cos": Tensor.cos, "Abs": Tensor.abs, "Neg": Tensor.__neg__,
-    "Reciprocal": Tensor.reciprocal, "Erf": Tensor.erf, "Floor": Tensor.floor, "Ceil": Tensor.ceil,
-    "Softplus": activations.softplus, "Softsign": activations.softsign, "Sign": Tensor.sign, "Mish": activations.mish,
-    "Tan": Tensor.tan, "Asin": Tensor.asin, "Acos": Tensor.acos, "Atan": Tensor.atan, "Sinh": Tensor.sinh,
-    "Cosh": Tensor.cosh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh, "Round": Tensor.round,
+    "Relu": Tensor.relu,
+    "Sigmoid": Tensor.sigmoid,
+    "Tanh": Tensor.tanh,
+    "Exp": Tensor.exp,
+    "Log": Tensor.log,
+    "Sqrt": Tensor.sqrt,
+    "Sin": Tensor.sin,
+    "Cos": Tensor.cos,
+    "Abs": Tensor.abs,
+    "Neg": Tensor.__neg__,
+    "Reciprocal": Tensor.reciprocal,
+    "Erf": Tensor.erf,
+    "Floor": Tensor.floor,
+    "Ceil": Tensor.ceil,
+    "Softplus": activations.softplus,
+    "Softsign": activations.softsign,
+    "Sign": Tensor.sign,
+    "Mish": activations.mish,
+    "Tan": Tensor.tan,
+    "Asin": Tensor.asin,
+    "Acos": Tensor.acos,
+    "Atan": Tensor.atan,
+    "Sinh": Tensor.sinh,
+    "Cosh": Tensor.cosh,
+    "Asinh": Tensor.asinh,
+    "Acosh": Tensor.acosh,
+    "Atanh": Tensor.atanh,
+    "Round": Tensor.round,
 }
 
 
@@ -185,7 +238,9 @@ def unary(ctx):
     if ctx.op_type in ("Abs", "Neg", "Sign"):
         folded = _static_ints(ctx)
         if folded is not None:
-            return fold_result({"Abs": np.abs, "Neg": np.negative, "Sign": np.sign}[ctx.op_type](folded[0]), folded[0])
+            return fold_result(
+                {"Abs": np.abs, "Neg": np.negative, "Sign": np.sign}[ctx.op_type](folded[0]), folded[0]
+            )
     return float_value(UNARY[ctx.op_type](ctx.tensor(0)))
 
 
@@ -270,7 +325,9 @@ def clip(ctx):
             continue
         v = ctx.value(i)
         if v.ndim != 0 and not (v.ndim == 1 and v.shape[0] == 1):
-            raise ctx.error(f"input {i} (the {'min' if i == 1 else 'max'}) must be a scalar, got shape {v.shape}")
+            raise ctx.error(
+                f"input {i} (the {'min' if i == 1 else 'max'}) must be a scalar, got shape {v.shape}"
+            )
         if v.is_static and v.static.dtype != object:
             bounds.append(float(v.static.reshape(-1)[0]))
         else:
@@ -322,7 +379,9 @@ def logic(ctx):
     if all(v.is_static for v in values):
         arrays = [v.static.astype(bool) for v in values]
         ctx.check_fold_broadcast(arrays)
-        fn = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[ctx.op_type]
+        fn = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not}[
+            ctx.op_type
+        ]
         return static_value(fn(*arrays), BOOL)
     if ctx.op_type == "Not":
         return bool_value(1.0 - ctx.tensor(0, (BOOL,)))
@@ -353,14 +412,18 @@ def cast(ctx):
     else:
         to = ctx.value(1).etype
     if ctx.attr("round_mode", "up") != "up":
-        raise ctx.attr_error("round_mode", ctx.attr("round_mode"), "only float8 casts use it; refcomp casts float32/bool/int")
+        raise ctx.attr_error(
+            "round_mode", ctx.attr("round_mode"), "only float8 casts use it; refcomp casts float32/bool/int"
+        )
     if v.is_static:
         if to in INT_TYPES and v.static.dtype == object:
             return static_value(v.static, to)
         if v.static.dtype == object:
             raise ctx.error(f"cannot cast the symbolic dims {v.static.tolist()} to {type_name(to)}")
         if to not in INT_TYPES | FLOATS | {BOOL}:
-            raise ctx.error(f"cast to {type_name(to)} is not supported (refcomp computes in float32, stores float16 and bfloat16)")
+            raise ctx.error(
+                f"cast to {type_name(to)} is not supported (refcomp computes in float32, stores float16 and bfloat16)"
+            )
         return static_value(v.static.astype(numpy_dtype(to)), to)
     if v.positions is not None and to in INT_TYPES:
         return Value(to, positions=v.positions)

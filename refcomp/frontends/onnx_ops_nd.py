@@ -22,17 +22,30 @@ def _flat_positions(ctx, data_shape, idx: np.ndarray, batch_dims: int) -> np.nda
     if not all(isinstance(n, int) for n in data_shape):
         raise ctx.error(f"needs a data shape of known sizes, got {data_shape}")
     if batch_dims + m > len(data_shape):
-        raise ctx.error(f"indices of depth {m} with batch_dims {batch_dims} exceed the data's rank {len(data_shape)}")
+        raise ctx.error(
+            f"indices of depth {m} with batch_dims {batch_dims} exceed the data's rank {len(data_shape)}"
+        )
     indexed = data_shape[batch_dims:batch_dims + m]
     bounds = np.array(indexed, np.int64)
     if idx.size and ((idx < -bounds).any() or (idx >= bounds).any()):
-        raise ctx.error(f"indices {idx.min()}..{idx.max()} are out of range for the axes of sizes {list(indexed)}")
+        raise ctx.error(
+            f"indices {idx.min()}..{idx.max()} are out of range for the axes of sizes {list(indexed)}"
+        )
     idx = np.where(idx < 0, idx + bounds, idx)
-    within = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), indexed) if m else np.zeros(idx.shape[:-1], np.int64)
+    within = (
+        np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), indexed)
+        if m
+        else np.zeros(idx.shape[:-1], np.int64)
+    )
     batch = np.indices(idx.shape[:batch_dims]).reshape(batch_dims, -1) if batch_dims else None
     if batch_dims:  # the leading batch axes index the data's leading axes in step
-        batch_flat = np.ravel_multi_index(tuple(batch), data_shape[:batch_dims]).reshape(idx.shape[:batch_dims])
-        within = batch_flat.reshape(batch_flat.shape + (1,) * (within.ndim - batch_dims)) * int(np.prod(indexed)) + within
+        batch_flat = np.ravel_multi_index(tuple(batch), data_shape[:batch_dims]).reshape(
+            idx.shape[:batch_dims]
+        )
+        within = (
+            batch_flat.reshape(batch_flat.shape + (1,) * (within.ndim - batch_dims)) * int(np.prod(indexed))
+            + within
+        )
     return within
 
 
@@ -62,7 +75,9 @@ def gather_nd(ctx):
         flat = data.static.reshape((-1,) + data.static.shape[depth:])
         return static_value(flat[positions], data.etype)
     table, inner = _rows(ctx, data, depth)
-    ids = ctx.importer.ids_tensor(static_value(positions.astype(np.int64), ctx.value(1).etype), table.shape[0], ctx)
+    ids = ctx.importer.ids_tensor(
+        static_value(positions.astype(np.int64), ctx.value(1).etype), table.shape[0], ctx
+    )
     return Value(data.etype, tensor=embedding(ids, table).reshape(tuple(positions.shape) + tuple(inner)))
 
 
@@ -84,7 +99,9 @@ def scatter_nd(ctx):
     depth = idx.shape[-1]
     total = int(np.prod(data.shape[:depth]))
     if reduction == "none" and len(set(positions.tolist())) != positions.size:
-        raise ctx.error("indices write one position twice; ONNX leaves the result undefined without a reduction")
+        raise ctx.error(
+            "indices write one position twice; ONNX leaves the result undefined without a reduction"
+        )
     out, inner = _rows(ctx, data, depth)
     if not positions.size:  # nothing is written
         return Value(data.etype, tensor=out.reshape(tuple(data.shape)))
@@ -102,5 +119,9 @@ def scatter_nd(ctx):
         for p, k in writes:
             source[p], written[p] = k, 1.0
         ids = ctx.importer.ids_tensor(static_value(source, ctx.value(1).etype), positions.size, ctx)
-        out = where(ctx.importer.materialize(static_value(written)), COMBINE[reduction](out, embedding(ids, rows)), out)
+        out = where(
+            ctx.importer.materialize(static_value(written)),
+            COMBINE[reduction](out, embedding(ids, rows)),
+            out,
+        )
     return Value(data.etype, tensor=out.reshape(tuple(data.shape)))

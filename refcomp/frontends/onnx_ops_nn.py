@@ -78,7 +78,9 @@ def _spatial_params(ctx, x: Tensor, kernel: list, *, has_dilations: bool = True,
             n, s, extent = x.shape[2 + i], strides[i], dilations[i] * (kernel[i] - 1) + 1
             if not isinstance(n, int):
                 if s != 1:
-                    raise ctx.attr_error("auto_pad", auto_pad, f"with stride {s} it needs concrete spatial sizes, not {n}")
+                    raise ctx.attr_error(
+                        "auto_pad", auto_pad, f"with stride {s} it needs concrete spatial sizes, not {n}"
+                    )
                 total = extent - 1
             else:
                 out = -(-n // s)
@@ -100,7 +102,9 @@ def convolution(ctx, x: Tensor, w: Tensor, strides, dilations, pads, groups: int
     """rc.nn.conv with ONNX's pads (begin..., end...); an impossible shape names the node."""
     d = w.ndim - 2
     try:
-        return nn.conv(x, w, None, strides, [(pads[i], pads[d + i]) for i in range(d)], dilations, groups, ctx.op_type)
+        return nn.conv(
+            x, w, None, strides, [(pads[i], pads[d + i]) for i in range(d)], dilations, groups, ctx.op_type
+        )
     except ShapeError as exc:
         raise ctx.error(str(exc)) from None
 
@@ -111,7 +115,9 @@ def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
     c = x.shape[1]
     per_group = w.shape[c_axis_of_w]
     if isinstance(c, int) and isinstance(per_group, int) and (c_axis_of_w == 1 and c != per_group * groups):
-        raise ctx.error(f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} expects {per_group * groups}")
+        raise ctx.error(
+            f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} expects {per_group * groups}"
+        )
 
 
 def _conv_operands(ctx):
@@ -123,7 +129,9 @@ def _conv_operands(ctx):
         raise ctx.error(f"kernel shape {w.shape} does not match input shape {x.shape}")
     kernel = ctx.ints_attr("kernel_shape", list(w.shape[2:]))
     if kernel != list(w.shape[2:]):
-        raise ctx.attr_error("kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}")
+        raise ctx.attr_error(
+            "kernel_shape", kernel, f"it must match the weight's spatial shape {tuple(w.shape[2:])}"
+        )
     return x, w, kernel, ctx.int_attr("group", 1)
 
 
@@ -157,7 +165,9 @@ def conv_transpose(ctx):
     full = []
     for i in range(d):
         if not isinstance(spatial[i], int):
-            raise ctx.error(f"spatial axis {i} has symbolic size {spatial[i]}; ConvTranspose needs concrete sizes")
+            raise ctx.error(
+                f"spatial axis {i} has symbolic size {spatial[i]}; ConvTranspose needs concrete sizes"
+            )
         full.append(strides[i] * (spatial[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1)
     output_shape = ctx.ints_attr("output_shape")
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -173,8 +183,16 @@ def conv_transpose(ctx):
             begin.append(small if auto_pad == "SAME_UPPER" else large)
             end.append(large if auto_pad == "SAME_UPPER" else small)
         pads = begin + end
-    out = transposed(x, w, strides, dilations, [(pads[i], pads[d + i]) for i in range(d)], output_padding, groups,
-                     "ConvTranspose")
+    out = transposed(
+        x,
+        w,
+        strides,
+        dilations,
+        [(pads[i], pads[d + i]) for i in range(d)],
+        output_padding,
+        groups,
+        "ConvTranspose",
+    )
     if ctx.has(2):
         out = out + ctx.tensor(2).reshape((out.shape[1],) + (1,) * d)
     return float_value(out)
@@ -192,15 +210,22 @@ def _pool_params(ctx, x):
     return kernel, strides, dilations, pads, bool(ceil_mode)
 
 
-@op("MaxPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
+@op(
+    "MaxPool",
+    attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"),
+)
 def max_pool(ctx):
     x = ctx.tensor(0)
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
     with_indices = ctx.wants_output(1)
     if with_indices and ctx.int_attr("storage_order", 0) != 0:
-        raise ctx.attr_error("storage_order", ctx.int_attr("storage_order"), "only row-major Indices (0) are supported")
+        raise ctx.attr_error(
+            "storage_order", ctx.int_attr("storage_order"), "only row-major Indices (0) are supported"
+        )
     try:
-        out = pooling.max_pool(x, kernel, strides, _pairs(pads), dilations, ceil_mode, with_indices, MOST_NEGATIVE, ctx.op_type)
+        out = pooling.max_pool(
+            x, kernel, strides, _pairs(pads), dilations, ceil_mode, with_indices, MOST_NEGATIVE, ctx.op_type
+        )
     except ShapeError as exc:
         raise ctx.error(str(exc)) from None
     if not with_indices:
@@ -213,7 +238,10 @@ def max_pool(ctx):
     return [float_value(out), Value(INT64, tensor=indices)]
 
 
-@op("AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"))
+@op(
+    "AveragePool",
+    attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"),
+)
 def average_pool(ctx):
     x = ctx.tensor(0)
     kernel, strides, dilations, pads, ceil_mode = _pool_params(ctx, x)
@@ -230,14 +258,18 @@ def global_pool(ctx):
     if x.ndim < 3:
         raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
     axes = tuple(range(2, x.ndim))
-    return float_value(x.mean(axes, keepdims=True) if ctx.op_type == "GlobalAveragePool" else x.amax(axes, keepdims=True))
+    return float_value(
+        x.mean(axes, keepdims=True) if ctx.op_type == "GlobalAveragePool" else x.amax(axes, keepdims=True)
+    )
 
 
 # --- normalisation --------------------------------------------------------------------------------
 def _per_channel(ctx, i: int, ndim: int) -> Tensor:
     t = ctx.tensor(i)
     if t.ndim != 1:
-        raise ctx.error(f"input {i} ({ctx.node.input[i]!r}) holds one value per channel and must be 1-D, got shape {t.shape}")
+        raise ctx.error(
+            f"input {i} ({ctx.node.input[i]!r}) holds one value per channel and must be 1-D, got shape {t.shape}"
+        )
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2)) if ndim > 2 else t
 
 
@@ -247,7 +279,9 @@ def batch_norm(ctx):
         raise ctx.attr_error("training_mode", 1, "refcomp imports inference graphs only")
     for k in (1, 2):
         if ctx.wants_output(k):
-            raise ctx.error(f"output {k} (running statistics) is only produced in training mode, which is not supported")
+            raise ctx.error(
+                f"output {k} (running statistics) is only produced in training mode, which is not supported"
+            )
     x = ctx.tensor(0)
     if x.ndim < 2:
         raise ctx.error(f"input must be (N, C, ...), got shape {x.shape}")
@@ -275,7 +309,11 @@ def _normalized(x: Tensor, axes, eps: float, scale: Tensor, bias=None):
 def _statistics_axes(ctx, x: Tensor) -> tuple[int, ...]:
     """The axes from `axis` to the last, for LayerNormalization and RMSNormalization (float32 stats only)."""
     if ctx.int_attr("stash_type", 1) != 1:
-        raise ctx.attr_error("stash_type", ctx.int_attr("stash_type"), "refcomp computes the statistics in float32 (stash_type=1)")
+        raise ctx.attr_error(
+            "stash_type",
+            ctx.int_attr("stash_type"),
+            "refcomp computes the statistics in float32 (stash_type=1)",
+        )
     axis = ctx.axis(ctx.int_attr("axis", -1), x.ndim)
     return tuple(range(axis, x.ndim))
 
@@ -293,15 +331,22 @@ def instance_norm(ctx):
     x = ctx.tensor(0)
     if x.ndim < 3:
         raise ctx.error(f"input must be (N, C, spatial...), got shape {x.shape}")
-    y, _, _ = _normalized(x, tuple(range(2, x.ndim)), ctx.float_attr("epsilon", 1e-5), _per_channel(ctx, 1, x.ndim),
-                          _per_channel(ctx, 2, x.ndim))
+    y, _, _ = _normalized(
+        x,
+        tuple(range(2, x.ndim)),
+        ctx.float_attr("epsilon", 1e-5),
+        _per_channel(ctx, 1, x.ndim),
+        _per_channel(ctx, 2, x.ndim),
+    )
     return float_value(y)
 
 
 @op("MeanVarianceNormalization", attrs=("axes",))
 def mvn(ctx):
     x = ctx.tensor(0)
-    return float_value(_mean_variance_normalized(x, tuple(ctx.axes(ctx.ints_attr("axes", [0, 2, 3]), x.ndim))))
+    return float_value(
+        _mean_variance_normalized(x, tuple(ctx.axes(ctx.ints_attr("axes", [0, 2, 3]), x.ndim)))
+    )
 
 
 @computed_in_float32
@@ -313,7 +358,9 @@ def _mean_variance_normalized(x: Tensor, axes):
 @op("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def rms_norm(ctx):
     x = ctx.tensor(0)
-    return float_value(_rms_normalized(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5), ctx.tensor(1)))
+    return float_value(
+        _rms_normalized(x, _statistics_axes(ctx, x), ctx.float_attr("epsilon", 1e-5), ctx.tensor(1))
+    )
 
 
 @computed_in_float32

@@ -50,8 +50,12 @@ def reduce(ctx):
         if axes is None:
             return v
         if ctx.op_type in ("ReduceMax", "ReduceMin") and any(v.shape[a] == 0 for a in axes):
-            raise ctx.error(f"{ctx.op_type} of static integers over an empty axis of shape {v.shape} has no value")
-        return fold_result(REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static)
+            raise ctx.error(
+                f"{ctx.op_type} of static integers over an empty axis of shape {v.shape} has no value"
+            )
+        return fold_result(
+            REDUCE_NUMPY[ctx.op_type](v.static, axis=tuple(axes), keepdims=bool(keepdims)), v.static
+        )
     x = ctx.tensor(0, (FLOAT, BOOL) if ctx.op_type in ("ReduceMax", "ReduceMin") else (FLOAT,))
     if axes is None:
         return Value(v.etype, tensor=x)

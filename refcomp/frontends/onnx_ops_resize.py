@@ -15,10 +15,16 @@ from .onnx_ops_core import FLOAT, Value, op, static_value
 
 TRANSFORMS = {
     "half_pixel": lambda x, scale, n_in, n_out: (x + 0.5) / scale - 0.5,
-    "pytorch_half_pixel": lambda x, scale, n_in, n_out: (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(x),
-    "align_corners": lambda x, scale, n_in, n_out: x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x),
+    "pytorch_half_pixel": lambda x, scale, n_in, n_out: (
+        (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(x)
+    ),
+    "align_corners": lambda x, scale, n_in, n_out: (
+        x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
+    ),
     "asymmetric": lambda x, scale, n_in, n_out: x / scale,
-    "half_pixel_symmetric": lambda x, scale, n_in, n_out: (n_in / 2) * (1 - np.floor(n_out) / (scale * n_in)) + (x + 0.5) / scale - 0.5,
+    "half_pixel_symmetric": lambda x, scale, n_in, n_out: (
+        (n_in / 2) * (1 - np.floor(n_out) / (scale * n_in)) + (x + 0.5) / scale - 0.5
+    ),
 }
 NEAREST = {
     "round_prefer_floor": lambda x: np.where(x - np.floor(x) == 0.5, np.floor(x), np.round(x)),
@@ -60,7 +66,11 @@ def resize(ctx):
         raise ctx.error(f"needs an input of known shape, got {x.shape}")
     axes = ctx.ints_attr("axes") or list(range(x.ndim))
     axes = [ctx.axis(a, x.ndim) for a in axes]
-    scales = np.asarray(ctx.static(2, "scales (input 2)"), np.float64) if ctx.has(2) and ctx.static(2).size else None
+    scales = (
+        np.asarray(ctx.static(2, "scales (input 2)"), np.float64)
+        if ctx.has(2) and ctx.static(2).size
+        else None
+    )
     sizes = ctx.static(3, "sizes (input 3)").astype(np.int64) if ctx.has(3) else None
     if (scales is None) == (sizes is None):
         raise ctx.error("exactly one of scales (input 2) and sizes (input 3) must be given")

@@ -23,8 +23,10 @@ def _gate_input(ctx, i: int):
 
 def _check(ctx, seq) -> None:
     if not isinstance(seq, int):
-        raise ctx.error(f"the sequence length is {seq}: refcomp unrolls {ctx.op_type} over time, so it must be known "
-                        f"at import (fix the dim with import_model(..., dims=...))")
+        raise ctx.error(
+            f"the sequence length is {seq}: refcomp unrolls {ctx.op_type} over time, so it must be known "
+            f"at import (fix the dim with import_model(..., dims=...))"
+        )
     default = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}[ctx.op_type]
     given = [a.decode() if isinstance(a, bytes) else a for a in (ctx.attr("activations") or [])]
     if given and given not in (default, default * 2):
@@ -36,11 +38,15 @@ def _check(ctx, seq) -> None:
     if ctx.has(4):
         lengths = ctx.static(4, "sequence_lens (input 4)")
         if lengths.size and (lengths != seq).any():
-            raise ctx.error(f"sequence_lens {lengths.tolist()} differ from the sequence length {seq}: refcomp "
-                            f"unrolls every sequence to its full length")
+            raise ctx.error(
+                f"sequence_lens {lengths.tolist()} differ from the sequence length {seq}: refcomp "
+                f"unrolls every sequence to its full length"
+            )
 
 
-def _step(kind: str, x_t: Tensor, h: Tensor, c, w: Tensor, r: Tensor, b, p, hidden: int, clip, before_reset: bool):
+def _step(
+    kind: str, x_t: Tensor, h: Tensor, c, w: Tensor, r: Tensor, b, p, hidden: int, clip, before_reset: bool
+):
     """One time step of one direction: (new h, new c). w (gates*hidden, input), r (gates*hidden, hidden)."""
     def part(m, k):
         return m[k * hidden:(k + 1) * hidden]
@@ -85,7 +91,9 @@ def recurrent(ctx):
     hidden = ctx.int_attr("hidden_size", None) or r.shape[-1]
     direction = ctx.attr("direction", "forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
-    dirs = {"forward": ["forward"], "reverse": ["reverse"], "bidirectional": ["forward", "reverse"]}.get(direction)
+    dirs = {"forward": ["forward"], "reverse": ["reverse"], "bidirectional": ["forward", "reverse"]}.get(
+        direction
+    )
     if dirs is None:
         raise ctx.attr_error("direction", direction, "use forward, reverse or bidirectional")
     b, h0 = _gate_input(ctx, 3), _gate_input(ctx, 5)
@@ -101,8 +109,19 @@ def recurrent(ctx):
         steps = range(seq) if name == "forward" else range(seq - 1, -1, -1)
         outputs = {}
         for t in steps:
-            h, c = _step(kind, x[t], h, c, w[d], r[d], b[d] if b is not None else None, p[d] if p is not None else None,
-                         hidden, clip, before_reset)
+            h, c = _step(
+                kind,
+                x[t],
+                h,
+                c,
+                w[d],
+                r[d],
+                b[d] if b is not None else None,
+                p[d] if p is not None else None,
+                hidden,
+                clip,
+                before_reset,
+            )
             outputs[t] = h
         ys.append(stack([outputs[t] for t in range(seq)], axis=0))  # (seq, batch, hidden)
         last_h.append(h)

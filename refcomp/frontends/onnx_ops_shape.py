@@ -16,8 +16,19 @@ import numpy as np
 from ..ops.creation import arange
 from ..ops.tensor import Tensor, constant
 from ..symbolic.dims import dim, dims_equal, prod
-from .onnx_ops_core import (BOOL, FLOAT, INT64, INT_TYPES, Value, as_dim, float_value, is_int_array, op, read_tensor,
-                            static_value)
+from .onnx_ops_core import (
+    BOOL,
+    FLOAT,
+    INT64,
+    INT_TYPES,
+    Value,
+    as_dim,
+    float_value,
+    is_int_array,
+    op,
+    read_tensor,
+    static_value,
+)
 from .onnx_positions import Positions, positions_of
 
 BIG = 2 ** 31 - 1  # Slice bounds at or past this mean "to the end"
@@ -69,14 +80,18 @@ def constant_op(ctx):
 def constant_of_shape(ctx):
     shape = ctx.static_ints(0, "shape (input 0)", symbolic=True)
     value = ctx.attr("value")
-    fill = read_tensor(value, "attribute 'value'").reshape(-1) if value is not None else np.zeros(1, np.float32)
+    fill = (
+        read_tensor(value, "attribute 'value'").reshape(-1) if value is not None else np.zeros(1, np.float32)
+    )
     etype = value.data_type if value is not None else FLOAT
     if fill.size != 1:
         raise ctx.attr_error("value", fill.tolist(), "it must hold one element")
     if any(isinstance(n, int) and n < 0 for n in shape):
         raise ctx.error(f"shape (input 0) = {shape} has a negative dimension")
     if concrete(shape):
-        return static_value(np.full(ctx.check_fold(shape, fill.dtype, "the constant"), fill[0], dtype=fill.dtype), etype)
+        return static_value(
+            np.full(ctx.check_fold(shape, fill.dtype, "the constant"), fill[0], dtype=fill.dtype), etype
+        )
     if etype not in (FLOAT, BOOL):  # a constant integer tensor is affine in its indices, with every step 0
         return Value(etype, positions=Positions(tuple(shape), (0,) * len(shape), int(fill[0])))
     return Value(etype, tensor=constant(float(fill[0])).reshape((1,) * len(shape)).broadcast_to(shape))
@@ -91,21 +106,29 @@ def range_op(ctx):
     if any(a.dtype == object for a in arrays):  # a symbolic bound: positions, kept symbolic
         start, limit, delta = (as_dim(a.reshape(-1)[0]) for a in arrays)
         if delta not in (1, -1):
-            raise ctx.error(f"a range with the symbolic bounds {start}..{limit} needs a step of 1 or -1, got {delta}")
-        return Value(ctx.value(0).etype, positions=Positions.arange(dim((limit - start) * delta), start, delta))
+            raise ctx.error(
+                f"a range with the symbolic bounds {start}..{limit} needs a step of 1 or -1, got {delta}"
+            )
+        return Value(
+            ctx.value(0).etype, positions=Positions.arange(dim((limit - start) * delta), start, delta)
+        )
     start, limit, delta = (a.reshape(-1)[0] for a in arrays)
     if delta == 0:
         raise ctx.error("delta must be non-zero")
     if all(is_int_array(a) for a in arrays):
         start, limit, delta = int(start), int(limit), int(delta)
-        ctx.check_fold([max(-((start - limit) // delta), 0)], arrays[0].dtype, "the range")  # ceil((limit - start) / delta)
+        ctx.check_fold(
+            [max(-((start - limit) // delta), 0)], arrays[0].dtype, "the range"
+        )  # ceil((limit - start) / delta)
         return static_value(np.arange(start, limit, delta, dtype=arrays[0].dtype), ctx.value(0).etype)
     start, limit, delta = float(start), float(limit), float(delta)
     if not all(map(math.isfinite, (start, limit, delta))):
         raise ctx.error(f"start {start}, limit {limit} and delta {delta} must be finite")
     count = max(math.ceil((limit - start) / delta), 0)
     if count > np.iinfo(np.int64).max:
-        raise ctx.error(f"the range from {start} to {limit} by {delta} has {count} elements, more than a dimension holds")
+        raise ctx.error(
+            f"the range from {start} to {limit} by {delta} has {count} elements, more than a dimension holds"
+        )
     return float_value(arange(count) * delta + start)
 
 
@@ -142,7 +165,12 @@ def dropout(ctx):
         if v.is_static:
             mask = static_value(np.ones(v.shape, dtype=bool), BOOL)
         else:
-            mask = Value(BOOL, tensor=constant(1.0).reshape((1,) * v.ndim).broadcast_to(v.shape) if v.ndim else constant(1.0))
+            mask = Value(
+                BOOL,
+                tensor=constant(1.0).reshape((1,) * v.ndim).broadcast_to(v.shape)
+                if v.ndim
+                else constant(1.0),
+            )
     return [v, mask]
 
 
@@ -151,8 +179,10 @@ def _reshape(ctx, v: Value, shape) -> Value:
     if v.positions is not None:
         moved_positions = v.positions.reshaped(shape)
         if moved_positions is None:
-            raise ctx.error(f"positions (an integer tensor computed from Range) of shape {v.shape} reshaped to "
-                            f"{tuple(shape)}: only size-1 axes may be added or removed")
+            raise ctx.error(
+                f"positions (an integer tensor computed from Range) of shape {v.shape} reshaped to "
+                f"{tuple(shape)}: only size-1 axes may be added or removed"
+            )
         return Value(v.etype, positions=moved_positions)
     if v.is_static:
         if not concrete(shape):
@@ -260,7 +290,9 @@ def pad(ctx):
             fill = value_v.static.reshape(-1)[0] if value_v is not None and value_v.static.size else 0
             return Value(v.etype, static=np.pad(data, grow, mode="constant", constant_values=fill))
         return Value(v.etype, static=np.pad(data, grow, mode=mode))
-    nonzero_fill = value_v is not None and not (value_v.is_static and not value_v.static.reshape(-1)[:1].any())
+    nonzero_fill = value_v is not None and not (
+        value_v.is_static and not value_v.static.reshape(-1)[:1].any()
+    )
     t = data_tensor(ctx, v, compute=mode != "constant" or nonzero_fill)[tuple(crop)]
     if mode != "constant":  # the op library's border modes (Tensor.pad)
         return moved(v, t.pad(grow, mode=mode))
@@ -272,7 +304,9 @@ def pad(ctx):
             if np.isnan(fill):
                 out = out + (1.0 - border).log2() * 0.0  # NaN on the border, 0 inside
             elif np.isinf(fill):
-                out = out + (1.0 - border).log2() * (-1.0 if fill > 0 else 1.0)  # +-inf on the border, 0 inside
+                out = out + (1.0 - border).log2() * (
+                    -1.0 if fill > 0 else 1.0
+                )  # +-inf on the border, 0 inside
             elif fill != 0.0:
                 out = out + border * fill
         elif not value_v.is_static:
@@ -320,6 +354,10 @@ def tile(ctx):
     t = data_tensor(ctx, v)
     interleaved = tuple(x for n in t.shape for x in (1, n))
     expanded = tuple(x for r, n in zip(repeats, t.shape) for x in (r, n))
-    out = t.reshape(interleaved).broadcast_to(expanded).reshape(tuple(dim(r * n) for r, n in zip(repeats, t.shape)))
+    out = (
+        t.reshape(interleaved)
+        .broadcast_to(expanded)
+        .reshape(tuple(dim(r * n) for r, n in zip(repeats, t.shape)))
+    )
     return moved(v, out)
 

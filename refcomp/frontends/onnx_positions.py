@@ -29,7 +29,11 @@ class Positions:
 
     def tensor(self):
         """The values as a float32 tensor: Iota times each step, plus the offset."""
-        out = constant(0.0).reshape((1,) * len(self.shape)).broadcast_to(self.shape) if self.shape else constant(0.0)
+        out = (
+            constant(0.0).reshape((1,) * len(self.shape)).broadcast_to(self.shape)
+            if self.shape
+            else constant(0.0)
+        )
         for axis, step in enumerate(self.steps):
             if not dims_equal(step, 0):
                 out = out + iota(self.shape, axis) * _scalar(step)
@@ -42,7 +46,9 @@ class Positions:
         if len(ours) != len(theirs) or not all(dims_equal(a, n) for a, (n, _) in zip(theirs, ours)):
             return None
         steps = iter(step for _, step in ours)
-        return Positions(tuple(shape), tuple(0 if dims_equal(n, 1) else next(steps) for n in shape), self.offset)
+        return Positions(
+            tuple(shape), tuple(0 if dims_equal(n, 1) else next(steps) for n in shape), self.offset
+        )
 
     def expanded(self, shape: Sequence) -> "Positions":
         """Broadcast to `shape` (NumPy rules; the caller has checked they broadcast)."""
@@ -56,7 +62,9 @@ class Positions:
 
     def plus(self, other: "Positions", shape: Sequence, sign: int = 1) -> "Positions":
         a, b = self.expanded(shape), other.expanded(shape)
-        return Positions(tuple(shape), tuple(x + sign * y for x, y in zip(a.steps, b.steps)), a.offset + sign * b.offset)
+        return Positions(
+            tuple(shape), tuple(x + sign * y for x, y in zip(a.steps, b.steps)), a.offset + sign * b.offset
+        )
 
     def shifted(self, amount) -> "Positions":
         return Positions(self.shape, self.steps, self.offset + amount)
@@ -75,7 +83,9 @@ def positions_of(array) -> Optional[Positions]:
     steps = tuple(int(array[(0,) * k + (1,) + (0,) * (array.ndim - k - 1)]) - offset if n > 1 else 0
                   for k, n in enumerate(array.shape))
     grid = np.indices(array.shape)
-    if not np.array_equal(array, offset + sum((s * g for s, g in zip(steps, grid)), np.zeros(array.shape, np.int64))):
+    if not np.array_equal(
+        array, offset + sum((s * g for s, g in zip(steps, grid)), np.zeros(array.shape, np.int64))
+    ):
         return None
     return Positions(tuple(array.shape), steps, offset)
 
@@ -86,7 +96,9 @@ def gather_rows(x, axis: int, ids: Positions):
     from ..symbolic.view import contiguous_strides
     strides = contiguous_strides(x.shape)
     shape = tuple(x.shape[:axis]) + tuple(ids.shape) + tuple(x.shape[axis + 1:])
-    view = tuple(strides[:axis]) + tuple(step * strides[axis] for step in ids.steps) + tuple(strides[axis + 1:])
+    view = (
+        tuple(strides[:axis]) + tuple(step * strides[axis] for step in ids.steps) + tuple(strides[axis + 1 :])
+    )
     return x.as_strided(shape, view, ids.offset * strides[axis])
 
 
@@ -94,8 +106,10 @@ def gather_elements(data: Positions, axis: int, ids: Positions) -> Positions:
     """GatherElements of positions by positions: data's affine form with its `axis` index replaced by
     the affine ids, itself affine."""
     lead = data.steps[axis]
-    steps = tuple((data.steps[k] if k != axis and not dims_equal(data.shape[k], 1) else 0) + lead * ids.steps[k]
-                  for k in range(len(ids.shape)))
+    steps = tuple(
+        (data.steps[k] if k != axis and not dims_equal(data.shape[k], 1) else 0) + lead * ids.steps[k]
+        for k in range(len(ids.shape))
+    )
     return Positions(tuple(ids.shape), steps, data.offset + lead * ids.offset)
 
 

@@ -19,7 +19,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import FeedError, RefcompError
-from ..exec.reference import evaluate
+from ..reference.reference import evaluate
 from ..ops.graph import symbols_of, toposort
 from .aten_values import MAX_EXACT
 from .torch_graph import dim_names
@@ -39,7 +39,10 @@ class ExportedModel:
 
     def __init__(self, importer: Importer):
         self.program = importer.ep
-        self.inputs = {name: (v.ids if hasattr(v, "ids") and v.ids is not None else v) for name, v in importer.inputs.items()}
+        self.inputs = {
+            name: (v.ids if hasattr(v, "ids") and v.ids is not None else v)
+            for name, v in importer.inputs.items()
+        }
         self.input_types = importer.input_types
         self.outputs = importer.outputs
         self.output_types = importer.output_types
@@ -64,7 +67,9 @@ class ExportedModel:
         feeds = {name: _array(value) for name, value in (feeds or {}).items()}
         for name in feeds:
             if name not in self.input_types:
-                raise FeedError(f"feed {name!r} matches no input of the exported model (its inputs are {list(self.input_types)})")
+                raise FeedError(
+                    f"feed {name!r} matches no input of the exported model (its inputs are {list(self.input_types)})"
+                )
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
             if name in self.weights:
@@ -76,7 +81,9 @@ class ExportedModel:
             out[name] = _converted(user, feeds[user], conversion, self.input_types[user])
         return out
 
-    def dims_for(self, feeds: Optional[Mapping[str, object]], dims: Optional[Mapping[str, int]] = None) -> dict:
+    def dims_for(
+        self, feeds: Optional[Mapping[str, object]], dims: Optional[Mapping[str, int]] = None
+    ) -> dict:
         """`dims` plus the sizes fed inputs show of dims no input the outputs read has: a position
         tensor computed from x.shape[0] alone still runs at the size of the x fed."""
         out = dict(dims or {})
@@ -87,7 +94,9 @@ class ExportedModel:
                     out.setdefault(want.name, int(got))
         return out
 
-    def evaluate(self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None) -> dict:
+    def evaluate(
+        self, feeds: Optional[Mapping[str, object]] = None, dims: Optional[Mapping[str, int]] = None
+    ) -> dict:
         """Every output, by the NumPy reference interpreter, with torch's dtype."""
         merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)
         results = evaluate(self.outputs, merged, dims) if self.outputs else {}
@@ -106,7 +115,11 @@ class ExportedModel:
             kind = self.output_types[name]
             if name in self.static_outputs:
                 value = self.static_outputs[name]
-                out[name] = value if value is None or isinstance(value, (np.ndarray, float)) else evaluate_dim(value, bindings)
+                out[name] = (
+                    value
+                    if value is None or isinstance(value, (np.ndarray, float))
+                    else evaluate_dim(value, bindings)
+                )
             elif kind == "bool":
                 out[name] = np.asarray(results[name]) != 0
             elif kind in ("float16",):
@@ -145,7 +158,9 @@ def _converted(user: str, array: np.ndarray, conversion: str, dtype: str) -> np.
         return np.array(array, dtype=np.int32, order="C")
     if array.dtype.kind != "f":
         raise FeedError(f"input {user!r} is {dtype}, but the fed array has dtype {array.dtype}")
-    return np.array(array, dtype=np.float16 if array.dtype == np.float16 and dtype == "float16" else np.float32, order="C")
+    return np.array(
+        array, dtype=np.float16 if array.dtype == np.float16 and dtype == "float16" else np.float32, order="C"
+    )
 
 
 def export_program(module, args=(), kwargs=None, dynamic_shapes=None, strict: bool = False):
@@ -157,11 +172,15 @@ def export_program(module, args=(), kwargs=None, dynamic_shapes=None, strict: bo
         raise RefcompError("rc.torch needs PyTorch (pip install torch)") from None
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
     try:
-        ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict).run_decompositions()
+        ep = torch.export.export(
+            module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+        ).run_decompositions()
     except Exception as exc:  # noqa: BLE001 - torch's own errors (UserError, RuntimeError, ...): the user's to fix
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RefcompError(f"torch.export could not export the module ({type(exc).__name__}: {first}); refcomp imports "
-                           f"what torch.export gives (its own message, chained below, says more)") from exc
+        raise RefcompError(
+            f"torch.export could not export the module ({type(exc).__name__}: {first}); refcomp imports "
+            f"what torch.export gives (its own message, chained below, says more)"
+        ) from exc
     return ep, dim_names(module, args, kwargs, dynamic_shapes, ep)
 
 

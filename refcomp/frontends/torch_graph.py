@@ -91,9 +91,13 @@ def dim_names(module, args, kwargs, dynamic_shapes, ep) -> dict[str, str]:
     declared: dict[int, object] = {}  # id(tensor) -> its spec (a dict or sequence of dims per axis)
     for value, spec in specs:
         _pair(value, spec, declared)
-    leaves = [x for x in _pytree.tree_leaves((tuple(args), dict(kwargs or {}))) if isinstance(x, torch.Tensor)]
+    leaves = [
+        x for x in _pytree.tree_leaves((tuple(args), dict(kwargs or {}))) if isinstance(x, torch.Tensor)
+    ]
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    tensor_input = lambda name: isinstance(getattr(placeholders.get(name), "meta", {}).get("val"), torch.Tensor)  # noqa: E731
+    tensor_input = lambda name: isinstance(
+        getattr(placeholders.get(name), "meta", {}).get("val"), torch.Tensor
+    )  # noqa: E731
     users = [s.arg.name for s in ep.graph_signature.input_specs
              if s.kind.name == "USER_INPUT" and tensor_input(getattr(s.arg, "name", None))]
     names: dict[str, str] = {}
@@ -191,7 +195,11 @@ class DimTable:
 
     def input_ranges(self, shape) -> dict:
         """The ranges of an input's symbolic dims, for rc.input(..., ranges=)."""
-        return {d.name: self.ranges[d.name] for d in shape if isinstance(d, sympy.Symbol) and d.name in self.ranges}
+        return {
+            d.name: self.ranges[d.name]
+            for d in shape
+            if isinstance(d, sympy.Symbol) and d.name in self.ranges
+        }
 
 
 def _whole(v) -> Optional[int]:

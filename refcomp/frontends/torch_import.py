@@ -42,7 +42,9 @@ class Importer:
         self.weights: dict[str, np.ndarray] = {}
         self.inputs: dict[str, object] = {}  # user input name -> Tensor or IntValue
         self.input_types: dict[str, str] = {}  # user input name -> torch dtype name
-        self.sources: dict[str, tuple[str, str]] = {}  # refcomp input -> (user input, "float" | "bool" | "ids" | "int-as-float")
+        self.sources: dict[
+            str, tuple[str, str]
+        ] = {}  # refcomp input -> (user input, "float" | "bool" | "ids" | "int-as-float")
         self.outputs: dict[str, object] = {}
         self.output_types: dict[str, str] = {}
         self.static_outputs: dict[str, object] = {}
@@ -61,7 +63,9 @@ class Importer:
                 with building(Origin("output", "")):
                     self._outputs(node)
             else:
-                raise RefcompError(f"node {node.name!r} ({node.op} {node.target}) is not supported by refcomp's importer")
+                raise RefcompError(
+                    f"node {node.name!r} ({node.op} {node.target}) is not supported by refcomp's importer"
+                )
         return self
 
     # --- placeholders ------------------------------------------------------------------------------
@@ -109,7 +113,9 @@ class Importer:
             if name == "bfloat16":  # NumPy has no bfloat16: its values as float32 (exact), stored as bfloat16
                 array = array.float()
             name_in = self.unique_name(target)
-            self.weights[name_in] = np.array(array.numpy(), order="C")  # (ascontiguousarray would make 0-d 1-d)
+            self.weights[name_in] = np.array(
+                array.numpy(), order="C"
+            )  # (ascontiguousarray would make 0-d 1-d)
             return rc_input(name_in, tuple(array.shape), dtype_name(value.dtype))
         return IntValue(tuple(array.shape), name, static=array.numpy().copy())
 
@@ -131,14 +137,23 @@ class Importer:
                 return call.run(args, kwargs)
             except RefcompError as exc:
                 raise call.located(exc) from exc
-            except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError, RecursionError) as exc:
+            except (
+                ArithmeticError,
+                AttributeError,
+                LookupError,
+                TypeError,
+                ValueError,
+                RecursionError,
+            ) as exc:
                 # the last resort: a graph refcomp's checks missed still fails by its node, not deep inside
                 raise call.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
 
     def _symbolic(self, node, args):
         """Python arithmetic on SymInts (sizes): the same arithmetic on refcomp dims."""
         if any(isinstance(a, (Tensor, IntValue)) for a in args):
-            raise RefcompError(f"node {node.name!r} ({op_name(node.target)}) takes a tensor where refcomp expects sizes")
+            raise RefcompError(
+                f"node {node.name!r} ({op_name(node.target)}) takes a tensor where refcomp expects sizes"
+            )
         result = SYMBOLIC[node.target](*args)
         return dim(result) if isinstance(result, sympy.Basic) else result
 
@@ -159,8 +174,10 @@ class Importer:
     def _static_tensor(self, array: np.ndarray) -> Tensor:
         flat = array.reshape(-1)
         if flat.size and np.abs(flat.astype(np.int64)).max() > MAX_EXACT:
-            raise RefcompError(f"a static integer tensor holds {np.abs(flat.astype(np.int64)).max()}, beyond the "
-                               f"integers float32 holds exactly (2^24)")
+            raise RefcompError(
+                f"a static integer tensor holds {np.abs(flat.astype(np.int64)).max()}, beyond the "
+                f"integers float32 holds exactly (2^24)"
+            )
         if flat.size == 0 or np.all(flat == flat[0]):
             value = constant(float(flat[0]) if flat.size else 0.0)
             return value.reshape((1,) * array.ndim).broadcast_to(array.shape) if array.ndim else value
@@ -187,7 +204,9 @@ class Importer:
                 raise call.error(f"negative static indices need a concrete axis size, not {rows}")
             array = np.where(array < 0, array + rows, array)
         if isinstance(rows, int) and array.size and (array.min() < 0 or array.max() >= rows):
-            raise call.error(f"indices {array.min()}..{array.max()} are out of range for an axis of size {rows}")
+            raise call.error(
+                f"indices {array.min()}..{array.max()} are out of range for an axis of size {rows}"
+            )
         name = self.unique_name("indices")
         self.weights[name] = array.astype(np.int32)
         return rc_input(name, array.shape, "int32")
@@ -198,16 +217,24 @@ class Importer:
         ranges = self.dims.ranges
         if largest(bound, ranges) <= MAX_EXACT:
             return
-        free = [] if bound is UNKNOWN else [s.name for s in sympy.sympify(bound).free_symbols if ranges[s.name][1] is None]
+        free = (
+            []
+            if bound is UNKNOWN
+            else [s.name for s in sympy.sympify(bound).free_symbols if ranges[s.name][1] is None]
+        )
         if len(free) == 1 and self.cap(free[0], bound):
             return
         if bound is UNKNOWN:
-            raise RefcompError(f"computes {what} at run time by arithmetic on integers of no known magnitude (cast from "
-                               f"floats, say), which float32 may not hold exactly; refcomp has no integer arithmetic at "
-                               f"run time yet")
-        raise RefcompError(f"computes {what} at run time with values up to {bound}, beyond 2^24 at the dims' largest "
-                           f"sizes, where float32 stops holding every integer; refcomp has no integer arithmetic at run "
-                           f"time yet (a smaller max for the dims, torch.export.Dim(..., max=...), may help)")
+            raise RefcompError(
+                f"computes {what} at run time by arithmetic on integers of no known magnitude (cast from "
+                f"floats, say), which float32 may not hold exactly; refcomp has no integer arithmetic at "
+                f"run time yet"
+            )
+        raise RefcompError(
+            f"computes {what} at run time with values up to {bound}, beyond 2^24 at the dims' largest "
+            f"sizes, where float32 stops holding every integer; refcomp has no integer arithmetic at run "
+            f"time yet (a smaller max for the dims, torch.export.Dim(..., max=...), may help)"
+        )
 
     def cap(self, name: str, bound) -> bool:
         """Give dim `name`, which has no max, the largest max that keeps `bound` within 2^24 (the other dims
@@ -247,7 +274,9 @@ class Importer:
                 self.static_outputs[name], self.output_types[name] = value.static, value.dtype
             elif isinstance(value, (IntValue, Tensor)):
                 self.outputs[name] = self.float_tensor(value) if isinstance(value, IntValue) else value
-                self.output_types[name] = dtype_name(meta.dtype) if hasattr(meta, "dtype") else self.outputs[name].dtype
+                self.output_types[name] = (
+                    dtype_name(meta.dtype) if hasattr(meta, "dtype") else self.outputs[name].dtype
+                )
             else:  # a size, a number or None
                 self.static_outputs[name], self.output_types[name] = value, type(value).__name__
 
@@ -270,7 +299,12 @@ def refuse_missing(ep) -> None:
     for node in ep.graph.nodes:
         if node.op == "call_function":
             name = op_name(node.target)
-            if name not in TABLE and name not in IGNORED and node.target not in SYMBOLIC and node.target is not operator.getitem:
+            if (
+                name not in TABLE
+                and name not in IGNORED
+                and node.target not in SYMBOLIC
+                and node.target is not operator.getitem
+            ):
                 missing.setdefault(name, []).append(source_line(node) or node.name)
     if not missing:
         return
@@ -279,8 +313,12 @@ def refuse_missing(ep) -> None:
         shown = ", ".join(dict.fromkeys(lines[:3])) + (", ..." if len(lines) > 3 else "")
         why = f": {NOT_MAPPED[name]}" if name in NOT_MAPPED else ""
         parts.append(f"{name} x{len(lines)} ({shown}){why}")
-    training = any(word in name for name in missing for word in ("backward", "_functional", "dropout", "_legit."))
-    raise RefcompError(f"the exported program uses {len(missing)} ATen op{'s' if len(missing) > 1 else ''} refcomp "
-                       f"does not implement: {'; '.join(parts)} (see docs/torch.md for the op table"
-                       f"{'; export the module in eval mode' if training else ''})")
+    training = any(
+        word in name for name in missing for word in ("backward", "_functional", "dropout", "_legit.")
+    )
+    raise RefcompError(
+        f"the exported program uses {len(missing)} ATen op{'s' if len(missing) > 1 else ''} refcomp "
+        f"does not implement: {'; '.join(parts)} (see docs/torch.md for the op table"
+        f"{'; export the module in eval mode' if training else ''})"
+    )
 

@@ -38,9 +38,54 @@ failing prefix of it) and the difference. `--replay SEED:INDEX` (with the run's 
 rebuilds one graph, prints its code and checks it alone. Bugs already reported whose triggers the
 generator steers around are listed in KNOWN_BUGS (`--known-bugs` generates them again).
 """
-from .graph import EDGE_BINDING, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, MAX_BINDING, MAX_ELEMENTS, SYMBOLS
+from .graph import (
+    EDGE_BINDING,
+    FuzzGraph,
+    InputSpec,
+    KNOWN_BUGS,
+    LIMIT,
+    LONG,
+    MAX_BINDING,
+    MAX_ELEMENTS,
+    SYMBOLS,
+)
 from .generator import Generator, Var, generate
-from .check import BatchResult, Mismatch, bindings_for, check_batch, check_graph, compare, own_dims, shrink, tolerance
+from .check import (
+    BatchResult,
+    Mismatch,
+    bindings_for,
+    check_batch,
+    check_graph,
+    compare,
+    own_dims,
+    shrink,
+    tolerance,
+)
 from .cli import main, run, run_programs
 
-__all__ = ['BatchResult', 'EDGE_BINDING', 'FuzzGraph', 'Generator', 'InputSpec', 'KNOWN_BUGS', 'LIMIT', 'LONG', 'MAX_BINDING', 'MAX_ELEMENTS', 'Mismatch', 'SYMBOLS', 'Var', 'bindings_for', 'check_batch', 'check_graph', 'compare', 'generate', 'main', 'own_dims', 'run', 'run_programs', 'shrink', 'tolerance']
+__all__ = [
+    'BatchResult',
+    'EDGE_BINDING',
+    'FuzzGraph',
+    'Generator',
+    'InputSpec',
+    'KNOWN_BUGS',
+    'LIMIT',
+    'LONG',
+    'MAX_BINDING',
+    'MAX_ELEMENTS',
+    'Mismatch',
+    'SYMBOLS',
+    'Var',
+    'bindings_for',
+    'check_batch',
+    'check_graph',
+    'compare',
+    'generate',
+    'main',
+    'own_dims',
+    'run',
+    'run_programs',
+    'shrink',
+    'tolerance',
+]

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import RefcompError
 from ..exec.profile import model_disagreements
-from ..exec.program import load_program, program_for_schedule
+from ..pipeline.assemble import program_for_schedule
+from ..pipeline.load import load_program
 from ..golden import FLOAT32_TOLERANCE, STORAGE_TOLERANCE
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..search.alternatives import untaken_moves
@@ -32,8 +33,10 @@ class Mismatch:
     message: str
 
     def report(self) -> str:
-        return (f"MISMATCH seed={self.graph.seed} index={self.graph.index} mode={self.mode} binding={self.binding} "
-                f"data={self.which} output={self.output}\n{self.message}\n--- graph ---\n{self.graph.code()}")
+        return (
+            f"MISMATCH seed={self.graph.seed} index={self.graph.index} mode={self.mode} binding={self.binding} "
+            f"data={self.which} output={self.output}\n{self.message}\n--- graph ---\n{self.graph.code()}"
+        )
 
 
 def bindings_for(seed: int, program: int) -> list[dict]:
@@ -79,14 +82,18 @@ def compare(got, want64, want32, storage: Optional[str] = None) -> Optional[str]
     with np.errstate(invalid="ignore"):
         err = np.abs(got - want64)
         float32_nan = np.isnan(got) & ~np.isfinite(want32)
-        bad = np.where(finite, ~(err <= tolerance(want64, want32, storage)) & ~float32_nan, np.isfinite(got))  # NaN is bad
+        bad = np.where(
+            finite, ~(err <= tolerance(want64, want32, storage)) & ~float32_nan, np.isfinite(got)
+        )  # NaN is bad
     if not bad.any():
         return None
     where = np.argwhere(bad)
     i = tuple(where[0])
     worst = np.where(finite & np.isfinite(err), err, 0.0)
-    return (f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, expected {want64[i]!r} "
-            f"(float32 reference {float(want32[i])!r}); max abs error where finite {float(worst.max()):.3g}")
+    return (
+        f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, expected {want64[i]!r} "
+        f"(float32 reference {float(want32[i])!r}); max abs error where finite {float(worst.max()):.3g}"
+    )
 
 
 TIED = "(tied across repeated layers)"
@@ -97,7 +104,9 @@ class BatchResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # internal errors: exceptions while compiling or running
     compared: int = 0  # (graph output, mode, binding) triples compared
-    refusals: dict = field(default_factory=dict)  # error type -> (mode, binding) pairs refused as the reference refused
+    refusals: dict = field(
+        default_factory=dict
+    )  # error type -> (mode, binding) pairs refused as the reference refused
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     rules: dict = field(default_factory=dict)  # search rule -> how often the searched programs applied it
     seconds: dict = field(default_factory=dict)
@@ -147,7 +156,9 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
         try:
             built, prog = _compile(outputs, mode)
         except Exception:
-            result.errors.append(f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+            result.errors.append(
+                f"compile ({mode}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}"
+            )
             continue
         result.kernels[mode] = len(prog.kernels)
         for step in (built.search.trace if built.search is not None else ()):
@@ -164,7 +175,9 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             except RefcompError as exc:
                 got = exc
             except Exception:
-                result.errors.append(f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+                result.errors.append(
+                    f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}"
+                )
                 continue
             if refused is not None:
                 _check_refusal(result, graphs, outputs, owner, mode, binding, which, feeds, refused, got)
@@ -193,8 +206,16 @@ def _check_finite(result: BatchResult, outputs, owner, binding, which: int, want
     for key, tensor in outputs.items():
         g, var = owner[key]
         if g.finite and not np.isfinite(want[0][key]).all():
-            result.mismatches.append(Mismatch(g, "reference", binding, which, var, "the float64 reference is not "
-                                              "finite where the generator's intervals say it is"))
+            result.mismatches.append(
+                Mismatch(
+                    g,
+                    "reference",
+                    binding,
+                    which,
+                    var,
+                    "the float64 reference is not finite where the generator's intervals say it is",
+                )
+            )
 
 
 def _check_model(result: BatchResult, graphs, mode: str, program, references) -> None:
@@ -204,9 +225,13 @@ def _check_model(result: BatchResult, graphs, mode: str, program, references) ->
         return
     try:
         problems = model_disagreements(program, program.profile(accepted[1], dims=accepted[0]))
-    except Exception:  # like compile and run failures above: an internal error the fuzz report names, not a crash
-        result.errors.append(f"profile ({mode}, {accepted[0]}) of graphs {[g.index for g in graphs]} failed:\n"
-                             f"{traceback.format_exc()}")
+    except (
+        Exception
+    ):  # like compile and run failures above: an internal error the fuzz report names, not a crash
+        result.errors.append(
+            f"profile ({mode}, {accepted[0]}) of graphs {[g.index for g in graphs]} failed:\n"
+            f"{traceback.format_exc()}"
+        )
         return
     result.model_checked += len(program.kernels)
     if problems:
@@ -221,17 +246,25 @@ def _check_search_minimum(result: BatchResult, graphs, search_result) -> None:
         return
     try:
         chosen, moves = untaken_moves(search_result)
-    except Exception:  # like compile, run and profile failures above: an internal error the report names, not a crash
-        result.errors.append(f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}")
+    except (
+        Exception
+    ):  # like compile, run and profile failures above: an internal error the report names, not a crash
+        result.errors.append(
+            f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}"
+        )
         return
     result.minimum_checked += 1
     cheaper = [m for m in moves if m.time_s < chosen.time_s * (1 - 1e-9)]
     if cheaper:
-        result.errors.append(f"the search of graphs {[g.index for g in graphs]} stopped at {chosen.time_s * 1e6:.3f} us, but "
-                             + "; ".join(f"{m.rule} at {m.where} costs {m.time_s * 1e6:.3f} us" for m in cheaper[:4]))
+        result.errors.append(
+            f"the search of graphs {[g.index for g in graphs]} stopped at {chosen.time_s * 1e6:.3f} us, but "
+            + "; ".join(f"{m.rule} at {m.where} costs {m.time_s * 1e6:.3f} us" for m in cheaper[:4])
+        )
 
 
-def _check_refusal(result: BatchResult, graphs, outputs, owner, mode, binding, which, feeds, refused, got) -> None:
+def _check_refusal(
+    result: BatchResult, graphs, outputs, owner, mode, binding, which, feeds, refused, got
+) -> None:
     """The program must refuse exactly as the reference did; the mismatch names the graph at fault."""
     same = isinstance(got, Exception) and type(got) is type(refused) and str(got) == str(refused)
     if same:
@@ -240,8 +273,16 @@ def _check_refusal(result: BatchResult, graphs, outputs, owner, mode, binding, w
         return
     culprit = _refusing_graph(graphs, outputs, owner, binding, feeds) or graphs[0]
     what = f"raised {type(got).__name__}: {got}" if isinstance(got, Exception) else "returned values"
-    result.mismatches.append(Mismatch(culprit, mode, binding, which, "(refusal)",
-                                      f"the reference refused with {type(refused).__name__}: {refused}\nbut the program {what}"))
+    result.mismatches.append(
+        Mismatch(
+            culprit,
+            mode,
+            binding,
+            which,
+            "(refusal)",
+            f"the reference refused with {type(refused).__name__}: {refused}\nbut the program {what}",
+        )
+    )
 
 
 def _refusing_graph(graphs, outputs, owner, binding, feeds):
@@ -290,7 +331,9 @@ def _compile(outputs, mode: str):
     return program, loaded
 
 
-def check_graph(graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain"), model: bool = False) -> BatchResult:
+def check_graph(
+    graph: FuzzGraph, bindings: Sequence[dict], modes=("search", "plain"), model: bool = False
+) -> BatchResult:
     """One graph alone (its input names unprefixed apart from the g<index>_ the batch uses)."""
     return check_batch([graph], bindings, modes, model=model)
 

@@ -25,7 +25,9 @@ def _job(conn, seed: int, p: int, first: int, last: int, modes, avoid, model: bo
         conn.close()
 
 
-def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: int, timeout: float, model: bool = False):
+def run_programs(
+    count: int, seed: int, per_program: int, modes, avoid, jobs: int, timeout: float, model: bool = False
+):
     """Yield (program index, graphs or None, BatchResult or an error text) in program order.
 
     Programs run in `jobs` child processes at once (the search, code generation and g++ of one
@@ -42,8 +44,11 @@ def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: in
         while submitted < len(firsts) and len(running) < max(1, jobs):
             receive, send = ctx.Pipe(duplex=False)
             last = min(firsts[submitted] + per_program, count)
-            proc = ctx.Process(target=_job, args=(send, seed, submitted, firsts[submitted], last, modes, avoid, model),
-                               daemon=True)
+            proc = ctx.Process(
+                target=_job,
+                args=(send, seed, submitted, firsts[submitted], last, modes, avoid, model),
+                daemon=True,
+            )
             proc.start()
             send.close()
             running[submitted] = (proc, receive, time.perf_counter())
@@ -57,8 +62,11 @@ def run_programs(count: int, seed: int, per_program: int, modes, avoid, jobs: in
                     done[p] = (None, f"program {p}: the checking process died (exit code {proc.exitcode})")
             elif time.perf_counter() - t0 > timeout:
                 proc.kill()
-                done[p] = (None, f"program {p} (graphs {firsts[p]}..{min(firsts[p] + per_program, count) - 1}) "
-                                 f"did not finish within {timeout:.0f} s: a compile or run that takes that long is a bug")
+                done[p] = (
+                    None,
+                    f"program {p} (graphs {firsts[p]}..{min(firsts[p] + per_program, count) - 1}) "
+                    f"did not finish within {timeout:.0f} s: a compile or run that takes that long is a bug",
+                )
             else:
                 continue
             proc.join()
@@ -94,26 +102,47 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
             if shrink_failures:
                 small = shrink(m.graph, m.binding, m.which, m.mode)
                 alone = check_one(m.graph, m.binding, m.which, m.mode)
-                print(f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
-                      f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n", file=out)
+                print(
+                    f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
+                    f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n",
+                    file=out,
+                )
         for e in res.errors:
             print(f"ERROR (seed={seed}, program {p}, bindings {bindings_for(seed, p)}):\n{e}", file=out)
         if progress:
             done = min((p + 1) * per_program, count)
             elapsed = time.perf_counter() - start
-            print(f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
-                  f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)", file=out, flush=True)
+            print(
+                f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+                f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)",
+                file=out,
+                flush=True,
+            )
     total.seconds["total"] = time.perf_counter() - start
     total.coverage = coverage
     if progress:
-        print(f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
-              f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
-              f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
-              + (f"{total.model_checked} kernels' memory-model counts checked against the profiler, "
-                 f"{total.minimum_checked} searches checked to stop where no single move is cheaper, " if model else "")
-              + f"{total.seconds['total']:.1f} s", file=out)
-        print("[fuzz] search rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(total.rules.items())), file=out)
-        print("[fuzz] moves: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])), file=out)
+        print(
+            f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
+            f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+            f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
+            + (
+                f"{total.model_checked} kernels' memory-model counts checked against the profiler, "
+                f"{total.minimum_checked} searches checked to stop where no single move is cheaper, "
+                if model
+                else ""
+            )
+            + f"{total.seconds['total']:.1f} s",
+            file=out,
+        )
+        print(
+            "[fuzz] search rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(total.rules.items())),
+            file=out,
+        )
+        print(
+            "[fuzz] moves: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])),
+            file=out,
+        )
     return total
 
 
@@ -131,7 +160,10 @@ def _find_slow(seed: int, p: int, per_program: int, count: int, modes, avoid, ti
         finished = receive.poll(timeout)
         if not finished:
             proc.kill()
-            print(f"SLOW graph (seed={seed}, index={i}): not checked alone within {timeout:.0f} s\n{graph.code()}\n", file=out)
+            print(
+                f"SLOW graph (seed={seed}, index={i}): not checked alone within {timeout:.0f} s\n{graph.code()}\n",
+                file=out,
+            )
         proc.join()
         receive.close()
 
@@ -170,17 +202,22 @@ def _run_sharded(args) -> int:
     for pair in args.mesh.split(","):
         name, _, size = pair.partition("=")
         if not (size.isascii() and size.isdigit()):  # isdigit() alone takes '²', which int() refuses
-            print(f"python -m refcomp.fuzz: --mesh takes AXIS=SIZE pairs (dp=2,tp=2), got {pair!r}", file=sys.stderr)
+            print(
+                f"python -m refcomp.fuzz: --mesh takes AXIS=SIZE pairs (dp=2,tp=2), got {pair!r}",
+                file=sys.stderr,
+            )
             return 2
         axes[name] = int(size)
     t0 = time.perf_counter()
     result = check_sharded(args.count, args.seed, Mesh(axes), args.backend)
     for m in result.mismatches:
         print(m)
-    print(f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), {result.sharded_inputs} inputs split, "
-          f"{result.compared} output comparisons, {len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
-          f"{result.clashes} with a local symbol renamed off a user dim, "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), {result.sharded_inputs} inputs split, "
+        f"{result.compared} output comparisons, {len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
+        f"{result.clashes} with a local symbol renamed off a user dim, "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     return 1 if result.mismatches else 0
 
 
@@ -189,18 +226,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      allow_abbrev=False)  # a flag is never matched by its prefix
     parser.add_argument("--count", type=int, default=1000, help="how many random graphs (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--per-program", type=int, default=30, help="graphs compiled into one program (default 30)")
+    parser.add_argument(
+        "--per-program", type=int, default=30, help="graphs compiled into one program (default 30)"
+    )
     parser.add_argument("--modes", default="search,plain", help="comma-separated: search, plain")
-    parser.add_argument("--replay", metavar="SEED:INDEX", help="rebuild one graph, print it and check it alone")
+    parser.add_argument(
+        "--replay", metavar="SEED:INDEX", help="rebuild one graph, print it and check it alone"
+    )
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink failing graphs")
     parser.add_argument("--known-bugs", action="store_true", help="also generate the triggers of KNOWN_BUGS")
-    parser.add_argument("--jobs", type=int, default=2, help="programs checked at once, in child processes (default 2)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one program may take (default 600)")
-    parser.add_argument("--model", action="store_true", help="also profile every program and check the cost model's "
-                        "memory counts against the profiler's, and that each search stops where no single move is cheaper")
-    parser.add_argument("--mesh", metavar="AXIS=SIZE,...", help="instead: compile each graph for this device mesh "
-                        "(rc.spmd) with every input split at random, and compare the simulated mesh with the reference")
-    parser.add_argument("--backend", default="numpy", help="with --mesh: each device's executor (numpy or emulator)")
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="programs checked at once, in child processes (default 2)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds one program may take (default 600)"
+    )
+    parser.add_argument(
+        "--model",
+        action="store_true",
+        help="also profile every program and check the cost model's "
+        "memory counts against the profiler's, and that each search stops where no single move is cheaper",
+    )
+    parser.add_argument(
+        "--mesh",
+        metavar="AXIS=SIZE,...",
+        help="instead: compile each graph for this device mesh "
+        "(rc.spmd) with every input split at random, and compare the simulated mesh with the reference",
+    )
+    parser.add_argument(
+        "--backend", default="numpy", help="with --mesh: each device's executor (numpy or emulator)"
+    )
     args = parser.parse_args(argv)
     if args.mesh:
         return _run_sharded(args)

@@ -1,6 +1,7 @@
 """Generator steps for the edges of the semantics: selects whose other branch is NaN or infinite,
 powers of negative bases, views of symbolic axes that only some bindings can take, chains deeper
 than one kernel may fuse, and sums long enough for rounding to drift. Mixed into `generator.Generator`, whose helpers they use."""
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,13 @@ class EdgeSteps:
         op = self.choice(["log", "recip", "mask_softmax"])
         if op == "log":  # log of a value <= 0.25 (NaN or -inf for <= 0) is never selected
             hi = math.log(max(v.hi, 0.25))
-            self.emit(f"rc.where({n} > 0.25, {n}.log(), -1.5)", min(math.log(0.25), -1.5), max(hi, -1.5), False, "where_nan_branch")
+            self.emit(
+                f"rc.where({n} > 0.25, {n}.log(), -1.5)",
+                min(math.log(0.25), -1.5),
+                max(hi, -1.5),
+                False,
+                "where_nan_branch",
+            )
         elif op == "recip":  # 1/0 = inf lies in the branch not taken
             self.emit(f"rc.where({n}.abs() < 0.5, {n}, 1.0 / {n})", -2.0, 2.0, False, "where_inf_branch")
         elif v.shape:  # -inf scores outside a mask that keeps every row's maximum
@@ -56,7 +63,13 @@ class EdgeSteps:
         """A chain deeper than one kernel may fuse (codegen.emit.MAX_FUSED_NODES)."""
         v = self.pick()
         depth = int(self.rng.integers(45, 60))  # three ops a step: 135 to 180 nodes, past MAX_FUSED_NODES
-        self.emit(f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})", -1.0, 1.0, False, "deep_chain")
+        self.emit(
+            f"functools.reduce(lambda t, _: (t * 0.75 + 0.125).sin(), range({depth}), {v.name})",
+            -1.0,
+            1.0,
+            False,
+            "deep_chain",
+        )
 
     def long_sum(self):
         """The mean of B x 700-850 values close to an offset, less the offset. A thread that adds them
@@ -65,5 +78,10 @@ class EdgeSteps:
         within a few ulps, under the tolerance's 1e-5 for an offset this size."""
         x = self.new_input(("B", int(self.rng.integers(*LONG_SUM))))
         offset = self.choice([-14.3, 15.1, -12.7])
-        return self.emit(f"(({x.name} * 0.0001 + {offset!r}).reshape(-1).mean() - {offset!r})", -2e-4, 2e-4, False,
-                         "long_sum")
+        return self.emit(
+            f"(({x.name} * 0.0001 + {offset!r}).reshape(-1).mean() - {offset!r})",
+            -2e-4,
+            2e-4,
+            False,
+            "long_sum",
+        )

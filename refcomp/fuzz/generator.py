@@ -14,8 +14,23 @@ from .serving_steps import ServingSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
 from .torch_steps import TorchSteps
-from .graph import (FRAGILE, max_extent, min_extent, FuzzGraph, InputSpec, KNOWN_BUGS, LIMIT, LONG, LONG_SUM_RATE, MAX_BINDING, MAX_ELEMENTS,
-                    SPECIALS_RATE, SYMBOLS, names_in, simple_dim)
+from .graph import (
+    FRAGILE,
+    max_extent,
+    min_extent,
+    FuzzGraph,
+    InputSpec,
+    KNOWN_BUGS,
+    LIMIT,
+    LONG,
+    LONG_SUM_RATE,
+    MAX_BINDING,
+    MAX_ELEMENTS,
+    SPECIALS_RATE,
+    SYMBOLS,
+    names_in,
+    simple_dim,
+)
 
 
 # --- the generator --------------------------------------------------------------------------------
@@ -62,10 +77,18 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
     def new_input(self, shape, kind: str = "normal", high: int = 0) -> Var:
         name = f"x{len(self.graph.inputs)}"
         specials = kind in ("normal", "positive") and self.chance(SPECIALS_RATE)
-        spec = InputSpec(name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high, specials)
+        spec = InputSpec(
+            name, tuple(d if isinstance(d, int) else str(d) for d in shape), kind, high, specials
+        )
         self.graph.inputs.append(spec)
         exec(spec.code(), self.namespace)
-        lo, hi = {"normal": (-2.0, 2.0), "positive": (0.5, 2.0), "ids": (0.0, float(high)), "slots": (0.0, float(high)), "small_ints": (-2.0, float(high))}[kind]
+        lo, hi = {
+            "normal": (-2.0, 2.0),
+            "positive": (0.5, 2.0),
+            "ids": (0.0, float(high)),
+            "slots": (0.0, float(high)),
+            "small_ints": (-2.0, float(high)),
+        }[kind]
         var = Var(name, self.namespace[name], lo, hi, True)
         if kind in ("normal", "positive"):
             self.vars.append(var)
@@ -93,7 +116,9 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
         except ShapeError:
             return None
         tensor = self.namespace[name]
-        if _elements(tensor.shape) > MAX_ELEMENTS or (op not in FRAGILE and any(min_extent(d) < 1 for d in tensor.shape)):
+        if _elements(tensor.shape) > MAX_ELEMENTS or (
+            op not in FRAGILE and any(min_extent(d) < 1 for d in tensor.shape)
+        ):
             del self.namespace[name]
             return None
         if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -145,9 +170,29 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
 
     # --- the steps ------------------------------------------------------------------------------
     def step(self) -> None:
-        kinds = [("unary", 5), ("binary", 5), ("view", 6), ("reduce", 3), ("row", 1.5), ("matmul", 1.5), ("attention", 0.6), ("layers", 0.3), ("einsum", 0.3), ("torch_math", 0.5), ("torch_api", 2.0), ("storage", 0.4),
-                 ("exact", 1.5), ("combine", 1), ("window", 1.0), ("gather", 0.4), ("select", 0.6), ("power", 0.35), ("special", 1.0),
-                 ("fragile", 0.2), ("deep", 0.04)]
+        kinds = [
+            ("unary", 5),
+            ("binary", 5),
+            ("view", 6),
+            ("reduce", 3),
+            ("row", 1.5),
+            ("matmul", 1.5),
+            ("attention", 0.6),
+            ("layers", 0.3),
+            ("einsum", 0.3),
+            ("torch_math", 0.5),
+            ("torch_api", 2.0),
+            ("storage", 0.4),
+            ("exact", 1.5),
+            ("combine", 1),
+            ("window", 1.0),
+            ("gather", 0.4),
+            ("select", 0.6),
+            ("power", 0.35),
+            ("special", 1.0),
+            ("fragile", 0.2),
+            ("deep", 0.04),
+        ]
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
@@ -160,10 +205,19 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
         b = v.bound
         options.append((f"{n}.sin()", -1.0, 1.0, "sin"))
         options.append((f"{n}.cos()", -1.0, 1.0, "cos"))
-        options.append((f"({n} * {n} + 1.0)", 1.0 if v.lo * v.hi <= 0 else 1.0 + min(v.lo ** 2, v.hi ** 2), b * b + 1.0, "square_plus_one"))
+        options.append(
+            (
+                f"({n} * {n} + 1.0)",
+                1.0 if v.lo * v.hi <= 0 else 1.0 + min(v.lo**2, v.hi**2),
+                b * b + 1.0,
+                "square_plus_one",
+            )
+        )
         options.append((f"-{n}", -v.hi, -v.lo, "neg"))
         a, c = self.choice([-1.5, 0.5, 2.0, 0.25, 3.0]), self.choice([-1.0, 0.0, 0.5, 1.0])
-        options.append((f"({n} * {a!r} + {c!r})", min(v.lo * a, v.hi * a) + c, max(v.lo * a, v.hi * a) + c, "affine"))
+        options.append(
+            (f"({n} * {a!r} + {c!r})", min(v.lo * a, v.hi * a) + c, max(v.lo * a, v.hi * a) + c, "affine")
+        )
         options.append((f"{n}.relu()", max(v.lo, 0.0), max(v.hi, 0.0), "relu"))
         options.append((f"{n}.abs()", 0.0 if v.lo * v.hi <= 0 else min(abs(v.lo), abs(v.hi)), b, "abs"))
         options.append((f"{n}.sigmoid()", _sig(v.lo), _sig(v.hi), "sigmoid"))
@@ -171,7 +225,9 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
         options.append((f"{n}.gelu(approximate='tanh')", -0.2, max(v.hi, 0.0), "gelu"))
         options.append((f"{n}.silu()", -0.3, max(v.hi, 0.0), "silu"))
         lo_c, hi_c = sorted(float(np.float32(round(x, 2))) for x in self.rng.uniform(-1.5, 1.5, 2))
-        options.append((f"{n}.clip({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), "clip"))
+        options.append(
+            (f"{n}.clip({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), "clip")
+        )
         options.append((f"({n} ** 3)", v.lo ** 3, v.hi ** 3, "cube"))
         options.append((f"{n}.contiguous()", v.lo, v.hi, "contiguous"))
         if v.hi <= 3.0 and v.lo >= -40:
@@ -184,8 +240,16 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
             options.append((f"{sq}.sqrt()", 1.0, math.sqrt(top), "sqrt"))
             options.append((f"{sq}.reciprocal()", 1.0 / top, 1.0, "recip"))
             options.append((f"{sq}.rsqrt()", 1.0 / math.sqrt(top), 1.0, "rsqrt"))
-            options.append((f"{n}.exp().reciprocal().reciprocal()" if v.hi <= 3 else f"{sq}.reciprocal().reciprocal()",
-                            math.exp(v.lo) if v.hi <= 3 else 1.0, math.exp(v.hi) if v.hi <= 3 else top, "recip_recip"))
+            options.append(
+                (
+                    f"{n}.exp().reciprocal().reciprocal()"
+                    if v.hi <= 3
+                    else f"{sq}.reciprocal().reciprocal()",
+                    math.exp(v.lo) if v.hi <= 3 else 1.0,
+                    math.exp(v.hi) if v.hi <= 3 else top,
+                    "recip_recip",
+                )
+            )
         if v.lo >= 0.5:
             options.append((f"{n}.log2()", math.log2(v.lo), math.log2(v.hi), "log2"))
             options.append((f"{n}.log()", math.log(v.lo), math.log(v.hi), "log"))
@@ -197,23 +261,49 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
             options.append((f"{n}.reciprocal().reciprocal()", v.lo, v.hi, "recip_recip"))
         if v.bound <= 6:
             options.append((f"{n}.exp2().log2()", v.lo, v.hi, "log2_exp2"))
-            options.append((f"({n}.exp2() * {n}.sin().exp2())", 2 ** (v.lo - 1), 2 ** (v.hi + 1), "exp2_product"))
+            options.append(
+                (f"({n}.exp2() * {n}.sin().exp2())", 2 ** (v.lo - 1), 2 ** (v.hi + 1), "exp2_product")
+            )
         # the algebraic rules' patterns with a view (a pad, too) on the edge between the two nodes
         if v.shape and self.chance(0.5):
             view = self.random_view_suffix(v.shape)
             w = self.pad_widths(v.shape, 1)
             if v.bound <= 6:
                 options.append((f"{n}.exp2(){view}.log2()", v.lo, v.hi, "log2_exp2_view"))
-                options.append((f"rc.maximum({n}.exp2().pad({w!r}).log2(), -8.0)", min(v.lo, -8.0), max(v.hi, -8.0),
-                                "log2_exp2_pad"))
-                options.append((f"({n}.exp2().pad({w!r}) * {n}.sin().pad({w!r}).exp2())", 0.0, 2 ** (v.hi + 1),
-                                "exp2_product_pad"))
-                options.append((f"({n}.exp2(){view} * ({n} * 0.5).exp2(){view})", 2 ** (1.5 * v.lo) if v.lo < 0 else 2 ** v.lo,
-                                2 ** (1.5 * v.hi), "exp2_product_view"))
+                options.append(
+                    (
+                        f"rc.maximum({n}.exp2().pad({w!r}).log2(), -8.0)",
+                        min(v.lo, -8.0),
+                        max(v.hi, -8.0),
+                        "log2_exp2_pad",
+                    )
+                )
+                options.append(
+                    (
+                        f"({n}.exp2().pad({w!r}) * {n}.sin().pad({w!r}).exp2())",
+                        0.0,
+                        2 ** (v.hi + 1),
+                        "exp2_product_pad",
+                    )
+                )
+                options.append(
+                    (
+                        f"({n}.exp2(){view} * ({n} * 0.5).exp2(){view})",
+                        2 ** (1.5 * v.lo) if v.lo < 0 else 2**v.lo,
+                        2 ** (1.5 * v.hi),
+                        "exp2_product_view",
+                    )
+                )
             pos, plo, phi = (n, v.lo, v.hi) if v.lo >= 0.5 else (f"({n} * {n} + 1.0)", 1.0, b * b + 1.0)
             options.append((f"{pos}.reciprocal(){view}.reciprocal()", plo, phi, "recip_recip_view"))
-            options.append((f"rc.minimum({pos}.reciprocal().pad({w!r}).reciprocal(), 8.0)", min(plo, 8.0), 8.0,
-                            "recip_recip_pad"))
+            options.append(
+                (
+                    f"rc.minimum({pos}.reciprocal().pad({w!r}).reciprocal(), 8.0)",
+                    min(plo, 8.0),
+                    8.0,
+                    "recip_recip_pad",
+                )
+            )
             options.append((f"({n}{view} + 0.0)", v.lo, v.hi, "add_zero_view"))
             options.append((f"({n}.contiguous(){view} * 1.0)", v.lo, v.hi, "mul_one_copy_view"))
         expr, lo, hi, op = self.choice(options)
@@ -292,13 +382,27 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
             axes = sorted(int(a) for a in self.rng.choice(nd, size=2, replace=False))
             which = self.choice(["sum", "max"])
             total = max_extent(v.shape[axes[0]]) * max_extent(v.shape[axes[1]])
-            lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
+            lo, hi = (
+                (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total))
+                if which == "sum"
+                else (v.lo, v.hi)
+            )
             method = "amax" if which == "max" else which  # over several axes: max itself takes one dim
-            out = self.emit(f"{n}.{method}(({axes[0]}, {axes[1]}){kd})", lo, hi, v.exact and which == "max", which + "_multi")
+            out = self.emit(
+                f"{n}.{method}(({axes[0]}, {axes[1]}){kd})",
+                lo,
+                hi,
+                v.exact and which == "max",
+                which + "_multi",
+            )
         else:
             which = self.choice(["sum", "max", "mean"])
             total = _elements(v.shape)
-            lo, hi = (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total)) if which == "sum" else (v.lo, v.hi)
+            lo, hi = (
+                (min(0.0, v.lo, v.lo * total), max(0.0, v.hi, v.hi * total))
+                if which == "sum"
+                else (v.lo, v.hi)
+            )
             out = self.emit(f"{n}.{which}()", lo, hi, v.exact and which == "max", which + "_all")
         if out is not None:
             self.tame(out)
@@ -314,19 +418,34 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
         if op == "where":
             a_code, alo, ahi, _ = self.compatible_operand(v)
             cmp = self.choice(["<", ">", "<=", ">="])
-            self.emit(f"rc.where({n} {cmp} {c!r}, {a_code}, {n})", min(alo, v.lo), max(ahi, v.hi), False, "where")
+            self.emit(
+                f"rc.where({n} {cmp} {c!r}, {a_code}, {n})", min(alo, v.lo), max(ahi, v.hi), False, "where"
+            )
         elif op == "compare":
             other = self.pick(lambda w: w.exact and w is not v and _broadcasts(w.shape, v.shape))
             rhs = other.name if other is not None and self.chance(0.5) else repr(c)
             cmp = self.choice(["<", ">", "<=", ">="])
             self.emit(f"({n} {cmp} {rhs})", 0.0, 1.0, True, "compare")
         elif op == "eq":
-            self.emit(f"{n}.eq({n}.amax(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq")
-        elif op in ("floor", "ceil"):  # discontinuous at integers: exact values take the same side in both precisions
-            scale = self.choice([1.0, 4.0])  # a power of two keeps the values exact and moves more of them across integers
+            self.emit(
+                f"{n}.eq({n}.amax(-1, keepdims=True))" if v.shape else f"{n}.eq({c!r})", 0.0, 1.0, True, "eq"
+            )
+        elif op in (
+            "floor",
+            "ceil",
+        ):  # discontinuous at integers: exact values take the same side in both precisions
+            scale = self.choice(
+                [1.0, 4.0]
+            )  # a power of two keeps the values exact and moves more of them across integers
             arg = n if scale == 1.0 else f"({n} * {scale!r})"
             f = math.floor if op == "floor" else math.ceil
-            self.emit(f"{arg}.{op}()" if self.chance(0.7) else f"rc.{op}({arg})", f(v.lo * scale), f(v.hi * scale), True, op)
+            self.emit(
+                f"{arg}.{op}()" if self.chance(0.7) else f"rc.{op}({arg})",
+                f(v.lo * scale),
+                f(v.hi * scale),
+                True,
+                op,
+            )
         elif op == "fmod":
             d = self.choice([0.75, 1.5, -1.25])
             self.emit(f"rc.fmod({n}, {d!r})", -abs(d), abs(d), True, "fmod")
@@ -362,7 +481,9 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
             if view is not None:
                 outputs[0] = view.name
         if self.chance(0.03):  # an output that is just an input
-            outputs.append(self.graph.inputs[0].name if self.graph.inputs[0].kind not in ("ids", "slots") else outputs[0])
+            outputs.append(
+                self.graph.inputs[0].name if self.graph.inputs[0].kind not in ("ids", "slots") else outputs[0]
+            )
         if self.chance(LONG_SUM_RATE):  # drawn last: the graph before it is what it was without long sums
             long = self.long_sum()
             outputs += [long.name] if long is not None else []

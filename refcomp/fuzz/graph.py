@@ -17,13 +17,17 @@ MAX_BINDING = 7  # symbolic dims are bound in [1, MAX_BINDING], and at the edge 
 SPECIALS_RATE = 0.08  # inputs that hold a few infinities and NaNs
 STRAY_IDS_RATE = 0.25  # at the edge binding, embedding ids outside the table (every backend must refuse)
 FRAGILE = ("fragile_index",)  # generator moves whose tensors may be empty or invalid at small bindings
-NAN_BY_DESIGN = ("pow_negative_base",)  # moves whose NaN is NumPy's answer (a negative base to a fractional power)
+NAN_BY_DESIGN = (
+    "pow_negative_base",
+)  # moves whose NaN is NumPy's answer (a negative base to a fractional power)
 MAX_ELEMENTS = 6000  # no tensor of a graph grows beyond this many elements at the largest binding
 LIMIT = 8.0  # values are rescaled (by a power of two) when their bound grows beyond this
 LONG = (150, 600)  # the extent of an occasional long axis
 LONG_SUM = (700, 851)  # the long sum's row (edge_steps.long_sum): B rows of it stay under MAX_ELEMENTS
 LONG_SUM_RATE = 0.05  # graphs that end with a long sum
-WIDE_ROWS_RATE = 0.15  # graphs with one more output: a 16-bit composite of large rows (ModelSteps.wide_rows_output)
+WIDE_ROWS_RATE = (
+    0.15  # graphs with one more output: a 16-bit composite of large rows (ModelSteps.wide_rows_output)
+)
 EDGE_BINDING = 2  # index of each program's third binding, whose dims lie in [0, 2]
 
 

@@ -10,7 +10,9 @@ import numpy as np
 
 from .graph import max_extent, min_extent, simple_dim, WIDE_ROWS_RATE
 
-TALL_NORM_RATE = 0.35  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
+TALL_NORM_RATE = (
+    0.35  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
+)
 
 
 class ModelSteps:
@@ -38,12 +40,20 @@ class ModelSteps:
             step = 0.25 + min(v.hi - v.lo, 64.0) if math.isfinite(v.hi - v.lo) else 0.25
             ramped = f"({n} + rc.arange({n}.shape[-1]) * {step!r})"
             last = v.shape[-1]
-            affine = tall or (simple_dim(last) and self.chance(0.5))  # tall: the search's choice needs the affine step
+            affine = tall or (
+                simple_dim(last) and self.chance(0.5)
+            )  # tall: the search's choice needs the affine step
             bound = math.sqrt(max_extent(last)) + 1
             if affine:
                 w = self.new_input((last,), "normal")
                 b = self.new_input((last,), "normal")
-                out = self.emit(f"rc.nn.layer_norm({ramped}, {w.name}, {b.name})", -2 * bound - 2, 2 * bound + 2, False, op)
+                out = self.emit(
+                    f"rc.nn.layer_norm({ramped}, {w.name}, {b.name})",
+                    -2 * bound - 2,
+                    2 * bound + 2,
+                    False,
+                    op,
+                )
             else:
                 out = self.emit(f"rc.nn.layer_norm({ramped})", -bound, bound, False, op)
         elif min_extent(v.shape[-1]) >= 2:  # over one value, x / sqrt(x^2 + eps) is ill-conditioned near 0
@@ -51,12 +61,22 @@ class ModelSteps:
             out = self.emit(f"rc.nn.rms_norm({n})", -bound, bound, False, op)
         else:
             out = self.emit(f"{n}.softmax({axis})", 0.0, 1.0, False, "softmax")
-        if out is not None and op in ("layer_norm", "rms_norm") and simple_dim(out.shape[-1]) and (tall or self.chance(0.5)):
+        if (
+            out is not None
+            and op in ("layer_norm", "rms_norm")
+            and simple_dim(out.shape[-1])
+            and (tall or self.chance(0.5))
+        ):
             # a norm feeding a matmul, as in every transformer: the search may compute its statistics
             # in the matmul's prologue
             w = self.new_input((out.shape[-1], self.choice([8, 16, "B"])))
             kk = max_extent(out.shape[-1])
-            out = self.emit(f"({out.name} @ {w.name})", -2 * kk * out.bound, 2 * kk * out.bound, False, "norm_matmul") or out
+            out = (
+                self.emit(
+                    f"({out.name} @ {w.name})", -2 * kk * out.bound, 2 * kk * out.bound, False, "norm_matmul"
+                )
+                or out
+            )
         if out is not None:
             self.tame(out)
 
@@ -69,7 +89,9 @@ class ModelSteps:
         r = self.rng.random()
         if r < 0.15 and len(shape) >= 2:  # a batched product of the tensor with itself
             kk = max_extent(k)
-            out = self.emit(f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound ** 2, kk * v.bound ** 2, False, "matmul_self")
+            out = self.emit(
+                f"({n} @ {n}.transpose(-1, -2))", -kk * v.bound**2, kk * v.bound**2, False, "matmul_self"
+            )
         elif r < 0.3 and len(shape) >= 2 and simple_dim(shape[-2]):  # W @ v
             m = self.choice([1, 2, 3, 5, "T"])
             w = self.new_input((m, shape[-2]))
@@ -78,7 +100,9 @@ class ModelSteps:
         elif r < 0.34:  # one row by a long concrete K and a wide W (a decoding step): the search may split K
             kk = 768  # (search/split.py; smaller ones are launch-bound, and a split's second kernel never pays)
             x, w = self.new_input((1, kk)), self.new_input((kk, self.choice([2304, 3072])))
-            out = self.emit(f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul")
+            out = self.emit(
+                f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul"
+            )
         elif simple_dim(k):
             width = self.choice([1, 2, 3, 4, 7, "B", 16])
             kk = max_extent(k)
@@ -88,13 +112,17 @@ class ModelSteps:
                 expr = f"({n} @ {w.name})" if bias is None else f"({n} @ {w.name} + {bias})"
             else:  # linear: x @ W.T (+ b)
                 w = self.new_input((width, k))
-                expr = f"rc.nn.linear({n}, {w.name})" if bias is None else f"rc.nn.linear({n}, {w.name}, {bias})"
+                expr = (
+                    f"rc.nn.linear({n}, {w.name})" if bias is None else f"rc.nn.linear({n}, {w.name}, {bias})"
+                )
             out = self.emit(expr, -2 * kk * v.bound - 2, 2 * kk * v.bound + 2, False, "matmul")
         else:
             return self.step_unary()
         if out is not None:
             relu = self.chance(0.4)
-            out = self.tame(out)  # then relu: the last step, a maximum of a pair, may be the matmul's stored epilogue
+            out = self.tame(
+                out
+            )  # then relu: the last step, a maximum of a pair, may be the matmul's stored epilogue
             if relu:
                 self.emit(f"{out.name}.relu()", 0.0, max(out.hi, 0.0), False, "relu")
 
@@ -106,11 +134,15 @@ class ModelSteps:
         if q is None:
             return self.step_matmul()
         known = isinstance(q.shape[-1], int) and q.shape[-1] <= 128
-        if simple_dim(q.shape[-1]) and (not known or self.chance(0.3)):  # a known head dimension: the scores can stream
+        if simple_dim(q.shape[-1]) and (
+            not known or self.chance(0.3)
+        ):  # a known head dimension: the scores can stream
             w = self.new_input((q.shape[-1], self.choice([4, 8, 16, 40])))
             kk = max_extent(q.shape[-1])
             q = self.emit(f"({q.name} @ {w.name})", -2 * kk * q.bound, 2 * kk * q.bound, False, "matmul") or q
-        own_values = self.chance(0.5) and all(simple_dim(d) for d in q.shape)  # an input's dims are names or ints
+        own_values = self.chance(0.5) and all(
+            simple_dim(d) for d in q.shape
+        )  # an input's dims are names or ints
         v = self.new_input(q.shape) if own_values else q
         causal = self.chance(0.5)
         out = self.emit(f"rc.nn.scaled_dot_product_attention({q.name}, {q.name}, {v.name}, causal={causal})",
@@ -128,7 +160,13 @@ class ModelSteps:
         if r < 0.4:
             w = self.new_input((v.shape[-1], self.choice([2, 3, "B"])))
             kk = max_extent(v.shape[-1])
-            out = self.emit(f"rc.einsum('...ij,jk->...ik', {n}, {w.name})", -2 * kk * v.bound, 2 * kk * v.bound, False, "einsum")
+            out = self.emit(
+                f"rc.einsum('...ij,jk->...ik', {n}, {w.name})",
+                -2 * kk * v.bound,
+                2 * kk * v.bound,
+                False,
+                "einsum",
+            )
         elif r < 0.6:
             kk = max_extent(v.shape[-2])
             out = self.emit(f"rc.einsum('...ij->...j', {n})", -kk * v.bound, kk * v.bound, False, "einsum")
@@ -190,20 +228,31 @@ class ModelSteps:
         if v is None:
             return self.step_unary()
         n, lo, hi = v.name, v.lo, v.hi
-        options = [(f"{n}.atan()", math.atan(lo), math.atan(hi), False, "atan"),
-                   (f"{n}.asinh()", math.asinh(lo), math.asinh(hi), False, "asinh"),
-                   (f"({n} * 0.05).atanh()", math.atanh(max(lo * 0.05, -0.99)), math.atanh(min(hi * 0.05, 0.99)), False, "atanh"),
-                   (f"{n}.sign()", -1.0, 1.0, True, "sign"), (f"{n}.round()", round(lo) - 1, round(hi) + 1, v.exact, "round"),
-                   (f"{n}.trunc()", math.trunc(lo), math.trunc(hi), v.exact, "trunc"),
-                   (f"rc.nn.elu({n})", -1.0, max(hi, 0.0), False, "elu"),
-                   (f"rc.nn.softplus({n})", 0.0, max(hi, 0.0) + 1.0, False, "softplus"),
-                   (f"rc.nn.hardswish({n})", -0.5, max(hi, 0.0), False, "hardswish")]
+        options = [
+            (f"{n}.atan()", math.atan(lo), math.atan(hi), False, "atan"),
+            (f"{n}.asinh()", math.asinh(lo), math.asinh(hi), False, "asinh"),
+            (
+                f"({n} * 0.05).atanh()",
+                math.atanh(max(lo * 0.05, -0.99)),
+                math.atanh(min(hi * 0.05, 0.99)),
+                False,
+                "atanh",
+            ),
+            (f"{n}.sign()", -1.0, 1.0, True, "sign"),
+            (f"{n}.round()", round(lo) - 1, round(hi) + 1, v.exact, "round"),
+            (f"{n}.trunc()", math.trunc(lo), math.trunc(hi), v.exact, "trunc"),
+            (f"rc.nn.elu({n})", -1.0, max(hi, 0.0), False, "elu"),
+            (f"rc.nn.softplus({n})", 0.0, max(hi, 0.0) + 1.0, False, "softplus"),
+            (f"rc.nn.hardswish({n})", -0.5, max(hi, 0.0), False, "hardswish"),
+        ]
         if v.bound <= 8:
             options.append((f"{n}.cosh()", 1.0, math.cosh(v.bound), False, "cosh"))
         if len(v.shape) >= 1 and isinstance(v.shape[-1], int):
             options.append((f"{n}.cummax(-1).values", lo, hi, v.exact, "cummax"))
             options.append((f"{n}.roll(1, -1)", lo, hi, v.exact, "roll"))
-            options.append((f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp"))
+            options.append(
+                (f"{n}.logcumsumexp(-1)", lo, hi + math.log(v.shape[-1] + 1), False, "logcumsumexp")
+            )
             if v.shape[-1] >= 2:
                 options.append((f"{n}.unfold(-1, 2, 1)", lo, hi, v.exact, "unfold"))
             row = v.shape[-1]
@@ -211,19 +260,31 @@ class ModelSteps:
                 options.append((f"{n}.sort(-1, descending=True)[0]", lo, hi, v.exact, "sort"))
                 options.append((f"{n}.gather(-1, {n}.argsort(-1))", lo, hi, v.exact, "gather_sorted"))
                 options.append((f"{n}.median(-1, keepdim=True)[0]", lo, hi, v.exact, "median"))
-            if row <= 64:  # counts of ranks down a tree of minima (the network's selection where the batch is symbolic)
+            if (
+                row <= 64
+            ):  # counts of ranks down a tree of minima (the network's selection where the batch is symbolic)
                 k, largest = 1 + self.counter % min(row, 3), self.counter % 2 == 0  # (drawing nothing more)
                 options.append((f"{n}.topk({k}, -1, largest={largest})[0]", lo, hi, v.exact, "topk"))
         if len(v.shape) >= 1 and simple_dim(v.shape[-1]):
             extent = max_extent(v.shape[-1])
-            options.append((f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp"))
+            options.append(
+                (f"{n}.logsumexp(dim=-1, keepdim=True)", lo, hi + math.log(extent), False, "logsumexp")
+            )
             # Bessel's correction over one value is NaN by definition: only where the axis has two
             correction = "" if min_extent(v.shape[-1]) >= 2 else ", correction=0"
             options.append((f"{n}.std(dim=-1, keepdim=True{correction})", 0.0, hi - lo + 1.0, False, "std"))
         other = self.pick(lambda w: w is not v and w.shape == v.shape and w.bound <= 20)
         if other is not None:
             options.append((f"rc.atan2({n}, {other.name})", -math.pi, math.pi, False, "atan2"))
-            options.append((f"{n}.logaddexp({other.name})", max(lo, other.lo), max(hi, other.hi) + 1.0, False, "logaddexp"))
+            options.append(
+                (
+                    f"{n}.logaddexp({other.name})",
+                    max(lo, other.lo),
+                    max(hi, other.hi) + 1.0,
+                    False,
+                    "logaddexp",
+                )
+            )
         expr, out_lo, out_hi, exact, op = options[int(self.rng.integers(len(options)))]
         out = self.emit(expr, out_lo, out_hi, exact, op)
         if out is not None:
@@ -252,7 +313,12 @@ class ModelSteps:
             return self.step_conv_nd()
         v = self.pick(lambda v: len(v.shape) == 4 and all(isinstance(d, int) for d in v.shape[1:]))
         if v is None or self.chance(0.3):
-            shape = (self.choice([1, 2, "B"]), self.choice([1, 2, 3]), int(self.rng.integers(3, 8)), int(self.rng.integers(3, 8)))
+            shape = (
+                self.choice([1, 2, "B"]),
+                self.choice([1, 2, 3]),
+                int(self.rng.integers(3, 8)),
+                int(self.rng.integers(3, 8)),
+            )
             v = self.new_input(shape)
         n = v.name
         _, c, h, w = v.shape
@@ -265,24 +331,53 @@ class ModelSteps:
             wt = self.new_input((cout, c, k, k))
             bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ""
             bound = c * k * k * v.bound * 2 + 2
-            out = self.emit(f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})", -bound, bound, False, "conv2d")
+            out = self.emit(
+                f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})",
+                -bound,
+                bound,
+                False,
+                "conv2d",
+            )
         elif op == "conv_transpose":
             cout, stride = self.choice([1, 2]), self.choice([1, 2])
             wt = self.new_input((c, cout, k, k))
             bound = c * k * k * v.bound * 2 + 2
-            out = self.emit(f"rc.nn.conv_transpose2d({n}, {wt.name}, stride={stride})", -bound, bound, False, "conv_transpose2d")
+            out = self.emit(
+                f"rc.nn.conv_transpose2d({n}, {wt.name}, stride={stride})",
+                -bound,
+                bound,
+                False,
+                "conv_transpose2d",
+            )
         elif op == "max_pool":
             pad = self.choice([0, k // 2])
             extra = f", dilation={self.choice([1, 1, 2])}, ceil_mode={self.chance(0.4)}"
             if self.chance(0.3):  # where each maximum lies: exact positions in the input plane
-                out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra}, return_indices=True)[1]",
-                                0.0, h * w, True, "max_pool_indices")
+                out = self.emit(
+                    f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra}, return_indices=True)[1]",
+                    0.0,
+                    h * w,
+                    True,
+                    "max_pool_indices",
+                )
             else:
-                out = self.emit(f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})", v.lo, v.hi, v.exact, "max_pool2d")
+                out = self.emit(
+                    f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})",
+                    v.lo,
+                    v.hi,
+                    v.exact,
+                    "max_pool2d",
+                )
         else:
             pad = self.choice([0, k // 2])
             extra = f", ceil_mode={self.chance(0.4)}, count_include_pad={self.chance(0.5)}"
-            out = self.emit(f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})", min(v.lo, 0.0), max(v.hi, 0.0), False, "avg_pool2d")
+            out = self.emit(
+                f"rc.nn.avg_pool2d({n}, {k}, stride={stride}, padding={pad}{extra})",
+                min(v.lo, 0.0),
+                max(v.hi, 0.0),
+                False,
+                "avg_pool2d",
+            )
         if out is not None:
             self.tame(out)
 
@@ -297,9 +392,15 @@ class ModelSteps:
             if v is None or self.chance(0.4):
                 v = self.new_input((self.choice([1, 2, "B"]), c, self.choice(["T", 5, 9, 12])))
         else:
-            v = self.pick(lambda v: len(v.shape) == 5 and v.shape[1] == c and all(isinstance(n, int) for n in v.shape[2:]))
+            v = self.pick(
+                lambda v: (
+                    len(v.shape) == 5 and v.shape[1] == c and all(isinstance(n, int) for n in v.shape[2:])
+                )
+            )
             if v is None or self.chance(0.4):
-                v = self.new_input((self.choice([1, "B"]), c) + tuple(int(self.rng.integers(2, 5)) for _ in range(3)))
+                v = self.new_input(
+                    (self.choice([1, "B"]), c) + tuple(int(self.rng.integers(2, 5)) for _ in range(3))
+                )
         kernel = tuple(int(self.rng.integers(1, 4)) for _ in range(d))
         dilation = tuple(self.choice([1, 1, 2]) for _ in range(d))
         stride = tuple(self.choice([1, 1, 2]) for _ in range(d))
@@ -312,17 +413,31 @@ class ModelSteps:
         bound = (c // groups) * math.prod(kernel) * v.bound * 2 + 2
         fn = self.choice(["conv", f"conv{d}d"])
         padding = pads if fn == "conv" and self.chance(0.5) else [p for p, _ in pads]
-        out = self.emit(f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, "
-                        f"groups={groups})", -bound, bound, False, f"conv{d}d")
+        out = self.emit(
+            f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, "
+            f"groups={groups})",
+            -bound,
+            bound,
+            False,
+            f"conv{d}d",
+        )
         if out is not None:
             self.tame(out)
 
     def step_gather(self) -> None:
         v = self.pick(lambda v: len(v.shape) == 2 and isinstance(v.shape[0], int))
-        table = v if v is not None and self.chance(0.6) else self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
+        table = (
+            v
+            if v is not None and self.chance(0.6)
+            else self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
+        )
         rows = table.shape[0]
         ids = self.new_input(self.choice([(3,), ("B",), (2, "T"), (1,)]), "ids", rows)
-        view = self.choice(["", "", ".flip(0)", "[::-1]" if len(ids.shape) == 1 else "[:, ::2]", ".unsqueeze(0)"])
-        self.emit(f"rc.nn.embedding({ids.name}{view}, {table.name})", table.lo, table.hi, table.exact, "gather")
+        view = self.choice(
+            ["", "", ".flip(0)", "[::-1]" if len(ids.shape) == 1 else "[:, ::2]", ".unsqueeze(0)"]
+        )
+        self.emit(
+            f"rc.nn.embedding({ids.name}{view}, {table.name})", table.lo, table.hi, table.exact, "gather"
+        )
 
     # --- one whole graph ------------------------------------------------------------------------

@@ -33,8 +33,13 @@ class ServingSteps:
     def step_scatter(self) -> None:
         if self.chance(0.4):
             return self.paged_attention()
-        v = self.pick(lambda v: len(v.shape) >= 1 and all(map(simple_dim, v.shape))  # the source is an input of v's shape
-                      and any(isinstance(d, int) and d >= 1 for d in v.shape))
+        v = self.pick(
+            lambda v: (
+                len(v.shape) >= 1
+                and all(map(simple_dim, v.shape))  # the source is an input of v's shape
+                and any(isinstance(d, int) and d >= 1 for d in v.shape)
+            )
+        )
         if v is None or self.chance(0.3):
             v = self.new_input((int(self.rng.integers(2, 9)), self.choice([1, 3, 4, "T"])))
         axes = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 1]
@@ -51,7 +56,12 @@ class ServingSteps:
     def paged_attention(self) -> None:
         """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D) after writing each
         sequence's new row at its slot; the same pool serves as keys and values."""
-        pages, size, heads, width = int(self.rng.integers(2, 5)), self.choice([2, 4]), self.choice([1, 2]), self.choice([2, 4])
+        pages, size, heads, width = (
+            int(self.rng.integers(2, 5)),
+            self.choice([2, 4]),
+            self.choice([1, 2]),
+            self.choice([2, 4]),
+        )
         slots = pages * size
         pool = self.new_input((slots, heads, width))
         batch = self.choice(["B", 1, 2]) if slots >= 7 else self.choice([1, 2])
@@ -60,21 +70,34 @@ class ServingSteps:
         table = self.new_input((batch, int(self.rng.integers(1, 3))), "ids", pages)
         q = self.new_input((batch, heads, width))
         lo, hi = min(pool.lo, new.lo), max(pool.hi, new.hi)
-        written = self.emit(f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})", lo, hi, True, "paged_write")
+        written = self.emit(
+            f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})", lo, hi, True, "paged_write"
+        )
         if written is None:
             return
         # the values from the updated pool; the keys from it too, or from the old pool, whose Gather must
         # then run before the Scatter writes the pool's buffer in place
-        values = self.emit(f"rc.serving.gather_pages({written.name}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        values = self.emit(
+            f"rc.serving.gather_pages({written.name}, {table.name}, {size})", lo, hi, True, "paged_gather"
+        )
         source = written.name if self.chance(0.5) else pool.name
-        keys = self.emit(f"rc.serving.gather_pages({source}, {table.name}, {size})", lo, hi, True, "paged_gather")
+        keys = self.emit(
+            f"rc.serving.gather_pages({source}, {table.name}, {size})", lo, hi, True, "paged_gather"
+        )
         if keys is None or values is None:
             return
         bound = width * max(abs(lo), abs(hi)) * max(abs(q.lo), abs(q.hi)) / math.sqrt(width)
-        scores = self.emit(f"({q.name}.unsqueeze(1) * {keys.name}).sum(-1) * {1 / math.sqrt(width)!r}", -bound, bound, False,
-                           "paged_scores")
+        scores = self.emit(
+            f"({q.name}.unsqueeze(1) * {keys.name}).sum(-1) * {1 / math.sqrt(width)!r}",
+            -bound,
+            bound,
+            False,
+            "paged_scores",
+        )
         if scores is None:
             return
         weights = self.emit(f"{scores.name}.softmax(1)", 0.0, 1.0, False, "paged_softmax")
         if weights is not None:
-            self.emit(f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention")
+            self.emit(
+                f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention"
+            )

@@ -55,7 +55,11 @@ def clashing_names(g: FuzzGraph, binding: dict, mesh, rng) -> tuple[FuzzGraph, d
     wrong output or a binding error. The graph's other dim (T) is renamed so; a graph without one gets
     an input of its own with that dim, summed over it."""
     axes = [a for a, n in mesh.axes if n > 1]
-    used = [s for s in SYMBOLS if any(s in spec.shape for spec in g.inputs) or any(f"'{s}'" in e for _, e in g.lines)]
+    used = [
+        s
+        for s in SYMBOLS
+        if any(s in spec.shape for spec in g.inputs) or any(f"'{s}'" in e for _, e in g.lines)
+    ]
     if not axes or not used:
         return g, binding
     axis = axes[int(rng.integers(len(axes)))]
@@ -67,7 +71,11 @@ def clashing_names(g: FuzzGraph, binding: dict, mesh, rng) -> tuple[FuzzGraph, d
     if old in used:
         quoted = re.compile(rf"""(['"]){old}\1""")  # dims appear in code as quoted names: x.expand('B', -1)
         inputs = [replace(spec, shape=tuple(new if d == old else d for d in spec.shape)) for spec in g.inputs]
-        lines, outputs, ops = [(var, quoted.sub(rf"\g<1>{new}\g<1>", e)) for var, e in g.lines], g.outputs, g.ops
+        lines, outputs, ops = (
+            [(var, quoted.sub(rf"\g<1>{new}\g<1>", e)) for var, e in g.lines],
+            g.outputs,
+            g.ops,
+        )
     else:
         extra = InputSpec("xclash", (new, 3))
         inputs, lines = g.inputs + [extra], g.lines + [("vclash", f"{extra.name}.sum(0)")]
@@ -95,8 +103,14 @@ def check_sharded(count: int, seed: int, mesh, backend: str = "numpy") -> Sharde
             want32 = rc.evaluate(outputs, feeds, dims=binding, precision="float32")
         except RefcompError:
             continue
-        draws = {"xclash": clash_rng, "vclash": clash_rng}  # the added input and output: the others draw as before
-        specs = {spec.name: random_spec(draws.get(spec.name, rng), tuple(spec.shape), binding, mesh) for spec in g.inputs}
+        draws = {
+            "xclash": clash_rng,
+            "vclash": clash_rng,
+        }  # the added input and output: the others draw as before
+        specs = {
+            spec.name: random_spec(draws.get(spec.name, rng), tuple(spec.shape), binding, mesh)
+            for spec in g.inputs
+        }
         result.sharded_inputs += sum(any(a is not None for a in s) for s in specs.values())
         laid = {}  # half the outputs laid out at random (rc.shard): the moves between layouts are exercised
         for key, tensor in outputs.items():
@@ -116,6 +130,8 @@ def check_sharded(count: int, seed: int, mesh, backend: str = "numpy") -> Sharde
             result.compared += 1
             message = compare(got[key], want64[key], want32[key], storage_of(tensor))
             if message is not None:
-                result.mismatches.append(f"graph {seed}:{index} output {key} with {specs}, outputs laid out {laid}: "
-                                         f"{message}\n{g.code()}")
+                result.mismatches.append(
+                    f"graph {seed}:{index} output {key} with {specs}, outputs laid out {laid}: "
+                    f"{message}\n{g.code()}"
+                )
     return result

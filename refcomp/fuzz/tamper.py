@@ -7,12 +7,25 @@ from __future__ import annotations
 import json
 import random
 
-from ..exec.program import load_program
+from ..pipeline.load import load_program
 from ..exec.saved import ProgramFileError, body_mac
 
 # Text an attacker might put where a file holds code, a dim or an index.
-HOSTILE = ['__import__("os").system("true")', "1000000*B", 'x); system("true"); (', "-1", "B**B", "9" * 40, "[" * 50,
-           "idiv(B, 0)", 10 ** 12, -1, None, [], {"tuple": []}]
+HOSTILE = [
+    '__import__("os").system("true")',
+    "1000000*B",
+    'x); system("true"); (',
+    "-1",
+    "B**B",
+    "9" * 40,
+    "[" * 50,
+    "idiv(B, 0)",
+    10**12,
+    -1,
+    None,
+    [],
+    {"tuple": []},
+]
 
 
 def _leaves(data, path=()):

@@ -13,19 +13,43 @@ class TorchSteps:
         if v is None:
             return self.step_unary()
         n, nd = v.name, len(v.shape)
-        known = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 2]  # axes whose length is concrete
+        known = [
+            a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 2
+        ]  # axes whose length is concrete
         options = []
         lo_c, hi_c = sorted(round(float(x), 2) for x in self.rng.uniform(-1.5, 1.5, 2))
-        options.append((f"{n}.clamp({lo_c!r}, {hi_c!r})", min(max(v.lo, lo_c), hi_c), max(min(v.hi, hi_c), lo_c), v.exact, "clamp"))
+        options.append(
+            (
+                f"{n}.clamp({lo_c!r}, {hi_c!r})",
+                min(max(v.lo, lo_c), hi_c),
+                max(min(v.hi, hi_c), lo_c),
+                v.exact,
+                "clamp",
+            )
+        )
         options.append((f"rc.clamp({n}, min={lo_c!r})", max(v.lo, lo_c), max(v.hi, lo_c), v.exact, "clamp"))
         bound = self.pick(lambda w: w is not v and w.shape == v.shape)
         if bound is not None:
-            options.append((f"{n}.clamp(max={bound.name})", min(v.lo, bound.lo), min(v.hi, bound.hi), v.exact and bound.exact,
-                            "clamp_tensor"))
+            options.append(
+                (
+                    f"{n}.clamp(max={bound.name})",
+                    min(v.lo, bound.lo),
+                    min(v.hi, bound.hi),
+                    v.exact and bound.exact,
+                    "clamp_tensor",
+                )
+            )
         if nd >= 2:
             k = int(self.rng.integers(-2, 3))
-            options.append((f"rc.tril({n}, {k})" if self.chance(0.5) else f"{n}.triu(diagonal={k})", min(v.lo, 0.0),
-                            max(v.hi, 0.0), v.exact, "tril"))
+            options.append(
+                (
+                    f"rc.tril({n}, {k})" if self.chance(0.5) else f"{n}.triu(diagonal={k})",
+                    min(v.lo, 0.0),
+                    max(v.hi, 0.0),
+                    v.exact,
+                    "tril",
+                )
+            )
         axis = int(self.rng.integers(-nd, nd))
         which = self.choice(["max", "min"])
         keep = ", keepdim=True" if self.chance(0.4) else ""
@@ -39,10 +63,20 @@ class TorchSteps:
             length = v.shape[axis]
             size = int(self.rng.integers(1, length))
             pieces = -(-length // size)
-            options.append((f"{n}.split({size}, {axis})[{int(self.rng.integers(pieces))}]", v.lo, v.hi, v.exact, "split"))
+            options.append(
+                (f"{n}.split({size}, {axis})[{int(self.rng.integers(pieces))}]", v.lo, v.hi, v.exact, "split")
+            )
             chunks = int(self.rng.integers(2, length + 1))
             count = -(-length // -(-length // chunks))
-            options.append((f"{n}.chunk({chunks}, dim={axis})[{int(self.rng.integers(count))}]", v.lo, v.hi, v.exact, "chunk"))
+            options.append(
+                (
+                    f"{n}.chunk({chunks}, dim={axis})[{int(self.rng.integers(count))}]",
+                    v.lo,
+                    v.hi,
+                    v.exact,
+                    "chunk",
+                )
+            )
             spread = (v.hi - v.lo) ** 2
             options.append((f"{n}.var({axis}{keep})", 0.0, spread, False, "var_torch"))
             options.append((f"{n}.std({axis})", 0.0, v.hi - v.lo, False, "var_torch"))
@@ -58,8 +92,15 @@ class TorchSteps:
         gen = f"generator=rc.Generator({seed})"
         p = self.choice([0.25, 0.5])
         scale = 1.0 / (1.0 - p)
-        return [(f"{n} * rc.rand_like({n}, {gen})", min(v.lo, 0.0), max(v.hi, 0.0), False, "random_rand"),
-                (f"{n} + rc.randn_like({n}, {gen})", v.lo - 6.0, v.hi + 6.0, False, "random_randn"),
-                (f"rc.randint_like({n}, -3, 4, {gen})", -3.0, 3.0, True, "random_randint"),
-                (f"rc.nn.dropout({n}, {p}, {gen})", min(v.lo * scale, 0.0), max(v.hi * scale, 0.0), v.exact and p == 0.5,
-                 "random_dropout")]
+        return [
+            (f"{n} * rc.rand_like({n}, {gen})", min(v.lo, 0.0), max(v.hi, 0.0), False, "random_rand"),
+            (f"{n} + rc.randn_like({n}, {gen})", v.lo - 6.0, v.hi + 6.0, False, "random_randn"),
+            (f"rc.randint_like({n}, -3, 4, {gen})", -3.0, 3.0, True, "random_randint"),
+            (
+                f"rc.nn.dropout({n}, {p}, {gen})",
+                min(v.lo * scale, 0.0),
+                max(v.hi * scale, 0.0),
+                v.exact and p == 0.5,
+                "random_dropout",
+            ),
+        ]

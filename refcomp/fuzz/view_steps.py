@@ -1,6 +1,7 @@
 """Generator steps for views: permute, flip, slice, pad, reshape, (un)squeeze, expand and transpose,
 each emitted as an edge between compute nodes, and the random slices, pads and reshapes other steps
 reuse; and the views' sums: concat, stack and cumsum. Mixed into `generator.Generator`, whose helpers (`pick`, `chance`, `emit`) they use."""
+
 from __future__ import annotations
 
 from .graph import max_extent
@@ -24,14 +25,18 @@ class ViewSteps:
         elif op == "slice":
             items = []
             for axis, d in enumerate(shape):
-                if isinstance(d, int) and d > 1 and op == "slice" and self.chance(0.1):  # one list of ints picks entries
+                if (
+                    isinstance(d, int) and d > 1 and op == "slice" and self.chance(0.1)
+                ):  # one list of ints picks entries
                     picks = [int(i) for i in self.rng.integers(-d, d, int(self.rng.integers(1, 5)))]
                     items.append(repr(picks))
                     op = "index_list"
                 elif isinstance(d, int) and self.chance(0.6):
                     items.append(self.random_slice(d))
                 elif not isinstance(d, int) and self.chance(0.3):
-                    items.append(self.choice(["::2", "::-1", "::3", "::-2"]) if self.choice([0, 1]) == 0 else "::-1")
+                    items.append(
+                        self.choice(["::2", "::-1", "::3", "::-2"]) if self.choice([0, 1]) == 0 else "::-1"
+                    )
                 else:
                     items.append(":")
             expr = f"{n}[{', '.join(items)}]"
@@ -77,11 +82,22 @@ class ViewSteps:
             ex = v.exact and (other.exact if other is not None else True)
             self.emit(f"rc.concat([{n}, {o}], {axis})", lo, hi, ex, "concat")
         elif r < 0.7:
-            self.emit(f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})", min(v.lo, v.lo * 0.5),
-                      max(v.hi, v.hi * 0.5), v.exact, "stack")
+            self.emit(
+                f"rc.stack([{n}, {n} * 0.5], {int(self.rng.integers(-nd - 1, nd + 1))})",
+                min(v.lo, v.lo * 0.5),
+                max(v.hi, v.hi * 0.5),
+                v.exact,
+                "stack",
+            )
         else:
             extent = max_extent(v.shape[axis])
-            out = self.emit(f"{n}.cumsum({axis})", min(0.0, v.lo, v.lo * extent), max(0.0, v.hi, v.hi * extent), False, "cumsum")
+            out = self.emit(
+                f"{n}.cumsum({axis})",
+                min(0.0, v.lo, v.lo * extent),
+                max(0.0, v.hi, v.hi * extent),
+                False,
+                "cumsum",
+            )
             if out is not None:
                 self.tame(out)
 
@@ -89,8 +105,13 @@ class ViewSteps:
         out = self.emit(expr, lo, hi, exact, op)
         # a view followed by an elementwise op, so the view lands on an edge between compute nodes
         if out is not None and self.chance(0.3):
-            self.emit(f"({out.name} * {self.choice([0.5, 2.0, -1.0, 1.0])!r})", -out.bound * 2, out.bound * 2, out.exact,
-                      "scale_after_view")
+            self.emit(
+                f"({out.name} * {self.choice([0.5, 2.0, -1.0, 1.0])!r})",
+                -out.bound * 2,
+                out.bound * 2,
+                out.exact,
+                "scale_after_view",
+            )
 
     def random_view_suffix(self, shape) -> str:
         """A view that keeps every element (no pad): flip, permute, transpose, expand or reshape."""
@@ -125,7 +146,12 @@ class ViewSteps:
         r = self.rng.random()
         dims = [f"{n}.shape[{a}]" for a in range(nd)]
         if r < 0.3 or nd == 1:
-            if nd == 1 and isinstance(shape[0], int) and shape[0] > 3 and any(shape[0] % k == 0 for k in (2, 3)):
+            if (
+                nd == 1
+                and isinstance(shape[0], int)
+                and shape[0] > 3
+                and any(shape[0] % k == 0 for k in (2, 3))
+            ):
                 k = 2 if shape[0] % 2 == 0 else 3
                 return f"{n}.reshape({k}, -1)"
             return f"{n}.reshape(-1)"
@@ -133,7 +159,9 @@ class ViewSteps:
             a = int(self.rng.integers(nd - 1))
             new = dims[:a] + ["-1"] + dims[a + 2:]
             return f"{n}.reshape({', '.join(new)})"
-        splittable = [a for a, d in enumerate(shape) if isinstance(d, int) and d > 3 and (d % 2 == 0 or d % 3 == 0)]
+        splittable = [
+            a for a, d in enumerate(shape) if isinstance(d, int) and d > 3 and (d % 2 == 0 or d % 3 == 0)
+        ]
         if splittable:
             a = self.choice(splittable)
             k = 2 if shape[a] % 2 == 0 else 3

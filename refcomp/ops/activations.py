@@ -114,8 +114,10 @@ def silu(input, inplace: bool = False):
 
 def _softmax_dim(x, dim, who: str):
     if dim is None:
-        raise ShapeError(f"{who} of {x.label}: give dim (PyTorch's choice without one, 0 or 1 by the number of axes, "
-                         f"is deprecated)")
+        raise ShapeError(
+            f"{who} of {x.label}: give dim (PyTorch's choice without one, 0 or 1 by the number of axes, "
+            f"is deprecated)"
+        )
     return dim
 
 

@@ -22,8 +22,20 @@ from .provenance import user_op
 
 @user_op
 @computed_in_float32
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
-                                 scale=None, enable_gqa: bool = False, causal=None, mask=None, generator=None):
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale=None,
+    enable_gqa: bool = False,
+    causal=None,
+    mask=None,
+    generator=None,
+):
     """torch.nn.functional.scaled_dot_product_attention. `is_causal` lets query i see keys j <= i (top-left
     aligned; with attn_mask too, both apply); `scale` defaults to 1/sqrt(d); `enable_gqa`: k and v may
     have fewer heads (axis -3) than q, each shared by q's heads in groups. `causal=` and `mask=` are
@@ -33,17 +45,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     is_causal = _alias(is_causal, False, causal, "is_causal", "causal")
     attn_mask = _alias(attn_mask, None, mask, "attn_mask", "mask")
     if attn_mask is not None and not isinstance(attn_mask, TensorCore):
-        raise ShapeError(f"scaled_dot_product_attention: attn_mask must be a tensor (boolean: True takes part; float: "
-                         f"added to the scores), got {attn_mask!r}; the fourth argument is PyTorch's attn_mask, so "
-                         f"a causal mask is is_causal=True")
+        raise ShapeError(
+            f"scaled_dot_product_attention: attn_mask must be a tensor (boolean: True takes part; float: "
+            f"added to the scores), got {attn_mask!r}; the fourth argument is PyTorch's attn_mask, so "
+            f"a causal mask is is_causal=True"
+        )
     if not isinstance(is_causal, bool):
         raise ShapeError(f"scaled_dot_product_attention: is_causal must be a bool, got {is_causal!r}")
     if not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p <= 1.0:
-        raise ShapeError(f"scaled_dot_product_attention: dropout_p must be a number in [0, 1], got {dropout_p!r}")
+        raise ShapeError(
+            f"scaled_dot_product_attention: dropout_p must be a number in [0, 1], got {dropout_p!r}"
+        )
     if enable_gqa and q.ndim >= 3 and not dims_equal(q.shape[-3], k.shape[-3]):
         heads, groups = q.shape[-3], k.shape[-3]
         if not (isinstance(heads, int) and isinstance(groups, int) and heads % groups == 0):
-            raise ShapeError(f"scaled_dot_product_attention: {heads} query heads cannot share {groups} key/value heads")
+            raise ShapeError(
+                f"scaled_dot_product_attention: {heads} query heads cannot share {groups} key/value heads"
+            )
         k, v = k.repeat_interleave(heads // groups, -3), v.repeat_interleave(heads // groups, -3)
     d = q.shape[-1]
     if scale is None:

@@ -47,7 +47,9 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
     x, weight = lift(x), lift(weight)
     d = weight.ndim - 2
     if d < 1 or x.ndim != d + 2:
-        raise ShapeError(f"{who}: weight {weight.label} and input {x.label} must have the same number of spatial axes")
+        raise ShapeError(
+            f"{who}: weight {weight.label} and input {x.label} must have the same number of spatial axes"
+        )
     c_in, out_per_group = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
     if not isinstance(groups, numbers.Integral) or groups < 1 or (isinstance(c_in, int) and c_in % groups):
@@ -59,7 +61,9 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
     strides = per_axis(stride, d, f"{who} stride", 1)
     dilations = per_axis(dilation, d, f"{who} dilation", 1)
     extra = per_axis(output_padding, d, f"{who} output_padding")
-    out = transposed(x, weight, strides, dilations, window_pads(padding, d, f"{who} padding"), extra, groups, who)
+    out = transposed(
+        x, weight, strides, dilations, window_pads(padding, d, f"{who} padding"), extra, groups, who
+    )
     return out if bias is None else out + lift(bias).reshape((1, out.shape[1]) + (1,) * d)
 
 

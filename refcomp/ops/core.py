@@ -35,14 +35,18 @@ def dtype_name(dtype, what: str) -> str:
         pass
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
-        raise ShapeError(f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)}){DTYPE_HINTS.get(name, '')}")
+        raise ShapeError(
+            f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)}){DTYPE_HINTS.get(name, '')}"
+        )
     return name
 
 
-DTYPE_HINTS = {"int64": ": integer tensors are int32 ids (feed int64 arrays to an int32 input: they must fit), and "
-                        "computed integers are exact float32 values",
-               "float64": ": refcomp computes in float32 (rc.evaluate(..., precision='float64') is the float64 reference)",
-               "bool": ": booleans are 0/1 float32 values flagged by comparisons or .bool() (feed a float32 mask)"}
+DTYPE_HINTS = {
+    "int64": ": integer tensors are int32 ids (feed int64 arrays to an int32 input: they must fit), and "
+    "computed integers are exact float32 values",
+    "float64": ": refcomp computes in float32 (rc.evaluate(..., precision='float64') is the float64 reference)",
+    "bool": ": booleans are 0/1 float32 values flagged by comparisons or .bool() (feed a float32 mask)",
+}
 
 
 def is_bool_dtype(dtype) -> bool:
@@ -111,7 +115,9 @@ class TensorCore:
     def __repr__(self) -> str:
         """`<Tensor softmax (B, 32) float32>`: the user op that built it (or the input it is)."""
         node = self.node
-        what = node.label if node.op.name == "Input" else node.origin.op if node.origin else node.op.name.lower()
+        what = (
+            node.label if node.op.name == "Input" else node.origin.op if node.origin else node.op.name.lower()
+        )
         return f"<Tensor {what} {format_shape(self.shape)} {self.dtype}>"
 
     def _repr_html_(self) -> str:
@@ -120,12 +126,16 @@ class TensorCore:
         return tensor_html(self)
 
     def __bool__(self):
-        raise ShapeError(f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph")
+        raise ShapeError(
+            f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph"
+        )
 
     # --- building primitive nodes ------------------------------------------------------------
     def _require_float(self, what: str) -> None:
         if self.dtype not in FLOAT_DTYPES:
-            raise ShapeError(f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)")
+            raise ShapeError(
+                f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)"
+            )
 
     def to(self, dtype) -> "TensorCore":
         """torch's Tensor.to(dtype): float types, and bool (nonzero, NaN included, is True: 0/1 values
@@ -275,13 +285,17 @@ def lift(value) -> TensorCore:
         return value
     if isinstance(value, (numbers.Real, sympy.Expr)) and not isinstance(value, bool):
         return constant(value)
-    raise ShapeError(f"cannot use {type(value).__name__} {value!r} as a tensor operand (use a number or an rc tensor)")
+    raise ShapeError(
+        f"cannot use {type(value).__name__} {value!r} as a tensor operand (use a number or an rc tensor)"
+    )
 
 
 def constant(value) -> TensorCore:
     if isinstance(value, sympy.Expr):
         value = int(value) if value.is_Integer else value
-    return TensorCore.from_node(make_node("Constant", value=value if isinstance(value, sympy.Expr) else float(value)))
+    return TensorCore.from_node(
+        make_node("Constant", value=value if isinstance(value, sympy.Expr) else float(value))
+    )
 
 
 def broadcast(a: TensorCore, b: TensorCore, what: str) -> tuple[TensorCore, TensorCore]:
@@ -301,7 +315,9 @@ def broadcast_shape(tensors: Sequence[TensorCore], what: str) -> tuple[Dim, ...]
                 shape[axis] = n
                 continue
             others = " and ".join(x.label for x in tensors)
-            raise ShapeError(f"{what}: shapes do not broadcast: {others} differ at axis {axis - ndim} ({shape[axis]} vs {n})")
+            raise ShapeError(
+                f"{what}: shapes do not broadcast: {others} differ at axis {axis - ndim} ({shape[axis]} vs {n})"
+            )
     return tuple(shape)
 
 
@@ -310,7 +326,7 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ran
     axis name or None per dim) says how rc.spmd.compile splits it over a device mesh; a
     single-device compile ignores it. `ranges` ({"B": (1, 64)}, a max of None for none) limits the
     values a symbolic dim of this input may be bound to: a binding outside is a BindingError on
-    every backend (exec.bindings), as torch.export's Dim(min=, max=) promises of the model."""
+    every backend (reference.bindings), as torch.export's Dim(min=, max=) promises of the model."""
     if not isinstance(name, str) or not name:
         raise ShapeError(f"an input's name must be a non-empty string, got {name!r}")
     dtype = dtype_name(dtype, f"input {name!r}")
@@ -319,7 +335,9 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ran
     dims = tuple(dim(n) for n in shape)
     for n in dims:
         if not isinstance(n, int) and not isinstance(n, sympy.Symbol):
-            raise ShapeError(f"input {name!r}: dimension {n} must be an int or a symbol name, not an expression")
+            raise ShapeError(
+                f"input {name!r}: dimension {n} must be an int or a symbol name, not an expression"
+            )
         if isinstance(n, int) and n < 0:
             raise ShapeError(f"input {name!r}: dimension {n} is negative")
     extra = {} if ranges is None else {"ranges": _ranges(name, dims, ranges)}
@@ -329,7 +347,9 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ran
             not all(a is None or isinstance(a, str) for a in sharding):
         raise ShapeError(f"input {name!r}: sharding must give one mesh axis name or None per dim "
                          f"({len(dims)} of them), got {sharding!r}")
-    return TensorCore.from_node(make_node("Input", dtype=dtype, name=name, shape=dims, sharding=tuple(sharding), **extra))
+    return TensorCore.from_node(
+        make_node("Input", dtype=dtype, name=name, shape=dims, sharding=tuple(sharding), **extra)
+    )
 
 
 def _ranges(name: str, dims: tuple, ranges) -> tuple:
@@ -340,7 +360,9 @@ def _ranges(name: str, dims: tuple, ranges) -> tuple:
     out = []
     for key, pair in sorted(ranges.items(), key=lambda kv: str(kv[0])):
         if key not in symbols:
-            raise ShapeError(f"input {name!r}: ranges names {key!r}, which is not a symbolic dim of its shape")
+            raise ShapeError(
+                f"input {name!r}: ranges names {key!r}, which is not a symbolic dim of its shape"
+            )
         lo, hi = pair if isinstance(pair, (tuple, list)) and len(pair) == 2 else (None, -1)
         whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
         if not whole(lo) or not (hi is None or whole(hi) and hi >= lo):

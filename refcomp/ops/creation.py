@@ -111,7 +111,9 @@ def linspace(start: float, end: float, steps: int, *, dtype=None):
         return full((steps,), float(start), dtype=dtype)
     step = (float(end) - float(start)) / (steps - 1)
     i = iota((steps,), 0)
-    return _typed(where(i < steps // 2, float(start) + i * step, float(end) - (float(steps - 1) - i) * step), dtype)
+    return _typed(
+        where(i < steps // 2, float(start) + i * step, float(end) - (float(steps - 1) - i) * step), dtype
+    )
 
 
 def _symbolic(v) -> bool:
@@ -127,8 +129,14 @@ def arange(start=0, end=None, step=1, *, dtype=None):
         start, end = 0, start
     args = (start, end, step)
     if any(_symbolic(v) for v in args):
-        if not all(_symbolic(v) or isinstance(v, numbers.Integral) for v in args) or _symbolic(step) or step == 0:
-            raise ShapeError(f"arange{args}: with symbolic ends, start and end must be ints or dims and step a non-zero int")
+        if (
+            not all(_symbolic(v) or isinstance(v, numbers.Integral) for v in args)
+            or _symbolic(step)
+            or step == 0
+        ):
+            raise ShapeError(
+                f"arange{args}: with symbolic ends, start and end must be ints or dims and step a non-zero int"
+            )
         start, end = dim(start), dim(end)
         span = dim(end - start) if step > 0 else dim(start - end)
         count = span if abs(step) == 1 else idiv(span + abs(step) - 1, abs(step))  # ceil(span / |step|)

@@ -61,13 +61,21 @@ class Box:
 @dataclass
 class Layout:
     boxes: list[Box]  # real nodes, topological order
-    edges: list[tuple[list[Box], bool, int]]  # (boxes from source to reader, read through a view?, which source)
+    edges: list[
+        tuple[list[Box], bool, int]
+    ]  # (boxes from source to reader, read through a view?, which source)
     layers: list[list[Box]]
     note: str = ""  # what was left out of a capped graph
 
 
-def draw_graph(roots: Sequence[Node], kernels: Sequence[str] = (), owners: Optional[Mapping[int, Sequence[str]]] = None,
-               *, max_nodes: Optional[int] = MAX_NODES, graphviz: Optional[bool] = None) -> str:
+def draw_graph(
+    roots: Sequence[Node],
+    kernels: Sequence[str] = (),
+    owners: Optional[Mapping[int, Sequence[str]]] = None,
+    *,
+    max_nodes: Optional[int] = MAX_NODES,
+    graphviz: Optional[bool] = None,
+) -> str:
     """An inline `<svg class="rc-graph">` of every node the roots depend on.
 
     kernels: kernel names in launch order (the k-th is filled with kernel_colour(k)); owners: node id ->
@@ -109,7 +117,9 @@ def lay_out(roots: Sequence[Node], owners: Mapping[int, Sequence[str]], colours:
     for box in boxes.values():
         for edge in box.node.srcs:
             if edge.node.id in boxes:
-                edges.append((_route(boxes[edge.node.id], box, layers), not edge.views.is_identity, len(box.preds) - 1))
+                edges.append(
+                    (_route(boxes[edge.node.id], box, layers), not edge.views.is_identity, len(box.preds) - 1)
+                )
     layout = Layout(list(boxes.values()), edges, layers, note)
     _order(layout)
     _place(layout)
@@ -207,7 +217,11 @@ def _attrs(box: Box) -> str:
 
 def _title(box: Box) -> str:
     node = box.node
-    origin = f" from {node.origin.op}" + (f" at {node.origin.where}" if node.origin.where else "") if node.origin else ""
+    origin = (
+        f" from {node.origin.op}" + (f" at {node.origin.where}" if node.origin.where else "")
+        if node.origin
+        else ""
+    )
     computed = f"; computed by {', '.join(box.kernels)}" if box.kernels else ""
     return html.escape(f"{box.label} {box.detail}{origin}{computed}")
 
@@ -218,21 +232,27 @@ def _short(text: str) -> str:
 
 def fallback_svg(layout: Layout) -> str:
     """The layout as SVG: polyline edges (dashed where a view is read) ending in a small arrowhead."""
-    width = max((b.x + b.width / 2 for layer in layout.layers for b in layer), default=0) + MARGIN  # dummies too
+    width = (
+        max((b.x + b.width / 2 for layer in layout.layers for b in layer), default=0) + MARGIN
+    )  # dummies too
     height = _y(len(layout.layers)) - GAP_Y + MARGIN
-    out = [f'<svg class="rc-graph" width="{int(width)}" height="{height}" viewBox="0 0 {int(width)} {height}" '
-           f'font-family="sans-serif" font-size="11">']
+    out = [
+        f'<svg class="rc-graph" width="{int(width)}" height="{height}" viewBox="0 0 {int(width)} {height}" '
+        f'font-family="sans-serif" font-size="11">'
+    ]
     if layout.note:
         out.append(f'<text class="rc-note" x="{MARGIN}" y="{MARGIN + 4}">{html.escape(layout.note)}</text>')
     for path, viewed, lane in layout.edges:
         out.append(_edge_svg(path, viewed, lane))
     for box in layout.boxes:
         x, y = box.x - box.width / 2, _y(box.layer)
-        out.append(f'<g{_attrs(box)}><title>{_title(box)}</title>'
-                   f'<rect x="{x:g}" y="{y}" width="{box.width:g}" height="{NODE_H}" rx="5" fill="{box.fill}" '
-                   f'stroke="#555"/><text x="{box.x}" y="{y + 14}" text-anchor="middle" font-weight="bold">'
-                   f'{_short(box.label)}</text><text x="{box.x}" y="{y + 27}" text-anchor="middle">'
-                   f'{_short(box.detail)}</text></g>')
+        out.append(
+            f'<g{_attrs(box)}><title>{_title(box)}</title>'
+            f'<rect x="{x:g}" y="{y}" width="{box.width:g}" height="{NODE_H}" rx="5" fill="{box.fill}" '
+            f'stroke="#555"/><text x="{box.x}" y="{y + 14}" text-anchor="middle" font-weight="bold">'
+            f'{_short(box.label)}</text><text x="{box.x}" y="{y + 27}" text-anchor="middle">'
+            f'{_short(box.detail)}</text></g>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -263,7 +283,11 @@ def graphviz_svg(layout: Layout) -> Optional[str]:
         return None
     try:
         svg = graphviz.Source(dot_text(layout)).pipe(format="svg").decode()
-    except (OSError, RuntimeError, subprocess.SubprocessError):  # graphviz.ExecutableNotFound is a RuntimeError
+    except (
+        OSError,
+        RuntimeError,
+        subprocess.SubprocessError,
+    ):  # graphviz.ExecutableNotFound is a RuntimeError
         return None
     return inline_graphviz(svg, {b.number: b for b in layout.boxes}, layout.note)
 

@@ -37,12 +37,29 @@ class DType:
         return self.itemsize == 2
 
 
-DTYPES: dict[str, DType] = {t.name: t for t in [
-    DType("float32", 4, "float", "{0}", "{0}", "{0}"),
-    DType("int32", 4, "int", "{0}", "{0}", "{0}"),
-    DType("float16", 2, "unsigned short", "rc_half_to_float({0})", "rc_float_to_half({0})", "rc_round_half({0})"),
-    DType("bfloat16", 2, "unsigned short", "rc_bf16_to_float({0})", "rc_float_to_bf16({0})", "rc_round_bf16({0})"),
-]}
+DTYPES: dict[str, DType] = {
+    t.name: t
+    for t in [
+        DType("float32", 4, "float", "{0}", "{0}", "{0}"),
+        DType("int32", 4, "int", "{0}", "{0}", "{0}"),
+        DType(
+            "float16",
+            2,
+            "unsigned short",
+            "rc_half_to_float({0})",
+            "rc_float_to_half({0})",
+            "rc_round_half({0})",
+        ),
+        DType(
+            "bfloat16",
+            2,
+            "unsigned short",
+            "rc_bf16_to_float({0})",
+            "rc_float_to_bf16({0})",
+            "rc_round_bf16({0})",
+        ),
+    ]
+}
 FLOAT_DTYPES = tuple(name for name, t in DTYPES.items() if t.is_float)
 
 

@@ -118,8 +118,10 @@ class ElementwiseMixin:
     def _boolean_operands(self, other, op: str):
         other = lift(other) if not isinstance(other, bool) else other
         if not is_boolean(self) or not (isinstance(other, bool) or is_boolean(other)):
-            raise ShapeError(f"{op} of {self.label}: PyTorch's bitwise operators need booleans (comparisons, .bool()) "
-                             f"here, as refcomp has no integer tensors")
+            raise ShapeError(
+                f"{op} of {self.label}: PyTorch's bitwise operators need booleans (comparisons, .bool()) "
+                f"here, as refcomp has no integer tensors"
+            )
         return float(other) if isinstance(other, bool) else other
 
     def __and__(self, other):

@@ -41,8 +41,10 @@ def bmm(input, mat2):
     """torch.bmm: a batch of matrix products, both operands 3-D with the same batch."""
     a, b = lift(input), lift(mat2)
     if a.ndim != 3 or b.ndim != 3 or not dims_equal(a.shape[0], b.shape[0]):
-        raise ShapeError(f"bmm takes two 3-D batches of matrices of one batch size, got {a.label} and {b.label} "
-                         f"(matmul broadcasts)")
+        raise ShapeError(
+            f"bmm takes two 3-D batches of matrices of one batch size, got {a.label} and {b.label} "
+            f"(matmul broadcasts)"
+        )
     return a @ b
 
 

@@ -128,7 +128,9 @@ def identity_edge(node: Node) -> Edge:
     return Edge(node, ViewStack.of_buffer(node.shape))
 
 
-def rebuild(outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], original: bool = False) -> tuple[list[Edge], int]:
+def rebuild(
+    outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], original: bool = False
+) -> tuple[list[Edge], int]:
     """New output edges after offering every node (bottom-up, with rebuilt sources) to `replace`
     (with `original=True`, as `replace(rebuilt node, the node it was)`).
 
@@ -137,9 +139,13 @@ def rebuild(outputs: Sequence[Edge], replace: Callable[..., Optional[Edge]], ori
     mapping: dict[int, Edge] = {}
     rewritten = 0
     for node in toposort([e.node for e in outputs]):
-        srcs = tuple(Edge(mapping[s.node.id].node, compose(mapping[s.node.id].views, s.views)) for s in node.srcs)
+        srcs = tuple(
+            Edge(mapping[s.node.id].node, compose(mapping[s.node.id].views, s.views)) for s in node.srcs
+        )
         changed = any(a.node is not b.node or a.views != b.views for a, b in zip(srcs, node.srcs))
-        current = Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin) if changed else node
+        current = (
+            Node(node.op, srcs, node.attrs, node.shape, node.dtype, origin=node.origin) if changed else node
+        )
         replacement = replace(current, node) if original else replace(current)
         if replacement is not None:
             rewritten += 1
@@ -195,9 +201,37 @@ def own_scatter_tables(outputs: Sequence[Edge]) -> list[Edge]:
             return None
         copy = make_node("Contiguous", (current.srcs[0],))
         copy.origin = current.origin
-        return identity_edge(Node(current.op, (identity_edge(copy),) + current.srcs[1:], current.attrs, current.shape,
-                                  current.dtype, origin=current.origin))
+        return identity_edge(
+            Node(
+                current.op,
+                (identity_edge(copy),) + current.srcs[1:],
+                current.attrs,
+                current.shape,
+                current.dtype,
+                origin=current.origin,
+            )
+        )
     return rebuild(outputs, replace, original=True)[0]
+
+
+def structural_key(node: Node, memo: dict[int, object]) -> object:
+    """Equal for nodes that compute the same values: same op, attributes and (recursively) sources.
+
+    Computed sources-first with an explicit stack (graphs may be thousands of nodes deep), stopping
+    at nodes already in `memo`."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        pending = [s.node for s in n.srcs if s.node.id not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if n.id not in memo:
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+            srcs = tuple((memo[s.node.id], s.views) for s in n.srcs)
+            memo[n.id] = hash((n.op.name, n.dtype, attrs, srcs))
+    return memo[node.id]
 
 
 def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
@@ -212,10 +246,14 @@ def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
         tensors = list(outputs)
         rebuild = lambda values: list(values)
     else:
-        raise RefcompError(f"outputs must be a Tensor, a list of them or a dict of them, got {type(outputs).__name__}")
+        raise RefcompError(
+            f"outputs must be a Tensor, a list of them or a dict of them, got {type(outputs).__name__}"
+        )
     for i, t in enumerate(tensors):
         if not isinstance(t, TensorCore):
-            raise RefcompError(f"output {keys[i] if isinstance(outputs, dict) else i!r} is a {type(t).__name__}, not a Tensor")
+            raise RefcompError(
+                f"output {keys[i] if isinstance(outputs, dict) else i!r} is a {type(t).__name__}, not a Tensor"
+            )
     return tensors, rebuild
 
 
@@ -228,8 +266,10 @@ def input_nodes(nodes: list[Node]) -> list[Node]:
         name = node.attrs["name"]
         other = inputs.setdefault(name, node)
         if other is not node and (other.attrs["shape"] != node.attrs["shape"] or other.dtype != node.dtype):
-            raise RefcompError(f"two different inputs are both named {name!r}: one of shape {_shape(other)} {other.dtype}, "
-                               f"the other of shape {_shape(node)} {node.dtype}; give them different names")
+            raise RefcompError(
+                f"two different inputs are both named {name!r}: one of shape {_shape(other)} {other.dtype}, "
+                f"the other of shape {_shape(node)} {node.dtype}; give them different names"
+            )
     return list(inputs.values())
 
 
@@ -257,8 +297,14 @@ def symbols_of(nodes: list[Node], edges: Sequence[Edge] = ()) -> set[sympy.Symbo
 def _stack_symbols(stack: ViewStack) -> frozenset:
     """The symbols of a view stack, memoised: a graph's edges share a few stacks, and the search asks
     of every graph it builds."""
-    return frozenset().union(*(_dims_symbols(view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r))
-                               for view in stack.views))
+    return frozenset().union(
+        *(
+            _dims_symbols(
+                view.shape + view.strides + (view.offset,) + tuple(x for r in (view.mask or ()) for x in r)
+            )
+            for view in stack.views
+        )
+    )
 
 
 @functools.lru_cache(maxsize=16384)

@@ -26,20 +26,28 @@ def _parse(equation: str, ndims: list[int]) -> tuple[list[str], str]:
     if len(terms) != len(ndims):
         raise ShapeError(f"einsum {equation!r}: {len(terms)} operand term(s) for {len(ndims)} operand(s)")
     spare = iter(string.ascii_uppercase)
-    ellipsis_rank = max((n - len(t.replace("...", "")) for t, n in zip(terms, ndims) if "..." in t), default=0)
+    ellipsis_rank = max(
+        (n - len(t.replace("...", "")) for t, n in zip(terms, ndims) if "..." in t), default=0
+    )
     broadcast = "".join(next(spare) for _ in range(ellipsis_rank))
     letters = []
     for term, ndim in zip(terms, ndims):
         named = term.replace("...", "")
         if not named.isalpha() or not named.islower() or term.count("...") > 1:
-            raise ShapeError(f"einsum {equation!r}: term {term!r} must be lowercase letters and at most one '...'")
+            raise ShapeError(
+                f"einsum {equation!r}: term {term!r} must be lowercase letters and at most one '...'"
+            )
         if "..." in term:
             own = ndim - len(named)
             if own < 0:
-                raise ShapeError(f"einsum {equation!r}: term {term!r} names more axes than its operand's {ndim}")
+                raise ShapeError(
+                    f"einsum {equation!r}: term {term!r} names more axes than its operand's {ndim}"
+                )
             term = term.replace("...", broadcast[ellipsis_rank - own:])
         if len(term) != ndim:
-            raise ShapeError(f"einsum {equation!r}: term {term!r} names {len(term)} axes, but its operand has {ndim}")
+            raise ShapeError(
+                f"einsum {equation!r}: term {term!r} names {len(term)} axes, but its operand has {ndim}"
+            )
         letters.append(term)
     if not arrow:  # implicit output: the broadcast axes, then the letters used once, alphabetically
         counts = "".join(letters)
@@ -65,7 +73,9 @@ def _diagonal(t, term: str):
     base = t.contiguous()
     strides = contiguous_strides(t.shape)
     shape = tuple(t.shape[term.index(c)] for c in unique)
-    return base.as_strided(shape, tuple(sum(s for s, x in zip(strides, term) if x == c) for c in unique)), unique
+    return base.as_strided(
+        shape, tuple(sum(s for s, x in zip(strides, term) if x == c) for c in unique)
+    ), unique
 
 
 def einsum(equation: str, *operands):
@@ -105,7 +115,9 @@ class LinalgMixin:
 
     def _triangle(self, keep_upper: bool, diagonal: int):
         if self.ndim < 2:
-            raise ShapeError(f"{'triu' if keep_upper else 'tril'} of {self.label}: needs at least 2 axes, has {self.ndim}")
+            raise ShapeError(
+                f"{'triu' if keep_upper else 'tril'} of {self.label}: needs at least 2 axes, has {self.ndim}"
+            )
         if not isinstance(diagonal, int) or isinstance(diagonal, bool):
             raise ShapeError(f"the diagonal offset must be an int, got {diagonal!r}")
         square = self.shape[-2:]

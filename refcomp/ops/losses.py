@@ -33,8 +33,10 @@ def one_hot(tensor, num_classes: int = -1):
     built before its data cannot do."""
     ids = lift(tensor)
     if not isinstance(num_classes, numbers.Integral) or num_classes < 0:
-        raise ShapeError(f"one_hot of {ids.label}: give num_classes (PyTorch's -1 takes it from the largest id, "
-                         f"which is not known when the graph is built), got {num_classes!r}")
+        raise ShapeError(
+            f"one_hot of {ids.label}: give num_classes (PyTorch's -1 takes it from the largest id, "
+            f"which is not known when the graph is built), got {num_classes!r}"
+        )
     if ids.dtype != "int32":
         raise ShapeError(f"one_hot of {ids.label}: the ids must be an int32 input, got {ids.dtype}")
     return _rows(iota((num_classes, num_classes), 0).eq(iota((num_classes, num_classes), 1)), ids)
@@ -50,7 +52,9 @@ def _reduced(loss, reduction: str, who: str, count=None):
 
 def _check(who: str, reduction, size_average, reduce) -> None:
     if size_average is not None or reduce is not None:
-        raise ShapeError(f"{who}: size_average and reduce are PyTorch's deprecated spellings of reduction=; use reduction=")
+        raise ShapeError(
+            f"{who}: size_average and reduce are PyTorch's deprecated spellings of reduction=; use reduction="
+        )
     if reduction not in REDUCTIONS:
         raise ShapeError(f"{who}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
@@ -65,8 +69,12 @@ def _class_rows(target, classes, ignore_index: int, axis: int, label: str):
     rows = classes
     if ignore_index >= 0 and not (isinstance(classes, int) and ignore_index < classes):
         if not isinstance(classes, int):
-            raise ShapeError(f"cross_entropy of {label}: ignore_index {ignore_index} needs a known class count, not {classes}")
-        rows = ignore_index + 1  # rows between the classes and ignore_index are NaN: such ids are errors in PyTorch
+            raise ShapeError(
+                f"cross_entropy of {label}: ignore_index {ignore_index} needs a known class count, not {classes}"
+            )
+        rows = (
+            ignore_index + 1
+        )  # rows between the classes and ignore_index are NaN: such ids are errors in PyTorch
     i, j = iota((rows, classes + 1), 0), iota((rows, classes + 1), 1)
     flag = i.eq(float(ignore_index))
     table = where(flag, j.eq(classes), where(i < classes, i.eq(j), math.nan))
@@ -101,8 +109,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
         loss = -(weighted * target).sum(axis)
         return _reduced(loss, reduction, "cross_entropy")
     if target.ndim != logits.ndim - 1:
-        raise ShapeError(f"cross_entropy: the target {target.label} must be class ids of the logits' shape without "
-                         f"axis {axis}, or probabilities of {logits.label}'s shape")
+        raise ShapeError(
+            f"cross_entropy: the target {target.label} must be class ids of the logits' shape without "
+            f"axis {axis}, or probabilities of {logits.label}'s shape"
+        )
     picked, ignored = _class_rows(target, classes, int(ignore_index), axis, logits.label)
     loss = -where(picked, weighted, 0.0).sum(axis)  # a select: -inf elsewhere in the row stays out
     counted = picked.sum(axis) if w is None else (picked * w).sum(axis)

@@ -35,7 +35,9 @@ class MovementMixin:
         t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
         for axis, (old, new) in enumerate(zip(t.shape, shape)):
             if not (dims_equal(old, new) or dims_equal(old, 1)):
-                raise ShapeError(f"cannot broadcast {self.label} to {shape}: axis {axis} is {old}, not 1 or {new}")
+                raise ShapeError(
+                    f"cannot broadcast {self.label} to {shape}: axis {axis} is {old}, not 1 or {new}"
+                )
         if all(dims_equal(a, b) for a, b in zip(t.shape, shape)):
             return t
         return t.with_views(t.views.expand(shape))
@@ -47,8 +49,12 @@ class MovementMixin:
         if lead < 0:
             raise ShapeError(f"expand of {self.label} to {shape}: fewer axes than the tensor has")
         if any(isinstance(n, int) and n == -1 for n in shape[:lead]):
-            raise ShapeError(f"expand of {self.label} to {shape}: -1 keeps an existing axis, but a new leading axis needs a size")
-        full = tuple(self.shape[i - lead] if isinstance(n, int) and n == -1 else n for i, n in enumerate(shape))
+            raise ShapeError(
+                f"expand of {self.label} to {shape}: -1 keeps an existing axis, but a new leading axis needs a size"
+            )
+        full = tuple(
+            self.shape[i - lead] if isinstance(n, int) and n == -1 else n for i, n in enumerate(shape)
+        )
         return self.broadcast_to(full)
 
     def reshape(self, *shape):
@@ -65,7 +71,9 @@ class MovementMixin:
                 inferred = sympy.cancel(sympy.sympify(total) / known)
                 inferred = inferred if sympy.fraction(inferred)[1] == 1 else None
             if inferred is None:
-                raise ShapeError(f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}")
+                raise ShapeError(
+                    f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}"
+                )
             shape[unknown[0]] = inferred
         try:
             new_shape = tuple(dim(n) for n in shape)
@@ -74,7 +82,9 @@ class MovementMixin:
         if any(isinstance(n, int) and n < 0 for n in new_shape):
             raise ShapeError(f"reshape of {self.label} to {new_shape}: negative dimension")
         if not dims_equal(prod(new_shape), total):
-            raise ShapeError(f"reshape of {self.label} to {new_shape}: {total} elements cannot become {prod(new_shape)}")
+            raise ShapeError(
+                f"reshape of {self.label} to {new_shape}: {total} elements cannot become {prod(new_shape)}"
+            )
         if len(new_shape) == self.ndim and all(dims_equal(a, b) for a, b in zip(new_shape, self.shape)):
             return self
         return self.with_views(self.views.reshape(new_shape))
@@ -83,7 +93,9 @@ class MovementMixin:
         order = _shape_args(order)
         axes = [self._axis(a) for a in order]
         if sorted(axes) != list(range(self.ndim)):
-            raise ShapeError(f"permute of {self.label}: {tuple(order)} is not a permutation of its {self.ndim} axes")
+            raise ShapeError(
+                f"permute of {self.label}: {tuple(order)} is not a permutation of its {self.ndim} axes"
+            )
         return self.with_views(self.views.permute(axes))
 
     def transpose(self, dim0: int = -2, dim1: int = -1):
@@ -104,11 +116,17 @@ class MovementMixin:
         """torch.squeeze: drop the axes of size 1, all of them or those among `dim` (an int or a tuple);
         a named axis of another known size stays, as PyTorch. A symbolic length is refused: PyTorch
         would drop the axis exactly when it is bound to 1."""
-        axes = range(self.ndim) if dim is None else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
+        axes = (
+            range(self.ndim)
+            if dim is None
+            else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
+        )
         for a in axes:
             if not isinstance(self.shape[a], int) and not dims_equal(self.shape[a], 1):
-                raise ShapeError(f"squeeze of {self.label}: axis {a} has the symbolic length {self.shape[a]}, which "
-                                 f"PyTorch drops when it is 1: reshape instead")
+                raise ShapeError(
+                    f"squeeze of {self.label}: axis {a} has the symbolic length {self.shape[a]}, which "
+                    f"PyTorch drops when it is 1: reshape instead"
+                )
         drop = {a for a in axes if dims_equal(self.shape[a], 1)}
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in drop))
 
@@ -132,17 +150,23 @@ class MovementMixin:
         if mode != "constant":
             return self._pad_from_self(widths, BORDER_MODES.get(mode, mode))
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
-            raise ShapeError(f"pad of {self.label}: the border value must be a number, got {type(value).__name__}")
+            raise ShapeError(
+                f"pad of {self.label}: the border value must be a number, got {type(value).__name__}"
+            )
         try:
             widths = [tuple(w) for w in widths]
         except TypeError:
-            raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths!r}") from None
+            raise ShapeError(
+                f"pad of {self.label}: give one (before, after) pair per axis, got {widths!r}"
+            ) from None
         if len(widths) != self.ndim or any(len(w) != 2 for w in widths):
             raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
         views = self.views
         for axis, (before, after) in enumerate(widths):
             if any(isinstance(w, int) and w < 0 for w in (before, after)):
-                raise ShapeError(f"pad of {self.label}: negative width {widths[axis]} on axis {axis} (slice instead)")
+                raise ShapeError(
+                    f"pad of {self.label}: negative width {widths[axis]} on axis {axis} (slice instead)"
+                )
             if not (dims_equal(before, 0) and dims_equal(after, 0)):
                 views = views.pad(axis, dim(before), dim(after))
         if value == 0.0:
@@ -159,7 +183,9 @@ class MovementMixin:
 
     def _pad_from_self(self, widths, mode: str):
         if mode not in ("reflect", "edge", "wrap"):
-            raise ShapeError(f"pad of {self.label}: mode must be constant, reflect, replicate or circular, got {mode!r}")
+            raise ShapeError(
+                f"pad of {self.label}: mode must be constant, reflect, replicate or circular, got {mode!r}"
+            )
         if len(widths) != self.ndim:
             raise ShapeError(f"pad of {self.label}: give one (before, after) pair per axis, got {widths}")
         out = self
@@ -172,13 +198,17 @@ class MovementMixin:
         if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
             return self.index_select(0, index)
         if any(is_boolean(i) for i in (index if isinstance(index, tuple) else (index,))):
-            raise ShapeError(f"indexing {self.label} with a boolean mask: the result's length depends on the data, "
-                             f"which a graph cannot have; use rc.where or masked_fill")
+            raise ShapeError(
+                f"indexing {self.label} with a boolean mask: the result's length depends on the data, "
+                f"which a graph cannot have; use rc.where or masked_fill"
+            )
         index = index if isinstance(index, tuple) else (index,)
         lists = [k for k, i in enumerate(index) if _is_int_list(i)]
         if lists:
             return self._index_with_list(index, lists)
-        ellipses = [k for k, i in enumerate(index) if i is Ellipsis]  # by identity: a Tensor's == builds a node
+        ellipses = [
+            k for k, i in enumerate(index) if i is Ellipsis
+        ]  # by identity: a Tensor's == builds a node
         if len(ellipses) > 1:
             raise ShapeError(f"indexing {self.label}: at most one ellipsis")
         used = sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -208,8 +238,10 @@ class MovementMixin:
                 views = views.slice(axis, start, dim(start + 1))
                 views = views.reshape(views.shape[:axis] + views.shape[axis + 1:])
             else:
-                raise ShapeError(f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported "
-                                 f"(or one int32 tensor of ids, alone)")
+                raise ShapeError(
+                    f"indexing {self.label} with {item!r}: only ints, slices, None and ... are supported "
+                    f"(or one int32 tensor of ids, alone)"
+                )
         return self.with_views(views).reshape(tuple(shape_out))
 
     def _index_with_list(self, index: tuple, lists: list):
@@ -217,23 +249,33 @@ class MovementMixin:
         advanced indexing with one list): the other indices first, then a strided slice when the
         picks step evenly, else the picked entries concatenated."""
         if len(lists) > 1:
-            raise ShapeError(f"indexing {self.label}: one list of ints at a time (several index lists broadcast "
-                             f"together, which refcomp does not do)")
+            raise ShapeError(
+                f"indexing {self.label}: one list of ints at a time (several index lists broadcast "
+                f"together, which refcomp does not do)"
+            )
         k = lists[0]
         picks = [int(i) for i in index[k]]
         rest = self[index[:k] + (slice(None),) + index[k + 1:]]
         before = index[:k]
         if any(i is Ellipsis for i in before):  # positions after an ellipsis count from the end
-            axis = rest.ndim - sum(1 for i in index[k + 1:] if i is None or not isinstance(i, numbers.Integral)) - 1
+            axis = (
+                rest.ndim
+                - sum(1 for i in index[k + 1 :] if i is None or not isinstance(i, numbers.Integral))
+                - 1
+            )
         else:
             axis = sum(1 for i in before if not (isinstance(i, numbers.Integral) and not isinstance(i, bool)))
         n = rest.shape[axis]
         if isinstance(n, int):
             bad = [i for i in picks if not -n <= i < n]
             if bad:
-                raise ShapeError(f"index {bad[0]} is out of range for axis {axis} of {self.label} (length {n})")
+                raise ShapeError(
+                    f"index {bad[0]} is out of range for axis {axis} of {self.label} (length {n})"
+                )
         elif any(i < 0 for i in picks):
-            raise ShapeError(f"indexing {self.label}: negative list indices need a known length, axis {axis} has {n}")
+            raise ShapeError(
+                f"indexing {self.label}: negative list indices need a known length, axis {axis} has {n}"
+            )
         picks = [i % n if isinstance(n, int) else i for i in picks]
         lead = (slice(None),) * axis
         steps = {b - a for a, b in zip(picks, picks[1:])}
@@ -276,17 +318,24 @@ def _pad_axis(t, axis: int, before: int, after: int, mode: str):
         def edge(start, stop, count):
             piece = _take(t, axis, start, stop)
             return piece.broadcast_to(piece.shape[:axis] + (count,) + piece.shape[axis + 1:])
-        parts = ([edge(0, 1, before)] if before else []) + [t] + ([edge(dim(n - 1), n, after)] if after else [])
+
+        parts = (
+            ([edge(0, 1, before)] if before else []) + [t] + ([edge(dim(n - 1), n, after)] if after else [])
+        )
     elif mode == "reflect":
         if isinstance(n, int) and (before >= n or after >= n):
-            raise ShapeError(f"pad of {t.label}: reflect padding by {(before, after)} needs axis {axis} longer than "
-                             f"that, got {n}")
+            raise ShapeError(
+                f"pad of {t.label}: reflect padding by {(before, after)} needs axis {axis} longer than "
+                f"that, got {n}"
+            )
         left = _take(t, axis, 1, before + 1).flip(axis) if before else None
         right = _take(t, axis, dim(n - 1 - after), dim(n - 1)).flip(axis) if after else None
         parts = [p for p in (left, t, right) if p is not None]
     else:
         if isinstance(n, int) and (before > n or after > n):
-            raise ShapeError(f"pad of {t.label}: circular padding by {(before, after)} is longer than axis {axis} ({n})")
+            raise ShapeError(
+                f"pad of {t.label}: circular padding by {(before, after)} is longer than axis {axis} ({n})"
+            )
         left = _take(t, axis, dim(n - before), n) if before else None
         right = _take(t, axis, 0, after) if after else None
         parts = [p for p in (left, t, right) if p is not None]
@@ -297,18 +346,24 @@ def _slice_axis(views, axis: int, n: Dim, item: slice, label: str):
     step = 1 if item.step is None else item.step
     if not isinstance(step, numbers.Integral) or step == 0:
         raise ShapeError(f"slicing {label}: step {item.step!r} must be a non-zero int")
-    if isinstance(n, int) and all(v is None or isinstance(v, numbers.Integral) for v in (item.start, item.stop)):
+    if isinstance(n, int) and all(
+        v is None or isinstance(v, numbers.Integral) for v in (item.start, item.stop)
+    ):
         start, stop, step = item.indices(n)
         if step < 0:  # walk a flipped axis forwards: element k of the result is start - k*|step|
             count = len(range(start, stop, step))
             views = views.flip(axis)
             first = n - 1 - start
-            return views.slice(axis, first, first + max(count - 1, 0) * -step + (1 if count else 0), -step), count
+            return views.slice(
+                axis, first, first + max(count - 1, 0) * -step + (1 if count else 0), -step
+            ), count
         stop = max(stop, start)
         return views.slice(axis, start, stop, step), len(range(start, stop, step))
     if step < 0:
         if item.start is not None or item.stop is not None:
-            raise ShapeError(f"slicing symbolic axis {axis} ({n}) of {label}: negative steps need a full slice like [::-1]")
+            raise ShapeError(
+                f"slicing symbolic axis {axis} ({n}) of {label}: negative steps need a full slice like [::-1]"
+            )
         views = views.flip(axis)
         step = -step
         start, stop = 0, n
@@ -337,7 +392,11 @@ def _is_int_list(item) -> bool:
     """A list (or 1-D NumPy array) of ints used as an index."""
     if isinstance(item, np.ndarray):
         return item.ndim == 1 and item.dtype.kind in "iu"
-    return isinstance(item, list) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item) and bool(item)
+    return (
+        isinstance(item, list)
+        and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item)
+        and bool(item)
+    )
 
 
 def concat(tensors, dim: int = 0, *, axis=None):
@@ -348,8 +407,12 @@ def concat(tensors, dim: int = 0, *, axis=None):
         raise ShapeError("concat needs at least one tensor")
     axis = tensors[0]._axis(_dim_or_axis(dim, axis, "concat"))
     for t in tensors[1:]:
-        if t.ndim != tensors[0].ndim or any(not dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
-            raise ShapeError(f"concat along axis {axis}: {t.label} does not match {tensors[0].label} off that axis")
+        if t.ndim != tensors[0].ndim or any(
+            not dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis
+        ):
+            raise ShapeError(
+                f"concat along axis {axis}: {t.label} does not match {tensors[0].label} off that axis"
+            )
     total = make_dim(sum(t.shape[axis] for t in tensors))
     out, before = None, 0
     for t in tensors:

@@ -13,8 +13,26 @@ import numbers
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, dims_equal, prod
-from .activations import (celu, elu, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu, log_softmax, logsigmoid,
-                          mish, relu, relu6, selu, silu, softmax, softmin, softplus, softsign)
+from .activations import (
+    celu,
+    elu,
+    gelu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    log_softmax,
+    logsigmoid,
+    mish,
+    relu,
+    relu6,
+    selu,
+    silu,
+    softmax,
+    softmin,
+    softplus,
+    softsign,
+)
 from .attention import scaled_dot_product_attention
 from .random_tensors import dropout
 from .losses import binary_cross_entropy, cross_entropy, one_hot
@@ -47,7 +65,9 @@ def layer_norm(input, normalized_shape=None, weight=None, bias=None, eps: float 
     x = lift(input)
     if isinstance(normalized_shape, Tensor):  # the older form: (x, weight, bias, eps)
         if bias is not None and not isinstance(bias, numbers.Real):
-            raise ShapeError(f"layer_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor")
+            raise ShapeError(
+                f"layer_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor"
+            )
         normalized_shape, weight, bias, eps = None, normalized_shape, weight, eps if bias is None else bias
     axes = _normalized_axes(x, normalized_shape, "layer_norm")
     centred = x - x.mean(axes, keepdim=True)
@@ -70,7 +90,9 @@ def rms_norm(input, normalized_shape=None, weight=None, eps=None):
     older = normalized_shape is None or isinstance(normalized_shape, Tensor)
     if isinstance(normalized_shape, Tensor):  # the older form: (x, weight, eps)
         if weight is not None and not isinstance(weight, numbers.Real):
-            raise ShapeError(f"rms_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor")
+            raise ShapeError(
+                f"rms_norm of {x.label}: normalized_shape must be an int or a tuple of dims, got a tensor"
+            )
         normalized_shape, weight, eps = None, normalized_shape, eps if weight is None else weight
     if eps is None:
         eps = 1e-6 if older else FINFO_EPS[x.dtype]
@@ -84,11 +106,17 @@ def _normalized_axes(x, normalized_shape, who: str) -> tuple:
     if isinstance(normalized_shape, numbers.Integral):
         normalized_shape = (normalized_shape,)
     if normalized_shape is not None and not isinstance(normalized_shape, (tuple, list)):
-        raise ShapeError(f"{who} of {x.label}: normalized_shape must be an int or a tuple of dims, got {normalized_shape!r}")
+        raise ShapeError(
+            f"{who} of {x.label}: normalized_shape must be an int or a tuple of dims, got {normalized_shape!r}"
+        )
     count = len(normalized_shape) if normalized_shape is not None else 1
-    if not 1 <= count <= x.ndim or (normalized_shape is not None and
-                                    not all(dims_equal(a, dim(b)) for a, b in zip(x.shape[-count:], normalized_shape))):
-        raise ShapeError(f"{who} of {x.label}: normalized_shape {normalized_shape} is not the trailing shape of {x.shape}")
+    if not 1 <= count <= x.ndim or (
+        normalized_shape is not None
+        and not all(dims_equal(a, dim(b)) for a, b in zip(x.shape[-count:], normalized_shape))
+    ):
+        raise ShapeError(
+            f"{who} of {x.label}: normalized_shape {normalized_shape} is not the trailing shape of {x.shape}"
+        )
     return tuple(range(x.ndim - count, x.ndim))
 
 
@@ -103,7 +131,9 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
     """
     x, weight = lift(x), lift(weight)
     if weight.ndim < 3:
-        raise ShapeError(f"{who} weight must be (C_out, C_in / groups, *kernel) with a spatial axis, got {weight.label}")
+        raise ShapeError(
+            f"{who} weight must be (C_out, C_in / groups, *kernel) with a spatial axis, got {weight.label}"
+        )
     d = weight.ndim - 2
     c_out, c_in_per_group = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
@@ -111,11 +141,22 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
         raise ShapeError(f"{who}: groups must be a positive int, got {groups!r}")
     require_ndim(x, d + 2, who)
     if not dims_equal(x.shape[1], dim(c_in_per_group * groups)):
-        raise ShapeError(f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups")
+        raise ShapeError(
+            f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups"
+        )
     if isinstance(c_out, int) and c_out % groups:
-        raise ShapeError(f"{who}: {c_out} output channels of {weight.label} do not split into {groups} groups")
-    win = windows(x, kernel, per_axis(stride, d, f"{who} stride", 1), window_pads(padding, d, f"{who} padding"),
-                  per_axis(dilation, d, f"{who} dilation", 1), 0.0, who)
+        raise ShapeError(
+            f"{who}: {c_out} output channels of {weight.label} do not split into {groups} groups"
+        )
+    win = windows(
+        x,
+        kernel,
+        per_axis(stride, d, f"{who} stride", 1),
+        window_pads(padding, d, f"{who} padding"),
+        per_axis(dilation, d, f"{who} dilation", 1),
+        0.0,
+        who,
+    )
     n, outs = x.shape[0], win.shape[2:2 + d]
     win = win.reshape((n, groups, c_in_per_group) + outs + kernel)
     if groups > 1 and isinstance(c_in_per_group, int) and c_in_per_group <= SHORT_REDUCE:
@@ -159,25 +200,35 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
 
 
 @user_op
-def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+def conv_transpose1d(
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+):
     return _transposed_of_rank(1, x, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 @user_op
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+def conv_transpose2d(
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+):
     return _transposed_of_rank(2, x, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 @user_op
-def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+def conv_transpose3d(
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+):
     return _transposed_of_rank(3, x, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 def _transposed_of_rank(d: int, x, weight, bias, stride, padding, output_padding, groups, dilation):
     weight = lift(weight)
     if weight.ndim != d + 2:
-        raise ShapeError(f"conv_transpose{d}d weight must be (C_in, C_out / groups, *{d} kernel axes), got {weight.label}")
-    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, f"conv_transpose{d}d")
+        raise ShapeError(
+            f"conv_transpose{d}d weight must be (C_in, C_out / groups, *{d} kernel axes), got {weight.label}"
+        )
+    return _conv_transpose(
+        x, weight, bias, stride, padding, output_padding, groups, dilation, f"conv_transpose{d}d"
+    )
 
 
 def _conv_of_rank(d: int, x, weight, bias, stride, padding, dilation, groups) -> Tensor:
@@ -195,21 +246,30 @@ def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     if not isinstance(p, numbers.Real) or p <= 0:
         raise ShapeError(f"normalize of {x.label}: p must be a positive number, got {p!r}")
     magnitude = x.abs()
-    norm = (magnitude * magnitude).sum(dim, keepdims=True).sqrt() if p == 2 else \
-        magnitude.sum(dim, keepdims=True) if p == 1 else (magnitude ** float(p)).sum(dim, keepdims=True) ** (1.0 / p)
+    norm = (
+        (magnitude * magnitude).sum(dim, keepdims=True).sqrt()
+        if p == 2
+        else magnitude.sum(dim, keepdims=True)
+        if p == 1
+        else (magnitude ** float(p)).sum(dim, keepdims=True) ** (1.0 / p)
+    )
     return x / norm.maximum(eps)
 
 
 def _interpolation_matrix(n_in: int, n_out: int, mode: str, align_corners: bool, scale):
     """(n_out, n_in) weights from Iota: row i holds the source weights of output i (PyTorch's rules)."""
     i, j = iota((n_out, n_in), 0), iota((n_out, n_in), 1)
-    ratio = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else (0.0 if align_corners else (1.0 / scale))
+    ratio = (
+        (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else (0.0 if align_corners else (1.0 / scale))
+    )
     if mode == "nearest":
         return j.eq((i * ratio).floor().minimum(float(n_in - 1)))
     source = i * ratio if align_corners else ((i + 0.5) * ratio - 0.5).maximum(0.0)
     low = source.floor().minimum(float(n_in - 1))
     weight = source - low
-    return where(j.eq(low), 1.0 - weight, 0.0) + where(j.eq((low + 1.0).minimum(float(n_in - 1))), weight, 0.0)
+    return where(j.eq(low), 1.0 - weight, 0.0) + where(
+        j.eq((low + 1.0).minimum(float(n_in - 1))), weight, 0.0
+    )
 
 
 @user_op
@@ -220,8 +280,10 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     x = lift(x)
     d = x.ndim - 2
     if d < 1 or mode not in ("nearest", "linear", "bilinear", "trilinear"):
-        raise ShapeError(f"interpolate of {x.label}: needs (N, C, *spatial) and mode nearest/linear/bilinear/trilinear, "
-                         f"got {x.ndim} axes and {mode!r}")
+        raise ShapeError(
+            f"interpolate of {x.label}: needs (N, C, *spatial) and mode nearest/linear/bilinear/trilinear, "
+            f"got {x.ndim} axes and {mode!r}"
+        )
     if (size is None) == (scale_factor is None):
         raise ShapeError(f"interpolate of {x.label}: give exactly one of size and scale_factor")
     if mode == "nearest" and align_corners:
@@ -229,7 +291,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     spatial = x.shape[2:]
     if not all(isinstance(n, int) for n in spatial):
         raise ShapeError(f"interpolate of {x.label}: spatial sizes must be known, got {spatial}")
-    scales = (scale_factor,) * d if isinstance(scale_factor, numbers.Real) else tuple(scale_factor or (None,) * d)
+    scales = (
+        (scale_factor,) * d if isinstance(scale_factor, numbers.Real) else tuple(scale_factor or (None,) * d)
+    )
     sizes = (size,) * d if isinstance(size, numbers.Integral) else tuple(size or (None,) * d)
     if len(scales) != d or len(sizes) != d:
         raise ShapeError(f"interpolate of {x.label}: give one size or scale per spatial axis ({d}), got "
@@ -263,14 +327,23 @@ def pad(x, pad, mode: str = "constant", value: float = 0.0):
 
 
 @user_op
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-              sparse: bool = False):
+def embedding(
+    input,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+):
     """Rows of `weight` (V, D) picked by int32 ids `input` of any shape; the result is ids.shape + (D,).
     padding_idx, scale_grad_by_freq and sparse concern gradients only; max_norm would rewrite the table."""
     ids, table = lift(input), lift(weight)
     if max_norm is not None:
-        raise ShapeError(f"embedding of {table.label}: max_norm renormalises the table's rows in place, which "
-                         f"refcomp does not do; scale the table before the lookup")
+        raise ShapeError(
+            f"embedding of {table.label}: max_norm renormalises the table's rows in place, which "
+            f"refcomp does not do; scale the table before the lookup"
+        )
     if ids.dtype != "int32":
         raise ShapeError(f"embedding ids must be an int32 input, got {ids.label} ({ids.dtype})")
     require_ndim(table, 2, "embedding table")
@@ -278,9 +351,52 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
     return Tensor.from_node(make_node("Gather", (table.edge, ids.edge)))
 
 
-__all__ = ["linear", "layer_norm", "rms_norm", "windows", "conv", "conv1d", "conv2d", "conv3d",
-           "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_unpool1d", "max_unpool2d",
-           "max_unpool3d",
-           "normalize", "softmin", "embedding", "one_hot", "cross_entropy", "binary_cross_entropy", "interpolate", "pad", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention", "celu", "elu", "hardsigmoid", "hardswish",
-           "hardtanh", "leaky_relu", "logsigmoid", "mish", "relu6", "selu", "softplus", "softsign", "gelu", "relu", "silu",
-           "softmax", "log_softmax", "dropout"]
+__all__ = [
+    "linear",
+    "layer_norm",
+    "rms_norm",
+    "windows",
+    "conv",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "max_unpool1d",
+    "max_unpool2d",
+    "max_unpool3d",
+    "normalize",
+    "softmin",
+    "embedding",
+    "one_hot",
+    "cross_entropy",
+    "binary_cross_entropy",
+    "interpolate",
+    "pad",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "scaled_dot_product_attention",
+    "celu",
+    "elu",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "leaky_relu",
+    "logsigmoid",
+    "mish",
+    "relu6",
+    "selu",
+    "softplus",
+    "softsign",
+    "gelu",
+    "relu",
+    "silu",
+    "softmax",
+    "log_softmax",
+    "dropout",
+]

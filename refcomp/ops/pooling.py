@@ -51,8 +51,17 @@ def max_pool(x, kernel, stride, padding, dilation, ceil_mode: bool = False, retu
 
 @user_op
 @computed_in_float32
-def avg_pool(x, kernel, stride, padding, dilation=None, ceil_mode: bool = False, count_include_pad: bool = True,
-             divisor_override: Optional[int] = None, who: str = "avg_pool"):
+def avg_pool(
+    x,
+    kernel,
+    stride,
+    padding,
+    dilation=None,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Optional[int] = None,
+    who: str = "avg_pool",
+):
     """The mean of each window: over its cells inside the padded input (count_include_pad) or inside
     the input; cells that only ceil_mode adds never count. `divisor_override` replaces the count."""
     x = lift(x)
@@ -89,7 +98,9 @@ def max_unpool(x, indices, kernel, stride, padding, output_size=None, who: str =
     spatial = _unpooled_size(x, kernel, stride, padding, output_size, who)
     plane = prod(spatial)
     if not isinstance(plane, int):
-        raise ShapeError(f"{who}: the output plane {spatial} must have a known size (a comparison per output cell)")
+        raise ShapeError(
+            f"{who}: the output plane {spatial} must have a known size (a comparison per output cell)"
+        )
     if indices.dtype == "int32":  # read each id's position from a ramp: a lookup the runner range-checks
         from .nn import embedding
         indices = embedding(indices, iota((plane, 1), 0)).reshape(tuple(x.shape))
@@ -97,15 +108,21 @@ def max_unpool(x, indices, kernel, stride, padding, output_size=None, who: str =
     count = prod(x.shape[2:])
     values, slots = x.reshape((n, c, 1, count)), indices.reshape((n, c, 1, count))
     hit = slots.eq(iota((1, 1, plane, 1), 2))  # (N, C, plane, count): which pooled values land where
-    landed = where(hit, values, -math.inf).amax(-1)  # a cell two windows both picked gets the same value twice
+    landed = where(hit, values, -math.inf).amax(
+        -1
+    )  # a cell two windows both picked gets the same value twice
     out = where(hit.amax(-1), landed, 0.0)
-    outside = ((slots < 0.0).maximum(slots >= float(plane))).amax(-1)  # a lost value poisons its plane: never silent
+    outside = ((slots < 0.0).maximum(slots >= float(plane))).amax(
+        -1
+    )  # a lost value poisons its plane: never silent
     return where(outside, math.nan, out).reshape((n, c) + spatial)
 
 
 def _unpooled_size(x, kernel, stride, padding, output_size, who: str) -> tuple:
     d = len(kernel)
-    default = tuple(dim((n - 1) * s - a - b + k) for n, s, (a, b), k in zip(x.shape[2:], stride, padding, kernel))
+    default = tuple(
+        dim((n - 1) * s - a - b + k) for n, s, (a, b), k in zip(x.shape[2:], stride, padding, kernel)
+    )
     if output_size is None:
         return default
     size = tuple(output_size)[-d:]
@@ -125,18 +142,38 @@ def _torch_pool_args(x, d: int, kernel_size, stride, padding, who: str):
     stride = kernel if stride is None else per_axis(stride, d, f"{who} stride", 1)
     pads = window_pads(padding, d, f"{who} padding")
     if any(a != b or 2 * a > k for (a, b), k in zip(pads, kernel)):
-        raise ShapeError(f"{who}: padding {tuple(a for a, _ in pads)} must be symmetric and at most half the kernel {kernel}")
+        raise ShapeError(
+            f"{who}: padding {tuple(a for a, _ in pads)} must be symmetric and at most half the kernel {kernel}"
+        )
     return x, kernel, stride, pads
 
 
 def _max_pool_nd(d: int):
-    def pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
+    def pool(
+        x,
+        kernel_size,
+        stride=None,
+        padding=0,
+        dilation=1,
+        ceil_mode: bool = False,
+        return_indices: bool = False,
+    ):
         who = f"max_pool{d}d"
         x, kernel, stride, pads = _torch_pool_args(x, d, kernel_size, stride, padding, who)
-        return max_pool(x, kernel, stride, pads, per_axis(dilation, d, f"{who} dilation", 1), ceil_mode, return_indices,
-                        who=who)
+        return max_pool(
+            x,
+            kernel,
+            stride,
+            pads,
+            per_axis(dilation, d, f"{who} dilation", 1),
+            ceil_mode,
+            return_indices,
+            who=who,
+        )
     pool.__name__ = pool.__qualname__ = f"max_pool{d}d"
-    pool.__doc__ = f"torch.nn.functional.max_pool{d}d; indices are float32 positions in the flattened input plane."
+    pool.__doc__ = (
+        f"torch.nn.functional.max_pool{d}d; indices are float32 positions in the flattened input plane."
+    )
     return user_op(pool)
 
 
@@ -147,7 +184,10 @@ def _avg_pool_nd(d: int):
         x, kernel, stride, pads = _torch_pool_args(x, d, kernel_size, stride, padding, who)
         if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override <= 0):
             raise ShapeError(f"{who}: divisor_override must be a positive int, got {divisor_override!r}")
-        return avg_pool(x, kernel, stride, pads, None, ceil_mode, count_include_pad, divisor_override, who=who)
+        return avg_pool(
+            x, kernel, stride, pads, None, ceil_mode, count_include_pad, divisor_override, who=who
+        )
+
     pool.__name__ = pool.__qualname__ = f"avg_pool{d}d"
     pool.__doc__ = f"torch.nn.functional.avg_pool{d}d."
     return user_op(pool)
@@ -159,12 +199,27 @@ def _max_unpool_nd(d: int):
         x, kernel, stride, pads = _torch_pool_args(x, d, kernel_size, stride, padding, who)
         return max_unpool(x, indices, kernel, stride, pads, output_size, who=who)
     unpool.__name__ = unpool.__qualname__ = f"max_unpool{d}d"
-    unpool.__doc__ = f"torch.nn.functional.max_unpool{d}d: indices from max_pool{d}d(return_indices=True), or int32 ids."
+    unpool.__doc__ = (
+        f"torch.nn.functional.max_unpool{d}d: indices from max_pool{d}d(return_indices=True), or int32 ids."
+    )
     return user_op(unpool)
 
 
 max_pool1d, max_pool2d, max_pool3d = (_max_pool_nd(d) for d in (1, 2, 3))
 avg_pool1d, avg_pool2d, avg_pool3d = (_avg_pool_nd(d) for d in (1, 2, 3))
 max_unpool1d, max_unpool2d, max_unpool3d = (_max_unpool_nd(d) for d in (1, 2, 3))
-__all__ = ["max_pool", "avg_pool", "max_unpool", "pool_windows", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
-           "avg_pool2d", "avg_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d"]
+__all__ = [
+    "max_pool",
+    "avg_pool",
+    "max_unpool",
+    "pool_windows",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "max_unpool1d",
+    "max_unpool2d",
+    "max_unpool3d",
+]

@@ -25,8 +25,19 @@ from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER, SCATTER = (
     "leaf", "unary", "binary", "ternary", "reduce", "copy", "gather", "scatter")
-ARITY = {LEAF: 0, UNARY: 1, COPY: 1, BINARY: 2, TERNARY: 3, REDUCE: 1, GATHER: 2, SCATTER: 3}  # sources per kind of op
-INDEXED = frozenset({GATHER, SCATTER})  # ops that read or write rows at ids (data): never fused with their neighbours
+ARITY = {
+    LEAF: 0,
+    UNARY: 1,
+    COPY: 1,
+    BINARY: 2,
+    TERNARY: 3,
+    REDUCE: 1,
+    GATHER: 2,
+    SCATTER: 3,
+}  # sources per kind of op
+INDEXED = frozenset(
+    {GATHER, SCATTER}
+)  # ops that read or write rows at ids (data): never fused with their neighbours
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY, COPY})  # one value out per position, read at that position
 SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into its reader (codegen does)
 
@@ -72,39 +83,109 @@ def _scatter(args, attrs, dtype):
     return out
 
 
-OPS: dict[str, OpDef] = {op.name: op for op in [
-    OpDef("Input", LEAF, None, doc="a named array fed at run time (float32, or int32 ids)"),
-    OpDef("Constant", LEAF, lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt), literal=True,
-          doc="a scalar; its value may be a symbolic expression of dims"),
-    OpDef("Iota", LEAF, _iota, literal=True, doc="the index along one axis, as a float"),
-    OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), "log2f({0})"),
-    OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), "exp2f({0})"),
-    OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})", safe_under_pad=True),
-    OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})", safe_under_pad=True),
-    OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
-    OpDef("Add", BINARY, lambda a, attrs, dt: a[0] + a[1], "({0} + {1})", commutative=True, safe_under_pad=True),
-    # __fmul_rn: a product is rounded before any addition reads it, as NumPy rounds it (nvcc would
-    # otherwise fuse `a * b + c` into one FMA, rounding once): exact steps give the same bits everywhere
-    OpDef("Mul", BINARY, lambda a, attrs, dt: a[0] * a[1], "__fmul_rn({0}, {1})", commutative=True, safe_under_pad=True),
-    OpDef("Mod", BINARY, lambda a, attrs, dt: np.fmod(a[0], a[1]), "fmodf({0}, {1})",
-          doc="remainder with the sign of the dividend, as C's fmodf"),
-    OpDef("LessThan", BINARY, _less_than, "({0} < {1} ? 1.0f : 0.0f)", safe_under_pad=True, doc="1.0 where a < b, else 0.0"),
-    OpDef("Where", TERNARY, lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]), "({0} != 0.0f ? {1} : {2})", safe_under_pad=True,
-          doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks"),
-    OpDef("SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"),
-    OpDef("MaxReduce", REDUCE, _max_reduce, "rc_max({0}, {1})", "-INFINITY",
-          doc="starts at -inf; NaN propagates, as in np.max"),
-    OpDef("Cast", UNARY, lambda a, attrs, dt: a[0], "{0}", safe_under_pad=True,
-          doc="the same value in the dtype `to`: rounded to a 16-bit float's values, or widened exactly"),
-    OpDef("Contiguous", COPY, lambda a, attrs, dt: np.ascontiguousarray(a[0]), "{0}", safe_under_pad=True,
-          doc="materialise a view into a fresh buffer"),
-    OpDef("Gather", GATHER, _gather, doc="rows of a (V, D) table picked by ids: int32 inputs (checked at run time), or "
-          "float32 positions the graph computes in range (sorting's tournament), or an Iota"),
-    OpDef("Scatter", SCATTER, _scatter, doc="a (V, D) table with the rows at ids replaced by a (K, D) source: "
-          "`out = table.copy(); out[ids] = rows`. The ids (int32 inputs, or positions the graph computes) must be "
-          "distinct and lie in [0, V), checked at run time on every backend; the kernel writes only the K rows, "
-          "into the table's own buffer (exec.program: the table is a buffer nothing else reads)"),
-]}
+OPS: dict[str, OpDef] = {
+    op.name: op
+    for op in [
+        OpDef("Input", LEAF, None, doc="a named array fed at run time (float32, or int32 ids)"),
+        OpDef(
+            "Constant",
+            LEAF,
+            lambda a, attrs, dt: np.asarray(attrs["value"], dtype=dt),
+            literal=True,
+            doc="a scalar; its value may be a symbolic expression of dims",
+        ),
+        OpDef("Iota", LEAF, _iota, literal=True, doc="the index along one axis, as a float"),
+        OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), "log2f({0})"),
+        OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), "exp2f({0})"),
+        OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})", safe_under_pad=True),
+        OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})", safe_under_pad=True),
+        OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
+        OpDef(
+            "Add",
+            BINARY,
+            lambda a, attrs, dt: a[0] + a[1],
+            "({0} + {1})",
+            commutative=True,
+            safe_under_pad=True,
+        ),
+        # __fmul_rn: a product is rounded before any addition reads it, as NumPy rounds it (nvcc would
+        # otherwise fuse `a * b + c` into one FMA, rounding once): exact steps give the same bits everywhere
+        OpDef(
+            "Mul",
+            BINARY,
+            lambda a, attrs, dt: a[0] * a[1],
+            "__fmul_rn({0}, {1})",
+            commutative=True,
+            safe_under_pad=True,
+        ),
+        OpDef(
+            "Mod",
+            BINARY,
+            lambda a, attrs, dt: np.fmod(a[0], a[1]),
+            "fmodf({0}, {1})",
+            doc="remainder with the sign of the dividend, as C's fmodf",
+        ),
+        OpDef(
+            "LessThan",
+            BINARY,
+            _less_than,
+            "({0} < {1} ? 1.0f : 0.0f)",
+            safe_under_pad=True,
+            doc="1.0 where a < b, else 0.0",
+        ),
+        OpDef(
+            "Where",
+            TERNARY,
+            lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]),
+            "({0} != 0.0f ? {1} : {2})",
+            safe_under_pad=True,
+            doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks",
+        ),
+        OpDef(
+            "SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"
+        ),
+        OpDef(
+            "MaxReduce",
+            REDUCE,
+            _max_reduce,
+            "rc_max({0}, {1})",
+            "-INFINITY",
+            doc="starts at -inf; NaN propagates, as in np.max",
+        ),
+        OpDef(
+            "Cast",
+            UNARY,
+            lambda a, attrs, dt: a[0],
+            "{0}",
+            safe_under_pad=True,
+            doc="the same value in the dtype `to`: rounded to a 16-bit float's values, or widened exactly",
+        ),
+        OpDef(
+            "Contiguous",
+            COPY,
+            lambda a, attrs, dt: np.ascontiguousarray(a[0]),
+            "{0}",
+            safe_under_pad=True,
+            doc="materialise a view into a fresh buffer",
+        ),
+        OpDef(
+            "Gather",
+            GATHER,
+            _gather,
+            doc="rows of a (V, D) table picked by ids: int32 inputs (checked at run time), or "
+            "float32 positions the graph computes in range (sorting's tournament), or an Iota",
+        ),
+        OpDef(
+            "Scatter",
+            SCATTER,
+            _scatter,
+            doc="a (V, D) table with the rows at ids replaced by a (K, D) source: "
+            "`out = table.copy(); out[ids] = rows`. The ids (int32 inputs, or positions the graph computes) must be "
+            "distinct and lie in [0, V), checked at run time on every backend; the kernel writes only the K rows, "
+            "into the table's own buffer (exec.program: the table is a buffer nothing else reads)",
+        ),
+    ]
+}
 
 _ids = itertools.count()
 
@@ -125,7 +206,9 @@ class Edge:
         """The value this edge reads if its node is a Constant (a number, or an expression of the dims
         such as 1 / T), else None."""
         # strict: a value is a number or an expression, never text to evaluate (files are untrusted)
-        return sympy.sympify(self.node.attrs["value"], strict=True) if self.node.op.name == "Constant" else None
+        return (
+            sympy.sympify(self.node.attrs["value"], strict=True) if self.node.op.name == "Constant" else None
+        )
 
 
 @dataclass(eq=False)
@@ -140,7 +223,9 @@ class Node:
 
     def __post_init__(self):
         # weak: built from Constants and Iotas alone, so it never widens another operand's dtype (ops.dtypes)
-        self.weak = self.op.literal or (bool(self.srcs) and self.op.name != "Cast" and all(s.node.weak for s in self.srcs))
+        self.weak = self.op.literal or (
+            bool(self.srcs) and self.op.name != "Cast" and all(s.node.weak for s in self.srcs)
+        )
 
     def __repr__(self) -> str:
         return f"{self.label}{list(self.shape)}"
@@ -163,8 +248,12 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
         return srcs[0].shape
     if op.kind in (BINARY, TERNARY):
         a = srcs[0].shape
-        if not all(len(a) == len(s.shape) and all(dims_equal(x, y) for x, y in zip(a, s.shape)) for s in srcs):
-            raise ShapeError(f"{op.name}: its sources' shapes differ ({', '.join(str(s.shape) for s in srcs)})")
+        if not all(
+            len(a) == len(s.shape) and all(dims_equal(x, y) for x, y in zip(a, s.shape)) for s in srcs
+        ):
+            raise ShapeError(
+                f"{op.name}: its sources' shapes differ ({', '.join(str(s.shape) for s in srcs)})"
+            )
         return a
     if op.kind == REDUCE:
         shape = srcs[0].shape
@@ -178,8 +267,10 @@ def infer_shape(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> tup
         table, ids, rows = srcs
         if len(table.shape) != 2 or len(ids.shape) != 1 or len(rows.shape) != 2 or not (
                 dims_equal(rows.shape[0], ids.shape[0]) and dims_equal(rows.shape[1], table.shape[1])):
-            raise ShapeError(f"Scatter writes (K, D) rows at K ids into a (V, D) table: got a table {table.shape}, "
-                             f"ids {ids.shape}, rows {rows.shape}")
+            raise ShapeError(
+                f"Scatter writes (K, D) rows at K ids into a (V, D) table: got a table {table.shape}, "
+                f"ids {ids.shape}, rows {rows.shape}"
+            )
         return table.shape
     raise AssertionError(op.kind)
 

@@ -89,7 +89,9 @@ def _integers(low: int, high: int, shape, generator, dtype, who: str):
     if high <= low:
         raise ShapeError(f"{who}: the range [{low}, {high}) is empty (PyTorch refuses it too)")
     if high - low > MAX_ELEMENTS or max(abs(low), abs(high)) > MAX_ELEMENTS:
-        raise ShapeError(f"{who}: [{low}, {high}) reaches past 2**24, where float32 no longer holds every integer")
+        raise ShapeError(
+            f"{who}: [{low}, {high}) reaches past 2**24, where float32 no longer holds every integer"
+        )
     bits, _ = random_bits(shape, generator)
     count = high - low
     value = minimum(_floor(bits * UNIT * float(count)), float(count - 1)) + float(low)
@@ -118,7 +120,9 @@ def randint_like(input, low=0, high=None, *, generator=None, dtype=None):
     if high is None:
         low, high = 0, low
     x = lift(input)
-    return _integers(int(low), int(high), x.shape, generator, x.dtype if dtype is None else dtype, "randint_like")
+    return _integers(
+        int(low), int(high), x.shape, generator, x.dtype if dtype is None else dtype, "randint_like"
+    )
 
 
 @user_op
@@ -191,7 +195,9 @@ class RandomMixin:
         w = w.to("float32")
         if not replacement:
             bits, _ = random_bits(w.shape, generator)
-            keys = log_unit((bits + 0.5) * UNIT) / w  # -Exp(1)/w, never 0/0: the largest wins, w = 0 gives -inf
+            keys = (
+                log_unit((bits + 0.5) * UNIT) / w
+            )  # -Exp(1)/w, never 0/0: the largest wins, w = 0 gives -inf
             return keys.topk(num_samples, -1)[1]
         rows = w.shape[:-1]
         bits, _ = random_bits((*rows, num_samples), generator)
@@ -205,4 +211,6 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     return RandomMixin.multinomial(lift(input), num_samples, replacement, generator=generator)
 
 
-FUNCTIONS = {name: globals()[name] for name in names.RANDOM}  # the names are listed there for `import refcomp`
+FUNCTIONS = {
+    name: globals()[name] for name in names.RANDOM
+}  # the names are listed there for `import refcomp`

@@ -16,7 +16,16 @@ from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
 from .dtypes import DTYPES
-from .core import TensorCore, as_requested, broadcast_shape, computed_in_float32, constant, iota, lift, widened
+from .core import (
+    TensorCore,
+    as_requested,
+    broadcast_shape,
+    computed_in_float32,
+    constant,
+    iota,
+    lift,
+    widened,
+)
 from .elementwise import where
 
 
@@ -70,7 +79,11 @@ class ReductionMixin:
         applied by computed_in_float32, as for mean and softmax."""
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
         out = self
-        axes = range(self.ndim) if dim is None else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
+        axes = (
+            range(self.ndim)
+            if dim is None
+            else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
+        )
         for a in sorted(set(axes), reverse=True):
             out = _product(out, a)
         return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape))) if keepdim else out
@@ -102,7 +115,11 @@ class ReductionMixin:
 
     def _drop_axes(self, axis):
         """A keepdims result without the reduced size-1 axes."""
-        axes = range(self.ndim) if axis is None else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        axes = (
+            range(self.ndim)
+            if axis is None
+            else [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        )
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
 
     @computed_in_float32
@@ -111,8 +128,17 @@ class ReductionMixin:
         return self.sum(dim, keepdim) * _inverse(self._count(dim))
 
     @computed_in_float32
-    def var(self, dim=None, *args, correction=None, keepdim: bool = False, unbiased=None, axis=None, keepdims=None,
-            ddof=None):
+    def var(
+        self,
+        dim=None,
+        *args,
+        correction=None,
+        keepdim: bool = False,
+        unbiased=None,
+        axis=None,
+        keepdims=None,
+        ddof=None,
+    ):
         """PyTorch's var: positionally (dim, unbiased, keepdim), or var(unbiased); divides by n - correction,
         correction 1 unless given (unbiased=False: 0). NumPy's ddof= is the correction too. PyTorch reads
         axis= as dim= (correction 1) where NumPy divides by n, so axis= needs correction= or ddof=."""
@@ -125,16 +151,26 @@ class ReductionMixin:
             if unbiased is not None:
                 raise ShapeError(f"var of {self.label}: unbiased given twice")
             unbiased, keepdim = args[0], args[1] if len(args) > 1 else keepdim
-        given = [k for k, v in (("correction", correction), ("unbiased", unbiased), ("ddof", ddof)) if v is not None]
+        given = [
+            k
+            for k, v in (("correction", correction), ("unbiased", unbiased), ("ddof", ddof))
+            if v is not None
+        ]
         if len(given) > 1:
-            raise ShapeError(f"var of {self.label}: give one of correction=, unbiased= and ddof=, not {' and '.join(given)}")
+            raise ShapeError(
+                f"var of {self.label}: give one of correction=, unbiased= and ddof=, not {' and '.join(given)}"
+            )
         if axis is not None and not given:
-            raise ShapeError(f"var of {self.label}: with axis= PyTorch divides by n - 1 and NumPy by n: say which with "
-                             f"correction= (or dim= for PyTorch's default) or ddof=")
+            raise ShapeError(
+                f"var of {self.label}: with axis= PyTorch divides by n - 1 and NumPy by n: say which with "
+                f"correction= (or dim= for PyTorch's default) or ddof="
+            )
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
         correction = next((v for v in (correction, ddof) if v is not None), 0 if unbiased is False else 1)
         if not isinstance(correction, numbers.Integral) or isinstance(correction, bool) or correction < 0:
-            raise ShapeError(f"var of {self.label}: correction must be a non-negative int, got {correction!r}")
+            raise ShapeError(
+                f"var of {self.label}: correction must be a non-negative int, got {correction!r}"
+            )
         centred = self - self.mean(dim, keepdim=True)
         count = self._count(dim)
         total = (centred * centred).sum(dim, keepdim)
@@ -144,8 +180,17 @@ class ReductionMixin:
         return total if not correction else where(constant(count) > correction, total, math.nan)
 
     @computed_in_float32
-    def std(self, dim=None, *args, correction=None, keepdim: bool = False, unbiased=None, axis=None, keepdims=None,
-            ddof=None):
+    def std(
+        self,
+        dim=None,
+        *args,
+        correction=None,
+        keepdim: bool = False,
+        unbiased=None,
+        axis=None,
+        keepdims=None,
+        ddof=None,
+    ):
         return self.var(dim, *args, correction=correction, keepdim=keepdim, unbiased=unbiased, axis=axis,
                         keepdims=keepdims, ddof=ddof).sqrt()
 
@@ -258,8 +303,10 @@ def _extreme(t, name: str, dim, keepdim, axis, keepdims):
     if dim is None:
         return t.amax(None, keepdim) if name == "max" else t.amin(None, keepdim)
     if isinstance(dim, (tuple, list)):
-        raise ShapeError(f"{name} of {t.label}: PyTorch's {name} takes one dim and returns (values, indices); "
-                         f"for the {name}imum over dims {tuple(dim)} use a{name}")
+        raise ShapeError(
+            f"{name} of {t.label}: PyTorch's {name} takes one dim and returns (values, indices); "
+            f"for the {name}imum over dims {tuple(dim)} use a{name}"
+        )
     values = t.amax(dim, keepdim) if name == "max" else t.amin(dim, keepdim)
     indices = t.argmax(dim, keepdim) if name == "max" else t.argmin(dim, keepdim)
     return getattr(return_types, name)(values, indices)
@@ -269,7 +316,9 @@ def _product(t, axis: int):
     """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
     n = t.shape[axis]
     if not isinstance(n, int):
-        raise ShapeError(f"prod of {t.label} over axis {axis} of symbolic length {n}: the length must be known")
+        raise ShapeError(
+            f"prod of {t.label} over axis {axis} of symbolic length {n}: the length must be known"
+        )
     if n == 0:
         return constant(1.0).broadcast_to(t.shape[:axis] + t.shape[axis + 1:])
     index = [slice(None)] * t.ndim

@@ -99,8 +99,10 @@ def _network(x, axis: int, count: int, negate: bool, nan_first: bool):
         return values.to(x.dtype), indices
     size = 1 << (n - 1).bit_length()
     if 3 * size > 2 ** 24:  # padding's indices reach 3 size
-        raise ShapeError(f"sorting {x.label}: {n} positions along axis {axis}, more than the 2^22 that float32 "
-                         f"indices count exactly here")
+        raise ShapeError(
+            f"sorting {x.label}: {n} positions along axis {axis}, more than the 2^22 that float32 "
+            f"indices count exactly here"
+        )
     fields = Network(_fields(*_keys(t, size, negate, nan_first), size)).sorted(count)
     return _decode(fields[0], fields[1], size, negate, nan_first, x.dtype)
 
@@ -112,7 +114,9 @@ def _along(x, dim, what: str):
     axis = x._axis(dim)
     n = x.shape[axis]
     if not isinstance(n, int):
-        raise ShapeError(f"{what} of {x.label}: axis {axis} has the symbolic length {n}; it needs a known length")
+        raise ShapeError(
+            f"{what} of {x.label}: axis {axis} has the symbolic length {n}; it needs a known length"
+        )
     return x, axis, n
 
 
@@ -154,8 +158,9 @@ class SortingMixin:
         t, axis, n = _along(self, dim, "kthvalue")
         _check_k(t, k, axis, n, "kthvalue", 1)
         values, indices = _network(t, axis, int(k), False, False)
-        return return_types.kthvalue(*_pick(self, t, axis, values[:, int(k) - 1:int(k)], indices[:, int(k) - 1:int(k)],
-                                            keepdim))
+        return return_types.kthvalue(
+            *_pick(self, t, axis, values[:, int(k) - 1 : int(k)], indices[:, int(k) - 1 : int(k)], keepdim)
+        )
 
     def median(self, dim=None, keepdim: bool = False):
         """The lower median: of the flattened tensor without `dim` (NaN when empty), else (values,

@@ -18,7 +18,18 @@ from .reductions import ReductionMixin
 from .sorting import SortingMixin
 from .special import SpecialMixin
 
-__all__ = ["Tensor", "BoolTensor", "DTYPES", "broadcast", "broadcast_shape", "constant", "format_shape", "input", "iota", "lift"]
+__all__ = [
+    "Tensor",
+    "BoolTensor",
+    "DTYPES",
+    "broadcast",
+    "broadcast_shape",
+    "constant",
+    "format_shape",
+    "input",
+    "iota",
+    "lift",
+]
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
@@ -44,19 +55,56 @@ TensorCore.full = Tensor
 TensorCore._boolean = BoolTensor
 
 # Operators are user ops under the names people say: `a + b` builds "add" nodes.
-OPERATORS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "sub", "__mul__": "mul",
-             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__neg__": "neg", "__pow__": "pow",
-             "__rpow__": "pow", "__mod__": "mod", "__rmod__": "mod", "__matmul__": "matmul", "__rmatmul__": "matmul",
-             "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne",
-             "__getitem__": "index", "__floordiv__": "floor_divide", "__rfloordiv__": "floor_divide",
-             "__and__": "logical_and", "__rand__": "logical_and", "__or__": "logical_or", "__ror__": "logical_or",
-             "__xor__": "logical_xor", "__rxor__": "logical_xor", "__invert__": "logical_not", "__abs__": "abs"}
+OPERATORS = {
+    "__add__": "add",
+    "__radd__": "add",
+    "__sub__": "sub",
+    "__rsub__": "sub",
+    "__mul__": "mul",
+    "__rmul__": "mul",
+    "__truediv__": "div",
+    "__rtruediv__": "div",
+    "__neg__": "neg",
+    "__pow__": "pow",
+    "__rpow__": "pow",
+    "__mod__": "mod",
+    "__rmod__": "mod",
+    "__matmul__": "matmul",
+    "__rmatmul__": "matmul",
+    "__lt__": "lt",
+    "__le__": "le",
+    "__gt__": "gt",
+    "__ge__": "ge",
+    "__eq__": "eq",
+    "__ne__": "ne",
+    "__getitem__": "index",
+    "__floordiv__": "floor_divide",
+    "__rfloordiv__": "floor_divide",
+    "__and__": "logical_and",
+    "__rand__": "logical_and",
+    "__or__": "logical_or",
+    "__ror__": "logical_or",
+    "__xor__": "logical_xor",
+    "__rxor__": "logical_xor",
+    "__invert__": "logical_not",
+    "__abs__": "abs",
+}
 
 
 def _record_provenance(cls: type) -> None:
     """Wrap every public method and operator of the mixins in provenance.user_op, once, here."""
-    for mixin in (MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-                  TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin):
+    for mixin in (
+        MovementMixin,
+        ElementwiseMixin,
+        SpecialMixin,
+        ReductionMixin,
+        LinalgMixin,
+        TorchMethodsMixin,
+        TorchShapesMixin,
+        TrigonometryMixin,
+        SortingMixin,
+        RandomMixin,
+    ):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
             if name is not None and callable(value) and not hasattr(value, "user_op"):

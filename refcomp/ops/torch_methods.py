@@ -58,7 +58,9 @@ class TorchMethodsMixin:
             return quotient.trunc()
         if rounding_mode == "floor":
             return _floor_divide(self, lift(other))
-        raise ShapeError(f"div of {self.label}: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise ShapeError(
+            f"div of {self.label}: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+        )
 
     def __floordiv__(self, other):
         return self.div(other, rounding_mode="floor")

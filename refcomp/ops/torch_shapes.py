@@ -49,13 +49,17 @@ class TorchShapesMixin:
         if sum(1 for s in sizes if s == -1) == 1:
             known = prod(s for s in sizes if s != -1)
             n = self.shape[axis]
-            sizes = tuple(make_dim(n // known if isinstance(n, int) else n / known) if s == -1 else s for s in sizes)
+            sizes = tuple(
+                make_dim(n // known if isinstance(n, int) else n / known) if s == -1 else s for s in sizes
+            )
         return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
 
     def t(self):
         """torch.Tensor.t: a 2-D tensor transposed; 0-D and 1-D as they are; more axes refused, as PyTorch."""
         if self.ndim > 2:
-            raise ShapeError(f"t() of {self.label}: PyTorch's t() takes at most 2 axes (mT swaps the last two)")
+            raise ShapeError(
+                f"t() of {self.label}: PyTorch's t() takes at most 2 axes (mT swaps the last two)"
+            )
         return self.transpose(0, 1) if self.ndim == 2 else self
 
     @property
@@ -75,18 +79,26 @@ class TorchShapesMixin:
         (which must add up to the axis). An int size needs a known length: the count of pieces is."""
         axis = self._axis(dim)
         n = self.shape[axis]
-        if isinstance(split_size_or_sections, numbers.Integral) and not isinstance(split_size_or_sections, bool):
+        if isinstance(split_size_or_sections, numbers.Integral) and not isinstance(
+            split_size_or_sections, bool
+        ):
             size = int(split_size_or_sections)
             if not isinstance(n, int):
-                raise ShapeError(f"split of {self.label}: axis {axis} has the symbolic length {n}, so the number of "
-                                 f"pieces of {size} is unknown; give the sizes as a list")
+                raise ShapeError(
+                    f"split of {self.label}: axis {axis} has the symbolic length {n}, so the number of "
+                    f"pieces of {size} is unknown; give the sizes as a list"
+                )
             if size < 0 or (size == 0 and n):
-                raise ShapeError(f"split of {self.label}: split_size {size} must be positive (0 only for an empty axis)")
+                raise ShapeError(
+                    f"split of {self.label}: split_size {size} must be positive (0 only for an empty axis)"
+                )
             sizes = [size] * (n // size) + ([n % size] if n % size else []) if n else [0]
         else:
             sizes = [make_dim(s) for s in split_size_or_sections]
             if not dims_equal(make_dim(sum(sizes)), n):
-                raise ShapeError(f"split of {self.label}: sizes {sizes} add up to {sum(sizes)}, not the {n} of axis {axis}")
+                raise ShapeError(
+                    f"split of {self.label}: sizes {sizes} add up to {sum(sizes)}, not the {n} of axis {axis}"
+                )
         pieces, start = [], 0
         for size in sizes:
             index = [slice(None)] * self.ndim
@@ -102,7 +114,9 @@ class TorchShapesMixin:
         axis = self._axis(dim)
         n = self.shape[axis]
         if chunks < 1 or not isinstance(n, int):
-            raise ShapeError(f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} of known length ({n})")
+            raise ShapeError(
+                f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} of known length ({n})"
+            )
         return self.split([0] * chunks, axis) if n == 0 else self.split(-(-n // chunks), axis)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
@@ -114,13 +128,17 @@ class TorchShapesMixin:
             raise ShapeError(f"diagonal of {self.label}: dim1 and dim2 are both axis {a}")
         rows, cols = self.shape[a], self.shape[b]
         if not (isinstance(rows, int) and isinstance(cols, int)):
-            raise ShapeError(f"diagonal of {self.label}: axes {a} and {b} must have known lengths, not {rows} and {cols}")
+            raise ShapeError(
+                f"diagonal of {self.label}: axes {a} and {b} must have known lengths, not {rows} and {cols}"
+            )
         length = max(min(rows + min(offset, 0), cols - max(offset, 0)), 0)
         strides = contiguous_strides(self.shape)
         rest = [i for i in range(self.ndim) if i not in (a, b)]
         start = (-min(offset, 0)) * strides[a] + max(offset, 0) * strides[b]
         shape = tuple(self.shape[i] for i in rest) + (length,)
-        return self.contiguous().as_strided(shape, tuple(strides[i] for i in rest) + (strides[a] + strides[b],), start)
+        return self.contiguous().as_strided(
+            shape, tuple(strides[i] for i in rest) + (strides[a] + strides[b],), start
+        )
 
     def roll(self, shifts, dims=None):
         """Elements shifted along each axis, wrapping around (no dims: over the flattened tensor)."""
@@ -150,7 +168,11 @@ class TorchShapesMixin:
         x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
         interleaved = tuple(v for n in x.shape for v in (1, n))
         expanded = tuple(v for r, n in zip(sizes, x.shape) for v in (r, n))
-        return x.reshape(interleaved).broadcast_to(expanded).reshape(tuple(make_dim(r * n) for r, n in zip(sizes, x.shape)))
+        return (
+            x.reshape(interleaved)
+            .broadcast_to(expanded)
+            .reshape(tuple(make_dim(r * n) for r, n in zip(sizes, x.shape)))
+        )
 
     def repeat_interleave(self, repeats: int, dim=None):
         """Each element `repeats` times in a row along the axis (none: of the flattened tensor)."""
@@ -168,7 +190,9 @@ class TorchShapesMixin:
         n = self.shape[axis]
         size, step = _int(size, "unfold's size", self.label), _int(step, "unfold's step", self.label)
         if not isinstance(n, int) or size < 0 or step < 1 or size > n:
-            raise ShapeError(f"unfold of {self.label}: windows of {size} every {step} along axis {axis} of length {n}")
+            raise ShapeError(
+                f"unfold of {self.label}: windows of {size} every {step} along axis {axis} of length {n}"
+            )
         strides = contiguous_strides(self.shape)
         shape = self.shape[:axis] + ((n - size) // step + 1,) + self.shape[axis + 1:] + (size,)
         view = strides[:axis] + (strides[axis] * step,) + strides[axis + 1:] + (strides[axis],)
@@ -180,11 +204,15 @@ class TorchShapesMixin:
         axis = self._axis(dim)
         ids = lift(index)
         if ids.dtype != "int32":
-            raise ShapeError(f"index_select of {self.label}: the index must be int32 ids, got {ids.label} ({ids.dtype})")
+            raise ShapeError(
+                f"index_select of {self.label}: the index must be int32 ids, got {ids.label} ({ids.dtype})"
+            )
         rest = tuple(n for i, n in enumerate(self.shape) if i != axis)
         front = self.permute([axis] + [i for i in range(self.ndim) if i != axis]) if axis else self
         table = front.reshape((self.shape[axis], prod(rest)))
-        picked = type(self).from_node(make_node("Gather", (table.edge, ids.edge))).reshape(tuple(ids.shape) + rest)
+        picked = (
+            type(self).from_node(make_node("Gather", (table.edge, ids.edge))).reshape(tuple(ids.shape) + rest)
+        )
         k = ids.ndim
         order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, k + len(rest)))
         return keep_bool(picked.permute(order) if order != list(range(len(order))) else picked, self)
@@ -199,21 +227,31 @@ class TorchShapesMixin:
         ids, source = lift(index), lift(source)
         x = self.reshape((1,)) if self.ndim == 0 else self
         if ids.ndim > 1:
-            raise ShapeError(f"index_copy of {self.label}: the index {ids.label} must be 1-D, got {ids.ndim} axes")
+            raise ShapeError(
+                f"index_copy of {self.label}: the index {ids.label} must be 1-D, got {ids.ndim} axes"
+            )
         ids = ids.reshape((1,)) if ids.ndim == 0 else ids
         want = x.shape[:axis] + (ids.shape[0],) + x.shape[axis + 1:]
         src = source.reshape(want) if source.ndim == 0 and len(want) == 1 else source
         if src.ndim != len(want) or not all(dims_equal(a, b) for a, b in zip(src.shape, want)):
-            raise ShapeError(f"index_copy of {self.label} along axis {axis}: the source {source.label} must have shape "
-                             f"{tuple(want)} (self's, with len(index) along {axis}), got {tuple(source.shape)}")
+            raise ShapeError(
+                f"index_copy of {self.label} along axis {axis}: the source {source.label} must have shape "
+                f"{tuple(want)} (self's, with len(index) along {axis}), got {tuple(source.shape)}"
+            )
         if src.dtype != self.dtype:
-            raise ShapeError(f"index_copy of {self.label} ({self.dtype}): the source {source.label} is {src.dtype}; "
-                             f"PyTorch requires the same dtype (convert it with .to)")
+            raise ShapeError(
+                f"index_copy of {self.label} ({self.dtype}): the source {source.label} is {src.dtype}; "
+                f"PyTorch requires the same dtype (convert it with .to)"
+            )
         rest = x.shape[:axis] + x.shape[axis + 1:]
         order = [axis] + [i for i in range(x.ndim) if i != axis]
         table = (x.permute(order) if axis else x).reshape((x.shape[axis], prod(rest)))
         rows = (src.permute(order) if axis else src).reshape((ids.shape[0], prod(rest)))
-        out = type(self).from_node(make_node("Scatter", (table.edge, ids.edge, rows.edge))).reshape((x.shape[axis],) + rest)
+        out = (
+            type(self)
+            .from_node(make_node("Scatter", (table.edge, ids.edge, rows.edge)))
+            .reshape((x.shape[axis],) + rest)
+        )
         if axis:
             out = out.permute([order.index(i) for i in range(x.ndim)])
         return keep_bool(out.reshape(()) if self.ndim == 0 else out, self, source)
@@ -225,18 +263,31 @@ class TorchShapesMixin:
         position along `dim`, so a float index that matches none gives NaN, where PyTorch raises."""
         axis, index = self._axis(dim), lift(index)
         if index.ndim != self.ndim or any(
-                isinstance(a, int) and isinstance(b, int) and a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != axis):
-            raise ShapeError(f"gather of {self.label} along axis {axis}: the index {index.label} must have as many axes, "
-                             f"none longer than self's except along {axis}")
+            isinstance(a, int) and isinstance(b, int) and a > b
+            for i, (a, b) in enumerate(zip(index.shape, self.shape))
+            if i != axis
+        ):
+            raise ShapeError(
+                f"gather of {self.label} along axis {axis}: the index {index.label} must have as many axes, "
+                f"none longer than self's except along {axis}"
+            )
         n = self.shape[axis]
-        if index.dtype == "int32":  # each id's position, read from a ramp by a Gather (ids checked at run time)
+        if (
+            index.dtype == "int32"
+        ):  # each id's position, read from a ramp by a Gather (ids checked at run time)
             shape = tuple(index.shape)
-            index = type(self).from_node(make_node("Gather", (iota((n, 1), 0).edge, index.edge))).reshape(shape)
+            index = (
+                type(self).from_node(make_node("Gather", (iota((n, 1), 0).edge, index.edge))).reshape(shape)
+            )
         rows = self[tuple(slice(0, m) if i != axis else slice(None) for i, m in enumerate(index.shape))]
-        order = [i for i in range(self.ndim) if i != axis] + [axis]  # the gathered axis last, then one for the index's
+        order = [i for i in range(self.ndim) if i != axis] + [
+            axis
+        ]  # the gathered axis last, then one for the index's
         candidates = rows.permute(order).unsqueeze(axis)  # (..., 1 at axis, ..., n)
         match = index.unsqueeze(-1).eq(iota((1,) * self.ndim + (n,), self.ndim))
-        picked = where(match, candidates, -math.inf).amax(-1)  # one candidate matches: its value, -0.0 and NaN kept
+        picked = where(match, candidates, -math.inf).amax(
+            -1
+        )  # one candidate matches: its value, -0.0 and NaN kept
         return keep_bool(where(match.amax(-1), picked, math.nan), self)
 
     # --- scans ----------------------------------------------------------------------------------

@@ -104,7 +104,9 @@ class _Counting:
         other = pairs.reshape((rows, 1, 1, m, 2))
         key, index, other_key, other_index = mine[..., 0], mine[..., 1], other[..., 0], other[..., 1]
         weight = self.weight.reshape((PACKED, 1))
-        before = where(other_key < key, weight, where(key < other_key, 0.0, where(other_index < index, weight, 0.0)))
+        before = where(
+            other_key < key, weight, where(key < other_key, 0.0, where(other_index < index, weight, 0.0))
+        )
         packed = before.sum(2).sum(-1).unsqueeze(-1)  # (rows, groups, 1)
         ranks = fmod((packed - fmod(packed, self.weight)) * (1.0 / self.weight), DIGIT)
         return _gather(ranks, self.ids(m, groups * PACKED), 1).reshape((rows, m))

@@ -17,7 +17,13 @@ from .tensor import Tensor, lift
 
 def per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
     """An int (the same for every spatial axis) or one int per axis, each at least `least`."""
-    values = (value,) * d if isinstance(value, numbers.Integral) else tuple(value) if isinstance(value, (tuple, list)) else ()
+    values = (
+        (value,) * d
+        if isinstance(value, numbers.Integral)
+        else tuple(value)
+        if isinstance(value, (tuple, list))
+        else ()
+    )
     if len(values) != d or not all(isinstance(v, numbers.Integral) and v >= least for v in values):
         kind = "positive" if least else "non-negative"
         raise ShapeError(f"{what} must be a {kind} int or {d} of them, got {value!r}")
@@ -26,7 +32,9 @@ def per_axis(value, d: int, what: str, least: int = 0) -> tuple[int, ...]:
 
 def window_pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
     """Padding as (begin, end) per spatial axis: an int, one int per axis, or one pair per axis."""
-    wrong = ShapeError(f"{what} must be a non-negative int, {d} of them or {d} (begin, end) pairs, got {value!r}")
+    wrong = ShapeError(
+        f"{what} must be a non-negative int, {d} of them or {d} (begin, end) pairs, got {value!r}"
+    )
     if isinstance(value, numbers.Integral):
         return tuple((p, p) for p in per_axis(value, d, what))
     if not isinstance(value, (tuple, list)):
@@ -34,7 +42,9 @@ def window_pads(value, d: int, what: str) -> tuple[tuple[int, int], ...]:
     if all(isinstance(v, numbers.Integral) for v in value):
         return tuple((p, p) for p in per_axis(value, d, what))
     pairs = tuple(tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in value)
-    if len(pairs) != d or not all(len(p) == 2 and all(isinstance(v, numbers.Integral) and v >= 0 for v in p) for p in pairs):
+    if len(pairs) != d or not all(
+        len(p) == 2 and all(isinstance(v, numbers.Integral) and v >= 0 for v in p) for p in pairs
+    ):
         raise wrong
     return tuple((int(a), int(b)) for a, b in pairs)
 
@@ -60,7 +70,11 @@ def windows(x, kernel, stride, padding, dilation, pad_value: float = 0.0, who: s
     x = lift(x)
     d = len(kernel)
     require_ndim(x, d + 2, who)
-    if any(s < 1 for s in stride) or any(k < 1 for k in dilation) or any(isinstance(k, int) and k < 1 for k in kernel):
+    if (
+        any(s < 1 for s in stride)
+        or any(k < 1 for k in dilation)
+        or any(isinstance(k, int) and k < 1 for k in kernel)
+    ):
         raise ShapeError(f"{who}: kernel size, stride and dilation must be positive")
     spatial = x.shape[2:]
     padded_sizes = [dim(n + a + b) for n, (a, b) in zip(spatial, padding)]
@@ -68,9 +82,15 @@ def windows(x, kernel, stride, padding, dilation, pad_value: float = 0.0, who: s
     names = SPATIAL_NAMES.get(d, tuple(f"spatial axis {i}" for i in range(d)))
     for name, size, extent in zip(names, padded_sizes, extents):
         if isinstance(size, int) and isinstance(extent, int) and size < extent:
-            raise ShapeError(f"{who}: padded input {name} {size} of {x.label} is smaller than the kernel's extent {extent}")
-    padded = x.pad([(0, 0), (0, 0)] + list(padding), value=pad_value) if any(a or b for a, b in padding) else x
-    outs = tuple(dim(idiv(dim(size - extent), s) + 1) for size, extent, s in zip(padded_sizes, extents, stride))
+            raise ShapeError(
+                f"{who}: padded input {name} {size} of {x.label} is smaller than the kernel's extent {extent}"
+            )
+    padded = (
+        x.pad([(0, 0), (0, 0)] + list(padding), value=pad_value) if any(a or b for a, b in padding) else x
+    )
+    outs = tuple(
+        dim(idiv(dim(size - extent), s) + 1) for size, extent, s in zip(padded_sizes, extents, stride)
+    )
     row = contiguous_strides(padded.shape)
     view_strides = row[:2] + tuple(dim(r * s) for r, s in zip(row[2:], stride)) + \
         tuple(dim(r * dl) for r, dl in zip(row[2:], dilation))
@@ -85,7 +105,9 @@ def ceil_mode_extra(x: Tensor, kernel, stride, dilation, padding, ceil_mode: boo
     for i, (begin, end) in enumerate(padding):
         size, step = x.shape[2 + i], stride[i]
         extent = dilation[i] * (kernel[i] - 1) + 1
-        if not ceil_mode or (step == 1 and not isinstance(size, int)):  # stride 1: rounding up is rounding down
+        if not ceil_mode or (
+            step == 1 and not isinstance(size, int)
+        ):  # stride 1: rounding up is rounding down
             extra.append(0)
             continue
         if not isinstance(size, int):

@@ -52,7 +52,10 @@ def binding_for(nodes: Iterable[Node], dims_hint: Mapping[str, int] | None, edge
     """The binding the model prices at: the hint, DEFAULT_DIM for every other dim of the nodes and of
     `edges` (the outputs, whose views may mention a dim no node has: x.expand("B", 4))."""
     hint = dict(dims_hint or {})
-    return {s.name: int(hint.get(s.name, DEFAULT_DIM)) for s in sorted(symbols_of(list(nodes), edges), key=lambda s: s.name)}
+    return {
+        s.name: int(hint.get(s.name, DEFAULT_DIM))
+        for s in sorted(symbols_of(list(nodes), edges), key=lambda s: s.name)
+    }
 
 
 def elements(shape, bindings: Mapping[str, int]) -> int:
@@ -103,7 +106,9 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
     return access_cost(coarse, counts.global_bytes, footprint, profile)
 
 
-def minimum_bytes(output_nodes: Iterable[Node], all_nodes: Iterable[Node], bindings: Mapping[str, int]) -> int:
+def minimum_bytes(
+    output_nodes: Iterable[Node], all_nodes: Iterable[Node], bindings: Mapping[str, int]
+) -> int:
     """Every input (weights included) read once and every output written once."""
     inputs = {n.attrs["name"]: n for n in all_nodes if n.op.name == "Input"}
     outputs = {n.id: n for n in output_nodes}

@@ -44,6 +44,24 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
                                   tuple(n.id in getattr(sched, d.name) for d in DECISIONS)) for n in nodes)
 
 
+def lowering_plan(groups, sched: Schedule) -> list[tuple[Group, dict, tuple]]:
+    """What code generation needs to lower each group (codegen.lower.lower_groups): its kernel
+    parameters, and a key equal for groups of the same structure, parameters and user calls, whose
+    kernels differ only in labels (the same layer of a repeated model)."""
+    return [
+        (
+            g,
+            group_params(sched, g),
+            (
+                group_structure(g, sched),
+                tuple(sched.kernel_params(g.root.id, g.kind).items()),
+                tuple(n.origin for n in g.members + (g.root,)),
+            ),
+        )
+        for g in groups
+    ]
+
+
 ACCESS_PRICED = ("reduce", "row", "matmul")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 
@@ -62,9 +80,18 @@ class Evaluator:
         # representative's where the schedule treats both alike (search/mirror.py), else None
         self.mirrored = Mirror(self)
         self.memo = {} if memo is None else memo
-        self.built, self.structures, self.interned, self.prices, self.costs, self.access_costs, self.counts = (
+        (
+            self.built,
+            self.structures,
+            self.interned,
+            self.prices,
+            self.costs,
+            self.access_costs,
+            self.counts,
+        ) = (
             self.memo.setdefault(name, {})
-            for name in ("built", "structures", "interned", "prices", "costs", "access", "counts"))
+            for name in ("built", "structures", "interned", "prices", "costs", "access", "counts")
+        )
 
     def count(self, shape) -> int:
         if shape not in self.counts:
@@ -107,7 +134,9 @@ class Evaluator:
         decides a whole pattern): `changed` holds their ids (`changed_by`). Only the kernels touching
         those can change: they alone are re-partitioned, and the cost of a move does not grow with
         the graph."""
-        roots = sorted(set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r])
+        roots = sorted(
+            set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r]
+        )
         delta: dict[int, Optional[Group]] = {}
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
             cost -= self.price(old, groups[root_id]).time_s
@@ -176,8 +205,9 @@ class Evaluator:
         key = structure, tuple(analysed[p.name] for p in KERNEL_PARAMS)
         if key not in self.built:
             try:
-                self.built[key] = kernel_for_group("priced", group, self.graph.names, lambda n: n.id in sched.inline,
-                                                   analysed, render=False)
+                self.built[key] = kernel_for_group(
+                    "priced", group, self.graph.names, lambda n: n.id in sched.inline, analysed, render=False
+                )
             except Unfusable:
                 self.built[key] = None
         kernel = self.built[key]
@@ -224,7 +254,11 @@ def grown(graph: Graph, sched: Schedule, root: Node, before: Mapping[int, Group]
 
 def changed_by(sites, decided: dict[str, set]) -> set[int]:
     """The ids a move can reschedule: the nodes it fires at, their sources, and what it decides."""
-    return {*(n.id for n in sites), *(s.node.id for n in sites for s in n.srcs), *set().union(*decided.values())}
+    return {
+        *(n.id for n in sites),
+        *(s.node.id for n in sites for s in n.srcs),
+        *set().union(*decided.values()),
+    }
 
 
 def touched_by(group: Optional[Group]) -> tuple:

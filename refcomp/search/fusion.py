@@ -10,8 +10,16 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..codegen.legality import (COMPENSATION_FLOPS, MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, Group, ProgramNames,
-                               default_reduce_strategy, long_chain)
+from ..codegen.legality import (
+    COMPENSATION_FLOPS,
+    MAX_FUSED_NODES,
+    MAX_INLINED_VALUES,
+    SHORT_REDUCE,
+    Group,
+    ProgramNames,
+    default_reduce_strategy,
+    long_chain,
+)
 from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, INDEXED, LEAF, REDUCE, SCATTER, Node
@@ -45,7 +53,9 @@ class Graph:
         self.names = ProgramNames.of(self.nodes)
         self.by_id = {n.id: n for n in self.nodes}
         self.reduces = frozenset(n.id for n in self.compute if n.op.kind == REDUCE)
-        self.sources = {n.id: tuple(s.node.id for s in n.srcs) for n in self.nodes}  # read per edge: a source read twice, twice
+        self.sources = {
+            n.id: tuple(s.node.id for s in n.srcs) for n in self.nodes
+        }  # read per edge: a source read twice, twice
 
     @functools.cached_property
     def copies(self) -> Copies:
@@ -96,14 +106,18 @@ def group_of(graph: Graph, sched: Schedule, root: Node) -> Optional[Group]:
                 if s.id not in members:
                     members[s.id] = s
                     stack.append(s)
-                    if len(members) > MAX_FUSED_NODES:  # too big a kernel (and too deep a recursion in codegen)
+                    if (
+                        len(members) > MAX_FUSED_NODES
+                    ):  # too big a kernel (and too deep a recursion in codegen)
                         return None
             else:
                 reads[s.id] = s
     return kernel_of(graph, sched, root, members, reads)
 
 
-def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node], reads: dict[int, Node]) -> Optional[Group]:
+def kernel_of(
+    graph: Graph, sched: Schedule, root: Node, members: dict[int, Node], reads: dict[int, Node]
+) -> Optional[Group]:
     """The kernel rooted at `root` that recomputes `members` and reads `reads` (by id), or None when the
     schedule asks for an impossible one. Set tests first: a long chain's kernel has many members."""
     if len(members) > MAX_FUSED_NODES or len(graph.copies.boundaries.intersection(members)) > 1:
@@ -138,7 +152,9 @@ def kernel_of(graph: Graph, sched: Schedule, root: Node, members: dict[int, Node
     recomputed = _recomputations(graph, root, ordered, members, unrolled)
     if recomputed > MAX_PATH_COPIES:
         return None
-    return Group(root, ordered, tuple(reads[i] for i in sorted(reads, key=position.__getitem__)), kind, recomputed)
+    return Group(
+        root, ordered, tuple(reads[i] for i in sorted(reads, key=position.__getitem__)), kind, recomputed
+    )
 
 
 def group_params(sched: Schedule, group: Group) -> dict:
@@ -147,7 +163,9 @@ def group_params(sched: Schedule, group: Group) -> dict:
     return {**told, **sched.kernel_params(group.root.id, group.kind)}
 
 
-def group_cost(group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = "") -> KernelCost:
+def group_cost(
+    group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = ""
+) -> KernelCost:
     """The roofline cost of one kernel; `count(shape)` is the number of elements at the binding."""
     root = group.root
     ops = len(group.members) + 1
@@ -171,8 +189,12 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
         tile = sched.param(root.id, "tile")
         flops = 2 * m_n * k + ops * m_n
-        flops += sum(2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed)  # q . k per score
-        flops += sum(count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue)  # once per row (a bound below)
+        flops += sum(
+            2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed
+        )  # q . k per score
+        flops += sum(
+            count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue
+        )  # once per row (a bound below)
         flops += _compensation_flops(group, sched, count, tile)
         threads = -(-m_n // (tile * tile)) * tile * tile
     elif group.kind in ("reduce", "row"):
@@ -185,7 +207,9 @@ def group_cost(group: Group, sched: Schedule, count: Callable, profile: DevicePr
         strategy = sched.param(root.id, "strategy") or default_reduce_strategy(extent)
         block_per_row = group.kind == "row" or strategy == "block"
         if long_chain(extent, block if block_per_row else 1):  # each thread's long sums are compensated
-            sums = (reduce.op.name == "SumReduce") + sum(1 for n in group.members if n.id in sched.row and n.op.name == "SumReduce")
+            sums = (reduce.op.name == "SumReduce") + sum(
+                1 for n in group.members if n.id in sched.row and n.op.name == "SumReduce"
+            )
             flops += COMPENSATION_FLOPS * points * sums
         threads = rows * block if block_per_row else rows
     else:
@@ -198,14 +222,20 @@ def _compensation_flops(group: Group, sched: Schedule, count: Callable, tile: in
     """A tiled kernel's extra flops for its compensated sums (codegen.sums): once per K tile for the
     contraction (and the online softmax's sum beside it), once per value for a long prologue reduction."""
     flops = 0
-    reduce = next(n for n in (group.root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed)
+    reduce = next(
+        n for n in (group.root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed
+    )
     if long_chain(reduce.srcs[0].shape[reduce.attrs["axis"]]):
         m_n = count(reduce.shape)
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
         chains = 2 if any(n.id in sched.online for n in group.members) else 1
         flops += COMPENSATION_FLOPS * chains * m_n * -(-k // tile)
     for n in group.members:
-        if n.id in sched.prologue and n.op.name == "SumReduce" and long_chain(n.srcs[0].shape[n.attrs["axis"]], tile):
+        if (
+            n.id in sched.prologue
+            and n.op.name == "SumReduce"
+            and long_chain(n.srcs[0].shape[n.attrs["axis"]], tile)
+        ):
             flops += COMPENSATION_FLOPS * count(n.srcs[0].shape)
     return flops
 

@@ -25,15 +25,21 @@ class When:
 
     test: Callable[[Graph, Schedule, Node], bool]
     text: str
-    own: bool = False  # reads only the node's own op, attributes and shapes: alike at every copy of a layer's node
+    own: bool = (
+        False  # reads only the node's own op, attributes and shapes: alike at every copy of a layer's node
+    )
     lead: Optional["When"] = None  # of a conjunction, its longest leading part that reads only the node (own)
 
     def __call__(self, graph: Graph, sched: Schedule, node: Node) -> bool:
         return self.test(graph, sched, node)
 
     def __and__(self, other: "When") -> "When":
-        return When(lambda g, s, n: self.test(g, s, n) and other.test(g, s, n), f"{self.text} and {other.text}",
-                    self.own and other.own, self if self.own and not other.own else self.lead)
+        return When(
+            lambda g, s, n: self.test(g, s, n) and other.test(g, s, n),
+            f"{self.text} and {other.text}",
+            self.own and other.own,
+            self if self.own and not other.own else self.lead,
+        )
 
     def __invert__(self) -> "When":
         return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}", self.own)
@@ -71,9 +77,15 @@ reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction", own=True)
 short = When(lambda g, s, n: short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
 free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
 a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce", own=True)
-product_unshared = When(lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
-                        "whose product nothing else reads")
-matmul_shaped = When(lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)")
+product_unshared = When(
+    lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
+    "whose product nothing else reads",
+)
+matmul_shaped = When(
+    lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)"
+)
+
+
 def _online_parts(g: Graph, s: Schedule, n: Node):
     """The online-softmax parts of the contraction n (codegen.online), when nothing outside the
     pattern reads them and they are not yet online."""
@@ -86,10 +98,16 @@ def _online_parts(g: Graph, s: Schedule, n: Node):
     return parts
 
 
-read_by_inline_elementwise = When(lambda g, s, n: all(c.op.kind in ELEMENTWISE and c.id in s.inline for c in g.consumers[n.id]),
-                                  "read only by elementwise nodes computed inline")
-reads_online_softmax = When(lambda g, s, n: _online_parts(g, s, n) is not None,
-                            "whose operand a is softmax(S) over its K axis, the softmax's max and sum read by nothing else")
+read_by_inline_elementwise = When(
+    lambda g, s, n: all(c.op.kind in ELEMENTWISE and c.id in s.inline for c in g.consumers[n.id]),
+    "read only by elementwise nodes computed inline",
+)
+reads_online_softmax = When(
+    lambda g, s, n: _online_parts(g, s, n) is not None,
+    "whose operand a is softmax(S) over its K axis, the softmax's max and sum read by nothing else",
+)
+
+
 def _streamable(g: Graph, s: Schedule, n: Node):
     """(S, the elementwise nodes from S to the scores) when n's softmax is online and its scores are
     an elementwise function of one matmul S read by nothing else, not yet streamed."""
@@ -106,16 +124,20 @@ def _streamable(g: Graph, s: Schedule, n: Node):
     return scores, chain
 
 
-streamable_scores = When(lambda g, s, n: _streamable(g, s, n) is not None,
-                         "whose online softmax's scores are an elementwise function of a matmul S that nothing else reads")
+streamable_scores = When(
+    lambda g, s, n: _streamable(g, s, n) is not None,
+    "whose online softmax's scores are an elementwise function of a matmul S that nothing else reads",
+)
 reader_shaped = When(lambda g, s, n: g.consumers[n.id][0].shape == n.shape, "of its reader's shape")
 def _squares_of_a_prologue_sum(g: Graph, s: Schedule, n: Node) -> bool:
     stats = row_statistics(n)
     return stats is not None and stats.total.id in s.prologue
 
 
-squares_of_a_prologue_mean = When(_squares_of_a_prologue_sum,
-                                  "a sum of squared deviations from S / n, S the row's sum, also computed in the prologue")
+squares_of_a_prologue_mean = When(
+    _squares_of_a_prologue_sum,
+    "a sum of squared deviations from S / n, S the row's sum, also computed in the prologue",
+)
 
 
 def into(*decision_names: str, of: Callable[[Node], object] = _itself) -> tuple:
@@ -146,78 +168,118 @@ class FusionRule:
         ids: dict[str, set] = {}
         for name, whose in self.then:
             decided = whose(node)
-            ids.setdefault(name, set()).update(n.id for n in (decided if isinstance(decided, tuple) else (decided,)))
+            ids.setdefault(name, set()).update(
+                n.id for n in (decided if isinstance(decided, tuple) else (decided,))
+            )
         return ids
 
     def apply(self, graph: Graph, sched: Schedule, node: Node) -> Schedule:
         return sched.decide(**self.decided(node))
 
 
-RECOMPUTE = "recomputing a pure function where it is read yields exactly the value that would have been stored"
+RECOMPUTE = (
+    "recomputing a pure function where it is read yields exactly the value that would have been stored"
+)
 
 FUSION: list[FusionRule] = [
-    FusionRule("fuse_elementwise", "compute an elementwise node inside every kernel that reads it (chains, "
-               "prologues of reductions, epilogues, and recompute instead of a round trip through memory)",
-               elementwise & free,
-               into("inline"), RECOMPUTE),
-    FusionRule("unroll_short_reduce", f"compute a reduction over at most {SHORT_REDUCE} values (maximum's pair) "
-               "inline as a chain of combines",
-               reduction & short & ~scheduled("matmul") & free,
-               into("inline"), RECOMPUTE + "; the combine order is the reference's"),
-    FusionRule("row_fuse", "compute a reduction in its reader's kernel, one block per row, when every read is "
-               "the row's own result (softmax and layer norm become one kernel)",
-               reduction & ~short & ~scheduled("matmul") & free,
-               into("inline", "row"), RECOMPUTE + "; the row kernel checks that each read is of the current row"),
-    FusionRule("matmul", "SumReduce(Mul(expand a, expand b)) over the contracted axis -> the tiled matmul "
-               "template, its product never stored",
-               a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped,
-               into("matmul") + into("inline", of=_product),
-               "the tile loop sums the same products (in another order: float32 rounding may differ by a few ulp, "
-               "as any matmul)"),
-    FusionRule("online_softmax", "compute the softmax a matmul reads in the matmul's own pass over K: a running "
-               "maximum, the sum rescaled by exp2(c (m - m')) when the maximum grows, the accumulators likewise "
-               "(the attention scores are read once; the max and sum are never stored)",
-               scheduled("matmul") & reads_online_softmax,
-               into("inline", of=lambda n: online_softmax(n).nodes)
-               + into("online", of=lambda n: online_softmax(n).statistics),
-               "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
-               "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
-               "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
-               "rounding may differ by a few ulp)"),
-    FusionRule("stream_scores", "compute the scores of an online softmax, the matmul S = Q K^T, a tile of keys at a "
-               "time inside the online kernel (FlashAttention: Q's rows stay in shared memory, K's tiles stream "
-               "through; the scores are never written)",
-               scheduled("matmul") & streamable_scores,
-               into("inline", of=lambda n: _streamed_nodes(n)) + into("streamed", of=lambda n: _streamed_nodes(n)[0]),
-               "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
-               "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")"),
-    FusionRule("prologue_reduce", "compute a per-row reduction that a matmul's operand reads (layer norm's mean and "
-               "variance) in the matmul itself: each block reduces its tile's rows before the tile loop",
-               reduction & ~short & ~scheduled("matmul") & free & read_by_inline_elementwise,
-               into("inline", "prologue"),
-               RECOMPUTE + "; each block's rows are reduced whole, in their own order (float32 rounding may differ by "
-               "a few ulp); code generation checks that each read is of the thread's own row"),
-    FusionRule("one_pass_statistics", "compute a layer norm's variance sum in the same pass over the row as "
-               "its mean's sum, by Welford's running update (the matmul prologue reads each row once, not twice)",
-               scheduled("prologue") & ~scheduled("welford") & squares_of_a_prologue_mean,
-               into("welford"),
-               "with n values, S = n mean and V = M2, the sum of squared deviations, exactly in real arithmetic "
-               "(Welford's update per thread, Chan's merge across threads); float32 rounding differs by a few ulp "
-               "of the row's values, and does not cancel as the sum of squares minus the squared sum would"),
-    FusionRule("matmul_epilogue", "compute a matmul inside the kernel of its elementwise reader (bias, "
-               "activation, residual applied to the accumulator before the store)",
-               scheduled("matmul") & free & read_only_by(elementwise),
-               into("inline"), RECOMPUTE),
+    FusionRule(
+        "fuse_elementwise",
+        "compute an elementwise node inside every kernel that reads it (chains, "
+        "prologues of reductions, epilogues, and recompute instead of a round trip through memory)",
+        elementwise & free,
+        into("inline"),
+        RECOMPUTE,
+    ),
+    FusionRule(
+        "unroll_short_reduce",
+        f"compute a reduction over at most {SHORT_REDUCE} values (maximum's pair) "
+        "inline as a chain of combines",
+        reduction & short & ~scheduled("matmul") & free,
+        into("inline"),
+        RECOMPUTE + "; the combine order is the reference's",
+    ),
+    FusionRule(
+        "row_fuse",
+        "compute a reduction in its reader's kernel, one block per row, when every read is "
+        "the row's own result (softmax and layer norm become one kernel)",
+        reduction & ~short & ~scheduled("matmul") & free,
+        into("inline", "row"),
+        RECOMPUTE + "; the row kernel checks that each read is of the current row",
+    ),
+    FusionRule(
+        "matmul",
+        "SumReduce(Mul(expand a, expand b)) over the contracted axis -> the tiled matmul "
+        "template, its product never stored",
+        a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped,
+        into("matmul") + into("inline", of=_product),
+        "the tile loop sums the same products (in another order: float32 rounding may differ by a few ulp, "
+        "as any matmul)",
+    ),
+    FusionRule(
+        "online_softmax",
+        "compute the softmax a matmul reads in the matmul's own pass over K: a running "
+        "maximum, the sum rescaled by exp2(c (m - m')) when the maximum grows, the accumulators likewise "
+        "(the attention scores are read once; the max and sum are never stored)",
+        scheduled("matmul") & reads_online_softmax,
+        into("inline", of=lambda n: online_softmax(n).nodes)
+        + into("online", of=lambda n: online_softmax(n).statistics),
+        "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
+        "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
+        "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
+        "rounding may differ by a few ulp)",
+    ),
+    FusionRule(
+        "stream_scores",
+        "compute the scores of an online softmax, the matmul S = Q K^T, a tile of keys at a "
+        "time inside the online kernel (FlashAttention: Q's rows stay in shared memory, K's tiles stream "
+        "through; the scores are never written)",
+        scheduled("matmul") & streamable_scores,
+        into("inline", of=lambda n: _streamed_nodes(n))
+        + into("streamed", of=lambda n: _streamed_nodes(n)[0]),
+        "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
+        "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")",
+    ),
+    FusionRule(
+        "prologue_reduce",
+        "compute a per-row reduction that a matmul's operand reads (layer norm's mean and "
+        "variance) in the matmul itself: each block reduces its tile's rows before the tile loop",
+        reduction & ~short & ~scheduled("matmul") & free & read_by_inline_elementwise,
+        into("inline", "prologue"),
+        RECOMPUTE
+        + "; each block's rows are reduced whole, in their own order (float32 rounding may differ by "
+        "a few ulp); code generation checks that each read is of the thread's own row",
+    ),
+    FusionRule(
+        "one_pass_statistics",
+        "compute a layer norm's variance sum in the same pass over the row as "
+        "its mean's sum, by Welford's running update (the matmul prologue reads each row once, not twice)",
+        scheduled("prologue") & ~scheduled("welford") & squares_of_a_prologue_mean,
+        into("welford"),
+        "with n values, S = n mean and V = M2, the sum of squared deviations, exactly in real arithmetic "
+        "(Welford's update per thread, Chan's merge across threads); float32 rounding differs by a few ulp "
+        "of the row's values, and does not cancel as the sum of squares minus the squared sum would",
+    ),
+    FusionRule(
+        "matmul_epilogue",
+        "compute a matmul inside the kernel of its elementwise reader (bias, "
+        "activation, residual applied to the accumulator before the store)",
+        scheduled("matmul") & free & read_only_by(elementwise),
+        into("inline"),
+        RECOMPUTE,
+    ),
 ]
 
 # Clean-up rules run after the main search has settled: applied early, they would claim reductions
 # that row fusion puts to better use.
 CLEANUP: list[FusionRule] = [
-    FusionRule("reduce_epilogue", "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
-               "a scale, rsqrt(var + eps)), to the accumulated value before it is stored",
-               reduction & ~short & ~scheduled("matmul") & free & read_only_by(elementwise)
-               & reader_shaped,
-               into("inline", "epilogue"), RECOMPUTE),
+    FusionRule(
+        "reduce_epilogue",
+        "apply a reduction's only reader, an elementwise node of the same shape (a bias, "
+        "a scale, rsqrt(var + eps)), to the accumulated value before it is stored",
+        reduction & ~short & ~scheduled("matmul") & free & read_only_by(elementwise) & reader_shaped,
+        into("inline", "epilogue"),
+        RECOMPUTE,
+    ),
 ]
 
 

@@ -29,12 +29,18 @@ class Mirror:
 
     def __init__(self, evaluator):
         self.ev, self.graph = evaluator, evaluator.graph
-        self.representatives: dict[int, tuple] = {}  # id(rep group) -> (rep, its kernel's number, its node ids)
+        self.representatives: dict[
+            int, tuple
+        ] = {}  # id(rep group) -> (rep, its kernel's number, its node ids)
         self.kernels: dict[tuple, int] = {}  # (root id, fused ids, read ids) -> number
         self.copies: dict[tuple, tuple] = {}  # (kernel number, copy's root id) -> the copy's nodes, or ()
-        self.plain: dict[tuple, Group] = {}  # the same key -> the copy's group where no decision but inline is taken
+        self.plain: dict[
+            tuple, Group
+        ] = {}  # the same key -> the copy's group where no decision but inline is taken
 
-    def __call__(self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]) -> Optional[Group]:
+    def __call__(
+        self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]
+    ) -> Optional[Group]:
         """The kernel rooted at `root_id`, a copy of a repeated layer's node, read off its
         representative's kernel in `found`; None when they are not alike (group_of decides)."""
         if not sched.inline and not sched.templated:  # the plain schedule: one-node kernels, group_of is
@@ -46,7 +52,9 @@ class Mirror:
         ours = self.representatives.get(id(rep))
         if ours is None or ours[0] is not rep:
             members = tuple(n.id for n in rep.members)
-            kernel = self.kernels.setdefault((rep.root.id, members, tuple(n.id for n in rep.reads)), len(self.kernels))
+            kernel = self.kernels.setdefault(
+                (rep.root.id, members, tuple(n.id for n in rep.reads)), len(self.kernels)
+            )
             ours = self.representatives[id(rep)] = (rep, kernel, frozenset(members) | {rep.root.id})
         _, kernel, nodes = ours
         copy = self.copies.get((kernel, root_id))
@@ -63,15 +71,19 @@ class Mirror:
             # group object whatever the schedule, priced once
             group = self.plain.get((kernel, root_id))
             if group is None:
-                group = self.plain[kernel, root_id] = self._priced(Group(root, members, reads, rep.kind, rep.recomputed),
-                                                                   sched, rep)
+                group = self.plain[kernel, root_id] = self._priced(
+                    Group(root, members, reads, rep.kind, rep.recomputed), sched, rep
+                )
             return group
         if not _decided_alike(sched, nodes, fused | {root_id}, entry[1]):
             return None
         return self._priced(Group(root, members, reads, rep.kind, rep.recomputed), sched, rep)
 
     def _priced(self, group: Group, sched: Schedule, rep: Group) -> Group:
-        self.ev.group_prices[id(group)] = (group, self.ev.price(sched, rep))  # the same structure: the same price
+        self.ev.group_prices[id(group)] = (
+            group,
+            self.ev.price(sched, rep),
+        )  # the same structure: the same price
         return group
 
     def _copy(self, rep: Group, root_id: int, entry) -> tuple:
@@ -84,7 +96,9 @@ class Mirror:
         members = tuple(by_id[image[n.id]] for n in rep.members)
         reads = tuple(by_id[image[n.id]] for n in rep.reads)
         fused = frozenset(n.id for n in members)
-        if not fused.isdisjoint(self.graph.outputs) or any(position[a.id] > position[b.id] for a, b in zip(reads, reads[1:])):
+        if not fused.isdisjoint(self.graph.outputs) or any(
+            position[a.id] > position[b.id] for a, b in zip(reads, reads[1:])
+        ):
             return ()
         return by_id[root_id], members, reads, fused, frozenset(n.id for n in reads)
 

@@ -111,13 +111,19 @@ class Apply(Pattern):
             return None
         return self.bind_node(node, bound, ctx, through=edge)
 
-    def bind_node(self, node: Node, bound: Bindings, ctx: Context, through: Optional[Edge] = None) -> Optional[Bindings]:
+    def bind_node(
+        self, node: Node, bound: Bindings, ctx: Context, through: Optional[Edge] = None
+    ) -> Optional[Bindings]:
         """Match at `node` itself; `through` is the edge it is read by when nested in another pattern.
         A 16-bit node never matches: it rounds its value, and a rule's equality holds for real numbers,
         not for another order of roundings (ops.dtypes)."""
         if node.op.name not in self.ops or DTYPES[node.dtype].is_narrow:
             return None
-        srcs = node.srcs if through is None else tuple(Edge(s.node, compose(s.views, through.views)) for s in node.srcs)
+        srcs = (
+            node.srcs
+            if through is None
+            else tuple(Edge(s.node, compose(s.views, through.views)) for s in node.srcs)
+        )
         if len(srcs) < len(self.srcs) or (len(srcs) > len(self.srcs) and not self.rest):
             return None
         patterns = self.srcs + self.srcs[-1:] * (len(srcs) - len(self.srcs))
@@ -187,7 +193,11 @@ class Rule:
 
     @property
     def doc(self) -> str:
-        to = self.replacement if isinstance(self.replacement, Pattern) else (self.replacement.__doc__ or "").strip()
+        to = (
+            self.replacement
+            if isinstance(self.replacement, Pattern)
+            else (self.replacement.__doc__ or "").strip()
+        )
         return f"{self.pattern} -> {to}"
 
     def matches(self, node: Node, ctx: Context) -> bool:
@@ -199,4 +209,6 @@ class Rule:
         bound = self.pattern.bind_node(node, {}, ctx)
         if bound is None:
             return None
-        return self.replacement.build(bound) if isinstance(self.replacement, Pattern) else self.replacement(node)
+        return (
+            self.replacement.build(bound) if isinstance(self.replacement, Pattern) else self.replacement(node)
+        )

@@ -65,7 +65,9 @@ def _depends_on_input(nodes: list[Node]) -> set[int]:
     return fed
 
 
-def segments(nodes: list[Node], position: dict[int, int], consumers: dict[int, list[Node]]) -> list[list[Node]]:
+def segments(
+    nodes: list[Node], position: dict[int, int], consumers: dict[int, list[Node]]
+) -> list[list[Node]]:
     """The graph's compute nodes that depend on an input, cut into segments (see the module doc)."""
     fed = _depends_on_input(nodes)
     spans = []  # (born, last read) of every fed node that is read
@@ -74,7 +76,9 @@ def segments(nodes: list[Node], position: dict[int, int], consumers: dict[int, l
     for n in nodes:
         readers = [position[c.id] for c in consumers[n.id]]
         if n.id in fed and readers:
-            born = min(readers) - 0.5 if n.op.kind == LEAF else position[n.id]  # an input: just before its first read
+            born = (
+                min(readers) - 0.5 if n.op.kind == LEAF else position[n.id]
+            )  # an input: just before its first read
             if n.op.kind != LEAF or 2 * (max(readers) - born) <= whole:  # see the module doc
                 spans.append((born, max(readers)))
     spans.sort()
@@ -103,7 +107,13 @@ def segment_key(segment: list[Node]) -> tuple:
         if n.id in local:
             return ("local", local[n.id], edge.views)
         if n.op.kind == LEAF and n.op.name != "Input":
-            return ("literal", n.op.name, tuple(sorted((k, repr(v)) for k, v in n.attrs.items())), n.shape, edge.views)
+            return (
+                "literal",
+                n.op.name,
+                tuple(sorted((k, repr(v)) for k, v in n.attrs.items())),
+                n.shape,
+                edge.views,
+            )
         return ("outer", outer.setdefault(n.id, len(outer)), n.shape, n.dtype, edge.views)
 
     return tuple((n.op.name, n.dtype, n.shape, tuple(sorted((k, repr(v)) for k, v in n.attrs.items())),
@@ -129,6 +139,8 @@ def find_copies(nodes: list[Node], position: dict[int, int], consumers: dict[int
         local = frozenset(n.id for n in first)
         for seg in others:  # equal keys: node k reads through its j-th edge what node k of `first` does
             image = {a.id: b.id for a, b in zip(first, seg)}
-            image.update((ea.node.id, eb.node.id) for a, b in zip(first, seg) for ea, eb in zip(a.srcs, b.srcs))
+            image.update(
+                (ea.node.id, eb.node.id) for a, b in zip(first, seg) for ea, eb in zip(a.srcs, b.srcs)
+            )
             mirror.update((b.id, (a.id, image, local)) for a, b in zip(first, seg))
     return Copies(twins, frozenset(copied), frozenset(boundaries), mirror)

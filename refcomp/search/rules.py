@@ -26,7 +26,9 @@ x, a, b = Var("x"), Var("a"), Var("b")
 
 def _broadcast_constant(value: float, shape) -> Edge:
     node = make_node("Constant", value=value)
-    views = ViewStack.of_buffer(()).reshape((1,) * len(shape)).expand(shape) if shape else ViewStack.of_buffer(())
+    views = (
+        ViewStack.of_buffer(()).reshape((1,) * len(shape)).expand(shape) if shape else ViewStack.of_buffer(())
+    )
     return Edge(node, views)
 
 

@@ -37,12 +37,25 @@ class Param:
 
 # Tried in this order, each with the ones before it already chosen.
 KERNEL_PARAMS = (
-    Param("strategy", "a reduction's threads: one per output or a block per output (unset: by the extent, "
-          "default_reduce_strategy)", None, {"reduce": ("thread", "block")}, moves_memory=True),
-    Param("block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}),
+    Param(
+        "strategy",
+        "a reduction's threads: one per output or a block per output (unset: by the extent, "
+        "default_reduce_strategy)",
+        None,
+        {"reduce": ("thread", "block")},
+        moves_memory=True,
+    ),
+    Param(
+        "block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}
+    ),
     Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
-    Param("b_along_k", "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W "
-          "in x @ W.T)", False, {"matmul": (False, True)}, moves_memory=True),
+    Param(
+        "b_along_k",
+        "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W in x @ W.T)",
+        False,
+        {"matmul": (False, True)},
+        moves_memory=True,
+    ),
 )
 PARAMS_BY_NAME = {p.name: p for p in KERNEL_PARAMS}
 DEFAULT_PARAMS = {p.name: p.default for p in KERNEL_PARAMS}
@@ -54,19 +67,32 @@ class Schedule:
     of its own kernel) and each kernel's parameters. A value: equal schedules compare and hash equal."""
 
     inline: frozenset = decision("computed inside every kernel that reads it, never stored")
-    row: frozenset = decision("a reduction computed by its reader's row kernel (also inline)", codegen="row_ids")
+    row: frozenset = decision(
+        "a reduction computed by its reader's row kernel (also inline)", codegen="row_ids"
+    )
     epilogue: frozenset = decision("a reduction whose elementwise reader is applied to the result before the "
                                    "store (also inline)", codegen="epilogue_ids")
     matmul: frozenset = decision("a SumReduce lowered by the tiled matmul template", codegen="matmul_ids")
-    online: frozenset = decision("a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
-                                 "rescaled sum) by the matmul that reads the softmax (also inline)", codegen="online_ids")
-    prologue: frozenset = decision("a per-row reduction (layer norm's mean and variance) computed for the rows of "
-                                   "each tile by every matmul that reads it, before its tile loop (also inline)",
-                                   codegen="prologue_ids")
-    streamed: frozenset = decision("a matmul whose only use is the scores of an online softmax, computed a tile at "
-                                   "a time inside the online kernel (also inline)", codegen="streamed_ids")
-    welford: frozenset = decision("a prologue's sum of squared deviations from its row's mean, computed in the same "
-                                  "pass as the row's sum by Welford's update (also prologue)", codegen="welford_ids")
+    online: frozenset = decision(
+        "a softmax's MaxReduce and SumReduce computed in one pass (running maximum, "
+        "rescaled sum) by the matmul that reads the softmax (also inline)",
+        codegen="online_ids",
+    )
+    prologue: frozenset = decision(
+        "a per-row reduction (layer norm's mean and variance) computed for the rows of "
+        "each tile by every matmul that reads it, before its tile loop (also inline)",
+        codegen="prologue_ids",
+    )
+    streamed: frozenset = decision(
+        "a matmul whose only use is the scores of an online softmax, computed a tile at "
+        "a time inside the online kernel (also inline)",
+        codegen="streamed_ids",
+    )
+    welford: frozenset = decision(
+        "a prologue's sum of squared deviations from its row's mean, computed in the same "
+        "pass as the row's sum by Welford's update (also prologue)",
+        codegen="welford_ids",
+    )
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property
@@ -100,6 +126,17 @@ class Schedule:
         """This schedule with the node ids added to the named decisions: decide(inline={3}, row={3})."""
         return replace(self, **{name: getattr(self, name) | frozenset(more) for name, more in ids.items()})
 
+    def indexed(self, index: dict) -> dict:
+        """The decisions and parameters with node ids renumbered by `index` (a program file's node
+        numbers, exec.saved), nodes outside it dropped: what a program file stores."""
+        decided = {d.name: sorted(index[i] for i in getattr(self, d.name) if i in index) for d in DECISIONS}
+        return {
+            **decided,
+            "params": [[index[root], name, value] for (root, name), value in self.params if root in index],
+        }
+
 
 DECISIONS = tuple(f for f in fields(Schedule) if "codegen" in f.metadata)
-TEMPLATED = tuple(d.name for d in DECISIONS if d.metadata["codegen"])  # the decisions that hand a node to a template
+TEMPLATED = tuple(
+    d.name for d in DECISIONS if d.metadata["codegen"]
+)  # the decisions that hand a node to a template

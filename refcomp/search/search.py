@@ -26,8 +26,7 @@ from .evaluate import Evaluator, changed_by, touched_by
 from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .schedule import KERNEL_PARAMS, Schedule
-from ..ops.graph import identity_edge, own_scatter_tables, rebuild
-from .rewrite import structural_key
+from ..ops.graph import identity_edge, own_scatter_tables, rebuild, structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
 from ..progress import stage
@@ -56,7 +55,9 @@ class SearchResult:
     seconds: float = 0.0
     candidates: list = field(default_factory=list)  # the best distinct schedules seen, cheapest first
     opening: str = ""  # the opening (OPENINGS) whose search found the schedule
-    complete: bool = True  # False if the search stopped on its state or time budget (then no move is known cheaper)
+    complete: bool = (
+        True  # False if the search stopped on its state or time budget (then no move is known cheaper)
+    )
 
     @property
     def time_s(self) -> float:
@@ -87,7 +88,9 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
             nodes = None
             if count:
                 changed = True
-                trace.append(Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile, prices)))
+                trace.append(
+                    Step(rule.name, f"{count} site(s)", *_plain_cost(edges, bindings, profile, prices))
+                )
         seen: dict = {}
         memo: dict = {}
 
@@ -102,10 +105,18 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         edges, count = rebuild(edges, merge)
         if count:
             changed = True
-            trace.append(Step("cse", f"{count} duplicate(s) merged", *_plain_cost(edges, bindings, profile, prices)))
+            trace.append(
+                Step("cse", f"{count} duplicate(s) merged", *_plain_cost(edges, bindings, profile, prices))
+            )
         removed = before - count - len(toposort([e.node for e in edges]))
         if removed > 0:
-            trace.append(Step("dead_code", f"{removed} node(s) no longer read", *_plain_cost(edges, bindings, profile, prices)))
+            trace.append(
+                Step(
+                    "dead_code",
+                    f"{removed} node(s) no longer read",
+                    *_plain_cost(edges, bindings, profile, prices),
+                )
+            )
         if not changed:
             break
     return edges
@@ -122,8 +133,15 @@ def _context(edges: Sequence[Edge]) -> Context:
     return Context(consumers, {e.node.id for e in edges})
 
 
-def search(edges: Sequence[Edge], dims_hint: Optional[Mapping[str, int]] = None, profile: DeviceProfile = H200,
-           beam: int = 2, max_states: int = 20000, max_seconds: float = 30.0, progress: bool = True) -> SearchResult:
+def search(
+    edges: Sequence[Edge],
+    dims_hint: Optional[Mapping[str, int]] = None,
+    profile: DeviceProfile = H200,
+    beam: int = 2,
+    max_states: int = 20000,
+    max_seconds: float = 30.0,
+    progress: bool = True,
+) -> SearchResult:
     """`progress=False` keeps this search off the progress display even when refcomp.progress is on."""
     with stage("search", progress) as shown:
         return _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown)
@@ -146,7 +164,9 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
         names = ProgramNames.of(toposort([e.node for e in edges]))  # the numbers the searched graph shows
         where = ", ".join(f"{names.label(n)} into {chunks} chunks" for n, chunks in splits)
         trace.append(Step("split_k", where, *_plain_cost(edges, bindings, profile, prices)))
-    edges = own_scatter_tables(edges)  # after every rewrite: each Scatter's table a buffer it alone may overwrite
+    edges = own_scatter_tables(
+        edges
+    )  # after every rewrite: each Scatter's table a buffer it alone may overwrite
     found = fuse(edges, shown.note)
     graph, ev = found.graph, found.ev
     cost, sched, groups, path = found.best
@@ -154,7 +174,9 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     costs = [ev.cost(sched, g) for g in ordered]
-    candidates = [sched] + [s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]]
+    candidates = [sched] + [
+        s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]
+    ]
     complete = found.states < max_states and time.perf_counter() < deadline
     return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, found.states,
                         time.perf_counter() - start, candidates[:CANDIDATES], found.opening, complete)
@@ -192,7 +214,9 @@ class Opening:
 # schedule once per opening and keeps the cheapest outcome (the first on a tie). The second opening is
 # a greedy descent (beam 1): it shares the evaluator with the first, so kernels both reach are built
 # and priced once, and it costs a GPT-2 block about a fifth more compile time.
-CONTRACTIONS = [rule for rule in FUSION if rule.name in ("matmul", "online_softmax", "stream_scores", "matmul_epilogue")]
+CONTRACTIONS = [
+    rule for rule in FUSION if rule.name in ("matmul", "online_softmax", "stream_scores", "matmul_epilogue")
+]
 OPENINGS = (Opening("elementwise first", (FUSION, FUSION + CLEANUP)),  # clean-up once the main fusions settle
             Opening("contractions first", (CONTRACTIONS, FUSION, FUSION + CLEANUP), beam=1))
 
@@ -206,8 +230,9 @@ def _fuse(edges, bindings, profile, prices, beam, max_states, deadline, note) ->
     start = (ev.total(plain, groups), plain, groups, [])
     best, finalists, states, winner = start, [(start[0], plain)], 1, OPENINGS[0].name
     for opening in OPENINGS:
-        found, seen_finalists, states = _beam(graph, ev, start, opening.phases, opening.beam or beam, max_states,
-                                              deadline, note, states)
+        found, seen_finalists, states = _beam(
+            graph, ev, start, opening.phases, opening.beam or beam, max_states, deadline, note, states
+        )
         finalists += seen_finalists
         if found[0] < best[0]:
             best, winner = found, opening.name
@@ -280,7 +305,9 @@ def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, si
     return new, lambda: ev.moved(sched, groups, cost, touching, new, changed_by(sites, decided))
 
 
-def moves_of(graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float) -> list:
+def moves_of(
+    graph: Graph, ev: Evaluator, sched: Schedule, groups, cost: float, seen: set, rules, deadline: float
+) -> list:
     """Every unexplored single rule application, best first: (cost, rule, sites, schedule, changed
     kernels). A move at a layer's node fires in every copy of the layer; should the tied move be
     illegal somewhere, each copy is tried alone."""
@@ -344,7 +371,9 @@ def apply_move(groups: dict, delta: Mapping[int, Optional[Group]]) -> dict:
     return groups
 
 
-def _retouch(touching: dict[int, set[int]], groups: Mapping[int, Group], delta: Mapping[int, Optional[Group]]) -> None:
+def _retouch(
+    touching: dict[int, set[int]], groups: Mapping[int, Group], delta: Mapping[int, Optional[Group]]
+) -> None:
     """Update the node -> kernel roots index for the kernels a move changes (a rebuild is O(graph))."""
     for root_id, g in delta.items():
         for n in touched_by(groups.get(root_id)):
@@ -375,7 +404,9 @@ def _tune(graph: Graph, ev: Evaluator, sched: Schedule, groups: dict, trace: lis
         for p in tuned:
             choices = p.choices[group.kind]
             def priced(value):
-                alone = replace(sched, params=()).with_params({(root_id, n): v for n, v in {**mine, p.name: value}.items()})
+                alone = replace(sched, params=()).with_params(
+                    {(root_id, n): v for n, v in {**mine, p.name: value}.items()}
+                )
                 return (ev.access_cost if p.moves_memory else ev.cost)(alone, group).time_s
             mine[p.name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
         chosen.update({(root_id, name): value for name, value in mine.items()})

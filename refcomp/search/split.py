@@ -66,14 +66,18 @@ def isolated(node: Node) -> Edge:
     """The contraction alone, its product's operands read from fresh inputs of their nodes' shapes:
     what the search prices to decide a split without the rest of the graph."""
     product = node.srcs[0].node
-    operands = tuple(Edge(make_node("Input", dtype=e.node.dtype, name=f"operand{k}", shape=tuple(e.node.shape)), e.views)
-                     for k, e in enumerate(product.srcs))
+    operands = tuple(
+        Edge(make_node("Input", dtype=e.node.dtype, name=f"operand{k}", shape=tuple(e.node.shape)), e.views)
+        for k, e in enumerate(product.srcs)
+    )
     alone = Node(product.op, operands, product.attrs, product.shape, product.dtype, origin=product.origin)
     return identity_edge(Node(node.op, (Edge(alone, node.srcs[0].views),), node.attrs, node.shape, node.dtype,
                               origin=node.origin))
 
 
-def split_skinny(edges: list[Edge], count: Callable, price: Callable[[Edge], float]) -> tuple[list[Edge], list]:
+def split_skinny(
+    edges: list[Edge], count: Callable, price: Callable[[Edge], float]
+) -> tuple[list[Edge], list]:
     """The graph with every skinny contraction split where a split prices cheaper alone, and the
     (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated
     model) are priced once: the choice depends only on what `isolated` keeps."""

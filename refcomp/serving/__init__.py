@@ -8,7 +8,9 @@ import importlib
 
 # name -> the submodule that defines it
 _ATTRIBUTES = {
-    **dict.fromkeys(("PagedKVPool", "gather_pages", "gather_slots", "write_slots", "context_mask"), ".kv_cache"),
+    **dict.fromkeys(
+        ("PagedKVPool", "gather_pages", "gather_slots", "write_slots", "context_mask"), ".kv_cache"
+    ),
     **dict.fromkeys(("Engine", "EngineError"), ".engine"),
     **dict.fromkeys(("from_transformers", "random_gpt2", "ModelError"), ".models"),
     **dict.fromkeys(("step_graph", "paged_attention", "full_graph"), ".programs"),

@@ -55,7 +55,9 @@ class Engine:
     def __init__(self, model: Decoder, pages: int = 256, page_size: int = 16, backend: Optional[str] = None,
                  prefill_chunk: int = 512):
         if not isinstance(model, Decoder):
-            raise EngineError(f"Engine: model must come from serving.models.from_transformers, got {type(model).__name__}")
+            raise EngineError(
+                f"Engine: model must come from serving.models.from_transformers, got {type(model).__name__}"
+            )
         s = model.spec
         self.model, self.backend, self.prefill_chunk = model, backend, int(prefill_chunk)
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
@@ -80,11 +82,16 @@ class Engine:
             else:
                 outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph)
             if self.backend == "numpy":
-                from ..exec.reference import evaluate
+                from ..reference.reference import evaluate
                 self._programs[kind] = lambda feeds: evaluate(outputs, feeds)
             else:
                 from ..compiler import compile as rc_compile
-                hint = {"decode": {"B": 4, "NP": 8}, "prefill": {"B": 4, "C": 32, "NP": 8}, "sampler": {"B": 4}}[kind]
+
+                hint = {
+                    "decode": {"B": 4, "NP": 8},
+                    "prefill": {"B": 4, "C": 32, "NP": 8},
+                    "sampler": {"B": 4},
+                }[kind]
                 program = rc_compile(outputs, dims_hint=hint)
                 self.compiles += 1
                 self._programs[kind] = lambda feeds, p=program: p.run(feeds, backend=self.backend)
@@ -135,7 +142,9 @@ class Engine:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
             raise EngineError("generate: prompts must be a non-empty list of token-id lists")
         if len(prompts) > MAX_BATCH:
-            raise EngineError(f"generate: {len(prompts)} prompts, more than the programs' batch of {MAX_BATCH}")
+            raise EngineError(
+                f"generate: {len(prompts)} prompts, more than the programs' batch of {MAX_BATCH}"
+            )
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise EngineError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         settings = sampling if isinstance(sampling, (list, tuple)) else [sampling] * len(prompts)
@@ -154,15 +163,21 @@ class Engine:
             try:
                 tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
             except (TypeError, ValueError):
-                raise EngineError(f"generate: prompt {i} must be a list of token ids, got {prompt!r}") from None
+                raise EngineError(
+                    f"generate: prompt {i} must be a list of token ids, got {prompt!r}"
+                ) from None
             if setting is not None and not isinstance(setting, Sampling):
-                raise EngineError(f"generate: sampling must be a serving.sampling.Sampling (or a list of them), "
-                                  f"got {type(setting).__name__}")
+                raise EngineError(
+                    f"generate: sampling must be a serving.sampling.Sampling (or a list of them), "
+                    f"got {type(setting).__name__}"
+                )
             if not tokens or any(not 0 <= t < spec.vocab for t in tokens):
                 raise EngineError(f"generate: prompt {i} must hold 1 or more token ids in [0, {spec.vocab})")
             if len(tokens) + max_new_tokens > spec.max_positions:
-                raise EngineError(f"generate: prompt {i} has {len(tokens)} tokens; with {max_new_tokens} new ones it "
-                                  f"passes the model's {spec.max_positions} positions")
+                raise EngineError(
+                    f"generate: prompt {i} has {len(tokens)} tokens; with {max_new_tokens} new ones it "
+                    f"passes the model's {spec.max_positions} positions"
+                )
             setting = (setting or Sampling()).check(self.candidates)
             seen = np.zeros(spec.vocab, np.float32)
             seen[tokens] = 1.0
@@ -186,11 +201,18 @@ class Engine:
         starts = [q.cached for q in seqs]
         for q, n in zip(seqs, counts):
             pool.allocate(q.key, n)
-        feeds = {**self.model.feeds(), **pool.feeds(), "ids": ids, "positions": positions,
-                 "cached": np.array(starts, np.float32), "lengths": np.array(starts, np.float32) + counts,
-                 "block_table": pool.block_tables(keys), "slots": pool.slot_matrix(keys, starts, counts, ids.shape[1]),
-                 "penalty": np.array([q.sampling.repetition_penalty for q in seqs], np.float32),
-                 "seen": np.stack([q.seen for q in seqs])}
+        feeds = {
+            **self.model.feeds(),
+            **pool.feeds(),
+            "ids": ids,
+            "positions": positions,
+            "cached": np.array(starts, np.float32),
+            "lengths": np.array(starts, np.float32) + counts,
+            "block_table": pool.block_tables(keys),
+            "slots": pool.slot_matrix(keys, starts, counts, ids.shape[1]),
+            "penalty": np.array([q.sampling.repetition_penalty for q in seqs], np.float32),
+            "seen": np.stack([q.seen for q in seqs]),
+        }
         return feeds
 
     def _store(self, seqs, counts, out) -> None:

@@ -61,7 +61,9 @@ class PagedKVPool:
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise KVCacheError(f"a KV pool holds float32, float16 or bfloat16 values, not {self.dtype}")
         shape = self.shape
-        numpy_type = np.float16 if self.dtype == "float16" else np.float32  # what its feeds take (bfloat16: float32 values)
+        numpy_type = (
+            np.float16 if self.dtype == "float16" else np.float32
+        )  # what its feeds take (bfloat16: float32 values)
         self.k = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self.v = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
         self._free = list(range(self.num_pages))  # kept sorted: the lowest free page is taken first
@@ -109,12 +111,18 @@ class PagedKVPool:
                 continue
             new = np.asarray(new)
             if new.shape != self.shape:
-                raise KVCacheError(f"{self.input_name(layer, which)}: an update must have the pool's shape {self.shape}, "
-                                   f"got {new.shape}")
+                raise KVCacheError(
+                    f"{self.input_name(layer, which)}: an update must have the pool's shape {self.shape}, "
+                    f"got {new.shape}"
+                )
             arrays[layer] = new.astype(arrays[layer].dtype, copy=False)
 
     def _layer(self, layer: int) -> int:
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.n_layers:
+        if (
+            isinstance(layer, bool)
+            or not isinstance(layer, (int, np.integer))
+            or not 0 <= layer < self.n_layers
+        ):
             raise KVCacheError(f"layer {layer!r} is not one of the pool's {self.n_layers} layers")
         return int(layer)
 
@@ -167,8 +175,10 @@ class PagedKVPool:
         start, count = _count(start, "slots' start"), _count(count, "slots' count")
         table, length = self.pages(seq_id), self.length(seq_id)
         if start + count > length:
-            raise KVCacheError(f"sequence {seq_id!r} holds {length} tokens: positions {start} .. {start + count - 1} "
-                               f"are not all allocated")
+            raise KVCacheError(
+                f"sequence {seq_id!r} holds {length} tokens: positions {start} .. {start + count - 1} "
+                f"are not all allocated"
+            )
         positions = np.arange(start, start + count)
         pages = np.asarray(table, np.int64)[positions // self.page_size] if count else np.zeros(0, np.int64)
         return (pages * self.page_size + positions % self.page_size).astype(np.int32)
@@ -187,24 +197,32 @@ class PagedKVPool:
         """int32 (B,): each sequence's token count."""
         return np.array([self.length(s) for s in seq_ids], np.int32)
 
-    def slot_matrix(self, seq_ids: Sequence, starts: Sequence[int], counts: Sequence[int], width: int) -> np.ndarray:
+    def slot_matrix(
+        self, seq_ids: Sequence, starts: Sequence[int], counts: Sequence[int], width: int
+    ) -> np.ndarray:
         """int32 (B, width): sequence b's slots for tokens starts[b] .. starts[b] + counts[b] - 1, then
         distinct scratch slots for the padding, so a batched chunk writes every row somewhere harmless."""
         width = _count(width, "slot_matrix's width")
         if not len(seq_ids) == len(starts) == len(counts):
-            raise KVCacheError(f"slot_matrix takes one start and one count per sequence: {len(seq_ids)} sequences, "
-                               f"{len(starts)} starts, {len(counts)} counts")
+            raise KVCacheError(
+                f"slot_matrix takes one start and one count per sequence: {len(seq_ids)} sequences, "
+                f"{len(starts)} starts, {len(counts)} counts"
+            )
         out = np.zeros((len(seq_ids), width), np.int32)
         spare = iter(range(self.num_pages * self.page_size, self.slots_total))
         for b, (s, start, count) in enumerate(zip(seq_ids, starts, counts)):
             if count > width:
-                raise KVCacheError(f"sequence {s!r} writes {count} tokens, more than the chunk's width {width}")
+                raise KVCacheError(
+                    f"sequence {s!r} writes {count} tokens, more than the chunk's width {width}"
+                )
             out[b, :count] = self.slots(s, start, count)
             for j in range(count, width):
                 slot = next(spare, None)
                 if slot is None:
-                    raise KVCacheError(f"a chunk of {len(seq_ids)} x {width} tokens pads more positions than the pool's "
-                                       f"{self.scratch_pages} scratch page(s) of {self.page_size} hold (scratch_pages=)")
+                    raise KVCacheError(
+                        f"a chunk of {len(seq_ids)} x {width} tokens pads more positions than the pool's "
+                        f"{self.scratch_pages} scratch page(s) of {self.page_size} hold (scratch_pages=)"
+                    )
                 out[b, j] = slot
         return out
 
@@ -213,7 +231,9 @@ class PagedKVPool:
 def _pool_tensor(pool, what: str):
     pool = lift(pool)
     if pool.ndim != 3:
-        raise KVCacheError(f"{what}: the pool {pool.label} must be (slots, n_kv_heads, head_dim), got {tuple(pool.shape)}")
+        raise KVCacheError(
+            f"{what}: the pool {pool.label} must be (slots, n_kv_heads, head_dim), got {tuple(pool.shape)}"
+        )
     return pool
 
 
@@ -235,7 +255,9 @@ def gather_pages(pool, block_table, page_size: int, length=None, lengths=None):
     table = _int_ids(block_table, "gather_pages' block table")
     page_size = _count(page_size, "gather_pages' page_size", 1)
     if table.ndim != 2:
-        raise KVCacheError(f"gather_pages: the block table {table.label} must be (B, pages), got {tuple(table.shape)}")
+        raise KVCacheError(
+            f"gather_pages: the block table {table.label} must be (B, pages), got {tuple(table.shape)}"
+        )
     slots, heads, dim = pool.shape
     if isinstance(slots, int) and slots % page_size:
         raise KVCacheError(f"gather_pages: the pool's {slots} slots are not whole pages of {page_size}")
@@ -265,8 +287,10 @@ def write_slots(pool, slots, new):
     new = lift(new)
     want = tuple(slots.shape) + tuple(pool.shape[1:])
     if new.ndim != len(want) or not all(dims_equal(a, b) for a, b in zip(new.shape, want)):
-        raise KVCacheError(f"write_slots: {new.label} must have shape {want} (the slots' shape, then the pool's "
-                           f"heads and head_dim), got {tuple(new.shape)}")
+        raise KVCacheError(
+            f"write_slots: {new.label} must have shape {want} (the slots' shape, then the pool's "
+            f"heads and head_dim), got {tuple(new.shape)}"
+        )
     flat = slots.reshape((prod(slots.shape),)) if slots.ndim != 1 else slots
     rows = new.reshape((flat.shape[0],) + tuple(pool.shape[1:]))
     if rows.dtype != pool.dtype:

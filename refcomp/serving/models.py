@@ -173,7 +173,9 @@ def rope_tables(spec: Spec):
     """cos and sin of position x inverse frequency, (max_positions, head_dim), computed in float32
     as transformers' default rotary embedding computes them."""
     hd = spec.head_dim
-    inv = (1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(np.float32) / hd))).astype(np.float32)
+    inv = (1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(np.float32) / hd))).astype(
+        np.float32
+    )
     freqs = np.outer(np.arange(spec.max_positions, dtype=np.float32), inv).astype(np.float32)
     emb = np.concatenate([freqs, freqs], -1)
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
@@ -186,8 +188,18 @@ def from_transformers(config, state) -> Decoder:
     weights = _arrays(state)
     if kind == "gpt2":
         d, heads = _need(config, "n_embd"), _need(config, "n_head")
-        spec = Spec("gpt2", _need(config, "n_layer"), d, heads, heads, d // heads, _need(config, "vocab_size"),
-                    _need(config, "n_positions"), float(_need(config, "layer_norm_epsilon")), _eos(config))
+        spec = Spec(
+            "gpt2",
+            _need(config, "n_layer"),
+            d,
+            heads,
+            heads,
+            d // heads,
+            _need(config, "vocab_size"),
+            _need(config, "n_positions"),
+            float(_need(config, "layer_norm_epsilon")),
+            _eos(config),
+        )
         weights = _strip(weights, ("transformer.",))
         weights.pop("lm_head.weight", None)  # tied to wte
         model = GPT2(spec, weights)
@@ -195,13 +207,23 @@ def from_transformers(config, state) -> Decoder:
         d, heads = _need(config, "hidden_size"), _need(config, "num_attention_heads")
         rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
         if rope.get("rope_type", "default") != "default":
-            raise ModelError(f"LlamaConfig: rope_type {rope.get('rope_type')!r} is not supported (only 'default')")
+            raise ModelError(
+                f"LlamaConfig: rope_type {rope.get('rope_type')!r} is not supported (only 'default')"
+            )
         theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-        spec = Spec("llama", _need(config, "num_hidden_layers"), d, heads,
-                    getattr(config, "num_key_value_heads", None) or heads,
-                    getattr(config, "head_dim", None) or d // heads, _need(config, "vocab_size"),
-                    _need(config, "max_position_embeddings"), float(_need(config, "rms_norm_eps")), _eos(config),
-                    float(theta))
+        spec = Spec(
+            "llama",
+            _need(config, "num_hidden_layers"),
+            d,
+            heads,
+            getattr(config, "num_key_value_heads", None) or heads,
+            getattr(config, "head_dim", None) or d // heads,
+            _need(config, "vocab_size"),
+            _need(config, "max_position_embeddings"),
+            float(_need(config, "rms_norm_eps")),
+            _eos(config),
+            float(theta),
+        )
         if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise ModelError("LlamaConfig: attention_bias and mlp_bias are not supported")
         weights = _strip(weights, ("model.",))
@@ -219,14 +241,18 @@ def from_transformers(config, state) -> Decoder:
 
 def _check_shapes(model: Decoder) -> None:
     s = model.spec
-    want = {"gpt2": {"wte.weight": (s.vocab, s.d_model), "wpe.weight": (s.max_positions, s.d_model)},
-            "llama": {"embed_tokens.weight": (s.vocab, s.d_model), "lm_head.weight": (s.vocab, s.d_model)}}[s.family]
+    want = {
+        "gpt2": {"wte.weight": (s.vocab, s.d_model), "wpe.weight": (s.max_positions, s.d_model)},
+        "llama": {"embed_tokens.weight": (s.vocab, s.d_model), "lm_head.weight": (s.vocab, s.d_model)},
+    }[s.family]
     for name, shape in want.items():
         got = model.weights.get(name)
         if got is None:
             raise ModelError(f"{s.family} state dict: the weight {name!r} is missing")
         if tuple(got.shape) != shape:
-            raise ModelError(f"{s.family} state dict: {name!r} has shape {tuple(got.shape)}, the config says {shape}")
+            raise ModelError(
+                f"{s.family} state dict: {name!r} has shape {tuple(got.shape)}, the config says {shape}"
+            )
 
 
 def scale(spec: Spec) -> float:
@@ -247,8 +273,15 @@ def random_gpt2(layers: int = 2, d_model: int = 64, heads: int = 4, vocab: int =
     for i in range(layers):
         p = f"h.{i}."
         for ln in ("ln_1", "ln_2"):
-            w[p + ln + ".weight"], w[p + ln + ".bias"] = np.ones(d_model, np.float32), np.zeros(d_model, np.float32)
-        for name, (n_in, n_out) in {"attn.c_attn": (d_model, 3 * d_model), "attn.c_proj": (d_model, d_model),
-                                    "mlp.c_fc": (d_model, 4 * d_model), "mlp.c_proj": (4 * d_model, d_model)}.items():
+            w[p + ln + ".weight"], w[p + ln + ".bias"] = (
+                np.ones(d_model, np.float32),
+                np.zeros(d_model, np.float32),
+            )
+        for name, (n_in, n_out) in {
+            "attn.c_attn": (d_model, 3 * d_model),
+            "attn.c_proj": (d_model, d_model),
+            "mlp.c_fc": (d_model, 4 * d_model),
+            "mlp.c_proj": (4 * d_model, d_model),
+        }.items():
             w[p + name + ".weight"], w[p + name + ".bias"] = normal(n_in, n_out), np.zeros(n_out, np.float32)
     return GPT2(Spec("gpt2", layers, d_model, heads, heads, d_model // heads, vocab, positions, 1e-5), w)

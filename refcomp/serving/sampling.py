@@ -46,11 +46,18 @@ class Sampling:
     def check(self, candidates: int) -> "Sampling":
         def bad(what):
             raise SamplingError(f"Sampling: {what}")
-        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0 and math.isfinite(self.temperature)):
+
+        if not (
+            isinstance(self.temperature, (int, float))
+            and self.temperature >= 0
+            and math.isfinite(self.temperature)
+        ):
             bad(f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature!r}")
         if not isinstance(self.top_k, int) or not 0 <= self.top_k <= candidates:
-            bad(f"top_k must be an int in [0, {candidates}] (0 is off; the programs rank {candidates} candidates), "
-                f"got {self.top_k!r}")
+            bad(
+                f"top_k must be an int in [0, {candidates}] (0 is off; the programs rank {candidates} candidates), "
+                f"got {self.top_k!r}"
+            )
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             bad(f"top_p must be in (0, 1] (1 is off), got {self.top_p!r}")
         if not (isinstance(self.repetition_penalty, (int, float)) and self.repetition_penalty > 0):

@@ -22,7 +22,9 @@ def shard(tensor, sharding) -> Tensor:
     each device taking its block); a single-device compile copies it, and its search drops the copy."""
     t = lift(tensor)
     if not isinstance(sharding, (tuple, list)) or len(sharding) != t.ndim:
-        raise ShapeError(f"rc.shard of {t.label}: give one mesh axis name or None per dim ({t.ndim}), got {sharding!r}")
+        raise ShapeError(
+            f"rc.shard of {t.label}: give one mesh axis name or None per dim ({t.ndim}), got {sharding!r}"
+        )
     return Tensor.from_node(make_node("Contiguous", (t.edge,), sharding=tuple(sharding)))
 
 

@@ -38,23 +38,49 @@ def _scatter(full, dim, n):
 class Collective:
     name: str
     numpy: Callable  # (arrays of one group, dim, dim2) -> each device's result, in group order
-    sent: Callable[[float, int], float]  # (bytes of one device's input, group size) -> bytes each device sends
+    sent: Callable[
+        [float, int], float
+    ]  # (bytes of one device's input, group size) -> bytes each device sends
     doc: str
 
 
-COLLECTIVES: dict[str, Collective] = {c.name: c for c in [
-    Collective("AllReduceSum", lambda xs, dim, dim2: [_sum(xs)] * len(xs), lambda b, n: 2 * (n - 1) / n * b,
-               "every device gets the sum of the group's arrays (partial sums of a contraction over a sharded axis)"),
-    Collective("AllReduceMax", lambda xs, dim, dim2: [_max(xs)] * len(xs), lambda b, n: 2 * (n - 1) / n * b,
-               "every device gets the elementwise maximum (a max over a sharded axis)"),
-    Collective("AllGather", lambda xs, dim, dim2: [np.concatenate(xs, axis=dim)] * len(xs), lambda b, n: (n - 1) * b,
-               "every device gets the shards concatenated along `dim`: the whole tensor"),
-    Collective("ReduceScatter", lambda xs, dim, dim2: _scatter(_sum(xs), dim, len(xs)), lambda b, n: (n - 1) / n * b,
-               "the sum, split along `dim`: device i keeps part i"),
-    Collective("AllToAll", lambda xs, dim, dim2: [np.concatenate([_scatter(x, dim, len(xs))[i] for x in xs], axis=dim2)
-                                                  for i in range(len(xs))], lambda b, n: (n - 1) / n * b,
-               "each device splits its array along `dim` and sends part i to device i, which concatenates along `dim2`"),
-]}
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in [
+        Collective(
+            "AllReduceSum",
+            lambda xs, dim, dim2: [_sum(xs)] * len(xs),
+            lambda b, n: 2 * (n - 1) / n * b,
+            "every device gets the sum of the group's arrays (partial sums of a contraction over a sharded axis)",
+        ),
+        Collective(
+            "AllReduceMax",
+            lambda xs, dim, dim2: [_max(xs)] * len(xs),
+            lambda b, n: 2 * (n - 1) / n * b,
+            "every device gets the elementwise maximum (a max over a sharded axis)",
+        ),
+        Collective(
+            "AllGather",
+            lambda xs, dim, dim2: [np.concatenate(xs, axis=dim)] * len(xs),
+            lambda b, n: (n - 1) * b,
+            "every device gets the shards concatenated along `dim`: the whole tensor",
+        ),
+        Collective(
+            "ReduceScatter",
+            lambda xs, dim, dim2: _scatter(_sum(xs), dim, len(xs)),
+            lambda b, n: (n - 1) / n * b,
+            "the sum, split along `dim`: device i keeps part i",
+        ),
+        Collective(
+            "AllToAll",
+            lambda xs, dim, dim2: [
+                np.concatenate([_scatter(x, dim, len(xs))[i] for x in xs], axis=dim2) for i in range(len(xs))
+            ],
+            lambda b, n: (n - 1) / n * b,
+            "each device splits its array along `dim` and sends part i to device i, which concatenates along `dim2`",
+        ),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +94,10 @@ class CollectiveCost:
     time_s: float  # the ring model's time
 
     def __str__(self) -> str:
-        return (f"{self.kind:13s} over {self.axis:4s} {self.tensor:28s} {self.bytes_per_device:>12,} B per device "
-                f"{self.time_s * 1e6:8.2f} us")
+        return (
+            f"{self.kind:13s} over {self.axis:4s} {self.tensor:28s} {self.bytes_per_device:>12,} B per device "
+            f"{self.time_s * 1e6:8.2f} us"
+        )
 
 
 def collective_time(kind: str, nbytes: float, group: int) -> float:

@@ -56,8 +56,10 @@ class LocalEdges:
         size = self.mesh.sizes[axis]
         if isinstance(n, int):
             if n % (size * blocks):
-                raise ShapeError(f"{what}: a dim of {n} does not split evenly over mesh axis {axis!r} of size {size}"
-                                 + (f" in {blocks} blocks" if blocks > 1 else ""))
+                raise ShapeError(
+                    f"{what}: a dim of {n} does not split evenly over mesh axis {axis!r} of size {size}"
+                    + (f" in {blocks} blocks" if blocks > 1 else "")
+                )
             return n // size
         if blocks > 1:
             raise ShapeError(f"{what}: only a dim of known size can be split in blocks, not {n}")
@@ -70,7 +72,9 @@ class LocalEdges:
     def divides(self, n: Dim, entry: str) -> bool:
         """Whether a dim of size n can be split as `entry` says (a symbol: checked when it is bound)."""
         axis, blocks = split_entry(entry)
-        return (isinstance(n, sympy.Symbol) and blocks == 1) or (isinstance(n, int) and n % (self.mesh.sizes[axis] * blocks) == 0)
+        return (isinstance(n, sympy.Symbol) and blocks == 1) or (
+            isinstance(n, int) and n % (self.mesh.sizes[axis] * blocks) == 0
+        )
 
     def local_shape(self, shape: Sequence[Dim], spec: Spec, what: str) -> tuple[Dim, ...]:
         return tuple(self.local_dim(n, a, what) for n, a in zip(shape, spec))
@@ -138,8 +142,15 @@ class LocalEdges:
                 elif c != 0:
                     return None  # a size-1 dim with a stride: ambiguous under sharding
                 continue
-            found = next(((j, r) for j in reversed(range(len(src_shape))) if (r := ratio(c, strides[j])) is not None
-                          and (j == 0 or ratio(c, strides[j - 1]) is None)), None)
+            found = next(
+                (
+                    (j, r)
+                    for j in reversed(range(len(src_shape)))
+                    if (r := ratio(c, strides[j])) is not None
+                    and (j == 0 or ratio(c, strides[j - 1]) is None)
+                ),
+                None,
+            )
             if found is None:
                 return None
             j, r = found
@@ -155,7 +166,9 @@ class LocalEdges:
             if any(a is not None for a in axes[1:]):
                 return None  # a sharded dim inside a merge: its block is not contiguous
             axis, top = axes[0], group[0]
-            if axis is not None and dims_equal(extent, src_shape[top]):  # the piece covering the top carries it
+            if axis is not None and dims_equal(
+                extent, src_shape[top]
+            ):  # the piece covering the top carries it
                 if top in covered or not (dims_equal(mask[e][0], 0) and dims_equal(mask[e][1], n)):
                     return None
                 try:
@@ -191,8 +204,16 @@ class LocalEdges:
         flat, strides = sympy.expand(flat), contiguous_strides(src_shape)
         out: list = [None] * len(shape)
         for j in sharded:
-            e = next((e for e, i in enumerate(idx) if shape[e] == src_shape[j] and sympy.expand(flat.coeff(i) - strides[j]) == 0
-                      and out[e] is None), None)
+            e = next(
+                (
+                    e
+                    for e, i in enumerate(idx)
+                    if shape[e] == src_shape[j]
+                    and sympy.expand(flat.coeff(i) - strides[j]) == 0
+                    and out[e] is None
+                ),
+                None,
+            )
             if e is None:
                 return None
             rest = sympy.expand(flat - strides[j] * idx[e])
@@ -200,7 +221,9 @@ class LocalEdges:
                 return None
             out[e] = spec[j]
         for e, n in enumerate(shape):  # the sharded symbols appear nowhere else in the edge's shape
-            if out[e] is None and any(src_shape[j].name in {x.name for x in sympy.sympify(n).free_symbols} for j in sharded):
+            if out[e] is None and any(
+                src_shape[j].name in {x.name for x in sympy.sympify(n).free_symbols} for j in sharded
+            ):
                 return None
         return tuple(out)
 
@@ -210,7 +233,9 @@ class LocalEdges:
         v = self.completed(edge.node)
         if all(a is None for a in v.spec):
             if all(a is None for a in target):
-                return Edge(v.node, edge.views)  # a replicated source reads through the global views as they are
+                return Edge(
+                    v.node, edge.views
+                )  # a replicated source reads through the global views as they are
             return self._broadcast_edge(edge, v.node, target)
         mapping = self.axis_map(edge)
         if mapping is None:
@@ -236,7 +261,11 @@ class LocalEdges:
         """A replicated source read along dims the target shards: fine where the edge only broadcasts
         along them (its index and mask ignore them): the same views, those dims at their local size."""
         local_shape = self.local_shape(edge.shape, target, edge.node.label)
-        key = ("broadcast", edge, local_shape)  # the edge object itself: the memo keeps the global graph alive
+        key = (
+            "broadcast",
+            edge,
+            local_shape,
+        )  # the edge object itself: the memo keeps the global graph alive
         if key not in self.shared:  # the same read recurs in every candidate the search prices
             self.shared[key] = _broadcast_views(edge, target, local_shape)
         views = self.shared[key]
@@ -259,11 +288,17 @@ class LocalEdges:
             if axis is None:
                 continue
             n = edge.shape[e]
-            if blocks > 1 or not (isinstance(n, int) or isinstance(n, sympy.Symbol)) or not self.divides(n, entry):
+            if (
+                blocks > 1
+                or not (isinstance(n, int) or isinstance(n, sympy.Symbol))
+                or not self.divides(n, entry)
+            ):
                 return None
             name = f"__block_{axis}_{n}"
             self.block_inputs[name] = (axis, n)
-            ids = make_node("Input", dtype="int32", name=name, shape=(self.local_dim(n, entry, edge.node.label),))
+            ids = make_node(
+                "Input", dtype="int32", name=name, shape=(self.local_dim(n, entry, edge.node.label),)
+            )
             t = t.index_select(e, Tensor(Edge(ids, ViewStack.of_buffer(ids.shape))))
         return t.edge
 
@@ -271,7 +306,9 @@ class LocalEdges:
 def permuted_views(shape: tuple, mapping: Sequence[Optional[int]], local: tuple) -> ViewStack:
     """The views that read a local buffer of `shape` as `local`: dim d of the result reads source dim
     mapping[d] whole, or broadcasts (None); source dims of size 1 that no dim reads are dropped."""
-    t = Tensor(Edge(make_node("Input", dtype="float32", name="__local", shape=shape), ViewStack.of_buffer(shape)))
+    t = Tensor(
+        Edge(make_node("Input", dtype="float32", name="__local", shape=shape), ViewStack.of_buffer(shape))
+    )
     order = [j for j in mapping if j is not None]
     dropped = [j for j in range(len(shape)) if j not in order]
     t = t.reshape(tuple(n for j, n in enumerate(shape) if j not in dropped)) if dropped else t
@@ -290,8 +327,13 @@ def _broadcast_views(edge: Edge, target: Spec, local_shape: tuple) -> Optional[V
     depends = sympy.sympify(flat).free_symbols | sympy.sympify(valid).free_symbols
     if any(idx[e] in depends for e in sharded):
         return None
-    if all(isinstance(edge.shape[e], sympy.Symbol) and not mentions(
-            tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]) for e in sharded):
+    if all(
+        isinstance(edge.shape[e], sympy.Symbol)
+        and not mentions(
+            tuple(n for k, n in enumerate(edge.shape) if k != e) + tuple(edge.node.shape), edge.shape[e]
+        )
+        for e in sharded
+    ):
         return subs(edge.views, {edge.shape[e]: local_shape[e] for e in sharded})
     if len(edge.views.views) != 1:
         return None

@@ -27,10 +27,14 @@ class Mesh:
 
     def __init__(self, axes: Mapping[str, int]):
         if not isinstance(axes, Mapping) or not axes:
-            raise ShapeError(f"a Mesh takes a dict of axis name -> size, like {{'dp': 2, 'tp': 4}}, got {axes!r}")
+            raise ShapeError(
+                f"a Mesh takes a dict of axis name -> size, like {{'dp': 2, 'tp': 4}}, got {axes!r}"
+            )
         for name, size in axes.items():
             if not isinstance(name, str) or not name.isidentifier() or not isinstance(size, int) or size < 1:
-                raise ShapeError(f"mesh axis {name!r}: the name must be an identifier and the size a positive int, got {size!r}")
+                raise ShapeError(
+                    f"mesh axis {name!r}: the name must be an identifier and the size a positive int, got {size!r}"
+                )
         object.__setattr__(self, "axes", tuple(axes.items()))
 
     def __repr__(self) -> str:
@@ -68,8 +72,13 @@ class Mesh:
         if len(spec) != ndim:
             raise ShapeError(f"{what}: the sharding {spec!r} names {len(spec)} dims, the tensor has {ndim}")
         for a in spec:
-            if a is not None and (not isinstance(a, str) or (":" in a and not (a.partition(":")[2].isascii() and a.partition(":")[2].isdigit()))):
-                raise ShapeError(f"{what}: a sharding entry is None, a mesh axis name or 'axis:blocks', got {a!r}")
+            if a is not None and (
+                not isinstance(a, str)
+                or (":" in a and not (a.partition(":")[2].isascii() and a.partition(":")[2].isdigit()))
+            ):
+                raise ShapeError(
+                    f"{what}: a sharding entry is None, a mesh axis name or 'axis:blocks', got {a!r}"
+                )
         used = [split_entry(a)[0] for a in spec if a is not None]
         unknown = [a for a in used if a not in self.sizes]
         if unknown:

@@ -50,7 +50,9 @@ def world(devices: int):
     except ImportError as e:
         raise RefcompError(f"backend='mpi' needs mpi4py: pip install mpi4py ({e})") from e
     except RuntimeError as e:  # mpi4py's wheel found no MPI library to load
-        raise RefcompError(f"backend='mpi': mpi4py found no MPI library (Debian: apt-get install openmpi-bin): {e}") from e
+        raise RefcompError(
+            f"backend='mpi': mpi4py found no MPI library (Debian: apt-get install openmpi-bin): {e}"
+        ) from e
     comm = MPI.COMM_WORLD
     if comm.Get_size() != devices:
         raise RefcompError(f"backend='mpi': the mesh has {devices} devices but mpirun started "
@@ -58,8 +60,13 @@ def world(devices: int):
     return comm
 
 
-def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, device_backend: str = "emulator",
-        collectives: str = "mpi"):
+def run(
+    prog,
+    feeds: Mapping[str, object],
+    dims: Optional[Mapping[str, int]] = None,
+    device_backend: str = "emulator",
+    collectives: str = "mpi",
+):
     """This rank's part of `prog.run(feeds, backend="mpi")`: global feeds in, global outputs out
     (assembled on every rank). `collectives="nccl"` (with device_backend="pycuda") performs the
     collectives with NCCL on the GPUs (spmd/nccl.py) instead of over MPI."""
@@ -69,7 +76,9 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
         raise RefcompError("collectives='nccl' moves GPU memory: it needs device_backend='pycuda'")
     comm = world(prog.mesh.devices)
     if device_backend == "pycuda":  # one GPU per process on each node: pycuda.autoinit reads CUDA_DEVICE
-        os.environ.setdefault("CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(comm.Get_rank())))
+        os.environ.setdefault(
+            "CUDA_DEVICE", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(comm.Get_rank()))
+        )
     _same_plan(prog, comm)
     arrays, bindings = _same_binding(prog, comm, feeds, dims)
     try:
@@ -80,13 +89,20 @@ def run(prog, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = N
 
 def _same_plan(prog, comm) -> None:
     """A rank that compiled another plan would deadlock or mix up blocks: a RefcompError on every rank."""
-    plan = repr((sorted(prog.shardings.items()), [(c.kind, c.axis, c.dim, c.dim2) for c in prog.local.collectives],
-                 len(prog.stages)))
+    plan = repr(
+        (
+            sorted(prog.shardings.items()),
+            [(c.kind, c.axis, c.dim, c.dim2) for c in prog.local.collectives],
+            len(prog.stages),
+        )
+    )
     plans = comm.allgather(plan)
     if any(p != plans[0] for p in plans):
         other = next(r for r, p in enumerate(plans) if p != plans[0])
-        raise RefcompError(f"backend='mpi': rank {other} compiled another program than rank 0 ({plans[other]} vs "
-                           f"{plans[0]}); every rank must build the same graph and call rc.spmd.compile alike")
+        raise RefcompError(
+            f"backend='mpi': rank {other} compiled another program than rank 0 ({plans[other]} vs "
+            f"{plans[0]}); every rank must build the same graph and call rc.spmd.compile alike"
+        )
 
 
 def _same_binding(prog, comm, feeds, dims) -> tuple[dict, dict]:
@@ -154,8 +170,11 @@ def _run_stages(prog, comm, arrays, bindings, device_backend: str, collectives: 
     for s, stage in enumerate(prog.stages):
         if stage.program is not None:
             syms = stage.program._symbols
-            results = stage.program.run({n.attrs["name"]: held[n.attrs["name"]] for n in stage.program._inputs},
-                                        backend=device_backend, dims={k: v for k, v in bindings.items() if k in syms})
+            results = stage.program.run(
+                {n.attrs["name"]: held[n.attrs["name"]] for n in stage.program._inputs},
+                backend=device_backend,
+                dims={k: v for k, v in bindings.items() if k in syms},
+            )
             held.update(zip(stage.outputs, results))
         for c in (c for c in local.collectives if prog._stage_of[c.src.id] == s):
             if c.axis in nccl:

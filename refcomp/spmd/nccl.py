@@ -71,7 +71,9 @@ def library() -> ctypes.CDLL:
 
 def check(result: int, what: str) -> None:
     if result != 0:
-        raise RefcompError(f"NCCL {what} failed: {library().ncclGetErrorString(result).decode()} (ncclResult {result})")
+        raise RefcompError(
+            f"NCCL {what} failed: {library().ncclGetErrorString(result).decode()} (ncclResult {result})"
+        )
 
 
 def version() -> tuple[int, int, int]:
@@ -95,7 +97,9 @@ def pack(kind: str, array: np.ndarray, n: int, dim: int) -> np.ndarray:
     stacked on a leading axis, so part i is the i-th contiguous chunk NCCL sends to rank i."""
     if kind in ("ReduceScatter", "AllToAll"):
         if array.shape[dim] % n:
-            raise RefcompError(f"{kind} over {n} devices: axis {dim} of size {array.shape[dim]} does not split evenly")
+            raise RefcompError(
+                f"{kind} over {n} devices: axis {dim} of size {array.shape[dim]} does not split evenly"
+            )
         return np.ascontiguousarray(np.stack(np.split(array, n, axis=dim)))
     return np.ascontiguousarray(array)
 
@@ -131,16 +135,24 @@ class GroupComm:
             raise RefcompError(f"collectives='nccl' runs on this rank's GPU: {missing}")
         cuda_driver()  # NCCL runs in the context the stages' kernels use (the device's primary context)
         uid = UniqueId()
-        ctypes.memmove(ctypes.addressof(uid), mpi_group.bcast(unique_id() if position == 0 else None, root=0), ctypes.sizeof(uid))
+        ctypes.memmove(
+            ctypes.addressof(uid),
+            mpi_group.bcast(unique_id() if position == 0 else None, root=0),
+            ctypes.sizeof(uid),
+        )
         self.comm = ctypes.c_void_p()
-        check(library().ncclCommInitRank(ctypes.byref(self.comm), self.size, uid, position), "ncclCommInitRank")
+        check(
+            library().ncclCommInitRank(ctypes.byref(self.comm), self.size, uid, position), "ncclCommInitRank"
+        )
 
     def perform(self, kind: str, array: np.ndarray, dim: int, dim2: int) -> np.ndarray:
         """This rank's result of collective `kind` (spmd/collectives.py) over the group."""
         drv = cuda_driver()
         dtype = np.asarray(array).dtype
         if dtype not in NCCL_TYPES:
-            raise RefcompError(f"collectives='nccl': {kind} of a {dtype} array: NCCL is given float32, float16 or int32")
+            raise RefcompError(
+                f"collectives='nccl': {kind} of a {dtype} array: NCCL is given float32, float16 or int32"
+            )
         packed = pack(kind, np.asarray(array), self.size, dim)
         received = np.empty(received_shape(kind, packed, self.size), dtype=dtype)
         if packed.size == 0:  # an empty binding (B = 0): every rank has nothing to send alike
@@ -149,22 +161,64 @@ class GroupComm:
         lib, nccl_type, stream = library(), NCCL_TYPES[dtype], ctypes.c_void_p(0)
         ptr = lambda buf: ctypes.c_void_p(int(buf))  # noqa: E731
         if kind in ("AllReduceSum", "AllReduceMax"):
-            check(lib.ncclAllReduce(ptr(send), ptr(recv), ctypes.c_size_t(packed.size), nccl_type, NCCL_OPS[kind],
-                                    self.comm, stream), "ncclAllReduce")
+            check(
+                lib.ncclAllReduce(
+                    ptr(send),
+                    ptr(recv),
+                    ctypes.c_size_t(packed.size),
+                    nccl_type,
+                    NCCL_OPS[kind],
+                    self.comm,
+                    stream,
+                ),
+                "ncclAllReduce",
+            )
         elif kind == "AllGather":
-            check(lib.ncclAllGather(ptr(send), ptr(recv), ctypes.c_size_t(packed.size), nccl_type, self.comm, stream),
-                  "ncclAllGather")
+            check(
+                lib.ncclAllGather(
+                    ptr(send), ptr(recv), ctypes.c_size_t(packed.size), nccl_type, self.comm, stream
+                ),
+                "ncclAllGather",
+            )
         elif kind == "ReduceScatter":
-            check(lib.ncclReduceScatter(ptr(send), ptr(recv), ctypes.c_size_t(received.size), nccl_type, NCCL_OPS[kind],
-                                        self.comm, stream), "ncclReduceScatter")
+            check(
+                lib.ncclReduceScatter(
+                    ptr(send),
+                    ptr(recv),
+                    ctypes.c_size_t(received.size),
+                    nccl_type,
+                    NCCL_OPS[kind],
+                    self.comm,
+                    stream,
+                ),
+                "ncclReduceScatter",
+            )
         elif kind == "AllToAll":
             chunk, nbytes = packed[0].size, packed[0].nbytes
             check(lib.ncclGroupStart(), "ncclGroupStart")
             for peer in range(self.size):
-                check(lib.ncclSend(ctypes.c_void_p(int(send) + peer * nbytes), ctypes.c_size_t(chunk), nccl_type, peer,
-                                   self.comm, stream), "ncclSend")
-                check(lib.ncclRecv(ctypes.c_void_p(int(recv) + peer * nbytes), ctypes.c_size_t(chunk), nccl_type, peer,
-                                   self.comm, stream), "ncclRecv")
+                check(
+                    lib.ncclSend(
+                        ctypes.c_void_p(int(send) + peer * nbytes),
+                        ctypes.c_size_t(chunk),
+                        nccl_type,
+                        peer,
+                        self.comm,
+                        stream,
+                    ),
+                    "ncclSend",
+                )
+                check(
+                    lib.ncclRecv(
+                        ctypes.c_void_p(int(recv) + peer * nbytes),
+                        ctypes.c_size_t(chunk),
+                        nccl_type,
+                        peer,
+                        self.comm,
+                        stream,
+                    ),
+                    "ncclRecv",
+                )
             check(lib.ncclGroupEnd(), "ncclGroupEnd")
         else:
             raise RefcompError(f"collectives='nccl' has no {kind}")

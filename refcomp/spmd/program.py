@@ -14,7 +14,7 @@ import numpy as np
 
 from ..compiler import compile as compile_program
 from ..errors import BindingError, RefcompError
-from ..exec.bindings import bind_dims
+from ..reference.bindings import bind_dims
 from ..exec.program import Program
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import LEAF, Edge, Node, make_node
@@ -83,9 +83,15 @@ class SpmdProgram:
         self.outputs, self.mesh, self.local, self.shardings = outputs, mesh, local, shardings
         self.tensors, self._rebuild = flatten_outputs(outputs)
         self._global_inputs = input_nodes(toposort([t.node for t in self.tensors]))
-        self._symbols = {s.name for s in symbols_of(toposort([t.node for t in self.tensors]), [t.edge for t in self.tensors])}
+        self._symbols = {
+            s.name
+            for s in symbols_of(toposort([t.node for t in self.tensors]), [t.edge for t in self.tensors])
+        }
         hint = {**{name: DEFAULT_DIM for name in self._symbols}, **dict(dims_hint or {})}
-        local_hint = {name: max(1, hint.get(g, DEFAULT_DIM) // mesh.sizes[a]) for name, (g, a) in local.local_symbols.items()}
+        local_hint = {
+            name: max(1, hint.get(g, DEFAULT_DIM) // mesh.sizes[a])
+            for name, (g, a) in local.local_symbols.items()
+        }
         self.hint = {**hint, **local_hint}
         parts, self._stage_of = _stages(local)
         self.stages: list[Stage] = []
@@ -95,19 +101,29 @@ class SpmdProgram:
                 continue
             tensors = _cut(edges, s, self._stage_of)
             syms = symbols_of(toposort([t.node for t in tensors]), [t.edge for t in tensors])
-            prog = compile_program(tensors, search=search, dims_hint={x.name: self.hint[x.name] for x in syms if x.name in self.hint})
+            prog = compile_program(
+                tensors,
+                search=search,
+                dims_hint={x.name: self.hint[x.name] for x in syms if x.name in self.hint},
+            )
             self.stages.append(Stage(prog, list(edges)))
 
     def __repr__(self) -> str:
-        return (f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), {len(self.local.collectives)} collective(s), "
-                f"{sum(len(s.program.kernels) for s in self.stages if s.program)} kernels per device>")
+        return (
+            f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), {len(self.local.collectives)} collective(s), "
+            f"{sum(len(s.program.kernels) for s in self.stages if s.program)} kernels per device>"
+        )
 
     def explain(self) -> str:
         """Every tensor's sharding (nodes numbered as in `rc.compile(...).explain()`), the stages and
         the collectives between them, priced at the hint binding."""
         names = self._names()
-        lines = [f"SPMD on {self.mesh} ({self.mesh.devices} devices), priced at "
-                 + ", ".join(f"{k}={v}" for k, v in sorted(self.hint.items())), "", "shardings (per dim: a mesh axis, or - for whole):"]
+        lines = [
+            f"SPMD on {self.mesh} ({self.mesh.devices} devices), priced at "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.hint.items())),
+            "",
+            "shardings (per dim: a mesh axis, or - for whole):",
+        ]
         for node, spec, partial in self.local.node_specs:
             shape = ", ".join(f"{n}{'/' + a if a else ''}" for n, a in zip(node.shape, spec))
             what = f"input {node.attrs['name']!r}" if node.op.name == "Input" else names.label(node)
@@ -118,7 +134,9 @@ class SpmdProgram:
                   "collectives (ring model, NVLink 4 at 450 GB/s each way):"]
         lines += [f"  {c}" for c in self.collectives] or ["  none"]
         total = sum(c.bytes_per_device for c in self.collectives)
-        lines.append(f"  total: {total:,} B per device, {sum(c.time_s for c in self.collectives) * 1e6:.2f} us")
+        lines.append(
+            f"  total: {total:,} B per device, {sum(c.time_s for c in self.collectives) * 1e6:.2f} us"
+        )
         return "\n".join(lines)
 
     def explorer(self, path=None) -> str:
@@ -130,11 +148,13 @@ class SpmdProgram:
             f'<h2>stage {k}: {len(st.program.kernels)} kernel(s) per device</h2><iframe class="rc-stage" '
             f'srcdoc="{html.escape(write_explorer(st.program), quote=True)}"></iframe>'
             for k, st in enumerate(self.stages) if st.program is not None)
-        page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>refcomp SPMD on {html.escape(str(self.mesh))}'
-                '</title><style>body{font-family:sans-serif;margin:16px}pre{background:#f6f6f6;padding:8px}'
-                'iframe{width:100%;height:900px;border:1px solid #ccc}</style></head><body>'
-                f'<h1>refcomp SPMD: one local program, {self.mesh.devices} devices</h1>'
-                f'<pre class="rc-shardings">{html.escape(self.explain())}</pre>{frames}</body></html>')
+        page = (
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>refcomp SPMD on {html.escape(str(self.mesh))}'
+            '</title><style>body{font-family:sans-serif;margin:16px}pre{background:#f6f6f6;padding:8px}'
+            'iframe{width:100%;height:900px;border:1px solid #ccc}</style></head><body>'
+            f'<h1>refcomp SPMD: one local program, {self.mesh.devices} devices</h1>'
+            f'<pre class="rc-shardings">{html.escape(self.explain())}</pre>{frames}</body></html>'
+        )
         if path is not None:
             write_page(path, page)
         return page
@@ -147,7 +167,11 @@ class SpmdProgram:
         for c in self.local.collectives:
             nbytes = _nbytes(c.src, self.hint)
             what = f"input {c.of.attrs['name']!r}" if c.of.op.name == "Input" else names.label(c.of)
-            out.append(CollectiveCost(c.kind, c.axis, what, nbytes, collective_time(c.kind, nbytes, self.mesh.sizes[c.axis])))
+            out.append(
+                CollectiveCost(
+                    c.kind, c.axis, what, nbytes, collective_time(c.kind, nbytes, self.mesh.sizes[c.axis])
+                )
+            )
         return out
 
     def _names(self):
@@ -162,8 +186,10 @@ class SpmdProgram:
         for name, (g, axis) in self.local.local_symbols.items():
             size = self.mesh.sizes[axis]
             if bindings[g] % size:
-                raise BindingError(f"dim {g} = {bindings[g]} is sharded over mesh axis {axis!r} of size {size}, "
-                                   f"which does not divide it")
+                raise BindingError(
+                    f"dim {g} = {bindings[g]} is sharded over mesh axis {axis!r} of size {size}, "
+                    f"which does not divide it"
+                )
             local[name] = bindings[g] // size
         return arrays, {**bindings, **local}
 
@@ -176,12 +202,20 @@ class SpmdProgram:
                 continue
             moved = np.moveaxis(out, d, -1)
             part = moved.shape[-1] // (blocks * self.mesh.sizes[axis])
-            blocked = moved.reshape(moved.shape[:-1] + (blocks, -1))[..., coord[axis] * part:(coord[axis] + 1) * part]
+            blocked = moved.reshape(moved.shape[:-1] + (blocks, -1))[
+                ..., coord[axis] * part : (coord[axis] + 1) * part
+            ]
             out = np.moveaxis(blocked.reshape(moved.shape[:-1] + (blocks * part,)), -1, d)
         return np.array(out, order="C")  # a copy, 0-d arrays kept 0-d
 
-    def run(self, feeds: Mapping[str, object], backend: Optional[str] = None, dims: Optional[Mapping[str, int]] = None,
-            device_backend: str = "emulator", collectives: str = "mpi"):
+    def run(
+        self,
+        feeds: Mapping[str, object],
+        backend: Optional[str] = None,
+        dims: Optional[Mapping[str, int]] = None,
+        device_backend: str = "emulator",
+        collectives: str = "mpi",
+    ):
         """backend="mpi": this process is one device of the mesh, its MPI rank (launched by `mpirun -n
         <devices>`), running each stage on `device_backend` (refcomp/spmd/mpi.py), the collectives over
         MPI or, with collectives="nccl" on GPUs, through NCCL (spmd/nccl.py). Any other backend: every
@@ -208,7 +242,10 @@ class SpmdProgram:
     def _device_feeds(self, arrays, coord: dict, bindings) -> dict:
         """What one device starts with: its block of every global feed, and the positions of its block
         along each dim a replicated value is read in blocks (`__block_<axis>_<n>` ids)."""
-        held = {name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), coord) for name, a in arrays.items()}
+        held = {
+            name: self._shard(a, self.local.input_specs.get(name, (None,) * a.ndim), coord)
+            for name, a in arrays.items()
+        }
         for name, (axis, n) in self.local.block_inputs.items():
             part = evaluate_dim(n, bindings) // self.mesh.sizes[axis]
             held[name] = np.arange(coord[axis] * part, (coord[axis] + 1) * part, dtype=np.int32)
@@ -271,5 +308,11 @@ def compile(outputs, mesh: Mesh, shardings: Optional[Mapping[str, tuple]] = None
     if search and free:
         specs = search_shardings(edges, mesh, specs, free, dims_hint)
     local = propagate(edges, mesh, specs)
-    return SpmdProgram(outputs, mesh, local, {**{n.attrs["name"]: (None,) * len(n.shape) for n in inputs}, **specs},
-                       search, dims_hint)
+    return SpmdProgram(
+        outputs,
+        mesh,
+        local,
+        {**{n.attrs["name"]: (None,) * len(n.shape) for n in inputs}, **specs},
+        search,
+        dims_hint,
+    )

@@ -56,8 +56,12 @@ class LocalGraph:
     input_specs: dict[str, Spec]  # every global input by name, as sharded
     collectives: list[CollectiveStep] = field(default_factory=list)
     local_symbols: dict[str, tuple[str, str]] = field(default_factory=dict)  # "B_dp" -> ("B", "dp")
-    node_specs: list = field(default_factory=list)  # (global node, its sharding, the AllReduce completing it) in order
-    block_inputs: dict = field(default_factory=dict)  # per-device block ids the runner feeds (see _sliced_edge)
+    node_specs: list = field(
+        default_factory=list
+    )  # (global node, its sharding, the AllReduce completing it) in order
+    block_inputs: dict = field(
+        default_factory=dict
+    )  # per-device block ids the runner feeds (see _sliced_edge)
 
 
 @dataclass
@@ -69,8 +73,14 @@ class _Value:
 
 
 class Propagation(LocalEdges):
-    def __init__(self, mesh: Mesh, input_specs: dict[str, Spec], local_names: dict, flexible: frozenset = frozenset(),
-                 shared: Optional[dict] = None):
+    def __init__(
+        self,
+        mesh: Mesh,
+        input_specs: dict[str, Spec],
+        local_names: dict,
+        flexible: frozenset = frozenset(),
+        shared: Optional[dict] = None,
+    ):
         self.mesh, self.input_specs = mesh, input_specs
         self.local_names = local_names  # (dim, axis) -> its local symbol's name
         self.shared = {} if shared is None else shared
@@ -79,12 +89,16 @@ class Propagation(LocalEdges):
         self.reduced: dict[int, str] = {}  # node id -> the collective that completed its partial value
         self.remaps: dict = {}  # LocalEdges._remap's memo
         self.exchanges: dict = {}  # (global node id, old dim, new dim) -> its AllToAll's result
-        self.block_inputs: dict[str, tuple] = {}  # "__block_tp_512" -> ("tp", 512): per-device ids the runner feeds
+        self.block_inputs: dict[
+            str, tuple
+        ] = {}  # "__block_tp_512" -> ("tp", 512): per-device ids the runner feeds
         self.values: dict[int, _Value] = {}
         self.collectives: list[CollectiveStep] = []
         self.local_symbols: dict[str, tuple[str, str]] = {}
 
-    def _collective(self, kind: str, axis: str, src: Node, shape, of: Node, dim: int = 0, dim2: int = 0) -> Node:
+    def _collective(
+        self, kind: str, axis: str, src: Node, shape, of: Node, dim: int = 0, dim2: int = 0
+    ) -> Node:
         name = f"__c{len(self.collectives)}"
         result = make_node("Input", dtype=src.dtype, name=name, shape=tuple(shape))
         self.collectives.append(CollectiveStep(kind, axis, src, name, dim, of, dim2))
@@ -152,22 +166,33 @@ class Propagation(LocalEdges):
             local = Edge(self.replicated(edge.node), edge.views)
         out = make_node(node.op.name, (local,), **node.attrs)
         reduced = split_entry(spec[axis])[0]
-        self.values[node.id] = _Value(out, spec[:axis] + spec[axis + 1:], REDUCE_KIND[node.op.name] if reduced else None, reduced)
+        self.values[node.id] = _Value(
+            out, spec[:axis] + spec[axis + 1 :], REDUCE_KIND[node.op.name] if reduced else None, reduced
+        )
 
     def _elementwise(self, node: Node) -> None:
         target = [None] * len(node.shape)  # the operands' shardings merged where they do not clash
         for spec in (s for s in (self.natural_spec(e) for e in node.srcs) if s is not None):
             for d, axis in enumerate(spec):
                 used = {split_entry(a)[0] for a in target if a is not None}
-                if axis is not None and target[d] is None and split_entry(axis)[0] not in used and self.divides(node.shape[d], axis):
+                if (
+                    axis is not None
+                    and target[d] is None
+                    and split_entry(axis)[0] not in used
+                    and self.divides(node.shape[d], axis)
+                ):
                     target[d] = axis
         target = tuple(target)
         if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None:  # rc.shard: the user says
-            target = self.mesh.check_spec(node.attrs["sharding"], len(node.shape), f"rc.shard of {node.label}")
+            target = self.mesh.check_spec(
+                node.attrs["sharding"], len(node.shape), f"rc.shard of {node.label}"
+            )
         edges = [self._scattered(e, target) or self.local_edge(e, target) or self._adopt(e, target)
                  or self._sliced_edge(e, target) or self._exchanged(e, target) for e in node.srcs]
         if node.op.name == "Contiguous" and node.attrs.get("sharding") is not None and edges[0] is None:
-            whole = self.replicated(node.srcs[0].node)  # laid out otherwise: gathered whole, then each device's block
+            whole = self.replicated(
+                node.srcs[0].node
+            )  # laid out otherwise: gathered whole, then each device's block
             edges = [self._sliced_edge(node.srcs[0], target, whole)]
         self.read.update(e.node.id for e in node.srcs)
         if any(e is None for e in edges):  # operands disagree: compute it whole on every device
@@ -184,7 +209,11 @@ class Propagation(LocalEdges):
         if v.partial != "AllReduceSum" or mapping is None:
             return None
         wanted = [j for d, j in enumerate(mapping) if j is not None and target[d] == v.partial_axis]
-        if not wanted or v.spec[wanted[0]] is not None or not self.divides(edge.node.shape[wanted[0]], v.partial_axis):
+        if (
+            not wanted
+            or v.spec[wanted[0]] is not None
+            or not self.divides(edge.node.shape[wanted[0]], v.partial_axis)
+        ):
             return None
         self._reduce_scatter(edge.node, wanted[0])
         return self.local_edge(edge, target)
@@ -222,7 +251,10 @@ class Propagation(LocalEdges):
         key = (edge.node.id, old, new)
         if key not in self.exchanges:  # one AllToAll per value and move, however many read it so
             shape = list(v.node.shape)
-            shape[old], shape[new] = edge.node.shape[old], self.local_dim(edge.node.shape[new], axis, edge.node.label)
+            shape[old], shape[new] = (
+                edge.node.shape[old],
+                self.local_dim(edge.node.shape[new], axis, edge.node.label),
+            )
             self.exchanges[key] = self._collective("AllToAll", axis, v.node, shape, edge.node, new, old)
         exchanged = self.exchanges[key]
         local = self.local_shape(edge.shape, target, edge.node.label)
@@ -236,10 +268,18 @@ class Propagation(LocalEdges):
         if v.partial != "AllReduceSum" or mapping is None:
             return
         size = self.mesh.sizes[v.partial_axis]
-        free = [j for j in mapping if j is not None and v.spec[j] is None and isinstance(edge.node.shape[j], int)
-                and edge.node.shape[j] % size == 0]
+        free = [
+            j
+            for j in mapping
+            if j is not None
+            and v.spec[j] is None
+            and isinstance(edge.node.shape[j], int)
+            and edge.node.shape[j] % size == 0
+        ]
         if free:
-            self._reduce_scatter(edge.node, free[-1])  # the innermost: each device's block stays contiguous rows of it
+            self._reduce_scatter(
+                edge.node, free[-1]
+            )  # the innermost: each device's block stays contiguous rows of it
 
     def _adopt(self, edge: Edge, target: Spec) -> Optional[Edge]:
         """A weight nobody has read yet, left to the search (flexible), is laid out as this reader needs
@@ -260,7 +300,9 @@ class Propagation(LocalEdges):
             return None
         self.flexible.discard(node.attrs["name"])
         self.input_specs[node.attrs["name"]] = tuple(spec)
-        self.values[node.id] = _Value(make_node("Input", dtype=node.dtype, name=node.attrs["name"], shape=local_shape), tuple(spec))
+        self.values[node.id] = _Value(
+            make_node("Input", dtype=node.dtype, name=node.attrs["name"], shape=local_shape), tuple(spec)
+        )
         return self.local_edge(edge, target)
 
     def _gather(self, node: Node) -> None:
@@ -276,7 +318,9 @@ class Propagation(LocalEdges):
     def output(self, edge: Edge) -> tuple[Edge, Spec]:
         self._scatter_partial_output(edge)
         spec = self.natural_spec(edge)
-        plain = spec is not None and all(split_entry(a)[1] == 1 for a in spec)  # outputs are assembled from plain splits
+        plain = spec is not None and all(
+            split_entry(a)[1] == 1 for a in spec
+        )  # outputs are assembled from plain splits
         local = self.local_edge(edge, spec) if plain else None
         if local is None:
             spec, local = (None,) * len(edge.shape), Edge(self.replicated(edge.node), edge.views)
@@ -296,7 +340,17 @@ def propagate(edges: Sequence[Edge], mesh: Mesh, input_specs: dict[str, Spec], f
     for node in toposort([e.node for e in edges]):
         p.visit(node)
     outputs, specs = zip(*(p.output(e) for e in edges)) if edges else ((), ())
-    inputs = {n.attrs["name"]: p.values[n.id].spec for n in toposort([e.node for e in edges]) if n.op.name == "Input"}
+    inputs = {
+        n.attrs["name"]: p.values[n.id].spec
+        for n in toposort([e.node for e in edges])
+        if n.op.name == "Input"
+    }
     order = toposort([e.node for e in edges])
-    described = [(n, p.values[n.id].spec, p.reduced.get(n.id)) for n in order if n.op.kind != LEAF or n.op.name == "Input"]
-    return LocalGraph(mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols, described, p.block_inputs)
+    described = [
+        (n, p.values[n.id].spec, p.reduced.get(n.id))
+        for n in order
+        if n.op.kind != LEAF or n.op.name == "Input"
+    ]
+    return LocalGraph(
+        mesh, list(outputs), list(specs), inputs, p.collectives, p.local_symbols, described, p.block_inputs
+    )

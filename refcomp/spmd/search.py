@@ -37,12 +37,18 @@ def _options(node: Node, mesh: Mesh, data_axes: frozenset = frozenset()) -> list
     for d, n in enumerate(node.shape):
         # a dim that is k times another of the weight may be k fused weights side by side (q|k|v): split
         # each block ("tp:k", see mesh.split_entry) as well as the whole
-        blocks = {1} | {n // o for o in node.shape if isinstance(n, int) and isinstance(o, int) and o and n % o == 0 and 2 <= n // o <= 4}
+        blocks = {1} | {
+            n // o
+            for o in node.shape
+            if isinstance(n, int) and isinstance(o, int) and o and n % o == 0 and 2 <= n // o <= 4
+        }
         for axis, size in mesh.axes:
             if axis in data_axes or size == 1:
                 continue
             for k in sorted(blocks):
-                if (isinstance(n, int) and n % (size * k) == 0 and n >= size * k) or (isinstance(n, sympy.Symbol) and k == 1):
+                if (isinstance(n, int) and n % (size * k) == 0 and n >= size * k) or (
+                    isinstance(n, sympy.Symbol) and k == 1
+                ):
                     entry = axis if k == 1 else f"{axis}:{k}"
                     options.append(tuple(entry if j == d else None for j in range(len(node.shape))))
     return options
@@ -66,7 +72,9 @@ def price(edges: Sequence[Edge], mesh: Mesh, specs: dict, hint: Mapping[str, int
         if key not in sizes:
             count = 1
             for n in node.shape:
-                count *= evaluate_dim(n, {**{s.name: DEFAULT_DIM for s in getattr(n, "free_symbols", ())}, **local_hint})
+                count *= evaluate_dim(
+                    n, {**{s.name: DEFAULT_DIM for s in getattr(n, "free_symbols", ())}, **local_hint}
+                )
             sizes[key] = count * DTYPES[node.dtype].itemsize
         return sizes[key]
 
@@ -112,7 +120,9 @@ def search_shardings(edges: Sequence[Edge], mesh: Mesh, specs: dict, free: Seque
                     if option is not None:
                         trial.update({n.attrs["name"]: option for n in run})
                     if trial != chosen and not _as_propagated(run, option, chosen, layout):
-                        cost, trial_layout = price(edges, mesh, trial, hint, frozenset(n for n in names if n not in trial))
+                        cost, trial_layout = price(
+                            edges, mesh, trial, hint, frozenset(n for n in names if n not in trial)
+                        )
                         if cost < best * (1 - 1e-9):
                             best, chosen, layout, changed = cost, trial, trial_layout, True
                     nxt = i + len(run)

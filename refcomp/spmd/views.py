@@ -23,8 +23,14 @@ def axis_map(views: ViewStack, src_shape: tuple) -> Optional[tuple]:
     """Propagation.axis_map, memoised: it depends on the global edge only, which the sharding search
     propagates again for every candidate."""
     shape = views.shape
-    if views.is_identity and len(shape) == len(src_shape) and all(dims_equal(a, b) for a, b in zip(shape, src_shape)):
-        return tuple(range(len(src_shape)))  # (an identity may also reshape (1, 4) to (4, 1): not this shortcut)
+    if (
+        views.is_identity
+        and len(shape) == len(src_shape)
+        and all(dims_equal(a, b) for a, b in zip(shape, src_shape))
+    ):
+        return tuple(
+            range(len(src_shape))
+        )  # (an identity may also reshape (1, 4) to (4, 1): not this shortcut)
     idx = [sympy.Symbol(f"i{e}", integer=True, nonnegative=True) for e in range(len(shape))]
     flat, valid = index_of(views, idx, {i: n for i, n in zip(idx, shape)})
     if valid is not sympy.true:
@@ -101,7 +107,11 @@ def starts(offset, shape, strides) -> Optional[list]:
             continue
         k, offset = divmod(offset, s) if s else (0, offset)
         starts.append(k)
-    return starts if offset == 0 and all(0 <= k < max(n, 1) for k, n in zip(starts, shape) if isinstance(n, int)) else None
+    return (
+        starts
+        if offset == 0 and all(0 <= k < max(n, 1) for k, n in zip(starts, shape) if isinstance(n, int))
+        else None
+    )
 
 
 def mentions(shape, symbol) -> bool:
@@ -112,6 +122,15 @@ def subs(views: ViewStack, names: dict) -> ViewStack:
     """The same views with symbols replaced (a global dim by its local one)."""
     def sub(x):
         return dim(sympy.sympify(x).xreplace(names)) if isinstance(x, sympy.Basic) else x
-    return ViewStack(tuple(View(tuple(sub(n) for n in v.shape), tuple(sub(s) for s in v.strides), sub(v.offset),
-                                None if v.mask is None else tuple((sub(a), sub(b)) for a, b in v.mask))
-                           for v in views.views))
+
+    return ViewStack(
+        tuple(
+            View(
+                tuple(sub(n) for n in v.shape),
+                tuple(sub(s) for s in v.strides),
+                sub(v.offset),
+                None if v.mask is None else tuple((sub(a), sub(b)) for a, b in v.mask),
+            )
+            for v in views.views
+        )
+    )

@@ -40,7 +40,13 @@ def _tokens(text: str):
         number, name, punct = m.groups()
         if number is not None and len(number) > MAX_DIGITS:
             raise DimTextError(f"an integer of {len(number)} digits")
-        yield ("int", int(number)) if number is not None else ("name", name) if name is not None else ("op", punct)
+        yield (
+            ("int", int(number))
+            if number is not None
+            else ("name", name)
+            if name is not None
+            else ("op", punct)
+        )
         pos = m.end()
 
 
@@ -66,7 +72,9 @@ def parse_dim(text: str, ratio: bool = False):
         while pending and pending[-1][0] in ("bin", "neg"):
             top = pending[-1]
             level = NEGATE if top[0] == "neg" else binary[top[1]][0]
-            if level < stronger_than or (top[0] == "bin" and top[1] == "**" and stronger_than == binary["**"][0]):
+            if level < stronger_than or (
+                top[0] == "bin" and top[1] == "**" and stronger_than == binary["**"][0]
+            ):
                 return
             pending.pop()
             if top[0] == "neg":
@@ -88,7 +96,11 @@ def parse_dim(text: str, ratio: bool = False):
                 values.append(symbol(value))
                 expect_operand = False
             elif value == "(":
-                call = tokens[k - 1][1] if k and tokens[k - 1][0] == "name" and tokens[k - 1][1] in CALLS else None
+                call = (
+                    tokens[k - 1][1]
+                    if k and tokens[k - 1][0] == "name" and tokens[k - 1][1] in CALLS
+                    else None
+                )
                 pending.append(("(", call, 1))
                 if sum(1 for p in pending if p[0] == "(") > MAX_DEPTH:
                     raise DimTextError(f"more than {MAX_DEPTH} nested parentheses")

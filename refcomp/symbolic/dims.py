@@ -56,7 +56,9 @@ def divide_term(term, c):
         if powers.get(base, 0) < exp:
             return None
         powers[base] = powers[base] - exp
-    return sympy.Integer(int(t_coeff) // int(c_coeff)) * sympy.Mul(*[b ** e for b, e in powers.items() if e != 0])
+    return sympy.Integer(int(t_coeff) // int(c_coeff)) * sympy.Mul(
+        *[b**e for b, e in powers.items() if e != 0]
+    )
 
 
 @functools.lru_cache(maxsize=65536)
@@ -148,8 +150,10 @@ def _dim_of_expr(value: sympy.Basic) -> Dim:
     if value.is_Integer:
         return int(value)
     if value.is_integer is False or not _whole_coefficients(value):  # 2.5, T / 2.0, (B*T + 2)/2
-        raise ShapeError(f"dimension {value} is not integer arithmetic on dims (sums and products with integer "
-                         f"coefficients, idiv, imod, Max, Min): a reshape or slice that divides a symbolic size unevenly?")
+        raise ShapeError(
+            f"dimension {value} is not integer arithmetic on dims (sums and products with integer "
+            f"coefficients, idiv, imod, Max, Min): a reshape or slice that divides a symbolic size unevenly?"
+        )
     # a user's sympy.Symbol("T") lacks our assumptions, so it would never equal symbol("T")
     return value.xreplace({s: symbol(s.name) for s in value.free_symbols})
 
@@ -161,7 +165,10 @@ def _whole_coefficients(e: sympy.Basic) -> bool:
     for part in sympy.preorder_traversal(e):
         if isinstance(part, sympy.Pow) and not (part.exp.is_Integer and part.exp > 0):
             return False
-        if not isinstance(part, (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Integer, idiv, imod, sympy.Max, sympy.Min)):
+        if not isinstance(
+            part,
+            (sympy.Add, sympy.Mul, sympy.Pow, sympy.Symbol, sympy.Integer, idiv, imod, sympy.Max, sympy.Min),
+        ):
             return False
     return all(term.as_coeff_Mul()[0].is_Integer for term in sympy.Add.make_args(sympy.expand(e)))
 
@@ -208,7 +215,9 @@ def _names(d: sympy.Expr) -> tuple[str, ...]:
 def _evaluate(d: sympy.Expr, binding: tuple[tuple[str, int | None], ...]) -> int:
     missing = [name for name, value in binding if value is None]
     if missing:
-        raise BindingError(f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}")
+        raise BindingError(
+            f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}"
+        )
     value = d.xreplace({symbol(name): sympy.Integer(v) for name, v in binding})
     if not value.is_Integer:
         raise BindingError(f"dimension {d} does not evaluate to an integer at {dict(binding)} (got {value})")
@@ -253,7 +262,9 @@ def evaluate_value(value, bindings: Mapping[str, int]) -> float:
     names = {s.name for s in value.free_symbols}
     missing = sorted(n for n in names if n not in bindings)
     if missing:
-        raise BindingError(f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}")
+        raise BindingError(
+            f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}"
+        )
     return float(_as_double(value, {symbol(n): bindings[n] for n in names}))
 
 
@@ -269,7 +280,9 @@ def _as_double(e, values: Mapping[sympy.Symbol, int]) -> np.float64:
     with np.errstate(all="ignore"):
         if isinstance(e, (sympy.Add, sympy.Mul)):
             terms = [_as_double(a, values) for a in e.args]
-            return functools.reduce((lambda x, y: x + y) if isinstance(e, sympy.Add) else (lambda x, y: x * y), terms)
+            return functools.reduce(
+                (lambda x, y: x + y) if isinstance(e, sympy.Add) else (lambda x, y: x * y), terms
+            )
         if isinstance(e, sympy.Pow) and e.exp.is_Rational:
             base = _as_double(e.base, values)
             if e.exp == sympy.Rational(1, 2) or e.exp == sympy.Rational(-1, 2):
@@ -278,4 +291,6 @@ def _as_double(e, values: Mapping[sympy.Symbol, int]) -> np.float64:
             if e.exp.is_Integer:
                 product = functools.reduce(lambda x, y: x * y, [base] * abs(int(e.exp)))
                 return product if e.exp > 0 else np.float64(1.0) / product
-    raise BindingError(f"cannot evaluate the constant {e} (only sums, products, integer powers and square roots of dims)")
+    raise BindingError(
+        f"cannot evaluate the constant {e} (only sums, products, integer powers and square roots of dims)"
+    )

@@ -100,7 +100,9 @@ def _view_flat(view: View, idx: Sequence[sympy.Expr]) -> tuple[sympy.Expr, sympy
 
 
 @functools.lru_cache(maxsize=8192)
-def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tuple) -> tuple[sympy.Expr, sympy.Basic]:
+def _index_of_cached(
+    stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tuple
+) -> tuple[sympy.Expr, sympy.Basic]:
     bounds = dict(ranges)
     valid: sympy.Basic = sympy.true
     current = list(idx)
@@ -114,7 +116,9 @@ def _index_of_cached(stack: ViewStack, idx: tuple[sympy.Expr, ...], ranges: tupl
     return flat, valid
 
 
-def index_of(stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None) -> tuple[sympy.Expr, sympy.Basic]:
+def index_of(
+    stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None
+) -> tuple[sympy.Expr, sympy.Basic]:
     """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
     idx = tuple(i if isinstance(i, sympy.Basic) else sympy.sympify(i) for i in idx)
     return _index_of_cached(stack, idx, ranges_of(ranges, idx))

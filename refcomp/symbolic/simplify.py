@@ -87,13 +87,19 @@ def _bounds(e, ranges_items: frozenset) -> Optional[Bounds]:
             lo, hi = lo + b[0], hi + b[1]
         return expand(lo), expand(hi)
     if isinstance(e, sympy.Mul):
-        coeff, rest = e.as_independent(*(s for s, _ in ranges_items)) if ranges_items else (e, sympy.Integer(1))
+        coeff, rest = (
+            e.as_independent(*(s for s, _ in ranges_items)) if ranges_items else (e, sympy.Integer(1))
+        )
         b = _bounds(rest, ranges_items) if rest != 1 else (sympy.Integer(1), sympy.Integer(1))
         if b is None:
             return None
         if _integers(coeff, *b):
             lo, hi = int(coeff) * int(b[0]), int(coeff) * int(b[1])
-            return (sympy.Integer(lo), sympy.Integer(hi)) if int(coeff) >= 0 else (sympy.Integer(hi), sympy.Integer(lo))
+            return (
+                (sympy.Integer(lo), sympy.Integer(hi))
+                if int(coeff) >= 0
+                else (sympy.Integer(hi), sympy.Integer(lo))
+            )
         if _nonneg(coeff):
             return expand(coeff * b[0]), expand(coeff * b[1])
         if _nonneg(-coeff):
@@ -172,7 +178,9 @@ def tighten(ranges: Mapping[sympy.Symbol, object], valid) -> dict:
     out = dict(ranges)
     for cond in (valid.args if isinstance(valid, sympy.And) else (valid,)):
         if isinstance(cond, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt)):
-            small, big = (cond.lhs, cond.rhs) if isinstance(cond, (sympy.Le, sympy.Lt)) else (cond.rhs, cond.lhs)
+            small, big = (
+                (cond.lhs, cond.rhs) if isinstance(cond, (sympy.Le, sympy.Lt)) else (cond.rhs, cond.lhs)
+            )
             strict = isinstance(cond, (sympy.Lt, sympy.Gt))
             if big in out and big.is_Symbol:  # small <= sym (or small < sym)
                 lo, hi = out[big] if isinstance(out[big], tuple) else (0, out[big])

@@ -71,15 +71,26 @@ class View:
 
     @functools.cached_property
     def is_contiguous(self) -> bool:
-        return (self.mask is None and self.offset == 0 and
-                all(dims_equal(a, b) or dims_equal(n, 1) for a, b, n in zip(self.strides, contiguous_strides(self.shape), self.shape)))
+        return (
+            self.mask is None
+            and self.offset == 0
+            and all(
+                dims_equal(a, b) or dims_equal(n, 1)
+                for a, b, n in zip(self.strides, contiguous_strides(self.shape), self.shape)
+            )
+        )
 
     def ranges(self) -> tuple[Range, ...]:
         return self.mask if self.mask is not None else tuple((0, n) for n in self.shape)
 
     def with_mask(self, ranges: Sequence[Range]) -> "View":
         full = all(dims_equal(lo, 0) and dims_equal(hi, n) for (lo, hi), n in zip(ranges, self.shape))
-        return View(self.shape, self.strides, self.offset, None if full else tuple((dim(lo), dim(hi)) for lo, hi in ranges))
+        return View(
+            self.shape,
+            self.strides,
+            self.offset,
+            None if full else tuple((dim(lo), dim(hi)) for lo, hi in ranges),
+        )
 
     def axis_is_unmasked(self, axis: int) -> bool:
         lo, hi = self.ranges()[axis]
@@ -117,7 +128,9 @@ class ViewStack:
     def permute(self, order: Sequence[int]) -> "ViewStack":
         v = self.top
         mask = None if v.mask is None else tuple(v.mask[a] for a in order)
-        return self._replace_top(View(tuple(v.shape[a] for a in order), tuple(v.strides[a] for a in order), v.offset, mask))
+        return self._replace_top(
+            View(tuple(v.shape[a] for a in order), tuple(v.strides[a] for a in order), v.offset, mask)
+        )
 
     def expand(self, shape: Sequence[Dim]) -> "ViewStack":
         v = self.top
@@ -129,7 +142,9 @@ class ViewStack:
             lo, hi = ranges[axis]
             valid = dims_equal(lo, 0) and dims_equal(hi, 1)
             strides[axis], ranges[axis] = 0, (0, new) if valid else (0, 0)
-        return self._replace_top(View(tuple(dim(n) for n in shape), tuple(strides), v.offset).with_mask(ranges))
+        return self._replace_top(
+            View(tuple(dim(n) for n in shape), tuple(strides), v.offset).with_mask(ranges)
+        )
 
     def slice(self, axis: int, start: Dim, stop: Dim, step: int = 1) -> "ViewStack":
         """Keep indices start, start+step, ... < stop of one axis (0 <= start <= stop <= size, step >= 1)."""
@@ -194,7 +209,9 @@ def _only_unit_axes_change(v: View, shape: tuple[Dim, ...]) -> Optional[View]:
     """The view with size-1 axes dropped or inserted (masks kept), if that is all the reshape does."""
     kept = [a for a, n in enumerate(v.shape) if not dims_equal(n, 1)]
     new_kept = [a for a, n in enumerate(shape) if not dims_equal(n, 1)]
-    if len(kept) != len(new_kept) or any(not dims_equal(v.shape[a], shape[b]) for a, b in zip(kept, new_kept)):
+    if len(kept) != len(new_kept) or any(
+        not dims_equal(v.shape[a], shape[b]) for a, b in zip(kept, new_kept)
+    ):
         return None
     ranges = v.ranges()
     if any(not v.axis_is_unmasked(a) for a, n in enumerate(v.shape) if dims_equal(n, 1)):

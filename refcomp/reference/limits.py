@@ -36,8 +36,9 @@ def show_bytes(n: int) -> str:
 def require(nbytes: int, capacity: int, what: str, where: str) -> None:
     """Refuse `what` when it needs more than `capacity` bytes of `where`."""
     if nbytes > capacity:
-        raise AllocationError(f"{what} needs {show_bytes(nbytes)}, more than {where} has ({show_bytes(capacity)})")
-
+        raise AllocationError(
+            f"{what} needs {show_bytes(nbytes)}, more than {where} has ({show_bytes(capacity)})"
+        )
 
 
 # Kernels index in signed 64-bit arithmetic (`long long`) and the cost model counts elements, bytes
@@ -54,7 +55,9 @@ def require_indexable(nodes, outputs, bindings: Mapping[str, int]) -> None:
     for node in nodes:
         _refuse_if(_shape_problem(tuple(node.shape), key), node, node.label, key)
         for edge in node.srcs:
-            _refuse_if(_views_problem(edge.views, key), edge.node, f"{node.label} reading {edge.node.label}", key)
+            _refuse_if(
+                _views_problem(edge.views, key), edge.node, f"{node.label} reading {edge.node.label}", key
+            )
     for k, edge in enumerate(outputs):
         _refuse_if(_views_problem(edge.views, key), edge.node, f"output {k} ({edge.node.label})", key)
 
@@ -66,8 +69,10 @@ def _refuse_if(problem, node, what: str, key: tuple) -> None:
     at = f" at {', '.join(f'{k}={v}' for k, v in key)}" if key else ""
     holds = (f"reads position {_about(count)}" if reached else
              f"has {_about(count)} elements, {_about(count * DTYPES[node.dtype].itemsize)} bytes")
-    raise AllocationError(f"{what}: shape ({', '.join(map(str, shape))}){at} {holds}, more than the 2^60 elements "
-                          f"refcomp's 64-bit index arithmetic addresses")
+    raise AllocationError(
+        f"{what}: shape ({', '.join(map(str, shape))}){at} {holds}, more than the 2^60 elements "
+        f"refcomp's 64-bit index arithmetic addresses"
+    )
 
 
 def _about(n: int) -> str:

@@ -115,7 +115,9 @@ def _contraction_parts(nodes, outputs) -> set[int]:
 
     deferred: set[int] = set()
     for n in nodes:  # producers first: a SumReduce joins only a chain that already ends in a Mul
-        if read_alone(n) and (n.op.name == "Mul" or (n.op.name == "SumReduce" and n.srcs[0].node.id in deferred)):
+        if read_alone(n) and (
+            n.op.name == "Mul" or (n.op.name == "SumReduce" and n.srcs[0].node.id in deferred)
+        ):
             deferred.add(n.id)
     return deferred
 
@@ -133,16 +135,22 @@ def _contract(top: Node, values, bindings, dtype) -> np.ndarray:
     for axis in reversed(reduced):  # from the Mul up: each SumReduce removes one of the remaining axes
         dropped.add(remaining.pop(axis))
     shape = tuple(evaluate_dim(n, bindings) for n in node.shape)
-    arrays = [np.broadcast_to(read_edge(values[e.node.id], e.views, bindings).astype(dtype, copy=False), shape)
-              for e in node.srcs]
+    arrays = [
+        np.broadcast_to(read_edge(values[e.node.id], e.views, bindings).astype(dtype, copy=False), shape)
+        for e in node.srcs
+    ]
     real = [{a for a in range(len(shape)) if not (x.strides[a] == 0 and shape[a] > 1)} for x in arrays]
-    for a in set(range(len(shape))) - real[0] - real[1]:  # broadcast in both: the first keeps it (n copies count)
+    for a in (
+        set(range(len(shape))) - real[0] - real[1]
+    ):  # broadcast in both: the first keeps it (n copies count)
         real[0].add(a)
     operands = []
     for x, axes in zip(arrays, real):
         operands += [x[tuple(slice(None) if a in axes else 0 for a in range(len(shape)))], sorted(axes)]
     out = np.einsum(*operands, remaining, optimize=True)
-    return round_to(np.asarray(out, dtype=dtype), top.dtype).reshape(tuple(evaluate_dim(n, bindings) for n in top.shape))
+    return round_to(np.asarray(out, dtype=dtype), top.dtype).reshape(
+        tuple(evaluate_dim(n, bindings) for n in top.shape)
+    )
 
 
 # Reading a view materialises int64 indices, a mask and the gathered values: about this many bytes
@@ -162,12 +170,19 @@ def _room_for(what: str, shapes, bindings: Mapping[str, int]):
     except (MemoryError, ValueError) as exc:
         if isinstance(exc, ValueError) and "too big" not in str(exc):
             raise
-        raise AllocationError(f"evaluating {what} at {at} needs about {limits.show_bytes(nbytes)}, which NumPy "
-                              f"could not allocate ({type(exc).__name__})") from None
+        raise AllocationError(
+            f"evaluating {what} at {at} needs about {limits.show_bytes(nbytes)}, which NumPy "
+            f"could not allocate ({type(exc).__name__})"
+        ) from None
 
 
-def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None, precision: str = "float32",
-             contract: bool = True):
+def evaluate(
+    outputs,
+    feeds: Mapping[str, object],
+    dims: Optional[Mapping[str, int]] = None,
+    precision: str = "float32",
+    contract: bool = True,
+):
     """Evaluate tensors exactly as the primitive graph says; returns arrays in the outputs' structure.
     `contract=False` evaluates every node alone (see _contract)."""
     if precision not in PRECISIONS:
@@ -175,7 +190,9 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
     dtype = PRECISIONS[precision]
     tensors, rebuild = flatten_outputs(outputs)
     nodes = toposort([t.node for t in tensors])
-    arrays, bindings = bind_dims(input_nodes(nodes), feeds, dims, {s.name for s in symbols_of(nodes, [t.edge for t in tensors])})
+    arrays, bindings = bind_dims(
+        input_nodes(nodes), feeds, dims, {s.name for s in symbols_of(nodes, [t.edge for t in tensors])}
+    )
     check_binding(nodes, [t.edge for t in tensors], bindings)
     values: dict[int, np.ndarray] = {}
     deferred = _contraction_parts(nodes, [t.node for t in tensors]) if contract else set()
@@ -183,7 +200,9 @@ def evaluate(outputs, feeds: Mapping[str, object], dims: Optional[Mapping[str, i
         for node in nodes:
             if node.op.name == "Input":
                 array = arrays[node.attrs["name"]]
-                values[node.id] = array if node.dtype == "int32" else round_to(array.astype(dtype), node.dtype)
+                values[node.id] = (
+                    array if node.dtype == "int32" else round_to(array.astype(dtype), node.dtype)
+                )
                 continue
             if node.id in deferred:
                 continue

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ..ops.graph import flatten_outputs
-from .cache import cache_dir, cache_key, write_atomically
-from .program import Program, load_program
-from .saved import ProgramFileError, graph_json, program_text, refcomp_version
+from ..exec.cache import cache_dir, cache_key, write_atomically
+from ..exec.program import Program
+from .load import load_program
+from ..exec.saved import ProgramFileError, graph_json, program_text, refcomp_version
 
 ENV = "REFCOMP_PROGRAM_CACHE_DIR"
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -29,7 +30,9 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 def source_digest() -> str:
     """sha256 of refcomp's own code and templates: a program cached by other code is not reused."""
     h = hashlib.sha256()
-    for path in sorted(p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts):
+    for path in sorted(
+        p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts
+    ):
         h.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

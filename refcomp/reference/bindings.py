@@ -31,9 +31,13 @@ def check_feed(node: Node, value) -> np.ndarray:
             raise FeedError(f"input {name!r} takes int32 ids, but the fed array has dtype {array.dtype}")
         if array.size and (array.max() > np.iinfo(np.int32).max or array.min() < np.iinfo(np.int32).min):
             raise FeedError(f"input {name!r}: ids do not fit in int32")
-        return np.ascontiguousarray(array, dtype=np.int32).reshape(array.shape)  # (ascontiguousarray makes 0-D 1-D)
+        return np.ascontiguousarray(array, dtype=np.int32).reshape(
+            array.shape
+        )  # (ascontiguousarray makes 0-D 1-D)
     if array.dtype.kind != "f" and array.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 is welcome too
-        raise FeedError(f"input {name!r} takes {node.dtype}, but the fed array has dtype {array.dtype} (convert it with .astype(np.float32))")
+        raise FeedError(
+            f"input {name!r} takes {node.dtype}, but the fed array has dtype {array.dtype} (convert it with .astype(np.float32))"
+        )
     return array
 
 
@@ -47,7 +51,9 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
     known = {n.attrs["name"] for n in inputs}
     unknown = sorted(set(feeds) - known, key=str)
     if unknown:
-        raise FeedError(f"feed {unknown[0]!r} matches no input of this graph (its inputs are {sorted(known)})")
+        raise FeedError(
+            f"feed {unknown[0]!r} matches no input of this graph (its inputs are {sorted(known)})"
+        )
     bindings = check_dim_values(dims, symbols)
     origin = {name: "dims=" for name in bindings}
     arrays: dict[str, np.ndarray] = {}
@@ -59,21 +65,37 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
         array = check_feed(node, feeds[name])
         shape = node.attrs["shape"]
         if array.ndim != len(shape):
-            raise FeedError(f"input {name!r} expects {len(shape)} axes {tuple(map(str, shape))}, got an array of shape {array.shape}")
+            raise FeedError(
+                f"input {name!r} expects {len(shape)} axes {tuple(map(str, shape))}, got an array of shape {array.shape}"
+            )
         for axis, (want, got) in enumerate(zip(shape, array.shape)):
             if isinstance(want, sympy.Symbol):
                 sym = want.name
                 if sym in bindings and bindings[sym] != got:
-                    raise BindingError(f"dimension {sym} is {bindings[sym]} from {origin[sym]} but {got} from axis {axis} of input {name!r}")
+                    raise BindingError(
+                        f"dimension {sym} is {bindings[sym]} from {origin[sym]} but {got} from axis {axis} of input {name!r}"
+                    )
                 bindings[sym], origin[sym] = got, f"input {name!r}"
             elif isinstance(want, sympy.Expr) and not want.is_Integer:
-                later.append((name, axis, want, got, array.shape))  # an expression: checked once its symbols are bound
+                later.append(
+                    (name, axis, want, got, array.shape)
+                )  # an expression: checked once its symbols are bound
             elif want != got:
-                raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {array.shape}")
+                raise FeedError(
+                    f"input {name!r} expects size {want} on axis {axis}, got an array of shape {array.shape}"
+                )
         arrays[name] = array
-    for name, axis, want, got, shape in later:  # (inputs a program makes itself: an SPMD stage's T + 1 values)
+    for (
+        name,
+        axis,
+        want,
+        got,
+        shape,
+    ) in later:  # (inputs a program makes itself: an SPMD stage's T + 1 values)
         if {s.name for s in want.free_symbols} - set(bindings) or evaluate_dim(want, bindings) != got:
-            raise FeedError(f"input {name!r} expects size {want} on axis {axis}, got an array of shape {shape}")
+            raise FeedError(
+                f"input {name!r} expects size {want} on axis {axis}, got an array of shape {shape}"
+            )
     _check_ranges(inputs, bindings, origin)
     return arrays, bindings
 
@@ -87,8 +109,10 @@ def _check_ranges(inputs: list[Node], bindings: Mapping[str, int], origin: Mappi
             value = bindings.get(sym)
             if value is not None and (value < lo or (hi is not None and value > hi)):
                 span = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
-                raise BindingError(f"dimension {sym} = {value} (from {origin[sym]}) is outside the range {span} "
-                                   f"that input {node.attrs['name']!r} allows")
+                raise BindingError(
+                    f"dimension {sym} = {value} (from {origin[sym]}) is outside the range {span} "
+                    f"that input {node.attrs['name']!r} allows"
+                )
 
 
 # --- the binding validator: what every backend checks before any launch -------------------------
@@ -108,9 +132,14 @@ def check_binding(nodes: Sequence[Node], outputs: Sequence[Edge], bindings: Mapp
     for node in nodes:
         _raise_if(_dims_problem(node.shape, key), node.label)
         if node.op.name == "Iota":
-            _raise_if(_index_problem(node.attrs["shape"][node.attrs["axis"]], key), f"{node.label} (an arange or a random draw's counter)")
+            _raise_if(
+                _index_problem(node.attrs["shape"][node.attrs["axis"]], key),
+                f"{node.label} (an arange or a random draw's counter)",
+            )
         for edge in node.srcs:
-            _raise_if(_edge_problem(edge.node.shape, edge.views, key), f"{node.label} reading {edge.node.label}")
+            _raise_if(
+                _edge_problem(edge.node.shape, edge.views, key), f"{node.label} reading {edge.node.label}"
+            )
     for k, edge in enumerate(outputs):
         _raise_if(_edge_problem(edge.node.shape, edge.views, key), f"output {k} ({edge.node.label})")
 
@@ -127,7 +156,9 @@ def _edge_problem(below_shape: tuple, views, key: tuple) -> Optional[str]:
     bindings = dict(key)
     below = evaluate_size(below_shape, bindings)
     for view in views.views:
-        problem = _dims_problem(view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), key)
+        problem = _dims_problem(
+            view.shape + view.strides + (view.offset,) + tuple(x for r in view.ranges() for x in r), key
+        )
         if problem is not None:
             return problem
         shape = tuple(evaluate_dim(n, bindings) for n in view.shape)
@@ -136,9 +167,11 @@ def _edge_problem(below_shape: tuple, views, key: tuple) -> Optional[str]:
                     f"symbolic axis is longer than the axis for these dims")
         reach = _reach(view, shape, bindings)
         if reach is not None and (reach[0] < 0 or reach[1] >= below):
-            return (f"the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
-                    f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
-                    f"out of range for these dims")
+            return (
+                f"the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
+                f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
+                f"out of range for these dims"
+            )
         below = math.prod(shape)
     return None
 
@@ -161,8 +194,10 @@ def _dims_problem(dims: tuple, key: tuple) -> Optional[str]:
     for d in dims:
         for dividend, divisor in _divisions(d):
             if evaluate_dim(dividend, bindings) < 0:
-                return (f"the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
-                        f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims")
+                return (
+                    f"the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
+                    f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims"
+                )
     return None
 
 
@@ -212,12 +247,16 @@ def _check_scatter_ids(node: Node, ids: np.ndarray, rows: int) -> None:
     where = f"the ids {node.srcs[1].node.label} of {node.label} (writing rows of {node.srcs[0].node.label})"
     ids = np.asarray(ids).reshape(-1)
     if ids.size and not np.all(np.isfinite(ids) & (ids == np.floor(ids))):
-        raise FeedError(f"{where} must be whole numbers, got {ids[~(np.isfinite(ids) & (ids == np.floor(ids)))][0]}")
+        raise FeedError(
+            f"{where} must be whole numbers, got {ids[~(np.isfinite(ids) & (ids == np.floor(ids)))][0]}"
+        )
     if ids.size and (ids.min() < 0 or ids.max() >= rows):
         bad = ids[(ids < 0) | (ids >= rows)]
         raise FeedError(f"{where} must lie in [0, {rows}), got {bad.size} outside, e.g. {bad.flat[0]:g}")
     values, counts = np.unique(ids, return_counts=True)
     if values.size != ids.size:
-        raise FeedError(f"{where} must be distinct: id {values[counts > 1][0]:g} appears {counts[counts > 1][0]} times "
-                        f"(which write wins would depend on the device's schedule; PyTorch's index_copy leaves it "
-                        f"undefined, refcomp refuses it)")
+        raise FeedError(
+            f"{where} must be distinct: id {values[counts > 1][0]:g} appears {counts[counts > 1][0]} times "
+            f"(which write wins would depend on the device's schedule; PyTorch's index_copy leaves it "
+            f"undefined, refcomp refuses it)"
+        )
