@@ -205,19 +205,19 @@ def finish_kernel(
 ) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
     accesses) nothing is printed: the kernel has no source, only its launch and access plan."""
+    plan = AccessPlan(
+        tuple(body.accesses),
+        dict(body.definitions),
+        loop_extent,
+        along_k,
+        block_reductions,
+        tmpl,
+        prologue_extent,
+        prologue_phases,
+        *streamed,
+        prologue_pairs=prologue_pairs,
+    )
     if not render:
-        plan = AccessPlan(
-            tuple(body.accesses),
-            dict(body.definitions),
-            loop_extent,
-            along_k,
-            block_reductions,
-            tmpl,
-            prologue_extent,
-            prologue_phases,
-            *streamed,
-            prologue_pairs=prologue_pairs,
-        )
         return Kernel(
             name,
             kind,
@@ -245,18 +245,6 @@ def finish_kernel(
         **fields,
     )
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
-    plan = AccessPlan(
-        tuple(body.accesses),
-        dict(body.definitions),
-        loop_extent,
-        along_k,
-        block_reductions,
-        tmpl,
-        prologue_extent,
-        prologue_phases,
-        *streamed,
-        prologue_pairs=prologue_pairs,
-    )
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
 
