@@ -42,7 +42,7 @@ LAYERS = [
     "fuzz",
     "cli_run",
     "cli_generate",
-    "user_golden",
+    "user_golden", "cli_golden",
     "cli",
     "__main__",
 ]

@@ -49,6 +49,7 @@ def test_version_and_help_import_no_compiler(argv):
     assert not loaded & set(HEAVY), f"refcomp {' '.join(argv)} imports {sorted(loaded & set(HEAVY))}"
     assert {m for m in loaded if m.startswith("refcomp.")} <= {
         "refcomp.cli",
+        "refcomp.cli_golden",  # the golden subcommand's parser (argparse only)
         "refcomp.errors",
         "refcomp.progress",
         "refcomp.ops",
