@@ -1,4 +1,5 @@
-"""Serving: the paged KV cache (kv_cache.py) and the programs and engine built on it.
+"""Serving: the paged KV cache (kv_cache.py), the programs and engine built on it, and the
+continuous-batching scheduler (scheduler.py) with its prefix cache (prefix_cache.py).
 
 Names load on first use (PEP 562), as the package's own do, so `import refcomp.serving` costs nothing
 until a name is asked for."""
@@ -12,6 +13,8 @@ _ATTRIBUTES = {
         ("PagedKVPool", "gather_pages", "gather_slots", "write_slots", "context_mask"), ".kv_cache"
     ),
     **dict.fromkeys(("Engine", "EngineError"), ".engine"),
+    **dict.fromkeys(("Scheduler", "Request"), ".scheduler"),
+    **dict.fromkeys(("PrefixCache",), ".prefix_cache"),
     **dict.fromkeys(("from_transformers", "random_gpt2", "ModelError"), ".models"),
     **dict.fromkeys(("step_graph", "paged_attention", "full_graph"), ".programs"),
     **dict.fromkeys(("Sampling", "SamplingError", "sampling_graph", "greedy_graph"), ".sampling"),

@@ -30,7 +30,9 @@ class EngineError(RefcompError):
 
 
 @dataclass
-class _Sequence:
+class SequenceState:
+    """A prompt being generated: its tokens so far, what the pool holds of them (`cached`), and
+    its settings (the scheduler's requests extend it)."""
     index: int
     tokens: list
     prompt_len: int
@@ -111,7 +113,7 @@ class Engine:
     def stream(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32, sampling=None,
                stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> Iterator[tuple]:
         """(prompt index, token id) as each token is chosen, step by step."""
-        seqs = self._start(prompts, max_new_tokens, sampling, stop_token_ids, ignore_eos)
+        seqs = self.new_sequences(prompts, max_new_tokens, sampling, stop_token_ids, ignore_eos)
         try:
             live = [q for q in seqs if not q.done]
             step = 0
@@ -138,7 +140,8 @@ class Engine:
                 if q.key in held:
                     self.pool.free(q.key)
 
-    def _start(self, prompts, max_new_tokens, sampling, stop_token_ids, ignore_eos) -> list:
+    def new_sequences(self, prompts, max_new_tokens, sampling, stop_token_ids, ignore_eos) -> list:
+        """The prompts as checked SequenceStates (EngineError names the prompt or setting at fault)."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
             raise EngineError("generate: prompts must be a non-empty list of token-id lists")
         if len(prompts) > MAX_BATCH:
@@ -181,11 +184,11 @@ class Engine:
             setting = (setting or Sampling()).check(self.candidates)
             seen = np.zeros(spec.vocab, np.float32)
             seen[tokens] = 1.0
-            seqs.append(_Sequence(i, tokens, len(tokens), setting, stops, max_new_tokens, seen,
+            seqs.append(SequenceState(i, tokens, len(tokens), setting, stops, max_new_tokens, seen,
                                   done=max_new_tokens == 0))
         return seqs
 
-    def _emit(self, q: _Sequence, token: int):
+    def _emit(self, q: SequenceState, token: int):
         q.out.append(token)
         q.tokens.append(token)
         q.seen[token] = 1.0
@@ -215,7 +218,8 @@ class Engine:
         }
         return feeds
 
-    def _store(self, seqs, counts, out) -> None:
+    def store(self, seqs, counts, out) -> None:
+        """Keep a step's written pool arrays; each sequence now caches its chunk's tokens too."""
         pool = self.pool
         for layer in range(pool.n_layers):
             pool.store(layer, out[pool.input_name(layer, "k")], out[pool.input_name(layer, "v")])
@@ -246,8 +250,8 @@ class Engine:
             positions[b, :n] = np.arange(q.cached, q.cached + n)
         feeds = self._feeds(seqs, ids, positions, counts, step)
         feeds["last"] = (np.arange(len(seqs)) * width + np.array(counts) - 1).astype(np.int32)
-        out = self._choose(seqs, self.program("prefill")(feeds), step)
-        self._store(seqs, counts, out)
+        out = self.choose(seqs, self.program("prefill")(feeds), step)
+        self.store(seqs, counts, out)
         self._record("prefill", seqs, out)
         return [(q, int(t)) for q, t in zip(seqs, out["token"]) if q.cached == q.prompt_len]
 
@@ -256,12 +260,12 @@ class Engine:
         positions = np.array([[q.cached] for q in seqs], np.int32)
         counts = [1] * len(seqs)
         feeds = self._feeds(seqs, ids, positions, counts, step)
-        out = self._choose(seqs, self.program("decode")(feeds), step)
-        self._store(seqs, counts, out)
+        out = self.choose(seqs, self.program("decode")(feeds), step)
+        self.store(seqs, counts, out)
         self._record("decode", seqs, out)
         return [(q, int(t)) for q, t in zip(seqs, out["token"])]
 
-    def _choose(self, seqs, out, step: int) -> dict:
+    def choose(self, seqs, out, step: int) -> dict:
         """The step's outputs, with the sampler's tokens when a sequence samples (greedy rows are
         greedy there too)."""
         if any(q.sampling.temperature > 0 for q in seqs):

@@ -69,6 +69,7 @@ class PagedKVPool:
         self._free = list(range(self.num_pages))  # kept sorted: the lowest free page is taken first
         self._tables: dict = {}
         self._lengths: dict = {}
+        self._refs: dict = {}  # page -> holders (sequences whose table names it, and `retain` calls)
 
     def __repr__(self) -> str:
         return (f"<PagedKVPool {self.num_pages} pages of {self.page_size} tokens, {self.n_layers} layers x "
@@ -160,15 +161,58 @@ class PagedKVPool:
                                f"{self.page_size} tokens, {len(self._free)} of {self.num_pages} are free "
                                f"(free finished sequences, or make a larger pool)")
         taken, self._free = self._free[:max(need, 0)], self._free[max(need, 0):]
+        for page in taken:
+            self._refs[page] = 1
         self._tables[seq_id] = table + taken
         self._lengths[seq_id] = start + n_tokens
         return self.slots(seq_id, start, n_tokens)
 
+    def pages_for(self, seq_id, n_tokens: int) -> int:
+        """Free pages `allocate(seq_id, n_tokens)` would take."""
+        table = self._tables.get(seq_id, [])
+        return max(-(-(self._lengths.get(seq_id, 0) + n_tokens) // self.page_size) - len(table), 0)
+
     def free(self, seq_id) -> None:
-        """Return the sequence's pages to the free list (their contents stay until overwritten)."""
+        """Drop the sequence's hold on its pages; a page nobody else holds returns to the free list
+        (its contents stay until overwritten)."""
         pages = self._tables.pop(self._held(seq_id))
         del self._lengths[seq_id]
-        self._free = sorted(self._free + pages)
+        self.release(pages)
+
+    # --- shared pages (the prefix cache's) -------------------------------------------------------------
+    def adopt(self, seq_id, pages: Sequence[int]) -> None:
+        """Start `seq_id` with full `pages` that others hold (a cached prefix): it holds them too, and
+        its length is theirs; its own tokens go to pages of its own after them. Pages are append-only,
+        so a shared page is never written again."""
+        if seq_id in self._tables:
+            raise KVCacheError(f"adopt: sequence {seq_id!r} already holds pages (adopt starts a sequence)")
+        self.retain(pages)
+        self._tables[seq_id] = list(pages)
+        self._lengths[seq_id] = len(pages) * self.page_size
+
+    def retain(self, pages: Iterable[int]) -> None:
+        """One more hold on each of `pages`, which someone must hold already."""
+        pages = list(pages)
+        for page in pages:
+            if self._refs.get(page, 0) < 1:
+                raise KVCacheError(f"page {page!r} is free: only a held page can be shared")
+        for page in pages:
+            self._refs[page] += 1
+
+    def release(self, pages: Iterable[int]) -> None:
+        """Drop one hold on each of `pages`; those nobody holds any more become free."""
+        freed = []
+        for page in pages:
+            self._refs[page] -= 1
+            if self._refs[page] == 0:
+                del self._refs[page]
+                freed.append(page)
+        if freed:
+            self._free = sorted(self._free + freed)
+
+    def holders(self, page: int) -> int:
+        """How many sequences and `retain` calls hold `page` (0: free)."""
+        return self._refs.get(page, 0)
 
     def slots(self, seq_id, start: int, count: int) -> np.ndarray:
         """Flat slot ids (int32) of the sequence's tokens start .. start + count - 1, which it must hold."""
