@@ -225,6 +225,27 @@ def _generate(args) -> int:
     return generate_command(args)
 
 
+def _setup_serve(parser: argparse.ArgumentParser) -> None:
+    """refcomp serve's options (cli_serve.py runs it): the model as generate takes it, the pool, the
+    scheduler and the address."""
+    parser.add_argument("model", help="random-gpt2 (a random-weight GPT-2 of the options below), or a "
+                        "directory holding config.json and model.safetensors")
+    for flag, kind, default in (
+        ("host", str, "127.0.0.1"), ("port", int, 8000), ("served-name", str, None), ("backend", str, None),
+        ("layers", int, 2), ("d-model", int, 64), ("heads", int, 4), ("vocab", int, 256), ("init", float, 0.2),
+        ("seed", int, 0), ("pages", int, 256), ("page-size", int, 16), ("prefill-chunk", int, 64),
+        ("step-tokens", int, 256),
+    ):
+        parser.add_argument(f"--{flag}", type=kind, default=default, help=f"(default {default})")
+    parser.add_argument("--no-prefix-cache", action="store_true", help="do not share prompt prefixes' pages")
+    parser.set_defaults(func=_serve)
+
+
+def _serve(args) -> int:
+    from .cli_serve import serve_command
+    return serve_command(args)
+
+
 # --- the command table ----------------------------------------------------------------------------
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "golden": ("golden cases: check the reference against stored outputs, or regenerate them", setup_golden),
@@ -252,6 +273,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "generate": (
         "generate tokens with a small GPT-2 over the paged KV cache and print tokens per second",
         _setup_generate,
+    ),
+    "serve": (
+        "serve a model over HTTP with an OpenAI-compatible /v1/completions (needs the [serve] extra)",
+        _setup_serve,
     ),
 }
 

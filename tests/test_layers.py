@@ -42,6 +42,7 @@ LAYERS = [
     "fuzz",
     "cli_run",
     "cli_generate",
+    "cli_serve",
     "user_golden", "cli_golden",
     "cli",
     "__main__",

@@ -69,7 +69,8 @@ class Scheduler:
         self._ids = itertools.count()
         self.steps = 0
         self._preempted: set = set()
-        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0, "tokens": 0}
+        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0, "tokens": 0,
+                      "largest_step": 0}  # the most requests one step has run
 
     # --- requests ----------------------------------------------------------------------------------
     def add(self, prompt: Sequence[int], max_new_tokens: int = 32, sampling=None,
@@ -136,6 +137,7 @@ class Scheduler:
             plan.append((q, n))
             held.add(q.index)
             budget -= n
+        self.stats["largest_step"] = max(self.stats["largest_step"], len(plan))
         for q, n in plan:
             kind = "decode_tokens" if q.out and n == len(q.tokens) - q.cached == 1 else "prefill_tokens"
             self.stats[kind] += n
