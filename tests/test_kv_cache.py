@@ -34,6 +34,28 @@ def test_the_allocator_grows_block_tables_and_frees_pages_lowest_first():
         pool.allocate("c", -1)
 
 
+def test_shared_pages_are_held_until_their_last_holder_lets_go():
+    """The prefix cache's use of the pool: a sequence adopts another's full pages, and a page is free
+    only when neither it nor a `retain` holds it any more."""
+    pool = PagedKVPool(num_pages=6, page_size=2, n_layers=1, n_kv_heads=1, head_dim=2)
+    pool.allocate("a", 5)  # pages 0, 1, 2
+    pool.retain([0, 1])  # the cache keeps a's two full pages
+    pool.adopt("b", [0, 1])
+    assert pool.length("b") == 4 and pool.holders(0) == 3 and pool.holders(2) == 1
+    np.testing.assert_array_equal(pool.allocate("b", 1), [6])  # b's own tokens go to a page of its own
+    assert pool.pages_for("b", 2) == 1 and pool.pages_for("new", 3) == 2
+    pool.free("a")
+    assert pool.free_pages == 3 and pool.holders(0) == 2  # page 2 is free again, 0 and 1 are not
+    pool.free("b")
+    pool.release([0, 1])
+    assert pool.free_pages == 6 and pool.holders(0) == 0
+    with pytest.raises(KVCacheError, match="page 4 is free"):
+        pool.retain([4])
+    pool.allocate("c", 1)
+    with pytest.raises(KVCacheError, match="already holds pages"):
+        pool.adopt("c", [0])
+
+
 def test_padded_positions_of_a_chunk_get_distinct_scratch_slots():
     pool = PagedKVPool(num_pages=4, page_size=2, n_layers=1, n_kv_heads=1, head_dim=2, scratch_pages=1)
     pool.allocate("a", 3)

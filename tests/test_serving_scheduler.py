@@ -168,3 +168,17 @@ def test_requests_the_pool_cannot_hold_are_refused():
         scheduler.add([1, 999], 2)
     done = scheduler.add(prompt(3), 0)
     assert done.state == "finished" and done.out == [] and scheduler.idle
+
+
+def test_the_compiled_programs_serve_the_scheduler_on_the_emulator():
+    """The same mixed steps on the emulator's compiled programs (two compiles in all), with shared
+    prefix pages in the block tables and a pool small enough to preempt."""
+    emulated = Engine(tiny_model(), pages=7, page_size=4, backend="emulator", prefill_chunk=8)
+    scheduler = Scheduler(emulated, step_tokens=10, prefix_cache=True)
+    shared = prompt(8, 5)
+    arrivals = [(p, 2 * i) for i, p in enumerate([prompt(3), shared + [1, 2, 3], prompt(6, 2), shared + [4]])]
+    requests = serve(scheduler, arrivals, new=6)
+    assert [requests[i].out for i in range(4)] == [alone(tuple(p), 6) for p, _ in arrivals]
+    assert emulated.compiles == 2 and scheduler.cache.stats["hit_tokens"] > 0
+    assert scheduler.stats["preemptions"] > 0
+    pool_is_whole(scheduler)

@@ -1,7 +1,10 @@
 """Generator steps for serving's storage (issue 30): index_copy (a Scatter of rows at distinct ids, along
 any axis), and one decode step of attention over a paged KV pool: the new keys written into their
 slots, every sequence's pages read back through its block table, softmax(q . k) weighting them.
-Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz program stays cheap. Mixed into
+Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz program stays cheap. Block tables are
+drawn ids, so rows often name the same pages: the prefix cache's shared pages (issue 31) are in the
+graphs already; the scheduler and the cache themselves are host logic, fuzzed by the property test
+of tests/test_serving_scheduler.py. Mixed into
 `generator.Generator`, whose helpers (`pick`, `choice`, `emit`, `new_input`) they use."""
 from __future__ import annotations
 
