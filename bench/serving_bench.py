@@ -9,13 +9,19 @@ decode step of GPT-2 small against the HBM roofline.
    16), batch 1 and 32, under the H200 cost model: modeled time, kernels (launches per layer), and
    the roofline (weights + the context's K and V bytes, / 4.8 TB/s) with its parts.
 
-    python bench/serving_bench.py [--skip-emulator] [--skip-model] [--new 32]
+3. The scheduler (issue 31) on the emulator: 1, 8 and 32 clients in a closed loop, continuous
+   batching on and off, the prefix cache on and off with a shared system prompt; throughput, time
+   to first token, and the modeled GPU time of the same steps (bench/serving_workload.py).
 
-Writes bench/results/serving.json.
+    python bench/serving_bench.py [--skip-emulator] [--skip-model] [--skip-scheduler] [--new 32]
+
+Writes bench/results/serving.json; a skipped part keeps its rows from the file's last run (with that
+run's revision and date beside them).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -157,14 +163,30 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip-emulator", action="store_true")
     p.add_argument("--skip-model", action="store_true")
+    p.add_argument("--skip-scheduler", action="store_true")
     p.add_argument("--new", type=int, default=32)
     args = p.parse_args()
+    from bench.serving_workload import scheduler_rows
+    path = ROOT / "bench" / "results" / "serving.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = {}
+
+    def part(name, skip, rows):
+        """The part's new rows, or the last run's when skipped (and where they came from)."""
+        if not skip:
+            return rows()
+        if name in old:
+            kept[name] = old.get("kept", {}).get(name) or {k: old.get(k) for k in ("generated", "revision")}
+        return old.get(name, [])
+
     load, started = os.getloadavg(), time.perf_counter()
-    emulator = [] if args.skip_emulator else emulator_rows(args.new)
-    modeled = [] if args.skip_model else model_rows()
+    fields = {
+        "emulator": part("emulator", args.skip_emulator, lambda: emulator_rows(args.new)),
+        "modeled_decode": part("modeled_decode", args.skip_model, model_rows),
+        "scheduler": part("scheduler", args.skip_scheduler, scheduler_rows),
+    }
     np.set_printoptions(precision=3)
-    write_results(ROOT / "bench" / "results" / "serving.json", "bench/serving_bench.py", load,
-                  time.perf_counter() - started, emulator=emulator, modeled_decode=modeled)
+    write_results(path, "bench/serving_bench.py", load, time.perf_counter() - started, **fields, kept=kept)
 
 
 if __name__ == "__main__":

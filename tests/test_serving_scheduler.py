@@ -83,6 +83,19 @@ def test_a_step_keeps_to_its_token_budget_and_mixes_prefill_with_decode():
     assert first.out == alone(tuple(prompt(3)), 4) and second.out == alone(tuple(prompt(17, 1)), 4)
 
 
+def test_static_batching_the_baseline_waits_for_the_batch_to_end():
+    scheduler = Scheduler(engine(), step_tokens=12, continuous=False)
+    first = scheduler.add(prompt(3), 5, ignore_eos=True)
+    scheduler.step()
+    late = scheduler.add(prompt(4, 1), 2, ignore_eos=True)
+    while first.state != "finished":
+        scheduler.step()
+        assert late.out == [] and late.state == "waiting"
+    scheduler.run()
+    assert first.out == alone(tuple(prompt(3)), 5) and late.out == alone(tuple(prompt(4, 1)), 2)
+    pool_is_whole(scheduler)
+
+
 def test_shared_prefixes_are_prefilled_once():
     system = prompt(16, 9)  # four pages of 4
     arrivals = [(system + prompt(n, i), 3 * i) for i, n in enumerate([2, 5, 3])]

@@ -100,6 +100,12 @@ class Engine:
                 self._programs[kind + ".program"] = program
         return self._programs[kind]
 
+    def compiled(self, kind: str):
+        """The compiled Program of "prefill", "decode" or "sampler" (compiled now if it was not yet;
+        None on the numpy backend, which compiles nothing): for its cost model's figures."""
+        self.program(kind)
+        return self._programs.get(kind + ".program")
+
     # --- generation --------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32, sampling=None,
                  stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> list:

@@ -55,7 +55,8 @@ class Scheduler:
     """Serve requests on `engine` (its pool and its compiled programs) by continuous batching;
     `prefix_cache=True` shares the pages of common prompt prefixes across requests."""
 
-    def __init__(self, engine: Engine, step_tokens: Optional[int] = None, prefix_cache: bool = False):
+    def __init__(self, engine: Engine, step_tokens: Optional[int] = None, prefix_cache: bool = False,
+                 continuous: bool = True):
         if not isinstance(engine, Engine):
             raise EngineError(f"Scheduler: engine must be a serving.Engine, got {type(engine).__name__}")
         step_tokens = engine.prefill_chunk if step_tokens is None else step_tokens
@@ -63,12 +64,15 @@ class Scheduler:
             raise EngineError(f"Scheduler: step_tokens must be an int >= 1, got {step_tokens!r}")
         self.engine, self.pool, self.step_tokens = engine, engine.pool, step_tokens
         self.cache = PrefixCache(self.pool) if prefix_cache else None
+        self.continuous = continuous  # False: static batching, the baseline (see `step`)
+        self._batch: set = set()  # static batching: the requests of the batch being served
         self.waiting: list = []  # both in arrival order
         self.running: list = []
         self.requests: dict = {}
         self._ids = itertools.count()
         self.steps = 0
         self._preempted: set = set()
+        self.runs = None  # a list to record (program, rows, chunk width, block-table width) of each run into
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "preemptions": 0, "tokens": 0,
                       "largest_step": 0}  # the most requests one step has run
 
@@ -113,13 +117,17 @@ class Scheduler:
 
     # --- one step ----------------------------------------------------------------------------------
     def step(self) -> list:
-        """Plan and run one step; the (request, token) pairs it produced, in row order."""
+        """Plan and run one step; the (request, token) pairs it produced, in row order. Without
+        `continuous`, a request starts only with the batch of those waiting when the last batch ended."""
         plan, budget, held, self._preempted = [], self.step_tokens, set(), set()
+        if not self.continuous and not self.running and not self._batch & {q.index for q in self.waiting}:
+            self._batch = {q.index for q in self.waiting}
         for q in sorted(self.running + self.waiting, key=lambda r: r.index):
             if budget == 0 or len(plan) == MAX_BATCH:
                 break
-            if q.index in self._preempted:
-                continue  # it waits for a later step
+            if q.index in self._preempted or (q.state == "waiting" and not self.continuous
+                                              and q.index not in self._batch):
+                continue  # it waits for a later step (or batch)
             hit = self._start(q) if q.state == "waiting" else 0
             n = min(len(q.tokens) - q.cached, budget, self.engine.prefill_chunk)
             if not self._room(q, n, held):
@@ -235,7 +243,10 @@ class Scheduler:
         for kind, rows in [("decode", singles)] * bool(singles) + [("prefill", g) for g in groups]:
             seqs = [q for q, _ in rows]
             counts = [n for _, n in rows]
-            out = self.engine.choose(seqs, self.engine.program(kind)(self._feeds(rows)), self.steps)
+            feeds = self._feeds(rows)
+            if self.runs is not None:
+                self.runs.append((kind, len(rows), feeds["ids"].shape[1], feeds["block_table"].shape[1]))
+            out = self.engine.choose(seqs, self.engine.program(kind)(feeds), self.steps)
             self.engine.store(seqs, counts, out)
             for q, token in zip(seqs, out["token"]):
                 self._share(q)
