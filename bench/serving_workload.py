@@ -99,6 +99,7 @@ def scheduler_rows(concurrency=(1, 8, 32)) -> list:
     engine.generate([[1, 2, 3]], 2)  # both compiles, outside the timings
     print(f"scheduler workload: compiles {time.perf_counter() - started:.1f} s", flush=True)
     rows, prices = [], {}
+    run(engine, 2, True, True, prices)  # a warm-up, not recorded: the first runs of the emulator are slower
     for clients in concurrency:
         for continuous, cache in ((False, False), (True, False), (True, True)):
             rows.append(run(engine, clients, continuous, cache, prices))
