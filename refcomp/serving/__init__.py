@@ -15,6 +15,7 @@ _ATTRIBUTES = {
     **dict.fromkeys(("Engine", "EngineError"), ".engine"),
     **dict.fromkeys(("Scheduler", "Request"), ".scheduler"),
     **dict.fromkeys(("PrefixCache",), ".prefix_cache"),
+    **dict.fromkeys(("megatron_shardings",), ".parallel"),
     **dict.fromkeys(("from_transformers", "random_gpt2", "ModelError"), ".models"),
     **dict.fromkeys(("step_graph", "paged_attention", "full_graph"), ".programs"),
     **dict.fromkeys(("Sampling", "SamplingError", "sampling_graph", "greedy_graph"), ".sampling"),

@@ -52,16 +52,21 @@ class SequenceState:
 
 class Engine:
     """Generate with `model` (serving.models.from_transformers) on `backend` ("numpy" is the
-    reference; None is the default: a GPU if PyCUDA finds one, else the emulator)."""
+    reference; None is the default: a GPU if PyCUDA finds one, else the emulator). With `mesh`, the
+    step programs are tensor parallel (serving/parallel.py): backend "mpi" runs one process per
+    device, each on `device_backend`; another backend runs a simulated mesh."""
 
     def __init__(self, model: Decoder, pages: int = 256, page_size: int = 16, backend: Optional[str] = None,
-                 prefill_chunk: int = 512):
+                 prefill_chunk: int = 512, mesh=None, device_backend: str = "emulator"):
         if not isinstance(model, Decoder):
             raise EngineError(
                 f"Engine: model must come from serving.models.from_transformers, got {type(model).__name__}"
             )
         s = model.spec
         self.model, self.backend, self.prefill_chunk = model, backend, int(prefill_chunk)
+        # tensor parallel (serving/parallel.py): the step programs compiled on `mesh`; backend "mpi" runs
+        # one process per device, each stage on device_backend; another backend, a simulated mesh
+        self.mesh, self.device_backend = mesh, device_backend
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
             raise EngineError(f"Engine: prefill_chunk must be an int >= 1, got {prefill_chunk!r}")
         # scratch pages take the padding of a batched prefill chunk (one chunk's worth; bigger
@@ -83,20 +88,22 @@ class Engine:
                 outputs = {"token": sampling_graph(rc_input("logits", ("B", self.model.spec.vocab)))["token"]}
             else:
                 outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph)
-            if self.backend == "numpy":
+            hint = {"decode": {"B": 4, "NP": 8}, "prefill": {"B": 4, "C": 32, "NP": 8}, "sampler": {"B": 4}}[kind]
+            if self.mesh is not None and kind != "sampler":
+                from .parallel import mesh_step
+                self._programs[kind], self._programs[kind + ".program"] = mesh_step(
+                    outputs, self.model, self.mesh, hint, self.backend, self.device_backend)
+                self.compiles += 1
+            elif self.backend == "numpy" or (self.mesh is not None and self.device_backend == "numpy"):
                 from ..reference.reference import evaluate
                 self._programs[kind] = lambda feeds: evaluate(outputs, feeds)
             else:
                 from ..compiler import compile as rc_compile
 
-                hint = {
-                    "decode": {"B": 4, "NP": 8},
-                    "prefill": {"B": 4, "C": 32, "NP": 8},
-                    "sampler": {"B": 4},
-                }[kind]
                 program = rc_compile(outputs, dims_hint=hint)
                 self.compiles += 1
-                self._programs[kind] = lambda feeds, p=program: p.run(feeds, backend=self.backend)
+                device = self.device_backend if self.mesh is not None else self.backend
+                self._programs[kind] = lambda feeds, p=program: p.run(feeds, backend=device)
                 self._programs[kind + ".program"] = program
         return self._programs[kind]
 
