@@ -38,11 +38,13 @@ def build(args):
     except ImportError as e:
         raise RefcompError(f"serve: {e.name} is missing: pip install 'refcomp[serve]'") from None
     from .serving.engine import Engine
+    from .serving.sampling import Sampling
     from .serving.scheduler import Scheduler
     from .serving.worker import Worker
     engine = Engine(load_model(args), pages=args.pages, page_size=args.page_size, backend=args.backend,
                     prefill_chunk=args.prefill_chunk)
-    engine.generate([[0, 0]], 2, ignore_eos=True)  # compile (and build) both programs before serving
+    # compile (and build) the step programs and the sampler (temperature 1 is the API's default) first
+    engine.generate([[0, 0]], 2, Sampling(temperature=1.0), ignore_eos=True)
     scheduler = Scheduler(engine, step_tokens=args.step_tokens, prefix_cache=not args.no_prefix_cache)
     worker = Worker(scheduler)
     name = args.served_name or (args.model if args.model == "random-gpt2" else Path(args.model).name)
