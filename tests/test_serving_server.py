@@ -133,7 +133,8 @@ def test_bad_requests_get_openais_errors_and_the_server_keeps_serving(client, li
     assert "maximum context length is 96 tokens" in error["message"] and "203" in error["message"]
     for bad, param in (({"prompt": [1, 64]}, "prompt"), ({"prompt": []}, "prompt"),
                        ({"prompt": [1], "temperature": -1}, "temperature"), ({"prompt": [1], "n": 2}, "n"),
-                       ({"prompt": [1], "logprobs": 3}, "logprobs")):
+                       ({"prompt": [1], "logprobs": 1}, "logprobs"), ({"prompt": [1], "echo": True}, "echo"),
+                       ({"prompt": [1], "best_of": 2}, "best_of")):
         with pytest.raises(openai.BadRequestError) as e:
             client.completions.create(model=NAME, max_tokens=2, **bad)
         assert _error(e.value)[1]["param"] == param
@@ -142,6 +143,9 @@ def test_bad_requests_get_openais_errors_and_the_server_keeps_serving(client, li
     assert "could not parse the JSON body" in body["error"]["message"]
     status, body = post(live, b'["not", "an", "object"]')
     assert status == 400 and set(body["error"]) == {"message", "type", "param", "code"}
+    ok = client.completions.create(model=NAME, prompt=[1], max_tokens=1, temperature=0, echo=False, best_of=1,
+                                   presence_penalty=0.0, logit_bias={}, user="someone")  # "off" values pass
+    assert ids(ok.choices[0].text) == alone((1,), 1)
     status, body = post(live, b'{"prompt": [1]}')
     assert status == 400 and body["error"]["param"] == "model"
     with pytest.raises(openai.NotFoundError):

@@ -27,8 +27,19 @@ from starlette.routing import Route
 from .sampling import Sampling
 from .worker import Worker
 
-# accepted only when absent, null or at their default ("user" and "stream_options" are always accepted)
-UNSUPPORTED = {"logit_bias", "suffix", "echo", "best_of", "logprobs", "presence_penalty", "frequency_penalty"}
+# parameters this server does not implement: accepted only when absent, null or at the value that
+# means "off" ("user" and "stream_options" are always accepted)
+UNSUPPORTED = {"logit_bias": {}, "suffix": "", "echo": False, "best_of": 1, "logprobs": None,
+               "presence_penalty": 0, "frequency_penalty": 0}
+
+
+def _is_off(value, off) -> bool:
+    """Whether a parameter is null or at its "off" value (true and false are not numbers here)."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or isinstance(off, bool):
+        return value is off
+    return value == off
 
 
 class APIError(Exception):
@@ -107,8 +118,8 @@ class Service:
         if model != self.name:
             raise APIError(404, f"The model `{model}` does not exist or you do not have access to it.",
                            "model", "model_not_found")
-        for name in sorted(UNSUPPORTED & set(body)):
-            if body[name] not in (None, False, 0, 1, {}) or (name == "best_of" and body[name] not in (None, 1)):
+        for name, off in UNSUPPORTED.items():
+            if not _is_off(body.get(name), off):
                 raise APIError(400, f"{name} is not supported by this server", name)
         if body.get("n", 1) not in (None, 1):
             raise APIError(400, "n must be 1 (one completion per prompt)", "n")
