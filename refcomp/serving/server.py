@@ -141,7 +141,7 @@ class Service:
         sampling = Sampling(
             float(_number(body, "temperature", 1.0, (int, float), 0, 2)),
             top_p=float(_number(body, "top_p", 1.0, (int, float), 1e-9, 1)),
-            seed=int(_number(body, "seed", 0, int, 0, 2 ** 24 - 1)),
+            seed=int(_number(body, "seed", 0, int, -2 ** 63, 2 ** 64 - 1)) % 2 ** 24,  # the generator's range
         )
         stream = body.get("stream") or False
         if not isinstance(stream, bool):
