@@ -8,12 +8,17 @@ and the templates, and leave the rest of codegen as it is.
 """
 from __future__ import annotations
 
-from ..ops.dtypes import DTYPES
+from ..ops.dtypes import DTYPES, FLOAT, INT
 from .abi import KernelSignature
 from .cprint import float_literal
 
 __all__ = [
     "op_expr",
+    "node_expr",
+    "compute_type",
+    "zero",
+    "constant",
+    "index_as",
     "reduce_identity",
     "storage_type",
     "load",
@@ -25,7 +30,6 @@ __all__ = [
     "element",
     "masked",
     "masked_index",
-    "to_float",
     "to_index",
     "index_element",
     "value_decl",
@@ -36,14 +40,49 @@ __all__ = [
 ZERO = "0.0f"  # what a masked or out-of-range read gives
 
 
-def op_expr(op, *operands: str) -> str:
-    """The op applied to its operands' expressions: `Add` of a, b is `(a + b)`."""
-    return op.c.format(*operands)
+def op_expr(op, *operands: str, kind: str = FLOAT) -> str:
+    """The op applied to its operands' expressions in `kind`'s arithmetic: `Add` of a, b is `(a + b)`."""
+    return op.c.of(kind).format(*operands)
 
 
-def reduce_identity(op) -> str:
-    """A reduction's accumulator start value (`0.0f`, `-INFINITY`)."""
-    return op.c_identity
+def node_expr(node, *operands: str) -> str:
+    """A node's op applied to its operands, in the node's arithmetic. A conversion into another kind
+    of float is spelled out, so the value has its new type wherever it is inlined."""
+    kind = DTYPES[node.dtype].kind
+    value = op_expr(node.op, *operands, kind=kind)
+    if node.op.name == "Cast" and kind != INT and DTYPES[node.srcs[0].node.dtype].kind != kind:
+        value = f"({compute_type(node.dtype)})({value})"
+    return value
+
+
+def reduce_identity(op, kind: str = FLOAT) -> str:
+    """A reduction's accumulator start value (`0.0f`, `-INFINITY`, `0LL`)."""
+    return op.c_identity.of(kind)
+
+
+def compute_type(dtype: str) -> str:
+    """The C type a value of `dtype` is computed in (float for the 16-bit types)."""
+    return DTYPES[dtype].c_compute
+
+
+def zero(dtype: str) -> str:
+    """A zero of `dtype`'s computed type: what a masked read gives."""
+    return {"float": ZERO, "double": "0.0", "long long": "0LL"}[compute_type(dtype)]
+
+
+def constant(printer, dtype: str, value) -> str:
+    """A Constant's value as a `dtype` literal (or an expression of the dims)."""
+    kind = DTYPES[dtype].kind
+    if kind == FLOAT:
+        return printer.real(value)
+    if kind == INT:
+        return f"{int(value)}LL" if getattr(value, "is_Integer", isinstance(value, int)) else printer.int(value)
+    return printer.double(value)
+
+
+def index_as(dtype: str, index: str) -> str:
+    """An index (an Iota's position) as a value of `dtype`."""
+    return f"({compute_type(dtype)})({index})"
 
 
 def storage_type(dtype: str) -> str:
@@ -80,18 +119,14 @@ def element(buffer: str, index: str) -> str:
     return f"{buffer}[{index}]"
 
 
-def masked(cond: str, value: str) -> str:
+def masked(cond: str, value: str, dtype: str = "float32") -> str:
     """`value` where `cond` holds, else 0 (a predicated load: the read happens only under `cond`)."""
-    return f"({cond} ? {value} : {ZERO})"
+    return f"({cond} ? {value} : {zero(dtype)})"
 
 
 def masked_index(cond: str, value: str) -> str:
     """An index read under `cond`, else index 0."""
     return f"({cond} ? {value} : 0LL)"
-
-
-def to_float(value: str) -> str:
-    return f"(float)({value})"
 
 
 def to_index(value: str) -> str:
@@ -103,18 +138,18 @@ def index_element(buffer: str, index: str) -> str:
     return f"(long long){element(buffer, index)}"
 
 
-def value_decl(name: str, value: str) -> str:
-    return f"const float {name} = {value};"
+def value_decl(name: str, value: str, dtype: str = "float32") -> str:
+    return f"const {compute_type(dtype)} {name} = {value};"
 
 
 def index_decl(name: str, value: str) -> str:
     return f"const long long {name} = {value};"
 
 
-def guarded(name: str, cond: str, body: list[str], value: str) -> list[str]:
+def guarded(name: str, cond: str, body: list[str], value: str, dtype: str = "float32") -> list[str]:
     """`name` = `value` computed by `body` only where `cond` holds, else 0."""
     return [
-        f"float {name} = {ZERO};",
+        f"{compute_type(dtype)} {name} = {zero(dtype)};",
         f"if ({cond}) {{",
         *("    " + line for line in body),
         f"    {name} = {value};",

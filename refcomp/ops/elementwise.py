@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import broadcast, broadcast_shape, is_boolean, keep_bool, lift
+from .core import TensorCore, broadcast, broadcast_shape, is_boolean, keep_bool, lift
 from .movement import stack
 from .primitives import make_node
 
@@ -29,23 +29,23 @@ class ElementwiseMixin:
         return self._binary("Add", other)
 
     def __radd__(self, other):
-        return lift(other)._binary("Add", self)
+        return lift(other, like=self)._binary("Add", self)
 
     def __mul__(self, other):
         return self._binary("Mul", other)
 
     def __rmul__(self, other):
-        return lift(other)._binary("Mul", self)
+        return lift(other, like=self)._binary("Mul", self)
 
     def __neg__(self):
-        return self * -1.0
+        return self * -1
 
     def __sub__(self, other):
         _check_broadcast(self, other, "Sub")
-        return self + (-lift(other))
+        return self + (-lift(other, like=self))
 
     def __rsub__(self, other):
-        return lift(other) + (-self)
+        return lift(other, like=self) + (-self)
 
     def __truediv__(self, other):
         _check_broadcast(self, other, "Div")
@@ -299,11 +299,11 @@ def _ordered(a, b):
 @user_op
 def where(cond, a, b):
     """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
-    cond, a, b = lift(cond), lift(a), lift(b)
+    cond = lift(cond)
+    a = lift(a, like=b if isinstance(b, TensorCore) else None)
+    b = lift(b, like=a)
     shape = broadcast_shape([cond, a, b], "where")
     operands = [t.broadcast_to(shape) for t in (cond, a, b)]
-    for t in operands:
-        t._require_float("where")
     return keep_bool(type(cond).from_node(make_node("Where", tuple(t.edge for t in operands))), a, b)
 
 
