@@ -287,7 +287,7 @@ def test_the_harness_catches_a_backend_that_does_not_refuse(monkeypatch):
 def test_the_harness_catches_a_miscompiled_op(monkeypatch):
     """A deliberately wrong C expression for Sin (cosf) must show up as a mismatch in both modes."""
     from refcomp.ops import primitives
-    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
+    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c=primitives.C("cosf({0})")))
     graph = fuzz.FuzzGraph(
         SEED, 0, [fuzz.InputSpec("x0", ("B", 3))], [("v0", "(x0 * 2.0).sin()")], ["v0"], ["sin"]
     )
@@ -317,7 +317,7 @@ def test_the_harness_catches_a_reference_that_overflows():
 
 def test_shrinking_finds_the_smallest_failing_prefix(monkeypatch):
     from refcomp.ops import primitives
-    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
+    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c=primitives.C("cosf({0})")))
     graph = fuzz.FuzzGraph(
         SEED,
         0,

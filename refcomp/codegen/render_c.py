@@ -76,7 +76,9 @@ def constant(printer, dtype: str, value) -> str:
     if kind == FLOAT:
         return printer.real(value)
     if kind == INT:
-        return f"{int(value)}LL" if getattr(value, "is_Integer", isinstance(value, int)) else printer.int(value)
+        if not getattr(value, "is_Integer", isinstance(value, int)):
+            return printer.int(value)
+        return "RC_INT64_MIN" if int(value) == -(2**63) else f"{int(value)}LL"  # (2^63 is no literal)
     return printer.double(value)
 
 

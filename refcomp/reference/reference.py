@@ -14,6 +14,7 @@ import functools
 from typing import Mapping, Optional
 
 import numpy as np
+import sympy
 
 from ..errors import AllocationError, RefcompError
 from ..ops.dtypes import DTYPES, numpy_compute, round_to
@@ -86,7 +87,10 @@ def _bound_attrs(node: Node, bindings: Mapping[str, int]) -> dict:
     attrs = dict(node.attrs)
     if "shape" in attrs:
         attrs["shape"] = tuple(evaluate_dim(n, bindings) for n in attrs["shape"])
-    if "value" in attrs:
+    if "value" in attrs and DTYPES[node.dtype].is_int:  # an integer, or an index expression of dims
+        attrs["value"] = int(attrs["value"]) if not isinstance(attrs["value"], sympy.Basic) or \
+            attrs["value"].is_Integer else evaluate_dim(attrs["value"], bindings)
+    elif "value" in attrs:
         attrs["value"] = evaluate_value(attrs["value"], bindings)
     return attrs
 
