@@ -147,25 +147,30 @@ def test_integer_tensors_from_positions_are_exact_and_get_a_max_where_torch_has_
 
 class RunTimeInts(nn.Module):
     def forward(self, x, ids):
-        return x * (ids * 3).float()
+        big = ids * 3 + 2**40  # past 2^24, where float32 would lose the last digits
+        return x * (big - 2**40).float(), big, (big // 7) % 5, torch.fmod(big - 2**41, 9)
 
 
 class CastInts(nn.Module):
     def forward(self, x):
-        return (x * 100).long().clamp(-5, 5), (x * 100).long() + 1
+        return (x * 100).long().clamp(-5, 5), (x * 1e9).long() * 3 + 1
 
 
-def test_run_time_integer_arithmetic_is_refused_clearly():
-    with pytest.raises(
-        RefcompError,
-        match=r"aten\.mul\.Tensor \(node 'mul', test_torch_export\.py:\d+\): computes an "
-        r"integer tensor at run time with values up to",
-    ):
-        rc.torch.export(RunTimeInts(), (torch.randn(2, 3), torch.randint(0, 5, (2, 3))))
-    with pytest.raises(
-        RefcompError, match=r"aten\.add\.Tensor .*no known magnitude"
-    ):  # a cast is exact, a sum of it not
-        rc.torch.export(CastInts(), (torch.randn(2, 3),))
+def test_run_time_integer_arithmetic_is_exact_on_every_backend():
+    ids = torch.tensor([[0, 1, 2], [3, 4, 2**30]])
+    for net, args in ((RunTimeInts(), (torch.randn(2, 3), ids)), (CastInts(), (torch.randn(2, 3) * 4,))):
+        m = rc.torch.export(net, args)
+        with torch.no_grad():
+            want = net(*args)
+        for backend in ("numpy", "emulator"):
+            got = m.run(dict(zip(m.input_types, args)), backend=backend)
+            for k, w in enumerate(want):
+                g = got[f"output{k}"]
+                assert g.dtype == w.numpy().dtype, (backend, k, g.dtype)
+                if w.dtype == torch.int64:
+                    np.testing.assert_array_equal(g, w.numpy(), err_msg=f"{backend} output{k}")
+                else:
+                    np.testing.assert_allclose(g, w.numpy(), rtol=1e-6)
 
 
 class Unsupported(nn.Module):

@@ -25,10 +25,11 @@ import numpy as np
 import sympy
 
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 from ..ops.tensor import BoolTensor, Tensor
 from ..symbolic.dims import dims_equal
 from .aten_math import SELECTIONS
-from .aten_values import MAX_EXACT, IntValue, address_view, addresses, indexed
+from .aten_values import IntValue, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
 
 MAX_FOLD_ELEMENTS = 2 ** 24  # the most elements an integer result folded at import time may hold
@@ -111,11 +112,9 @@ class Call:
         return tuple(as_value(t) for t in result) if isinstance(result, (list, tuple)) else as_value(result)
 
     def _moved_ids(self, args, kwargs, fed: str) -> IntValue:
-        """A view op on a fed integer input, applied to its int32 ids and to its float32 values alike."""
-        ids = self.row.fn(self, *_mapped(args, lambda v: v.ids if isinstance(v, IntValue) else v), **kwargs)
-        floats = self.row.fn(self, *self._floats(args), **self._floats_kw(kwargs))
-        value = self.finish(floats, MAX_EXACT)
-        value.ids, value.fed = ids, fed
+        """A view op on a fed integer input: still the fed ids, moved (lookups take them as they are)."""
+        value = self.finish(self.row.fn(self, *self._floats(args), **self._floats_kw(kwargs)))
+        value.ids, value.fed = value.tensor, fed
         return value
 
     def _floats(self, args: tuple, skip: tuple = ()) -> tuple:
@@ -157,6 +156,9 @@ class Call:
             return result
         if not isinstance(result, Tensor):
             raise self.error(f"gives {type(result).__name__} where torch gives an integer tensor")
+        dtype = "int32" if dtype_name(meta.dtype) == "int32" else "int64"
+        if DTYPES[result.dtype].is_int:  # integer arithmetic, exact at any magnitude
+            return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result.to(dtype))
         if bound is None:
             raise self.error(
                 "computes an integer tensor at run time, which refcomp cannot compute exactly yet "
@@ -164,7 +166,8 @@ class Call:
             )
         if self.row.ints not in SELECTIONS:
             self.importer.exact(bound)
-        return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
+        # integers computed in float32 (positions, indices of a maximum), exact by their bound
+        return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result.to(dtype), bound=bound)
 
     def _check_shape(self, result, meta) -> None:
         shape = tuple(result.shape) if isinstance(result, (Tensor, IntValue)) else None

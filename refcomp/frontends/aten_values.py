@@ -111,8 +111,8 @@ def bound_of(v) -> object:
     a float tensor."""
     from ..ops.tensor import BoolTensor
     if isinstance(v, IntValue):
-        if v.tensor is not None:
-            return v.bound
+        if v.tensor is not None:  # (an exact integer tensor has no bound to keep)
+            return v.bound if v.bound is not None else UNKNOWN
         if v.static is not None:
             return int(np.abs(v.static.astype(np.int64)).max()) if v.static.size else 0
         if v.positions is not None:

@@ -52,6 +52,11 @@ def is_bool_dtype(dtype) -> bool:
     return dtype is bool or str(getattr(dtype, "__name__", dtype)).replace("torch.", "") in ("bool", "bool_")
 
 
+def is_integer(t) -> bool:
+    """An int32 or int64 tensor: ids a lookup takes as they are."""
+    return DTYPES[t.dtype].is_int
+
+
 def is_boolean(value) -> bool:
     """A tensor PyTorch would type torch.bool (a comparison, a logical operation, `.bool()`)."""
     return isinstance(value, TensorCore._boolean)

@@ -62,13 +62,13 @@ class ElementwiseMixin:
         fmod's remainder has the dividend's sign; where the signs differ (and it is not 0) the divisor
         is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf.
         """
-        divisor = lift(other)
+        divisor = lift(other, like=self)
         r = self._binary("Mod", divisor)
         signs_differ = (r < 0.0) * (divisor > 0.0) + (r > 0.0) * (divisor < 0.0)
         return where(signs_differ, r + divisor, r)
 
     def __rmod__(self, other):
-        return lift(other) % self
+        return lift(other, like=self) % self
 
     def __pow__(self, exponent):
         return power(self, exponent)
@@ -85,7 +85,7 @@ class ElementwiseMixin:
 
     def __gt__(self, other):
         _check_broadcast(self, other, "GreaterThan")
-        return lift(other)._binary("LessThan", self)._as_bool()
+        return lift(other, like=self)._binary("LessThan", self)._as_bool()
 
     def __le__(self, other):
         return ((1.0 - (self > other)) * _ordered(self, other))._as_bool()
@@ -171,12 +171,12 @@ class ElementwiseMixin:
         return self.sqrt().reciprocal()
 
     def maximum(self, other):
-        a, b = broadcast(self, lift(other), "maximum")
+        a, b = broadcast(self, lift(other, like=self), "maximum")
         return stack([a, b], axis=-1)._reduce("MaxReduce", a.ndim)
 
     def minimum(self, other):
         _check_broadcast(self, other, "minimum")
-        return -((-self).maximum(-lift(other)))
+        return -((-self).maximum(-lift(other, like=self)))
 
     def abs(self):
         return self.maximum(-self)

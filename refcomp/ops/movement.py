@@ -15,7 +15,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
 from ..symbolic.dims import dim as make_dim  # where a parameter is PyTorch's dim=
 from .provenance import user_op
-from .core import TensorCore, constant, is_boolean, keep_bool, lift
+from .core import TensorCore, constant, is_boolean, is_integer, keep_bool, lift
 from .primitives import make_node
 
 
@@ -195,7 +195,7 @@ class MovementMixin:
         return out
 
     def __getitem__(self, index):
-        if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
+        if isinstance(index, TensorCore) and is_integer(index):  # x[ids]: rows picked by integer ids
             return self.index_select(0, index)
         if any(is_boolean(i) for i in (index if isinstance(index, tuple) else (index,))):
             raise ShapeError(

@@ -97,6 +97,17 @@ def _remainder(args, attrs, dtype):
     return np.where(b == 0, 0, np.fmod(a, safe))
 
 
+def _quotient(args, attrs, dtype):
+    """a / b: IEEE division for floats; for integers C's, rounded toward zero, with x / 0 = 0 (PyTorch
+    raises; a kernel cannot) and INT64_MIN / -1 wrapping to itself."""
+    a, b = args
+    if not np.issubdtype(dtype, np.integer):
+        return a / b
+    safe = np.where((b == 0) | (b == -1), 1, b)
+    exact = (a - np.fmod(a, safe)) // safe  # a multiple of b over b: floor division is exact
+    return np.where(b == 0, 0, np.where(b == -1, np.negative(a), exact))
+
+
 def _cast(args, attrs, dtype):
     """A conversion: to an integer type it truncates toward zero; NaN and values out of int64's range
     give int64's lowest value (x86's and so PyTorch's CPU answer)."""
@@ -163,6 +174,14 @@ OPS: dict[str, OpDef] = {
             _remainder,
             C("fmodf({0}, {1})", "fmod({0}, {1})", "rc_imod({0}, {1})"),
             doc="remainder with the sign of the dividend, as C's fmodf (integers: x % 0 is 0)",
+        ),
+        OpDef(
+            "Div",
+            BINARY,
+            _quotient,
+            C("({0} / {1})", int="rc_idiv({0}, {1})"),
+            doc="a / b: IEEE division (the Tensor API's float `/` is a * recip(b)); integers round toward "
+            "zero, x / 0 is 0",
         ),
         OpDef(
             "LessThan",
