@@ -27,7 +27,8 @@ import sympy
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
 from ..ops.tensor import BoolTensor, Tensor
-from ..symbolic.dims import dims_equal
+from ..ops.elementwise import where
+from ..symbolic.dims import dims_equal, prod
 from .aten_math import SELECTIONS
 from .aten_values import IntValue, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
@@ -216,10 +217,25 @@ class Call:
             return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
         if all(isinstance(indices[k], IntValue) and indices[k].static is not None for k in picked):
             return self._static_index(data, picked, [indices[k].static for k in picked])
-        raise self.error(
-            "refcomp indexes by positions (affine integer tensors), by static index tensors or by one "
-            "fed one; these index tensors are computed at run time"
-        )
+        if all(isinstance(indices[k], IntValue) for k in picked):
+            return self._computed_index(data, picked, [self.importer.float_tensor(indices[k]) for k in picked])
+        raise self.error("indexes by float tensors (PyTorch takes integer or boolean ones)")
+
+    def _computed_index(self, data: Tensor, picked: list, ids: list) -> Tensor:
+        """Integer index tensors computed at run time: negatives counted from the end (PyTorch's), the
+        indexed axes moved together and merged as `_static_index` does, and read by index_select at the
+        flat positions the kernels compute (the runner checks them before the lookup)."""
+        sizes = [data.shape[k] for k in picked]
+        ids = [where(i < 0, i + n, i) for i, n in zip(ids, sizes)]
+        flat = ids[0]
+        for i, n in zip(ids[1:], sizes[1:]):
+            flat = flat * n + i  # NumPy's ravel_multi_index, broadcasting
+        rest = [k for k in range(data.ndim) if k not in picked]
+        at = picked[0] if picked == list(range(picked[0], picked[-1] + 1)) else 0
+        moved = data.permute(*(rest[:at] + picked + rest[at:]))
+        merged = moved.reshape(tuple(moved.shape[:at]) + (prod(sizes),) + tuple(moved.shape[at + len(picked):]))
+        out = merged.index_select(at, flat.reshape(-1))
+        return out.reshape(tuple(merged.shape[:at]) + tuple(flat.shape) + tuple(merged.shape[at + 1:]))
 
     def _static_index(self, data: Tensor, picked: list, arrays: list) -> Tensor:
         """Static index arrays (not affine): the indexed axes moved together (to the front unless they are

@@ -195,8 +195,8 @@ class Importer:
             return None
         if v.ids is not None:
             return v.ids
-        if v.static is None:
-            return None
+        if v.static is None:  # computed at run time: exact integers, checked before each lookup
+            return self.float_tensor(v) if v.positions is None else None
         array = v.static.astype(np.int64)
         if array.size and array.min() < 0:
             if not isinstance(rows, int):
