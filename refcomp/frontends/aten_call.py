@@ -30,7 +30,7 @@ from ..ops.tensor import BoolTensor, Tensor
 from ..ops.elementwise import where
 from ..symbolic.dims import dims_equal, prod
 from .aten_math import SELECTIONS
-from .aten_values import IntValue, address_view, addresses, indexed
+from .aten_values import IntValue, Unavailable, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
 
 MAX_FOLD_ELEMENTS = 2 ** 24  # the most elements an integer result folded at import time may hold
@@ -62,6 +62,9 @@ class Call:
 
     # --- the rules around the converter -----------------------------------------------------------
     def run(self, args: tuple, kwargs: dict):
+        unavailable = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, Unavailable)]
+        if unavailable:
+            raise self.error(f"reads {unavailable[0].why}, which refcomp does not compute")
         ints = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, IntValue)]
         if self._integral_out() and self._foldable(args, kwargs):
             return self._fold(args, kwargs)
@@ -78,8 +81,10 @@ class Call:
         if self.row.view and fed and self._integral_out("int"):
             return self._moved_ids(args, kwargs, fed[0].fed)
         bound = self.row.ints(self, *args, **kwargs) if self.row.ints is not None else None
-        result = self.row.fn(self, *self._floats(args, skip=self.row.raw), **self._floats_kw(kwargs))
-        return self.finish(result, bound)
+        args, kwargs = self._floats(args, skip=self.row.raw), self._floats_kw(kwargs)
+        if self._integral_out("int") and not self.row.view:  # booleans counted or summed: exact integers
+            args, kwargs = _mapped_tensors(args, _counted), {k: _mapped_tensors(v, _counted) for k, v in kwargs.items()}
+        return self.finish(self.row.fn(self, *args, **kwargs), bound)
 
     def _integral_out(self, *kinds: str) -> bool:
         """Every result is an integer (or boolean) tensor."""
@@ -136,7 +141,7 @@ class Call:
         return self._one(result, self.out, bound)
 
     def _one(self, result, meta, bound):
-        if not _is_tensor(meta):
+        if not _is_tensor(meta) or isinstance(result, Unavailable):
             return result
         kind = kind_of(meta.dtype)
         if kind == "int":
@@ -162,8 +167,8 @@ class Call:
             return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result.to(dtype))
         if bound is None:
             raise self.error(
-                "computes an integer tensor at run time, which refcomp cannot compute exactly yet "
-                "(its integers are static values, positions, fed ids, or exact float32 values)"
+                "computes an integer tensor from float values in a way refcomp cannot keep exact (its "
+                "integer results come from integer arithmetic, positions or indices)"
             )
         if self.row.ints not in SELECTIONS:
             self.importer.exact(bound)
@@ -286,6 +291,18 @@ def _flat(values: tuple) -> list:
     for v in values:
         out.extend(_flat(tuple(v)) if isinstance(v, (list, tuple)) else [v])
     return out
+
+
+def _counted(t: Tensor) -> Tensor:
+    """A boolean (0/1) tensor as int64, so integer results computed from it are exact."""
+    return t.long() if isinstance(t, BoolTensor) else t
+
+
+def _mapped_tensors(value, fn):
+    """`fn` applied to every Tensor inside lists and tuples (other values kept)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mapped_tensors(v, fn) for v in value)
+    return fn(value) if isinstance(value, Tensor) else value
 
 
 def _mapped(value, fn):

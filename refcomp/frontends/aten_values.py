@@ -60,6 +60,14 @@ class IntValue:
         return self.positions
 
 
+@dataclass(frozen=True)
+class Unavailable:
+    """A result of an ATen op that refcomp does not compute (embedding_bag's bookkeeping tensors, which
+    only its backward reads): any node that reads it is refused, naming why."""
+
+    why: str
+
+
 # --- bounds --------------------------------------------------------------------------------------
 def magnitude(value) -> object:
     """An upper bound on |value| for an int or a dim expression, increasing in every dim (dims are

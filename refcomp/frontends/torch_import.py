@@ -225,14 +225,13 @@ class Importer:
             return
         if bound is UNKNOWN:
             raise RefcompError(
-                f"computes {what} at run time by arithmetic on integers of no known magnitude (cast from "
-                f"floats, say), which float32 may not hold exactly; refcomp has no integer arithmetic at "
-                f"run time yet"
+                f"computes {what} at run time from float32 positions of no known magnitude, which float32 "
+                f"may not hold exactly"
             )
         raise RefcompError(
-            f"computes {what} at run time with values up to {bound}, beyond 2^24 at the dims' largest "
-            f"sizes, where float32 stops holding every integer; refcomp has no integer arithmetic at run "
-            f"time yet (a smaller max for the dims, torch.export.Dim(..., max=...), may help)"
+            f"computes {what} at run time from float32 positions with values up to {bound}, beyond 2^24 at "
+            f"the dims' largest sizes, where float32 stops holding every integer (a smaller max for the "
+            f"dims, torch.export.Dim(..., max=...), may help)"
         )
 
     def cap(self, name: str, bound) -> bool:
