@@ -129,3 +129,15 @@ def test_integer_creations_are_exact_past_float32():
     got = rc.evaluate([rc.arange(2**25, 2**25 + 4, dtype=rc.int64), rc.full((2,), 2**40 + 1, dtype=rc.int64)], {})
     _same("arange", got[0], torch.arange(2**25, 2**25 + 4, dtype=torch.int64).numpy())
     _same("full", got[1], torch.full((2,), 2**40 + 1, dtype=torch.int64).numpy())
+
+
+def test_the_profiler_counts_the_bytes_the_cost_model_prices():
+    """The instrumented build computes the same integers and doubles, stores every output byte, and
+    its memory counts are the cost model's."""
+    from refcomp.exec.profile import model_disagreements
+    prog = rc.compile(_outputs(), cache=False)
+    p = prog.profile(_feeds())
+    for name, want in _expected().items():
+        _same(name, p.outputs[name], want)
+    assert model_disagreements(prog, p) == []
+    assert p.total.global_store_sectors * 32 >= sum(v.nbytes for v in p.outputs.values())

@@ -8,7 +8,7 @@ and the templates, and leave the rest of codegen as it is.
 """
 from __future__ import annotations
 
-from ..ops.dtypes import DTYPES, FLOAT, INT
+from ..ops.dtypes import DOUBLE, DTYPES, FLOAT, INT
 from .abi import KernelSignature
 from .cprint import float_literal
 
@@ -46,13 +46,23 @@ def op_expr(op, *operands: str, kind: str = FLOAT) -> str:
 
 
 def node_expr(node, *operands: str) -> str:
-    """A node's op applied to its operands, in the node's arithmetic. A conversion into another kind
-    of float is spelled out, so the value has its new type wherever it is inlined."""
+    """A node's op applied to its operands, in the node's arithmetic. An operand of another kind is
+    converted explicitly (a Where's condition only selects), and so is a Cast into another kind of
+    float, so a value has its type wherever it is inlined."""
     kind = DTYPES[node.dtype].kind
-    value = op_expr(node.op, *operands, kind=kind)
-    if node.op.name == "Cast" and kind != INT and DTYPES[node.srcs[0].node.dtype].kind != kind:
-        value = f"({compute_type(node.dtype)})({value})"
-    return value
+    if kind != INT:
+        operands = tuple(
+            o if k == 0 and node.op.name == "Where" or DTYPES[s.node.dtype].kind in (kind, INT) and
+            node.op.name != "Cast" else converted(o, DTYPES[s.node.dtype].kind, node.dtype)
+            for k, (o, s) in enumerate(zip(operands, node.srcs)))
+    return op_expr(node.op, *operands, kind=kind)
+
+
+def converted(value: str, kind: str, dtype: str) -> str:
+    """`value`, computed in `kind`, as a value of `dtype`'s (float) kind."""
+    if kind == DTYPES[dtype].kind:
+        return value
+    return f"rc_f64({value})" if DTYPES[dtype].kind == DOUBLE else f"({compute_type(dtype)})({value})"
 
 
 def reduce_identity(op, kind: str = FLOAT) -> str:

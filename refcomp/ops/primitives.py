@@ -208,7 +208,7 @@ OPS: dict[str, OpDef] = {
             REDUCE,
             _max_reduce,
             C("rc_max({0}, {1})"),
-            C("-INFINITY", int="RC_INT64_MIN"),
+            C("-INFINITY", "-HUGE_VAL", "RC_INT64_MIN"),
             doc="starts at -inf; NaN propagates, as in np.max",
         ),
         OpDef(
