@@ -36,6 +36,7 @@ def _programs():
         ("int64 with a Python float", lambda x, y, s, d, f: x * 0.25),
         ("float32 to int64 truncates", lambda x, y, s, d, f: (f * 3).long()),
         ("int64 to int32 wraps", lambda x, y, s, d, f: (x + 2**33 + 5).int()),
+        ("float32 past int32's range", lambda x, y, s, d, f: (f * 3).int()),  # int32's lowest, as x86's
         ("float64 keeps its digits", lambda x, y, s, d, f: d * 3 + 0.1),
         ("float64 sum", lambda x, y, s, d, f: (d * d).sum(0)),
         ("float64 sqrt and division", lambda x, y, s, d, f: (d.abs() + 1).sqrt() / 3),

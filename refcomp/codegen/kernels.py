@@ -449,4 +449,4 @@ def prelude(kernels: Sequence[Kernel]) -> str:
                                             wide=wide)
 
 
-_INTEGER_HELPER = re.compile(r"\brc_(iadd|imul|imod|idiv|to_int)\(|RC_INT64_MIN")
+_INTEGER_HELPER = re.compile(r"\brc_(iadd|imul|imod|idiv|to_int|to_int32)\(|RC_INT64_MIN")

@@ -50,6 +50,8 @@ def node_expr(node, *operands: str) -> str:
     converted explicitly (a Where's condition only selects), and so is a Cast into another kind of
     float, so a value has its type wherever it is inlined."""
     kind = DTYPES[node.dtype].kind
+    if node.op.name == "Cast" and node.dtype == "int32" and DTYPES[node.srcs[0].node.dtype].kind != INT:
+        return f"rc_to_int32({operands[0]})"  # out of int32's range is int32's lowest, as from int64's
     if kind != INT:
         operands = tuple(
             o if k == 0 and node.op.name == "Where" or DTYPES[s.node.dtype].kind in (kind, INT) and

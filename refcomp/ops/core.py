@@ -57,6 +57,11 @@ def is_integer(t) -> bool:
     return DTYPES[t.dtype].is_int
 
 
+def widest_integer(t):
+    """PyTorch's sums and products of integers accumulate, and return, int64."""
+    return t.long() if is_integer(t) and t.dtype != "int64" else t
+
+
 def is_boolean(value) -> bool:
     """A tensor PyTorch would type torch.bool (a comparison, a logical operation, `.bool()`)."""
     return isinstance(value, TensorCore._boolean)
@@ -249,32 +254,20 @@ def _convert_first(who: str, signature, args, kwargs):
 
 def as_requested(t: "TensorCore", dtype, who: str) -> "TensorCore":
     """PyTorch's `dtype=` of a reduction or softmax: the input converted first, so the result has that
-    type. refcomp computes float types only, so an integer, bool or float64 request is refused here
-    rather than answered in another type."""
+    type. A bool request is refused here rather than answered in another type."""
     if dtype is None:
         return t
     what = f"{who} of {t.label} with dtype={dtype!r}"
     if is_bool_dtype(dtype):
         raise ShapeError(f"{what}: PyTorch converts to bool and returns a bool tensor; refcomp's reductions "
                          f"compute float types only (for a bool result use any()/all() on x.bool())")
-    try:
-        name = dtype_name(dtype, what)
-    except ShapeError:  # int64, float64, uint8, ...: a type PyTorch has and refcomp does not
-        name = _numpy_name(dtype)
-        if name is None:
-            raise
-    if name not in FLOAT_DTYPES:
-        raise ShapeError(f"{what}: PyTorch's result would be {name}, and refcomp computes float types only "
-                         f"({', '.join(FLOAT_DTYPES)}): ask for one of them")
+    name = dtype_name(dtype, what)
+    if DTYPES[name].is_int and who in FLOAT_RESULTS:
+        raise ShapeError(f"{what}: PyTorch computes {who} in float types only and refuses {name}")
     return t.to(name)
 
 
-def _numpy_name(dtype):
-    """NumPy's name of a dtype (torch's and NumPy's agree), or None for what is no dtype at all."""
-    try:
-        return np.dtype(str(getattr(dtype, "__name__", dtype)).replace("torch.", "")).name
-    except TypeError:
-        return None
+FLOAT_RESULTS = ("softmax", "log_softmax", "softmin", "mean")  # composites PyTorch has no integer kernels for
 
 
 def _wide(value):

@@ -109,13 +109,14 @@ def _quotient(args, attrs, dtype):
 
 
 def _cast(args, attrs, dtype):
-    """A conversion: to an integer type it truncates toward zero; NaN and values out of int64's range
-    give int64's lowest value (x86's and so PyTorch's CPU answer)."""
+    """A conversion: to an integer type a float truncates toward zero; NaN and values out of the target's
+    range give its lowest value (x86's and so PyTorch's CPU answer; C leaves them undefined)."""
     x = args[0]
     if not np.issubdtype(dtype, np.integer) or np.issubdtype(x.dtype, np.integer):
         return x.astype(dtype)
-    bad = ~(np.abs(x) < 2.0 ** 63)
-    return np.where(bad, np.iinfo(np.int64).min, np.trunc(np.where(bad, 0, x)).astype(np.int64))
+    target = np.iinfo(attrs["to"])
+    bad = ~((x > -(2.0 ** (target.bits - 1)) - 1) & (x < 2.0 ** (target.bits - 1)))
+    return np.where(bad, target.min, np.trunc(np.where(bad, 0, x)).astype(np.int64))
 
 
 def _gather(args, attrs, dtype):
@@ -215,7 +216,7 @@ OPS: dict[str, OpDef] = {
             "Cast",
             UNARY,
             _cast,
-            C("{0}", int="rc_to_int({0})"),
+            C("{0}", int="rc_to_int({0})"),  # (to int32 from a float: rc_to_int32, codegen.render_c)
             safe_under_pad=True,
             doc="the same value in the dtype `to`: rounded to a 16-bit float's or an int32's values, widened "
             "exactly, or truncated toward zero to an integer",

@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
-from .core import as_requested, iota, is_integer, keep_bool, lift
+from .core import as_requested, iota, is_integer, keep_bool, lift, widest_integer
 from .elementwise import where
 from .movement import concat
 from .primitives import make_node
@@ -305,7 +305,8 @@ class TorchShapesMixin:
         return out.transpose(axis, -1) if axis != self.ndim - 1 else out
 
     def cumprod(self, dim: int = -1, *, dtype=None):
-        return as_requested(self, dtype, "cumprod")._scan(dim, 1.0, lambda w: w.prod(-1))
+        x = as_requested(self, dtype, "cumprod") if dtype is not None else widest_integer(self)
+        return x._scan(dim, 1.0, lambda w: w._product(-1))
 
     def cummax(self, dim: int = -1):
         """The running maximum and where it was reached: PyTorch's named pair (values, indices)."""
