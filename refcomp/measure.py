@@ -25,6 +25,7 @@ from .pipeline.assemble import program_for_schedule
 from .reference.reference import evaluate
 from .exec.timing import Timing, gpu_unavailable_reason, require_gpu, time_program  # noqa: F401  (part of this module's API)
 from .golden import FLOAT32_TOLERANCE, compare
+from .ops.dtypes import DTYPES
 from .ops.graph import flatten_outputs, input_nodes, toposort
 from .ops.primitives import Node
 from .search.search import search as run_search
@@ -92,19 +93,19 @@ def make_feeds(
             raise BindingError(
                 f"input {name!r} of shape {tuple(map(str, shape))}: cannot size it at {dict(dims)} ({exc})"
             ) from exc
-        if node.dtype == "int32" and name in scattered:  # a Scatter's ids must be distinct
+        if DTYPES[node.dtype].is_int and name in scattered:  # a Scatter's ids must be distinct
             count = int(np.prod(sizes))
             feeds[name] = (
-                rng.permutation(max(ranges.get(name, count), count))[:count].reshape(sizes).astype(np.int32)
+                rng.permutation(max(ranges.get(name, count), count))[:count].reshape(sizes).astype(node.dtype)
             )
             continue
-        if node.dtype == "int32":
-            feeds[name] = rng.integers(0, max(ranges.get(name, 2), 1), size=sizes, dtype=np.int32)
+        if DTYPES[node.dtype].is_int:
+            feeds[name] = rng.integers(0, max(ranges.get(name, 2), 1), size=sizes, dtype=node.dtype)
             continue
         scale = 1.0
         if len(shape) >= 2 and all(isinstance(d, int) for d in shape):
             scale = 1.0 / np.sqrt(max(int(np.prod(sizes[1:])), 1))
-        feeds[name] = (rng.standard_normal(sizes) * scale).astype(np.float32)
+        feeds[name] = (rng.standard_normal(sizes) * scale).astype(np.float64 if node.dtype == "float64" else np.float32)
     return feeds
 
 

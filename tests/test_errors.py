@@ -174,8 +174,8 @@ def test_bad_inputs_and_operands():
         rc.input("bad", (3.5,))
     with raises(rc.ShapeError, "'1x'", "identifier"):
         rc.input("bad", ("1x",))
-    with raises(rc.ShapeError, "input 'bad'", "float64", "float16"):  # the message lists what works
-        rc.input("bad", (3,), "float64")
+    with raises(rc.ShapeError, "input 'bad'", "uint8", "float16"):  # the message lists what works
+        rc.input("bad", (3,), "uint8")
     with raises(rc.ShapeError, "non-empty"):
         rc.input("", (3,))
     with raises(rc.ShapeError, "True", "bool"):
@@ -192,17 +192,20 @@ def test_bad_inputs_and_operands():
     assert rc.evaluate(rc.arange(1.5), {}).tolist() == [0.0, 1.0]  # floats as torch.arange takes them
 
 
-def test_int32_tensors_only_index():
+def test_int32_tensors_compute_as_pytorchs_and_refuse_what_it_refuses():
+    import torch
     ids = rc.input("ids", (4,), "int32")
-    for op in (lambda t: t + 1.0, lambda t: 2.0 * t, lambda t: t.exp(), lambda t: t.sum(), lambda t: t.max(),
-               lambda t: t < 1.0, lambda t: t @ rc.input("w", (4, 2)), lambda t: t.sqrt(), lambda t: -t):
-        with raises(rc.ShapeError, "input 'ids'", "int32", "float operands"):
-            op(ids)
+    values = np.array([2**31 - 1, -5, 3, 0], np.int32)
+    for op in (lambda t: t + 1.0, lambda t: 2.0 * t, lambda t: t.exp(), lambda t: t.sum(), lambda t: t.amax(),
+               lambda t: t < 1, lambda t: t.sqrt(), lambda t: -t, lambda t: t * t, lambda t: t // -2):
+        got, want = rc.evaluate(op(ids), {"ids": values}), op(torch.tensor(values)).numpy()
+        assert got.dtype == want.dtype or want.dtype == np.bool_, (got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=0 if got.dtype.kind == "i" else 1e-6)  # exp: an ulp
+    with raises(rc.ShapeError, "mean of input 'ids'", "float tensors only"):
+        ids.mean()
     table = rc.input("table", (5, 3))
     with raises(rc.ShapeError, "embedding ids", "input 'table'", "float32"):
         rc.nn.embedding(table, table)
-    with raises(rc.ShapeError, "embedding", "input 'ids'", "int32"):
-        rc.nn.embedding(ids, ids.reshape(2, 2))
     with raises(rc.ShapeError, "embedding table", "2-D", "input 'flat'"):
         rc.nn.embedding(ids, rc.input("flat", (5,)))
 

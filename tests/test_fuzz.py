@@ -26,7 +26,7 @@ from refcomp.search.fusion_rules import CLEANUP, FUSION
 COUNT, PER_PROGRAM, SEED = (
     210,
     35,
-    20,
+    29,
 )  # chosen so the 210 graphs reach every move, rule and refusal the checks below name
 SLICE = 2 * PER_PROGRAM  # the default run checks these first graphs end to end; `pytest -m slow`, all COUNT
 # A program's check is most of a minute of CPU on 2 cores (a plain program's 2 MB of source is 25 s of
@@ -130,6 +130,9 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "long_sum",
         "index_copy",
         "paged_attention",
+        "int64_wrap",
+        "int32_wrap",
+        "float64_detour",
     }
     assert len({op for op in coverage if op.startswith("wide_")}) >= 3  # 16-bit composites of large rows
     missing = expected - set(coverage)
@@ -287,7 +290,7 @@ def test_the_harness_catches_a_backend_that_does_not_refuse(monkeypatch):
 def test_the_harness_catches_a_miscompiled_op(monkeypatch):
     """A deliberately wrong C expression for Sin (cosf) must show up as a mismatch in both modes."""
     from refcomp.ops import primitives
-    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
+    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c=primitives.C("cosf({0})")))
     graph = fuzz.FuzzGraph(
         SEED, 0, [fuzz.InputSpec("x0", ("B", 3))], [("v0", "(x0 * 2.0).sin()")], ["v0"], ["sin"]
     )
@@ -317,7 +320,7 @@ def test_the_harness_catches_a_reference_that_overflows():
 
 def test_shrinking_finds_the_smallest_failing_prefix(monkeypatch):
     from refcomp.ops import primitives
-    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c="cosf({0})"))
+    monkeypatch.setitem(primitives.OPS, "Sin", replace(primitives.OPS["Sin"], c=primitives.C("cosf({0})")))
     graph = fuzz.FuzzGraph(
         SEED,
         0,

@@ -183,13 +183,19 @@ def test_unknown_attribute_and_unsupported_attribute_value_are_errors():
         ro.import_model(model([node], [vi("x", [3])], [vi("y", [3])]))
 
 
-def test_out_of_scope_dtypes_raise():
+def test_double_models_compute_in_float64_and_other_types_raise():
+    x = np.array([0.1, 1e-300, 1 + 2**-40, 1e300])
     node = h.make_node("Add", ["x", "x"], ["y"], name="add64")
-    with pytest.raises(RefcompError, match="DOUBLE"):
-        ro.import_model(model([node], [vi("x", [3], TP.DOUBLE)], [vi("y", [3], TP.DOUBLE)]))
+    m = ro.import_model(model([node], [vi("x", [4], TP.DOUBLE)], [vi("y", [4], TP.DOUBLE)]))
+    for backend in ("numpy", "emulator"):
+        got = m.run({"x": x}, backend=backend)["y"]
+        assert got.dtype == np.float64 and np.array_equal(got, x + x), backend  # float32 would lose each
     node = h.make_node("Cast", ["x"], ["y"], name="to_double", to=TP.DOUBLE)
-    with pytest.raises(RefcompError, match=r"Cast.*to_double.*DOUBLE"):
-        ro.import_model(model([node], [vi("x", [3])], [vi("y", [3], TP.DOUBLE)]))
+    m = ro.import_model(model([node], [vi("x", [3])], [vi("y", [3], TP.DOUBLE)]))
+    assert m.run({"x": np.array([0.1, 2, 3], np.float32)})["y"][0] == np.float64(np.float32(0.1))
+    node = h.make_node("Add", ["x", "x"], ["y"], name="add8")
+    with pytest.raises(RefcompError, match="graph input 'x' has element type UINT8"):
+        ro.import_model(model([node], [vi("x", [3], TP.UINT8)], [vi("y", [3], TP.UINT8)]))
 
 
 def test_truncated_corrupt_and_missing_files(tmp_path):

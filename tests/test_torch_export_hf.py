@@ -84,3 +84,37 @@ def test_model_matches_torch_at_two_sizes(kind):
     assert any(
         op.startswith("net.h.0.attn") or op.startswith("net.encoder.layer.0.attention") for op in ops
     ), ops
+
+
+def integer_model(kind: str):
+    """RoBERTa counts its position ids from the mask at run time (a cumsum, int arithmetic, a lookup);
+    T5 buckets relative positions at run time (a log of their float, cast back to int64, min, where)."""
+    torch.manual_seed(0)
+    if kind == "roberta":
+        config = transformers.RobertaConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=2 * HIDDEN, max_position_embeddings=POSITIONS + 2, pad_token_id=1,
+        )
+        return LastHidden(transformers.RobertaModel(config)).eval()
+    config = transformers.T5Config(
+        vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=2 * HIDDEN, num_layers=2, num_heads=2,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
+    )
+    return LastHidden(transformers.T5EncoderModel(config)).eval()
+
+
+@pytest.mark.parametrize("kind", ["roberta", "t5"])
+def test_models_computing_integers_at_run_time_match_torch(kind):
+    net = integer_model(kind)
+    axes = {0: torch.export.Dim("B", min=1, max=8), 1: torch.export.Dim("T", min=2, max=32)}
+    m = rc.torch.export(net, inputs(2, 7), dynamic_shapes={"input_ids": axes, "attention_mask": axes})
+    assert m.dims == {"B": (1, 8), "T": (2, 32)}  # exact integers: no dim is capped to keep them in float32
+    assert any(n.dtype == "int64" and n.op.name != "Input" for k in m.compile().kernels for n in k.nodes)
+    for size in ((2, 7), (3, 12)):
+        ids, mask = inputs(*size)
+        with torch.no_grad():
+            want = net(ids, mask).numpy()
+        for backend in ("numpy", "emulator"):
+            got = m.run({"input_ids": ids, "attention_mask": mask}, backend=backend)["output"]
+            err = np.abs(got - want).max() / np.abs(want).max()
+            assert err < 1e-5, (kind, size, backend, err)

@@ -144,8 +144,13 @@ same("to", lambda x: x.to(torch.float16))
 same("to", lambda x: x.to(torch.bfloat16))
 same("to", lambda x: x.to(dtype=torch.bool))
 same("to", lambda x: x.half().to(torch.float32))
-refusal("Tensor.to", lambda x: x.to(rc.int64), "int64", inputs=(X,))
-refusal("Tensor.to", lambda x: x.to(torch.float64), "float64", inputs=(X,))
+same("to", lambda x: (x * 1000).to(torch.int64))  # truncates toward zero
+same("long", lambda x: (x * 1e12).long() * 3)  # past 2^24 and wrapping nothing: int64 exactly
+same("int", lambda x: (x * 3e9).int())  # past int32's range: x86's int32 lowest, as PyTorch's CPU
+same("double", lambda x: x.double() * 0.1)
+same("to", lambda x: x.to(torch.float64) + 1e-12)
+same("to", lambda x: (x * 3e9).to(torch.int64).to(torch.int32))  # wraps to 32 bits
+refusal("Tensor.to", lambda x: x.to(torch.uint8), "uint8", inputs=(X,))
 same("type", lambda x: x.type(torch.float16))
 case(
     "Tensor.type_as", lambda x, y: x.type_as(y.half()), lambda x, y: x.type_as(y.half()), X, a(2), exact=True

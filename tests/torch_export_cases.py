@@ -73,7 +73,10 @@ add(
     case(lambda x: A.rsub.Scalar(x, 1.0), f(3, 4)),
     case(lambda x: A.rsub.Scalar(x, 2.0, 3), f(5)),
 )
-add("aten.mul.Tensor", case(lambda x, y: A.mul.Tensor(x, y), f(2, 3, special=True), f(2, 3)))
+BIG = torch.tensor([2**40 + 1, -(2**62) - 3, 7, -7, 0])  # integers float32 (and float64) would lose
+DIVISORS = torch.tensor([3, -3, 2, 2, -5])
+add("aten.mul.Tensor", case(lambda x, y: A.mul.Tensor(x, y), f(2, 3, special=True), f(2, 3)),
+    case(lambda i: A.mul.Tensor(i, 3), BIG, emulator=True))  # wraps past 2^63, as torch's
 add("aten.mul.Scalar", case(lambda x: A.mul.Scalar(x, -0.25), f(4)))
 add("aten.div.Tensor", case(lambda x, y: A.div.Tensor(x, y), f(3, 4, special=True), f(3, 4)))
 add("aten.div.Scalar", case(lambda x: A.div.Scalar(x, 3.0), f(3, 4)))
@@ -81,6 +84,9 @@ add(
     "aten.div.Tensor_mode",
     case(lambda x, y: A.div.Tensor_mode(x, y, rounding_mode="floor"), f(3, 4, lo=-9, hi=9), f(3, 4)),
     case(lambda x, y: A.div.Tensor_mode(x, y, rounding_mode="trunc"), f(3, 4, lo=-9, hi=9), f(3, 4)),
+    case(lambda i: A.div.Tensor_mode(i, DIVISORS, rounding_mode="floor"), BIG,
+         emulator=True),
+    case(lambda i: A.div.Tensor_mode(i, DIVISORS, rounding_mode="trunc"), BIG),
 )
 add(
     "aten.div.Scalar_mode",

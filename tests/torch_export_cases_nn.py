@@ -6,6 +6,7 @@ import torch
 from torch_export_cases import A, IDX, IDX2, NEG, ZERO, add, case, f, ints, mask
 
 SLOTS = torch.tensor([3, 0])  # distinct ids, as index_put (index_copy) needs
+BAGS, BAG, BAGS_LAST = torch.tensor([0, 2, 2]), torch.tensor([0, 3]), torch.tensor([0, 1, 4])  # bag offsets
 
 # --- indexing ----------------------------------------------------------------------------------------
 add(
@@ -15,6 +16,11 @@ add(
     case(lambda x: A.index.Tensor(x, [NEG, None, NEG]), f(3, 2, 4)),
     case(lambda x: A.add.Tensor(x, A.index.Tensor(IDX2, [NEG[:2]])), f(2)),
     case(lambda x, i: A.index.Tensor(x, [i]), f(10, 3), ints(2, 5, hi=10)),
+    # indices computed at run time (checked before the lookup), negative ones counted from the end
+    case(lambda x, i: A.index.Tensor(x, [A.sub.Tensor(A.remainder.Scalar(A.mul.Tensor(i, 7), 10), 5)]), f(10, 3),
+         ints(2, 5, hi=10**6), emulator=True),
+    case(lambda x, i: A.index.Tensor(x, [A.remainder.Scalar(i, 4), A.remainder.Scalar(A.add.Tensor(i, 1), 3)]),
+         f(4, 3), ints(6, hi=100)),
     case(
         lambda x: A.index.Tensor(x, [A.arange.start_step(0, x.shape[0]), A.arange.start_step(0, x.shape[0])]),
         f(4, 4),
@@ -47,7 +53,16 @@ add(
     case(lambda x, i, v: A.index_put.default(x, [i], v), f(6, 3), torch.tensor([4, 0]), f(3)),
 )
 add("aten.gather.default", case(lambda x: A.gather.default(x, 1, IDX2), f(2, 4)),
-    case(lambda x, i: A.gather.default(x, 0, i), f(5, 3), ints(2, 3, hi=5)))
+    case(lambda x, i: A.gather.default(x, 0, i), f(5, 3), ints(2, 3, hi=5)),
+    case(lambda x, i: A.gather.default(x, 0, A.remainder.Scalar(A.mul.Tensor(i, 3), 5)), f(5, 3), ints(2, 3, hi=99)))
+add(
+    "aten._embedding_bag.default",
+    case(lambda w, i: A._embedding_bag.default(w, i, BAGS)[0], f(10, 4), ints(6, hi=10)),
+    case(lambda w, i: A._embedding_bag.default(w, i, BAG, False, 2)[0], f(10, 4), ints(5, hi=10),
+         emulator=True),
+    case(lambda w, i: A._embedding_bag.default(w, i, BAGS_LAST, False, 1, False, None, True, 2)[0],
+         f(10, 4), ints(4, hi=10)),
+)
 add(
     "aten.embedding.default",
     case(lambda w, i: A.embedding.default(w, i), f(10, 4), ints(2, 3, hi=10), emulator=True),

@@ -26,6 +26,7 @@ import sympy
 
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
+from ..ops.primitives import REDUCE
 from ..symbolic.dims import evaluate_dim, idiv, imod
 from .kernels import Kernel
 
@@ -311,15 +312,27 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
             warps if kernel.kind == "row" else 1
         )  # red = partial[0] / total = partial[0]
         per_phase_stores = warps + tree_warps
+        load_waves, store_waves = per_phase_loads, per_phase_stores
+        if any(n.op.kind == REDUCE and not DTYPES[n.dtype].is_float for n in kernel.nodes):
+            # 8-byte partials (double, long long): a request of more than 16 lanes spans 64 words, two
+            # wavefronts; the tree's requests shrink below that as its stride halves
+            tree_waves = sum(_eight_byte_waves(launch.block >> (s + 1)) for s in range(steps))
+            load_waves, store_waves = 2 * tree_waves + 1, _eight_byte_waves(launch.block) + tree_waves
         barriers = warps * (1 + steps + (1 if kernel.kind == "row" else 0))
         return MemoryCounts(shared_load_requests=work * phases * per_phase_loads,
-                            shared_load_wavefronts=work * phases * per_phase_loads,
+                            shared_load_wavefronts=work * phases * load_waves,
                             shared_store_requests=work * phases * per_phase_stores,
-                            shared_store_wavefronts=work * phases * per_phase_stores,
+                            shared_store_wavefronts=work * phases * store_waves,
                             barriers=work * phases * barriers)
     if launch.mode == "tiles":
         return _matmul_shared(kernel, bindings)
     return MemoryCounts()
+
+
+def _eight_byte_waves(threads: int) -> int:
+    """Wavefronts of `threads` consecutive threads each touching one 8-byte element, warp by warp."""
+    full, rest = divmod(threads, WARP)
+    return 2 * full + (0 if rest == 0 else 1 if rest <= WARP // 2 else 2)
 
 
 def _wavefronts(words: np.ndarray) -> int:

@@ -122,6 +122,10 @@ class CPrinter:
             return float_literal(float(e))
         return f"(float)({self._double(e)})"
 
+    def double(self, e) -> str:
+        """A float64 Constant's value (a number or an expression of dims), computed in double."""
+        return self._double(sympy.sympify(e))
+
     def _double(self, e) -> str:
         if e.is_Number:
             return repr(float(e))

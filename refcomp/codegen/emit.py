@@ -17,6 +17,7 @@ import sympy
 
 from .abi import KernelSignature, Param
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
 from ..ops.primitives import ELEMENTWISE, REDUCE, SHORT_REDUCE, Edge, Node
 from ..symbolic.dims import Dim, expand, idiv, imod, prod
@@ -193,26 +194,27 @@ class KernelBody:
     def load_expr(self, edge: Edge, idx: Sequence[sympy.Expr]) -> str:
         """A C expression for `edge` at `idx`; fused producers emit their statements first."""
         flat, valid = self._locate(edge, idx)
-        if valid is sympy.false:
-            return render_c.ZERO
         node = edge.node
+        zero = render_c.zero(node.dtype)
+        if valid is sympy.false:
+            return zero
         if node.id in self.scalars:
             return self._scalar(node, flat, valid)
         if node.op.name == "Constant":
-            value = self.printer.real(node.attrs["value"])
+            value = render_c.constant(self.printer, node.dtype, node.attrs["value"])
         elif node.op.name == "Iota":
             position = self.unravel(flat, node.shape)[node.attrs["axis"]]
-            value = render_c.to_float(self.printer.int(position))
+            value = render_c.index_as(node.dtype, self.printer.int(position))
         elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind == REDUCE):
             return self._inlined(node, flat, valid)
         else:
             value = render_c.load(node.dtype, render_c.element(self.buffer(node), self.printer.int(flat)))
             self.access(self.buffer(node), flat, valid)
             self.loads.append((self.buffer(node), flat, valid))
-        if value == render_c.ZERO:
+        if value == zero:
             return value
         if valid is not sympy.true:
-            value = render_c.masked(self.printer.cond(valid), value)
+            value = render_c.masked(self.printer.cond(valid), value, node.dtype)
         return value
 
     def _inlined(self, node: Node, flat, valid) -> str:
@@ -232,7 +234,7 @@ class KernelBody:
         if node.op.kind == REDUCE:
             value = self.unrolled(node, node_idx)
         else:
-            value = render_c.op_expr(node.op, *[self.value_at(src, node_idx) for src in node.srcs])
+            value = render_c.node_expr(node, *[self.value_at(src, node_idx) for src in node.srcs])
         value = render_c.rounded(
             node.dtype, value
         )  # a 16-bit node's value is rounded wherever it is computed
@@ -241,7 +243,7 @@ class KernelBody:
         self._guards.pop()
         inner, self.statements, self.ranges = self.statements, outer, outer_ranges
         name = self.fresh()
-        self.statements.extend(render_c.guarded(name, self.printer.cond(valid), inner, value))
+        self.statements.extend(render_c.guarded(name, self.printer.cond(valid), inner, value, node.dtype))
         return name
 
     def unrolled(self, node: Node, idx: Sequence[sympy.Expr]) -> str:
@@ -249,10 +251,11 @@ class KernelBody:
         axis, extent = node.attrs["axis"], node.srcs[0].shape[node.attrs["axis"]]
         if not isinstance(extent, int) or extent > SHORT_REDUCE:
             raise Unfusable(f"{node.op.name}#{node.id} reduces {extent} values: too many to unroll")
-        value = render_c.reduce_identity(node.op)
+        kind = DTYPES[node.dtype].kind
+        value = render_c.reduce_identity(node.op, kind)
         for r in range(extent):
             at = list(idx[:axis]) + [sympy.Integer(r)] + list(idx[axis:])
-            value = render_c.op_expr(node.op, value, self.value_at(node.srcs[0], at))
+            value = render_c.op_expr(node.op, value, self.value_at(node.srcs[0], at), kind=kind)
         return value
 
     def _scalar(self, node: Node, flat, valid) -> str:
@@ -298,7 +301,7 @@ class KernelBody:
         if edge.node.op.name == "Constant" or value.isidentifier():
             return value  # literals and already-named values need no variable
         name = self.fresh()
-        self.statements.append(render_c.value_decl(name, value))
+        self.statements.append(render_c.value_decl(name, value, edge.node.dtype))
         self._memo[key] = name
         self._alive.append(self.statements)  # keeps id(statements) unique while the memo refers to it
         return name

@@ -62,7 +62,7 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
     epilogue = None
     if output.op.kind != REDUCE:
         body.statements = []
-        result = render_c.op_expr(output.op, *[body.value_at(src, idx) for src in output.srcs])
+        result = render_c.node_expr(output, *[body.value_at(src, idx) for src in output.srcs])
         epilogue = dict(
             statements=body.statements, result=result, out_index=body.printer.int(linear_index(idx, shape))
         )
@@ -297,7 +297,7 @@ class TiledContraction:
         elif output.op.kind == REDUCE:  # a short reduction (relu's maximum of a pair), unrolled
             result = body.unrolled(output, out_idx)
         else:
-            result = render_c.op_expr(output.op, *[body.value_at(s, out_idx) for s in output.srcs])
+            result = render_c.node_expr(output, *[body.value_at(s, out_idx) for s in output.srcs])
         statements = body.statements
         body.access("out0", linear_index(out_idx, output.shape), store=True)
         body.statements, body._guards = [], []

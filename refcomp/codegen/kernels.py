@@ -268,7 +268,7 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
-    result = render_c.op_expr(node.op, *[body.value_at(src, idx) for src in node.srcs])
+    result = render_c.node_expr(node, *[body.value_at(src, idx) for src in node.srcs])
     body.access("out0", body.flat_axes[1], store=True)
     size = prod(node.shape)
     return finish_kernel(
@@ -317,7 +317,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
             raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
         body.flat_axes = output_axes
         body.scalars[node.id] = ("total", _linear_of(idx, node.shape))
-        result = render_c.op_expr(epilogue.op, *[body.value_at(s, idx) for s in epilogue.srcs])
+        result = render_c.node_expr(epilogue, *[body.value_at(s, idx) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)
@@ -397,6 +397,8 @@ def gather_kernel(name: str, node: Node, names) -> Kernel:
         False,
         id=id_name,
         row_value=row_value,
+        ctype=render_c.compute_type(node.dtype),
+        zero=render_c.zero(node.dtype),
         rows=lambda b: b.printer.int(table.shape[0]),
         size=lambda b: b.printer.int(size),
     )
@@ -442,4 +444,9 @@ def prelude(kernels: Sequence[Kernel]) -> str:
     a type, and the compensated sum only where a kernel has a long sum (codegen.sums)."""
     dtypes = {n.dtype for k in kernels for n in k.nodes + k.reads + (k.output,)}
     compensated = any("rc_sum_add(" in k.source for k in kernels)
-    return template("prelude.cu.j2").render(kernel_count=len(kernels), dtypes=dtypes, compensated=compensated)
+    wide = bool(dtypes & {"int64", "float64"}) or any(_INTEGER_HELPER.search(k.source) for k in kernels)
+    return template("prelude.cu.j2").render(kernel_count=len(kernels), dtypes=dtypes, compensated=compensated,
+                                            wide=wide)
+
+
+_INTEGER_HELPER = re.compile(r"\brc_(iadd|imul|imod|idiv|to_int|to_int32)\(|RC_INT64_MIN")

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
+from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
@@ -132,6 +133,10 @@ def kernel_for_group(
     """The kernel of a group; raises codegen.emit.Unfusable if the fusion cannot be honoured.
     With `render=False` only the analysis that may refuse runs (see codegen.legality)."""
     root = group.root
+    if group.kind in ("row", "matmul"):
+        other = next((n for n in group.members if not DTYPES[n.dtype].is_float), None)
+        if other is not None:
+            raise Unfusable(f"{other.op.name}#{other.id} computes {other.dtype}: {group.kind} kernels compute float32")
     if group.kind == "row":
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)

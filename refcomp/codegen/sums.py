@@ -32,6 +32,7 @@ import math
 
 import sympy
 
+from ..ops.dtypes import DTYPES
 from ..ops.primitives import Node
 from ..symbolic.dims import Dim
 from . import render_c
@@ -51,7 +52,7 @@ def long_chain(extent: Dim, stride: int = 1) -> bool:
 
 def compensated(red: Node, extent: Dim, stride: int = 1) -> bool:
     """Whether the reduction `red`'s per-thread chain, `stride` apart over `extent` values, is compensated."""
-    return red.op.name == "SumReduce" and long_chain(extent, stride)
+    return red.op.name == "SumReduce" and DTYPES[red.dtype].is_float and long_chain(extent, stride)
 
 
 def loop_fields(
@@ -62,12 +63,14 @@ def loop_fields(
     or compensated (the `sums.cu.j2` macros read which), then partial results meet two at a time as
     `tree` names them."""
     extent = red.srcs[0].shape[red.attrs["axis"]]
+    kind = DTYPES[red.dtype].kind
     return dict(
         what=names.label(red),
+        ctype=render_c.compute_type(red.dtype),
         statements=statements,
-        identity=render_c.reduce_identity(red.op),
+        identity=render_c.reduce_identity(red.op, kind),
         value=value,
-        combine=render_c.op_expr(red.op, "acc", value),
-        tree=render_c.op_expr(red.op, *tree),
+        combine=render_c.op_expr(red.op, "acc", value, kind=kind),
+        tree=render_c.op_expr(red.op, *tree, kind=kind),
         compensated=compensated(red, extent, stride),
     )

@@ -272,6 +272,9 @@ template <> struct rcp_value<const float> { typedef rcp_f32 type; };
 template <> struct rcp_value<const int> { typedef int type; };
 template <> struct rcp_value<const unsigned short> { typedef unsigned short type; };  // float16, bfloat16 bits
 
+// A float widened to double (the prelude's rc_f64): the proxy converts to float only, implicitly.
+static inline double rc_f64(rcp_f32 a) { return a.v; }
+
 // The 16-bit conversions of the prelude take a float's bits: a reinterpretation, not a flop.
 static inline unsigned __float_as_uint(rcp_f32 a) { return __float_as_uint(a.v); }
 

@@ -23,8 +23,8 @@ class ProfileError(RefcompError):
 
 # --- the rewrite ----------------------------------------------------------------------------------
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
-_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
-_SHARED = re.compile(r"__shared__\s+rcp_f32\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
+_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short|long long|double)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
+_SHARED = re.compile(r"__shared__\s+(rcp_f32|long long|double)\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
 # float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
 # `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)
 _FLOAT_LITERAL = re.compile(
@@ -92,18 +92,20 @@ def _shared(kernel: str, body: str) -> tuple[str, list[str]]:
     arrays = []
 
     def replace(m: re.Match) -> str:
-        dims = [d.strip() for d in re.findall(r"\[([^\]\[]+)\]", m.group(2))]
-        arrays.append(m.group(1))
+        elem, name = ("float" if m.group(1) == "rcp_f32" else m.group(1)), m.group(2)
+        dims = [d.strip() for d in re.findall(r"\[([^\]\[]+)\]", m.group(3))]
+        arrays.append(name)
         if len(dims) == 1:
-            return f"__shared__ rcp_smem<float, ({dims[0]})> {m.group(1)};"
+            return f"__shared__ rcp_smem<{elem}, ({dims[0]})> {name};"
         if len(dims) == 2:
-            return f"__shared__ rcp_smem2<float, ({dims[0]}), ({dims[1]})> {m.group(1)};"
+            return f"__shared__ rcp_smem2<{elem}, ({dims[0]}), ({dims[1]})> {name};"
         raise ProfileError(f"kernel {kernel}: the profile build handles 1-D and 2-D __shared__ arrays, "
-                           f"not {m.group(1)}{m.group(2)}")
+                           f"not {name}{m.group(3)}")
 
     body = _SHARED.sub(replace, body)
     if re.search(r"__shared__\s+(?!rcp_smem)", body):
-        raise ProfileError(f"kernel {kernel}: the profile build handles __shared__ float arrays only")
+        raise ProfileError(f"kernel {kernel}: the profile build handles __shared__ float, double and "
+                           f"long long arrays only")
     return body, arrays
 
 

@@ -25,10 +25,12 @@ import numpy as np
 import sympy
 
 from ..errors import RefcompError
+from ..ops.dtypes import DTYPES
 from ..ops.tensor import BoolTensor, Tensor
-from ..symbolic.dims import dims_equal
+from ..ops.elementwise import where
+from ..symbolic.dims import dims_equal, prod
 from .aten_math import SELECTIONS
-from .aten_values import MAX_EXACT, IntValue, address_view, addresses, indexed
+from .aten_values import IntValue, Unavailable, address_view, addresses, indexed
 from .torch_graph import FLOATS, dtype_name, kind_of, size_expr, source_line
 
 MAX_FOLD_ELEMENTS = 2 ** 24  # the most elements an integer result folded at import time may hold
@@ -60,6 +62,9 @@ class Call:
 
     # --- the rules around the converter -----------------------------------------------------------
     def run(self, args: tuple, kwargs: dict):
+        unavailable = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, Unavailable)]
+        if unavailable:
+            raise self.error(f"reads {unavailable[0].why}, which refcomp does not compute")
         ints = [v for v in _flat(args) + _flat(tuple(kwargs.values())) if isinstance(v, IntValue)]
         if self._integral_out() and self._foldable(args, kwargs):
             return self._fold(args, kwargs)
@@ -76,8 +81,10 @@ class Call:
         if self.row.view and fed and self._integral_out("int"):
             return self._moved_ids(args, kwargs, fed[0].fed)
         bound = self.row.ints(self, *args, **kwargs) if self.row.ints is not None else None
-        result = self.row.fn(self, *self._floats(args, skip=self.row.raw), **self._floats_kw(kwargs))
-        return self.finish(result, bound)
+        args, kwargs = self._floats(args, skip=self.row.raw), self._floats_kw(kwargs)
+        if self._integral_out("int") and not self.row.view:  # booleans counted or summed: exact integers
+            args, kwargs = _mapped_tensors(args, _counted), {k: _mapped_tensors(v, _counted) for k, v in kwargs.items()}
+        return self.finish(self.row.fn(self, *args, **kwargs), bound)
 
     def _integral_out(self, *kinds: str) -> bool:
         """Every result is an integer (or boolean) tensor."""
@@ -111,11 +118,9 @@ class Call:
         return tuple(as_value(t) for t in result) if isinstance(result, (list, tuple)) else as_value(result)
 
     def _moved_ids(self, args, kwargs, fed: str) -> IntValue:
-        """A view op on a fed integer input, applied to its int32 ids and to its float32 values alike."""
-        ids = self.row.fn(self, *_mapped(args, lambda v: v.ids if isinstance(v, IntValue) else v), **kwargs)
-        floats = self.row.fn(self, *self._floats(args), **self._floats_kw(kwargs))
-        value = self.finish(floats, MAX_EXACT)
-        value.ids, value.fed = ids, fed
+        """A view op on a fed integer input: still the fed ids, moved (lookups take them as they are)."""
+        value = self.finish(self.row.fn(self, *self._floats(args), **self._floats_kw(kwargs)))
+        value.ids, value.fed = value.tensor, fed
         return value
 
     def _floats(self, args: tuple, skip: tuple = ()) -> tuple:
@@ -136,7 +141,7 @@ class Call:
         return self._one(result, self.out, bound)
 
     def _one(self, result, meta, bound):
-        if not _is_tensor(meta):
+        if not _is_tensor(meta) or isinstance(result, Unavailable):
             return result
         kind = kind_of(meta.dtype)
         if kind == "int":
@@ -157,14 +162,18 @@ class Call:
             return result
         if not isinstance(result, Tensor):
             raise self.error(f"gives {type(result).__name__} where torch gives an integer tensor")
+        dtype = "int32" if dtype_name(meta.dtype) == "int32" else "int64"
+        if DTYPES[result.dtype].is_int:  # integer arithmetic, exact at any magnitude
+            return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result.to(dtype))
         if bound is None:
             raise self.error(
-                "computes an integer tensor at run time, which refcomp cannot compute exactly yet "
-                "(its integers are static values, positions, fed ids, or exact float32 values)"
+                "computes an integer tensor from float values in a way refcomp cannot keep exact (its "
+                "integer results come from integer arithmetic, positions or indices)"
             )
         if self.row.ints not in SELECTIONS:
             self.importer.exact(bound)
-        return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result, bound=bound)
+        # integers computed in float32 (positions, indices of a maximum), exact by their bound
+        return IntValue(tuple(result.shape), dtype_name(meta.dtype), tensor=result.to(dtype), bound=bound)
 
     def _check_shape(self, result, meta) -> None:
         shape = tuple(result.shape) if isinstance(result, (Tensor, IntValue)) else None
@@ -213,10 +222,25 @@ class Call:
             return flat.reshape(tuple(data.shape[:axis]) + tuple(ids.shape) + tuple(data.shape[axis + 1:]))
         if all(isinstance(indices[k], IntValue) and indices[k].static is not None for k in picked):
             return self._static_index(data, picked, [indices[k].static for k in picked])
-        raise self.error(
-            "refcomp indexes by positions (affine integer tensors), by static index tensors or by one "
-            "fed one; these index tensors are computed at run time"
-        )
+        if all(isinstance(indices[k], IntValue) for k in picked):
+            return self._computed_index(data, picked, [self.importer.float_tensor(indices[k]) for k in picked])
+        raise self.error("indexes by float tensors (PyTorch takes integer or boolean ones)")
+
+    def _computed_index(self, data: Tensor, picked: list, ids: list) -> Tensor:
+        """Integer index tensors computed at run time: negatives counted from the end (PyTorch's), the
+        indexed axes moved together and merged as `_static_index` does, and read by index_select at the
+        flat positions the kernels compute (the runner checks them before the lookup)."""
+        sizes = [data.shape[k] for k in picked]
+        ids = [where(i < 0, i + n, i) for i, n in zip(ids, sizes)]
+        flat = ids[0]
+        for i, n in zip(ids[1:], sizes[1:]):
+            flat = flat * n + i  # NumPy's ravel_multi_index, broadcasting
+        rest = [k for k in range(data.ndim) if k not in picked]
+        at = picked[0] if picked == list(range(picked[0], picked[-1] + 1)) else 0
+        moved = data.permute(*(rest[:at] + picked + rest[at:]))
+        merged = moved.reshape(tuple(moved.shape[:at]) + (prod(sizes),) + tuple(moved.shape[at + len(picked):]))
+        out = merged.index_select(at, flat.reshape(-1))
+        return out.reshape(tuple(merged.shape[:at]) + tuple(flat.shape) + tuple(merged.shape[at + 1:]))
 
     def _static_index(self, data: Tensor, picked: list, arrays: list) -> Tensor:
         """Static index arrays (not affine): the indexed axes moved together (to the front unless they are
@@ -267,6 +291,18 @@ def _flat(values: tuple) -> list:
     for v in values:
         out.extend(_flat(tuple(v)) if isinstance(v, (list, tuple)) else [v])
     return out
+
+
+def _counted(t: Tensor) -> Tensor:
+    """A boolean (0/1) tensor as int64, so integer results computed from it are exact."""
+    return t.long() if isinstance(t, BoolTensor) else t
+
+
+def _mapped_tensors(value, fn):
+    """`fn` applied to every Tensor inside lists and tuples (other values kept)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mapped_tensors(v, fn) for v in value)
+    return fn(value) if isinstance(value, Tensor) else value
 
 
 def _mapped(value, fn):

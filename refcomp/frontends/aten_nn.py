@@ -5,13 +5,19 @@ reads only `out`, and the statistics, built beside it, are dead code the compile
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ops import nn
+from ..ops.core import iota
 from ..ops.creation import full
+from ..ops.elementwise import where
+from ..ops.movement import cat
 from ..ops.functions import bmm as rc_bmm, mm as rc_mm
 from ..ops.pooling import avg_pool, max_pool
 from ..symbolic.dims import prod
+from .aten_values import Unavailable
 
 
 def _pairs(values, d: int, default) -> tuple:
@@ -19,6 +25,39 @@ def _pairs(values, d: int, default) -> tuple:
     values = default if values is None or (isinstance(values, (list, tuple)) and not values) else values
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     return tuple(values * d if len(values) == 1 else values)
+
+
+# --- embedding bags ----------------------------------------------------------------------------------
+def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Bags of rows, summed (mode 0), averaged (1) or maxed (2): row i of `indices` falls in bag b when
+    offsets[b] <= i < offsets[b + 1]. A membership matrix (bags x rows, 0/1, padding_idx rows out)
+    contracts the looked-up rows for sum and mean; max selects over it, and an empty bag is 0 in every
+    mode, as PyTorch's. Of ATen's four results only the first is computed."""
+    table, ids, starts = ctx.tensor(weight), ctx.tensor(indices), ctx.tensor(offsets)
+    if ids.ndim != 1 or starts.ndim != 1:
+        raise ctx.error("takes 1-D indices and offsets (nn.EmbeddingBag flattens a 2-D input itself)")
+    rows = table.index_select(0, ids)  # (N, D)
+    position = iota((ids.shape[0],), 0, "int64").unsqueeze(0)
+    bags = starts.shape[0] - 1 if include_last_offset else starts.shape[0]
+    ends = starts[1:] if include_last_offset else cat([starts[1:], full((1,), ids.shape[0], dtype="int64")])
+    member = (position >= starts[:bags].unsqueeze(1)) * (position < ends.unsqueeze(1))  # (bags, N)
+    if padding_idx is not None and padding_idx >= 0:
+        member = member * ids.ne(padding_idx).unsqueeze(0)
+    member = member.float()
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise ctx.error("per_sample_weights are only for mode 'sum' (as PyTorch)")
+        rows = rows * ctx.tensor(per_sample_weights).unsqueeze(1)
+    if mode == 2:
+        picked = where(member.unsqueeze(2) > 0.5, rows.unsqueeze(0), -math.inf).amax(1)
+        out = where(member.sum(1, keepdim=True) > 0.5, picked, 0.0)
+    else:
+        out = member @ rows
+        if mode == 1:
+            out = out / member.sum(1, keepdim=True).clamp(min=1.0)
+    aux = Unavailable("embedding_bag's offset2bag, bag_size or max_indices")
+    return out, aux, aux, aux
 
 
 # --- contractions ------------------------------------------------------------------------------------

@@ -114,8 +114,8 @@ ROWS = [
     Row("aten.mul.Scalar", m.mul, "", ints=m.product_bound, affine=_times),
     Row("aten.div.Tensor", m.div, "true division"),
     Row("aten.div.Scalar", m.div, "true division"),
-    Row("aten.div.Tensor_mode", m.div, "rounding_mode trunc or floor (floats; static integers fold)"),
-    Row("aten.div.Scalar_mode", m.div, "rounding_mode trunc or floor (floats; static integers fold)"),
+    Row("aten.div.Tensor_mode", m.div, "rounding_mode trunc or floor (floats; integers exactly)"),
+    Row("aten.div.Scalar_mode", m.div, "rounding_mode trunc or floor (floats; integers exactly)"),
     Row("aten.pow.Tensor_Scalar", m.pow_, "NumPy's powf at the edges"),
     Row("aten.pow.Tensor_Tensor", m.pow_, ""),
     Row("aten.pow.Scalar", m.pow_scalar, "a number to a tensor's powers"),
@@ -278,13 +278,14 @@ ROWS = [
     Row(
         "aten.gather.default",
         s.gather,
-        "positions: a strided view; else int32 ids",
+        "positions: a strided view; else integer ids",
         raw=(2,),
         ints=m.first_bound,
         affine=s.gather_affine,
     ),
-    Row("aten.embedding.default", s.embedding, "fed int64 ids become int32 ids; positions a view", raw=(1,)),
+    Row("aten.embedding.default", s.embedding, "integer ids (fed, computed or static); positions a view", raw=(1,)),
     Row("aten.sym_size.int", s.sym_size, "a dim", raw=(0,)),
+    Row("aten._embedding_bag.default", n.embedding_bag, "sum, mean, max; the first of its four results"),
     # contractions, convolutions, pools
     Row("aten.addmm.default", n.addmm, "beta and alpha too"),
     Row("aten.mm.default", n.mm, ""),
@@ -392,7 +393,7 @@ NOT_MAPPED = {
         for name in ("rand.default", "randn.default", "randperm.default")
     },
     **{
-        f"aten.{name}": "writes at indices computed at run time (integer tensors at run time come later)"
+        f"aten.{name}": "writes at indices computed at run time, adding where they repeat (refcomp's Scatter writes distinct rows)"
         for name in (
             "scatter.src",
             "scatter.value",
@@ -412,7 +413,6 @@ NOT_MAPPED = {
     "aten.resize_.default": "an in-place resize of torch's storage",
     "aten.sym_numel.default": "torch.export writes sizes' products as Python arithmetic on sym_size",
     "aten.atan2.out": "an out= variant (not in functional programs)",
-    "aten._embedding_bag.default": "not yet",
     "aten._cdist_forward.default": "not yet",
     "aten._pdist_forward.default": "not yet",
     "aten._fft_r2c.default": "not yet (no complex numbers)",

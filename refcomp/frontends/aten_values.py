@@ -60,6 +60,14 @@ class IntValue:
         return self.positions
 
 
+@dataclass(frozen=True)
+class Unavailable:
+    """A result of an ATen op that refcomp does not compute (embedding_bag's bookkeeping tensors, which
+    only its backward reads): any node that reads it is refused, naming why."""
+
+    why: str
+
+
 # --- bounds --------------------------------------------------------------------------------------
 def magnitude(value) -> object:
     """An upper bound on |value| for an int or a dim expression, increasing in every dim (dims are
@@ -111,8 +119,8 @@ def bound_of(v) -> object:
     a float tensor."""
     from ..ops.tensor import BoolTensor
     if isinstance(v, IntValue):
-        if v.tensor is not None:
-            return v.bound
+        if v.tensor is not None:  # (an exact integer tensor has no bound to keep)
+            return v.bound if v.bound is not None else UNKNOWN
         if v.static is not None:
             return int(np.abs(v.static.astype(np.int64)).max()) if v.static.size else 0
         if v.positions is not None:

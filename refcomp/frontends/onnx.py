@@ -129,7 +129,9 @@ class ImportedModel:
             return array.astype(np.int32)
         if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
             raise FeedError(f"ONNX input {name!r} is {kind}, but the fed array has dtype {array.dtype}")
-        if not (
+        if kind == "DOUBLE":
+            array = np.asarray(array, dtype=np.float64)
+        elif not (
             array.dtype.name in ("float16", "bfloat16") and kind != "FLOAT"
         ):  # 16-bit feeds of 16-bit inputs go in as they are
             array = np.asarray(array, dtype=np.float32)
@@ -177,7 +179,8 @@ class ImportedModel:
                     helper.tensor_dtype_to_np_dtype(etype)
                 )
             else:
-                out[name] = np.asarray(results[name], dtype=np.float32)
+                out[name] = np.asarray(results[name], dtype=np.float64 if self.output_types[name] == "DOUBLE"
+                                       else np.float32)
         return out
 
     def evaluate(

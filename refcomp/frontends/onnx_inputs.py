@@ -144,7 +144,8 @@ def add_graph_inputs(imp) -> None:
         else:
             raise RefcompError(
                 f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
-                f"float32 (FLOAT, FLOAT16, BFLOAT16 and BOOL inputs, INT64/INT32 as Gather indices or static shapes)"
+                f"float32 and float64 (FLOAT, FLOAT16, BFLOAT16, DOUBLE and BOOL inputs, INT64/INT32 as Gather "
+                f"indices or static shapes)"
             )
         imp.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
         imp.user_inputs[vi.name] = t

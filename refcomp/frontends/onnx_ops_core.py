@@ -30,8 +30,10 @@ from ..ops.tensor import Tensor
 from .onnx_positions import Positions
 
 FLOAT, BOOL, INT64, INT32 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64, TensorProto.INT32
-# ONNX's float types refcomp holds: FLOAT16 and BFLOAT16 as refcomp's 16-bit storage types (ops.dtypes)
-DTYPE_OF_ETYPE = {FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+# ONNX's float types refcomp holds: FLOAT16 and BFLOAT16 as refcomp's 16-bit storage types, DOUBLE as
+# float64 (ops.dtypes)
+DTYPE_OF_ETYPE = {FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16",
+                  TensorProto.DOUBLE: "float64"}
 ETYPE_OF_DTYPE = {name: etype for etype, name in DTYPE_OF_ETYPE.items()}
 FLOATS = frozenset(DTYPE_OF_ETYPE)
 INT_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,

@@ -27,17 +27,17 @@ class Positions:
     def arange(count, start=0, step=1) -> "Positions":
         return Positions((count,), (step,), start)
 
-    def tensor(self):
-        """The values as a float32 tensor: Iota times each step, plus the offset."""
-        out = (
-            constant(0.0).reshape((1,) * len(self.shape)).broadcast_to(self.shape)
-            if self.shape
-            else constant(0.0)
-        )
+    def tensor(self, dtype: str = "float32"):
+        """The values as a tensor: Iota times each step, plus the offset; float32 (exact below 2^24),
+        or exact int64."""
+        exact = dtype == "int64"
+        zero = iota((1,), 0, dtype)[0] if exact else constant(0.0)
+        out = zero.reshape((1,) * len(self.shape)).broadcast_to(self.shape) if self.shape else zero
+        scalar = _integer if exact else _scalar
         for axis, step in enumerate(self.steps):
             if not dims_equal(step, 0):
-                out = out + iota(self.shape, axis) * _scalar(step)
-        return out + _scalar(self.offset) if not dims_equal(self.offset, 0) else out
+                out = out + iota(self.shape, axis, dtype) * scalar(step)
+        return out + scalar(self.offset) if not dims_equal(self.offset, 0) else out
 
     def reshaped(self, shape: Sequence) -> Optional["Positions"]:
         """The same values under `shape` when it only inserts or removes size-1 axes, else None."""
@@ -119,6 +119,11 @@ def gather_elements_view(x, axis: int, ids: Positions):
     strides = contiguous_strides(x.shape)
     view = tuple((strides[k] if k != axis else 0) + step * strides[axis] for k, step in enumerate(ids.steps))
     return x.as_strided(tuple(ids.shape), view, ids.offset * strides[axis])
+
+
+def _integer(value) -> object:
+    """A step or offset as an operand of int64 arithmetic: an int, or the symbolic dim itself."""
+    return int(value) if isinstance(value, int) or getattr(value, "is_Integer", False) else value
 
 
 def _scalar(value) -> object:

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import FeedError, RefcompError
 from ..reference.reference import evaluate
 from ..ops.graph import symbols_of, toposort
-from .aten_values import MAX_EXACT
+
 from .torch_graph import dim_names
 from .torch_import import Importer
 
@@ -125,7 +125,8 @@ class ExportedModel:
             elif kind in ("float16",):
                 out[name] = np.asarray(results[name]).astype(np.float16)
             elif kind.startswith(("int", "uint")):
-                out[name] = np.rint(np.asarray(results[name], dtype=np.float64)).astype(kind)
+                value = np.asarray(results[name])
+                out[name] = (value if value.dtype.kind in "iu" else np.rint(value.astype(np.float64))).astype(kind)
             else:
                 out[name] = np.asarray(results[name], dtype=np.float32)
         return out
@@ -145,17 +146,13 @@ def _converted(user: str, array: np.ndarray, conversion: str, dtype: str) -> np.
         if array.dtype != np.bool_:
             raise FeedError(f"input {user!r} is bool, but the fed array has dtype {array.dtype}")
         return array.astype(np.float32)
-    if conversion in ("ids", "int-as-float"):
+    if conversion == "int":
         if array.dtype.kind not in "iu":
             raise FeedError(f"input {user!r} is {dtype}, but the fed array has dtype {array.dtype}")
-        if conversion == "int-as-float":
-            if array.size and np.abs(array.astype(np.int64)).max() > MAX_EXACT:
-                raise FeedError(f"input {user!r} is read as float32 (compared or cast), but holds "
-                                f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)")
-            return np.array(array, dtype=np.float32, order="C")
-        if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
-            raise FeedError(f"input {user!r}: indices do not fit in int32")
-        return np.array(array, dtype=np.int32, order="C")
+        kind = np.int32 if dtype == "int32" else np.int64
+        if array.size and (array.min() < np.iinfo(kind).min or array.max() > np.iinfo(kind).max):
+            raise FeedError(f"input {user!r}: values do not fit in {np.dtype(kind).name}")
+        return np.array(array, dtype=kind, order="C")
     if array.dtype.kind != "f":
         raise FeedError(f"input {user!r} is {dtype}, but the fed array has dtype {array.dtype}")
     return np.array(

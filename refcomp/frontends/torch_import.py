@@ -17,13 +17,14 @@ import numpy as np
 import sympy
 
 from ..errors import RefcompError
+from ..ops.creation import integer
 from ..ops.provenance import Origin, building
-from ..ops.tensor import Tensor, constant
+from ..ops.tensor import Tensor
 from ..ops.tensor import input as rc_input
 from ..symbolic.dims import dim, idiv, imod
 from .aten_call import Call
 from .aten_table import IGNORED, NOT_MAPPED, TABLE, op_name
-from .aten_values import MAX_EXACT, UNKNOWN, IntValue, bound_of, largest, positions_bound
+from .aten_values import MAX_EXACT, UNKNOWN, IntValue, bound_of, largest
 from .torch_graph import DimTable, dtype_name, kind_of, origin, source_line
 
 SYMBOLIC = {operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
@@ -44,7 +45,7 @@ class Importer:
         self.input_types: dict[str, str] = {}  # user input name -> torch dtype name
         self.sources: dict[
             str, tuple[str, str]
-        ] = {}  # refcomp input -> (user input, "float" | "bool" | "ids" | "int-as-float")
+        ] = {}  # refcomp input -> (user input, "float" | "bool" | "int")
         self.outputs: dict[str, object] = {}
         self.output_types: dict[str, str] = {}
         self.static_outputs: dict[str, object] = {}
@@ -86,9 +87,9 @@ class Importer:
         kind, name, ranges = kind_of(fake.dtype), node.name, self.dims.input_ranges(shape)
         self.input_types[name] = dtype_name(fake.dtype)
         if kind == "int":
-            floats = self._user_input(name + ".float", name, "int-as-float", shape, "float32", ranges)
-            ids = self._user_input(name, name, "ids", shape, "int32", ranges)
-            value = IntValue(shape, dtype_name(fake.dtype), tensor=floats, bound=MAX_EXACT, ids=ids, fed=name)
+            torch_type = dtype_name(fake.dtype)
+            ints = self._user_input(name, name, "int", shape, "int32" if torch_type == "int32" else "int64", ranges)
+            value = IntValue(shape, torch_type, tensor=ints, ids=ints, fed=name)
         elif kind == "bool":
             value = self._user_input(name, name, "bool", shape, "float32", ranges).bool()
         else:
@@ -159,29 +160,27 @@ class Importer:
 
     # --- values for converters ----------------------------------------------------------------------
     def float_tensor(self, v: IntValue) -> Tensor:
-        """An integer value as float32 tensor holding it exactly (checked), made once."""
+        """An integer value as a refcomp tensor (an exact int64 one; a boolean's 0/1 flagged), made once."""
         if v.tensor is None:
             if v.positions is not None:
-                p = v.positions
-                self.exact(positions_bound(p), "integer positions")
-                v.tensor, v.bound = p.tensor(), positions_bound(p)
+                v.tensor = v.positions.tensor("int64")
             else:
-                v.tensor, v.bound = self._static_tensor(v.static), bound_of(v)
+                v.tensor = self._static_tensor(v.static)
+            v.bound = bound_of(v)
             if v.dtype == "bool":
                 v.tensor = v.tensor.bool()
         return v.tensor
 
     def _static_tensor(self, array: np.ndarray) -> Tensor:
-        flat = array.reshape(-1)
-        if flat.size and np.abs(flat.astype(np.int64)).max() > MAX_EXACT:
-            raise RefcompError(
-                f"a static integer tensor holds {np.abs(flat.astype(np.int64)).max()}, beyond the "
-                f"integers float32 holds exactly (2^24)"
-            )
+        """A static integer array as an int64 tensor: a broadcast Constant if all its values agree, else
+        a weight of the import's own."""
+        flat = array.reshape(-1).astype(np.int64)
         if flat.size == 0 or np.all(flat == flat[0]):
-            value = constant(float(flat[0]) if flat.size else 0.0)
+            value = integer(flat[0] if flat.size else 0)
             return value.reshape((1,) * array.ndim).broadcast_to(array.shape) if array.ndim else value
-        return self.static_weight(array)
+        name = self.unique_name("constant")
+        self.weights[name] = np.array(array, dtype=np.int64, order="C")
+        return rc_input(name, array.shape, "int64")
 
     def static_weight(self, array: np.ndarray) -> Tensor:
         """A float32 array the import computed (a static integer tensor, an averaging matrix) as a weight."""
@@ -196,8 +195,8 @@ class Importer:
             return None
         if v.ids is not None:
             return v.ids
-        if v.static is None:
-            return None
+        if v.static is None:  # computed at run time: exact integers, checked before each lookup
+            return self.float_tensor(v) if v.positions is None else None
         array = v.static.astype(np.int64)
         if array.size and array.min() < 0:
             if not isinstance(rows, int):
@@ -226,14 +225,13 @@ class Importer:
             return
         if bound is UNKNOWN:
             raise RefcompError(
-                f"computes {what} at run time by arithmetic on integers of no known magnitude (cast from "
-                f"floats, say), which float32 may not hold exactly; refcomp has no integer arithmetic at "
-                f"run time yet"
+                f"computes {what} at run time from float32 positions of no known magnitude, which float32 "
+                f"may not hold exactly"
             )
         raise RefcompError(
-            f"computes {what} at run time with values up to {bound}, beyond 2^24 at the dims' largest "
-            f"sizes, where float32 stops holding every integer; refcomp has no integer arithmetic at run "
-            f"time yet (a smaller max for the dims, torch.export.Dim(..., max=...), may help)"
+            f"computes {what} at run time from float32 positions with values up to {bound}, beyond 2^24 at "
+            f"the dims' largest sizes, where float32 stops holding every integer (a smaller max for the "
+            f"dims, torch.export.Dim(..., max=...), may help)"
         )
 
     def cap(self, name: str, bound) -> bool:

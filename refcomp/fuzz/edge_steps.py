@@ -34,6 +34,23 @@ class EdgeSteps:
             keep = f"({n}.eq({n}.amax({axis}, keepdims=True)) + ({n} > {c!r}))"
             self.emit(f"rc.where({keep}, {n}, -math.inf).softmax({axis})", 0.0, 1.0, False, "masked_softmax")
 
+    def step_integer(self) -> None:
+        """int64, int32 and float64 arithmetic between float32 steps: exact values truncated to int64,
+        wrapped past 2^63 (by a product) and to 32 bits (a cast), C's remainder, a float64 detour whose
+        digits float32 lacks; each comes back to float32 small and exact, so every backend agrees."""
+        v = self.pick(lambda v: v.exact) or self.new_input(self.random_shape(long_ok=False), "small_ints", 4)
+        n = v.name
+        op = self.choice(["wrap", "int32", "float64"])
+        if op == "wrap":  # (k * 2^62 + 7 k) wraps; fmod by 1,000 keeps it small
+            self.emit(f"rc.fmod({n}.long() * 4611686018427387911 + 2**40, 1000).float()", -999.0, 999.0, True,
+                      "int64_wrap")
+        elif op == "int32":  # 3e9 + k wraps to a negative int32, then back to a small value
+            self.emit(f"(({n}.long() + 3000000000).int() + 1294967296).float()", v.lo - 1, v.hi + 1, True,
+                      "int32_wrap")
+        else:  # 1e-12 survives in float64 and is subtracted again exactly
+            self.emit(f"(({n}.double() + 1e-12) * 3 - 3e-12).float()", 3 * v.lo - 1e-6, 3 * v.hi + 1e-6, True,
+                      "float64_detour")
+
     def step_power(self) -> None:
         """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy). The
         base's sign is a branch, so it comes from exact values (both precisions take the same one)."""

@@ -189,6 +189,7 @@ class Generator(EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
             ("gather", 0.4),
             ("select", 0.6),
             ("power", 0.35),
+            ("integer", 0.4),
             ("special", 1.0),
             ("fragile", 0.2),
             ("deep", 0.04),

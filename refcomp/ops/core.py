@@ -42,16 +42,24 @@ def dtype_name(dtype, what: str) -> str:
 
 
 DTYPE_HINTS = {
-    "int64": ": integer tensors are int32 ids (feed int64 arrays to an int32 input: they must fit), and "
-    "computed integers are exact float32 values",
-    "float64": ": refcomp computes in float32 (rc.evaluate(..., precision='float64') is the float64 reference)",
-    "bool": ": booleans are 0/1 float32 values flagged by comparisons or .bool() (feed a float32 mask)",
+    "bool": ": booleans are 0/1 values flagged by comparisons or .bool() (feed a float32 mask)",
 }
+COMPUTED_DTYPES = FLOAT_DTYPES + ("float64", "int64", "int32")  # what .to() converts between
 
 
 def is_bool_dtype(dtype) -> bool:
     """bool, "bool", np.bool_ or torch.bool: refcomp's booleans are flagged 0/1 floats (ops.tensor.BoolTensor)."""
     return dtype is bool or str(getattr(dtype, "__name__", dtype)).replace("torch.", "") in ("bool", "bool_")
+
+
+def is_integer(t) -> bool:
+    """An int32 or int64 tensor: ids a lookup takes as they are."""
+    return DTYPES[t.dtype].is_int
+
+
+def widest_integer(t):
+    """PyTorch's sums and products of integers accumulate, and return, int64."""
+    return t.long() if is_integer(t) and t.dtype != "int64" else t
 
 
 def is_boolean(value) -> bool:
@@ -132,21 +140,19 @@ class TensorCore:
 
     # --- building primitive nodes ------------------------------------------------------------
     def _require_float(self, what: str) -> None:
+        """For composites whose formula holds for float types only (a float32 one: 16-bit types widen)."""
         if self.dtype not in FLOAT_DTYPES:
             raise ShapeError(
-                f"{what} needs float operands, but {self.label} is {self.dtype} (int32 tensors only index: use them as embedding ids)"
+                f"{what} needs float operands, but {self.label} is {self.dtype} (convert it with .float())"
             )
 
     def to(self, dtype) -> "TensorCore":
-        """torch's Tensor.to(dtype): float types, and bool (nonzero, NaN included, is True: 0/1 values
-        flagged boolean); to a 16-bit type rounds, to float32 widens exactly."""
+        """torch's Tensor.to(dtype): float and integer types, and bool (nonzero, NaN included, is True: 0/1
+        values flagged boolean). To a 16-bit type or int32 rounds (wraps), to a wider type widens exactly,
+        to an integer truncates toward zero (ops.primitives: Cast)."""
         if is_bool_dtype(dtype):
-            return self if is_boolean(self) else self.ne(0.0)
+            return self if is_boolean(self) else self.ne(0)
         name = dtype_name(dtype, f"{self.label}.to")
-        self._require_float("to")
-        if name not in FLOAT_DTYPES:
-            raise ShapeError(f"{self.label}.to({name}): refcomp converts between float types only (its int32 "
-                             f"tensors are fed ids; integers are computed as exact float32 values)")
         if name == self.dtype:
             return TensorCore.full(self.edge) if is_boolean(self) else self
         return TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
@@ -160,6 +166,15 @@ class TensorCore:
     def float(self) -> "TensorCore":
         return self.to("float32")
 
+    def double(self) -> "TensorCore":
+        return self.to("float64")
+
+    def long(self) -> "TensorCore":
+        return self.to("int64")
+
+    def int(self) -> "TensorCore":
+        return self.to("int32")
+
     def type(self, dtype) -> "TensorCore":
         return self.to(dtype)
 
@@ -167,17 +182,13 @@ class TensorCore:
         return self.to("bool")
 
     def _unary(self, name: str) -> "TensorCore":
-        self._require_float(name)
         return TensorCore.from_node(make_node(name, (self.edge,)))
 
     def _binary(self, name: str, other) -> "TensorCore":
-        a, b = broadcast(self, lift(other), name)
-        a._require_float(name)
-        b._require_float(name)
+        a, b = broadcast(self, lift(other, like=self), name)
         return TensorCore.from_node(make_node(name, (a.edge, b.edge)))
 
     def _reduce(self, name: str, axis: int) -> "TensorCore":
-        self._require_float(name)
         return TensorCore.from_node(make_node(name, (self.edge,), axis=axis))
 
     def _axis(self, axis: int, ndim: int | None = None) -> int:
@@ -243,32 +254,20 @@ def _convert_first(who: str, signature, args, kwargs):
 
 def as_requested(t: "TensorCore", dtype, who: str) -> "TensorCore":
     """PyTorch's `dtype=` of a reduction or softmax: the input converted first, so the result has that
-    type. refcomp computes float types only, so an integer, bool or float64 request is refused here
-    rather than answered in another type."""
+    type. A bool request is refused here rather than answered in another type."""
     if dtype is None:
         return t
     what = f"{who} of {t.label} with dtype={dtype!r}"
     if is_bool_dtype(dtype):
         raise ShapeError(f"{what}: PyTorch converts to bool and returns a bool tensor; refcomp's reductions "
                          f"compute float types only (for a bool result use any()/all() on x.bool())")
-    try:
-        name = dtype_name(dtype, what)
-    except ShapeError:  # int64, float64, uint8, ...: a type PyTorch has and refcomp does not
-        name = _numpy_name(dtype)
-        if name is None:
-            raise
-    if name not in FLOAT_DTYPES:
-        raise ShapeError(f"{what}: PyTorch's result would be {name}, and refcomp computes float types only "
-                         f"({', '.join(FLOAT_DTYPES)}): ask for one of them")
+    name = dtype_name(dtype, what)
+    if DTYPES[name].is_int and who in FLOAT_RESULTS:
+        raise ShapeError(f"{what}: PyTorch computes {who} in float types only and refuses {name}")
     return t.to(name)
 
 
-def _numpy_name(dtype):
-    """NumPy's name of a dtype (torch's and NumPy's agree), or None for what is no dtype at all."""
-    try:
-        return np.dtype(str(getattr(dtype, "__name__", dtype)).replace("torch.", "")).name
-    except TypeError:
-        return None
+FLOAT_RESULTS = ("softmax", "log_softmax", "softmin", "mean")  # composites PyTorch has no integer kernels for
 
 
 def _wide(value):
@@ -279,10 +278,19 @@ def _narrow(value, dtype: str):
     return value.to(dtype) if isinstance(value, TensorCore) and value.dtype == "float32" else value
 
 
-def lift(value) -> TensorCore:
-    """A Tensor as is; a Python number or symbolic dim as a scalar Constant."""
+def lift(value, like: "TensorCore | None" = None) -> TensorCore:
+    """A Tensor as is; a Python number or symbolic dim as a scalar Constant. Beside an integer tensor
+    `like`, a Python int (or a dim) is an int64 Constant, so the integer arithmetic stays exact (a
+    Python float makes it float32, as in PyTorch); beside a float64 tensor a number is a float64 one."""
     if isinstance(value, TensorCore):
         return value
+    if like is not None and DTYPES[like.dtype].is_int and (
+            isinstance(value, numbers.Integral) or isinstance(value, sympy.Expr) and value.is_integer):
+        return TensorCore.from_node(make_node("Constant", dtype="int64", value=int(value) if isinstance(
+            value, numbers.Integral) or value.is_Integer else value))
+    if like is not None and like.dtype == "float64" and isinstance(value, (numbers.Real, sympy.Expr)) and \
+            not isinstance(value, bool):  # a Python float beside a float64 tensor keeps its double value
+        return TensorCore.from_node(make_node("Constant", dtype="float64", value=constant(value).node.attrs["value"]))
     if isinstance(value, (numbers.Real, sympy.Expr)) and not isinstance(value, bool):
         return constant(value)
     raise ShapeError(
@@ -372,6 +380,7 @@ def _ranges(name: str, dims: tuple, ranges) -> tuple:
     return tuple(out)
 
 
-def iota(shape: Sequence, axis: int) -> TensorCore:
+def iota(shape: Sequence, axis: int, dtype: str = "float32") -> TensorCore:
+    """The index along `axis`: float32 positions, or exact integers (`dtype="int64"`)."""
     dims = tuple(dim(n) for n in shape)
-    return TensorCore.from_node(make_node("Iota", shape=dims, axis=axis))
+    return TensorCore.from_node(make_node("Iota", dtype=dtype_name(dtype, "iota"), shape=dims, axis=axis))

@@ -2,8 +2,8 @@
 the `_like` forms. Each is a broadcast Constant or Iota arithmetic, so a symbolic size costs nothing.
 
 `dtype=` as PyTorch takes it: a float type rounds the values to it (a Cast), bool flags them as
-booleans (0/1), and the integer types keep the values, which refcomp computes as exact float32 (it
-has no integer arithmetic): the integers below 2^24 are all there.
+booleans (0/1), and an integer type makes exact integers (int64 Constants and Iotas, an int32 Cast).
+Without `dtype=`, refcomp's creations are float32 (PyTorch's arange of ints is int64: pass dtype).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def size_of(args) -> tuple:
 
 
 def is_integer_dtype(dtype) -> bool:
-    """int32, int64 (torch.long), NumPy's integer types: refcomp's integers are exact float32 values."""
+    """int32, int64 (torch.long), NumPy's integer types."""
     name = str(getattr(dtype, "__name__", dtype)).replace("torch.", "")
     if name in ("long", "int", "short"):
         return True
@@ -40,7 +40,7 @@ def is_integer_dtype(dtype) -> bool:
 
 def _typed(t, dtype):
     """`t` as PyTorch's dtype= asks (see the module docstring)."""
-    if dtype is None or is_integer_dtype(dtype):
+    if dtype is None:
         return t
     return t.bool() if is_bool_dtype(dtype) else t.to(dtype)
 
@@ -54,9 +54,9 @@ def full(size: Sequence, fill_value, *, dtype=None):
     if is_integer_dtype(dtype):
         if not math.isfinite(float(fill_value)):
             raise ShapeError(f"full: {fill_value} is not a value of the integer dtype {dtype}")
-        fill_value = float(math.trunc(float(fill_value)))
+        fill_value = math.trunc(fill_value)
     shape = size_of((size,))
-    value = constant(float(fill_value))
+    value = integer(fill_value) if is_integer_dtype(dtype) else constant(float(fill_value))
     out = value.reshape((1,) * len(shape)).broadcast_to(shape) if shape else value
     return _typed(out, "bool" if dtype is None and isinstance(fill_value, bool) else dtype)
 
@@ -140,20 +140,25 @@ def arange(start=0, end=None, step=1, *, dtype=None):
         start, end = dim(start), dim(end)
         span = dim(end - start) if step > 0 else dim(start - end)
         count = span if abs(step) == 1 else idiv(span + abs(step) - 1, abs(step))  # ceil(span / |step|)
-        return _typed(_ramp(count, start, step), dtype)
+        return _typed(_ramp(count, start, step, is_integer_dtype(dtype)), dtype)
     if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in args) or step == 0:
         raise ShapeError(f"arange{args}: start, end and step must be numbers, step non-zero")
     if is_integer_dtype(dtype) and not all(isinstance(v, numbers.Integral) for v in args):
         raise ShapeError(f"arange{args}: an integer dtype needs integer start, end and step here")
     if all(isinstance(v, numbers.Integral) for v in args):
         count = max(len(range(start, end, step)), 0)  # NumPy's arange(-1) is empty (PyTorch refuses it)
-        return _typed(_ramp(count, start, step), dtype)
+        return _typed(_ramp(count, start, step, is_integer_dtype(dtype)), dtype)
     count = max(math.ceil((float(end) - float(start)) / float(step)), 0)
     return _typed(iota((count,), 0) * float(step) + float(start), dtype)
 
 
-def _ramp(count, start, step: int):
-    """start + i * step for i < count, from an Iota (start and count may be dims)."""
-    out = iota((count,), 0)
-    out = out if step == 1 else out * float(step)
-    return out if isinstance(start, int) and start == 0 else out + lift(start)
+def _ramp(count, start, step: int, exact: bool = False):
+    """start + i * step for i < count, from an Iota (start and count may be dims); `exact`: int64."""
+    out = iota((count,), 0, "int64" if exact else "float32")
+    out = out if step == 1 else out * (step if exact else float(step))
+    return out if isinstance(start, int) and start == 0 else out + lift(start, like=out)
+
+
+def integer(value):
+    """An int64 scalar Constant holding `value` exactly."""
+    return lift(int(value), like=iota((1,), 0, "int64"))

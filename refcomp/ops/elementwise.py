@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import broadcast, broadcast_shape, is_boolean, keep_bool, lift
+from .core import TensorCore, broadcast, broadcast_shape, is_boolean, keep_bool, lift
 from .movement import stack
 from .primitives import make_node
 
@@ -29,23 +29,23 @@ class ElementwiseMixin:
         return self._binary("Add", other)
 
     def __radd__(self, other):
-        return lift(other)._binary("Add", self)
+        return lift(other, like=self)._binary("Add", self)
 
     def __mul__(self, other):
         return self._binary("Mul", other)
 
     def __rmul__(self, other):
-        return lift(other)._binary("Mul", self)
+        return lift(other, like=self)._binary("Mul", self)
 
     def __neg__(self):
-        return self * -1.0
+        return self * -1
 
     def __sub__(self, other):
         _check_broadcast(self, other, "Sub")
-        return self + (-lift(other))
+        return self + (-lift(other, like=self))
 
     def __rsub__(self, other):
-        return lift(other) + (-self)
+        return lift(other, like=self) + (-self)
 
     def __truediv__(self, other):
         _check_broadcast(self, other, "Div")
@@ -62,13 +62,13 @@ class ElementwiseMixin:
         fmod's remainder has the dividend's sign; where the signs differ (and it is not 0) the divisor
         is added once, exactly as np.remainder does. `rc.fmod` is C's fmodf.
         """
-        divisor = lift(other)
+        divisor = lift(other, like=self)
         r = self._binary("Mod", divisor)
         signs_differ = (r < 0.0) * (divisor > 0.0) + (r > 0.0) * (divisor < 0.0)
         return where(signs_differ, r + divisor, r)
 
     def __rmod__(self, other):
-        return lift(other) % self
+        return lift(other, like=self) % self
 
     def __pow__(self, exponent):
         return power(self, exponent)
@@ -85,7 +85,7 @@ class ElementwiseMixin:
 
     def __gt__(self, other):
         _check_broadcast(self, other, "GreaterThan")
-        return lift(other)._binary("LessThan", self)._as_bool()
+        return lift(other, like=self)._binary("LessThan", self)._as_bool()
 
     def __le__(self, other):
         return ((1.0 - (self > other)) * _ordered(self, other))._as_bool()
@@ -171,12 +171,12 @@ class ElementwiseMixin:
         return self.sqrt().reciprocal()
 
     def maximum(self, other):
-        a, b = broadcast(self, lift(other), "maximum")
+        a, b = broadcast(self, lift(other, like=self), "maximum")
         return stack([a, b], axis=-1)._reduce("MaxReduce", a.ndim)
 
     def minimum(self, other):
         _check_broadcast(self, other, "minimum")
-        return -((-self).maximum(-lift(other)))
+        return -((-self).maximum(-lift(other, like=self)))
 
     def abs(self):
         return self.maximum(-self)
@@ -299,11 +299,11 @@ def _ordered(a, b):
 @user_op
 def where(cond, a, b):
     """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
-    cond, a, b = lift(cond), lift(a), lift(b)
+    cond = lift(cond)
+    a = lift(a, like=b if isinstance(b, TensorCore) else None)
+    b = lift(b, like=a)
     shape = broadcast_shape([cond, a, b], "where")
     operands = [t.broadcast_to(shape) for t in (cond, a, b)]
-    for t in operands:
-        t._require_float("where")
     return keep_bool(type(cond).from_node(make_node("Where", tuple(t.edge for t in operands))), a, b)
 
 

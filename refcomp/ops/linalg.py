@@ -33,7 +33,7 @@ def _parse(equation: str, ndims: list[int]) -> tuple[list[str], str]:
     letters = []
     for term, ndim in zip(terms, ndims):
         named = term.replace("...", "")
-        if not named.isalpha() or not named.islower() or term.count("...") > 1:
+        if named and not (named.isalpha() and named.islower()) or term.count("...") > 1:  # '' is a scalar
             raise ShapeError(
                 f"einsum {equation!r}: term {term!r} must be lowercase letters and at most one '...'"
             )

@@ -13,7 +13,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
-from .core import TensorCore, computed_in_float32, iota, lift
+from .core import TensorCore, computed_in_float32, iota, is_integer, lift
 from .elementwise import where
 from .primitives import make_node
 from .provenance import user_op
@@ -37,8 +37,8 @@ def one_hot(tensor, num_classes: int = -1):
             f"one_hot of {ids.label}: give num_classes (PyTorch's -1 takes it from the largest id, "
             f"which is not known when the graph is built), got {num_classes!r}"
         )
-    if ids.dtype != "int32":
-        raise ShapeError(f"one_hot of {ids.label}: the ids must be an int32 input, got {ids.dtype}")
+    if not is_integer(ids):
+        raise ShapeError(f"one_hot of {ids.label}: the ids must be an integer tensor, got {ids.dtype}")
     return _rows(iota((num_classes, num_classes), 0).eq(iota((num_classes, num_classes), 1)), ids)
 
 
@@ -62,7 +62,7 @@ def _check(who: str, reduction, size_average, reduce) -> None:
 def _class_rows(target, classes, ignore_index: int, axis: int, label: str):
     """(one-hot of the target along `axis`, zero where ignored; 1.0 where ignored): from int32 ids
     through a Gather, or from float32 ids by comparison."""
-    if target.dtype != "int32":
+    if not is_integer(target):
         picked = target.unsqueeze(axis).eq(iota((classes,) + (1,) * (target.ndim - axis), 0))
         ignored = target.eq(float(ignore_index))
         return where(ignored.unsqueeze(axis), 0.0, picked), ignored
@@ -103,7 +103,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     log_p = logits.log_softmax(axis)
     w = None if weight is None else lift(weight).reshape((classes,) + (1,) * (logits.ndim - axis - 1))
     weighted = log_p if w is None else log_p * w
-    if target.ndim == logits.ndim and target.dtype != "int32":  # class probabilities
+    if target.ndim == logits.ndim and not is_integer(target):  # class probabilities
         if label_smoothing:
             target = target * (1.0 - label_smoothing) + label_smoothing / classes
         loss = -(weighted * target).sum(axis)

@@ -15,7 +15,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
 from ..symbolic.dims import dim as make_dim  # where a parameter is PyTorch's dim=
 from .provenance import user_op
-from .core import TensorCore, constant, is_boolean, keep_bool, lift
+from .core import TensorCore, is_boolean, is_integer, keep_bool, lift
 from .primitives import make_node
 
 
@@ -177,7 +177,8 @@ class MovementMixin:
             for width, at in ((before, 0), (after, 1)):
                 if not dims_equal(width, 0):
                     shape = out.shape[:axis] + (dim(width),) + out.shape[axis + 1:]
-                    parts.insert(at * len(parts), constant(value).broadcast_to(shape))
+                    border = lift(int(value) if is_integer(self) and float(value).is_integer() else value, like=self)
+                    parts.insert(at * len(parts), border.broadcast_to(shape))
             out = concat(parts, axis) if len(parts) > 1 else out
         return out
 
@@ -195,7 +196,7 @@ class MovementMixin:
         return out
 
     def __getitem__(self, index):
-        if isinstance(index, TensorCore) and index.dtype == "int32":  # x[ids]: rows picked by int32 ids
+        if isinstance(index, TensorCore) and is_integer(index):  # x[ids]: rows picked by integer ids
             return self.index_select(0, index)
         if any(is_boolean(i) for i in (index if isinstance(index, tuple) else (index,))):
             raise ShapeError(

@@ -12,6 +12,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
+from .dtypes import DTYPES
 from ..symbolic.dims import dim, dims_equal, prod
 from .activations import (
     celu,
@@ -344,10 +345,9 @@ def embedding(
             f"embedding of {table.label}: max_norm renormalises the table's rows in place, which "
             f"refcomp does not do; scale the table before the lookup"
         )
-    if ids.dtype != "int32":
-        raise ShapeError(f"embedding ids must be an int32 input, got {ids.label} ({ids.dtype})")
+    if not DTYPES[ids.dtype].is_int:
+        raise ShapeError(f"embedding ids must be an integer tensor, got {ids.label} ({ids.dtype})")
     require_ndim(table, 2, "embedding table")
-    table._require_float("embedding")
     return Tensor.from_node(make_node("Gather", (table.edge, ids.edge)))
 
 

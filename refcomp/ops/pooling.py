@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..errors import ShapeError
 from ..symbolic.dims import dim, prod
-from .core import computed_in_float32, constant, iota, lift
+from .core import computed_in_float32, constant, iota, is_integer, lift
 from .elementwise import where
 from .provenance import user_op
 from .windows import window_pads, per_axis, require_ndim, ceil_mode_extra, windows
@@ -101,7 +101,7 @@ def max_unpool(x, indices, kernel, stride, padding, output_size=None, who: str =
         raise ShapeError(
             f"{who}: the output plane {spatial} must have a known size (a comparison per output cell)"
         )
-    if indices.dtype == "int32":  # read each id's position from a ramp: a lookup the runner range-checks
+    if is_integer(indices):  # read each id's position from a ramp: a lookup the runner range-checks
         from .nn import embedding
         indices = embedding(indices, iota((plane, 1), 0)).reshape(tuple(x.shape))
     n, c = x.shape[:2]

@@ -20,7 +20,7 @@ import sympy
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dims_equal
 from ..symbolic.view import ViewStack
-from .dtypes import promote
+from .dtypes import DOUBLE, DTYPES, INT, promote
 from .provenance import Origin, current
 
 LEAF, UNARY, BINARY, TERNARY, REDUCE, COPY, GATHER, SCATTER = (
@@ -43,13 +43,29 @@ SHORT_REDUCE = 4  # a reduce over at most this many values may be unrolled into 
 
 
 @dataclass(frozen=True)
+class C:
+    """An op's C expression ({0}, {1} the operands) for each kind of arithmetic (ops.dtypes): `float`,
+    and `double` and `int` where they are spelled otherwise (None: the float spelling, which C's
+    conversions and overloads already make right)."""
+
+    float: str
+    double: Optional[str] = None
+    int: Optional[str] = None
+
+    def of(self, kind: str) -> str:
+        spelled = {DOUBLE: self.double, INT: self.int}.get(kind)
+        return spelled if spelled is not None else self.float
+
+
+@dataclass(frozen=True)
 class OpDef:
     name: str
     kind: str
     numpy: Optional[Callable[..., np.ndarray]]  # (args, attrs, dtype) -> array, or None when fed from outside
-    c: Optional[str] = None  # C expression with {0}, {1} for the operands
-    c_identity: Optional[str] = None  # reductions: the accumulator's start value
+    c: Optional[C] = None  # C expression with {0}, {1} for the operands
+    c_identity: Optional[C] = None  # reductions: the accumulator's start value
     doc: str = ""
+    floats_only: bool = False  # integer operands are converted to float32 first (PyTorch: sqrt of an int)
     # Properties that rewrite rules test (refcomp/search/rules.py), stated here once:
     commutative: bool = False  # f(a, b) = f(b, a): a pattern may match the operands in either order
     safe_under_pad: bool = False  # elementwise with f(0, ..., 0) = 0: a padded read of f(x) (0 where masked) is f of the padded read of x
@@ -68,7 +84,39 @@ def _less_than(args, attrs, dtype):
 
 
 def _max_reduce(args, attrs, dtype):
-    return np.max(args[0], axis=attrs["axis"], initial=-np.inf).astype(dtype)
+    lowest = np.iinfo(dtype).min if np.issubdtype(dtype, np.integer) else -np.inf
+    return np.max(args[0], axis=attrs["axis"], initial=lowest).astype(dtype)
+
+
+def _remainder(args, attrs, dtype):
+    """fmod; on integers C's `%` (the dividend's sign), with x % 0 = 0 (PyTorch raises; a kernel cannot)."""
+    if not np.issubdtype(dtype, np.integer):
+        return np.fmod(args[0], args[1])
+    a, b = args
+    safe = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.fmod(a, safe))
+
+
+def _quotient(args, attrs, dtype):
+    """a / b: IEEE division for floats; for integers C's, rounded toward zero, with x / 0 = 0 (PyTorch
+    raises; a kernel cannot) and INT64_MIN / -1 wrapping to itself."""
+    a, b = args
+    if not np.issubdtype(dtype, np.integer):
+        return a / b
+    safe = np.where((b == 0) | (b == -1), 1, b)
+    exact = (a - np.fmod(a, safe)) // safe  # a multiple of b over b: floor division is exact
+    return np.where(b == 0, 0, np.where(b == -1, np.negative(a), exact))
+
+
+def _cast(args, attrs, dtype):
+    """A conversion: to an integer type a float truncates toward zero; NaN and values out of the target's
+    range give its lowest value (x86's and so PyTorch's CPU answer; C leaves them undefined)."""
+    x = args[0]
+    if not np.issubdtype(dtype, np.integer) or np.issubdtype(x.dtype, np.integer):
+        return x.astype(dtype)
+    target = np.iinfo(attrs["to"])
+    bad = ~((x > -(2.0 ** (target.bits - 1)) - 1) & (x < 2.0 ** (target.bits - 1)))
+    return np.where(bad, target.min, np.trunc(np.where(bad, 0, x)).astype(np.int64))
 
 
 def _gather(args, attrs, dtype):
@@ -95,16 +143,19 @@ OPS: dict[str, OpDef] = {
             doc="a scalar; its value may be a symbolic expression of dims",
         ),
         OpDef("Iota", LEAF, _iota, literal=True, doc="the index along one axis, as a float"),
-        OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), "log2f({0})"),
-        OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), "exp2f({0})"),
-        OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), "sinf({0})", safe_under_pad=True),
-        OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), "sqrtf({0})", safe_under_pad=True),
-        OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), "(1.0f / {0})"),
+        OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), C("log2f({0})", "log2({0})"), floats_only=True),
+        OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), C("exp2f({0})", "exp2({0})"), floats_only=True),
+        OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), C("sinf({0})", "sin({0})"), safe_under_pad=True,
+                floats_only=True),
+        OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), C("sqrtf({0})", "sqrt({0})"), safe_under_pad=True,
+                floats_only=True),
+        OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), C("(1.0f / {0})", "(1.0 / {0})"),
+                floats_only=True),
         OpDef(
             "Add",
             BINARY,
             lambda a, attrs, dt: a[0] + a[1],
-            "({0} + {1})",
+            C("({0} + {1})", int="rc_iadd({0}, {1})"),  # integers wrap, as PyTorch's do
             commutative=True,
             safe_under_pad=True,
         ),
@@ -114,22 +165,30 @@ OPS: dict[str, OpDef] = {
             "Mul",
             BINARY,
             lambda a, attrs, dt: a[0] * a[1],
-            "__fmul_rn({0}, {1})",
+            C("__fmul_rn({0}, {1})", "__dmul_rn({0}, {1})", "rc_imul({0}, {1})"),
             commutative=True,
             safe_under_pad=True,
         ),
         OpDef(
             "Mod",
             BINARY,
-            lambda a, attrs, dt: np.fmod(a[0], a[1]),
-            "fmodf({0}, {1})",
-            doc="remainder with the sign of the dividend, as C's fmodf",
+            _remainder,
+            C("fmodf({0}, {1})", "fmod({0}, {1})", "rc_imod({0}, {1})"),
+            doc="remainder with the sign of the dividend, as C's fmodf (integers: x % 0 is 0)",
+        ),
+        OpDef(
+            "Div",
+            BINARY,
+            _quotient,
+            C("({0} / {1})", int="rc_idiv({0}, {1})"),
+            doc="a / b: IEEE division (the Tensor API's float `/` is a * recip(b)); integers round toward "
+            "zero, x / 0 is 0",
         ),
         OpDef(
             "LessThan",
             BINARY,
             _less_than,
-            "({0} < {1} ? 1.0f : 0.0f)",
+            C("({0} < {1} ? 1.0f : 0.0f)", "({0} < {1} ? 1.0 : 0.0)", "({0} < {1} ? 1LL : 0LL)"),
             safe_under_pad=True,
             doc="1.0 where a < b, else 0.0",
         ),
@@ -137,34 +196,36 @@ OPS: dict[str, OpDef] = {
             "Where",
             TERNARY,
             lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]),
-            "({0} != 0.0f ? {1} : {2})",
+            C("({0} != 0.0f ? {1} : {2})"),
             safe_under_pad=True,
             doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks",
         ),
         OpDef(
-            "SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]), "({0} + {1})", "0.0f"
+            "SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]),
+            C("({0} + {1})", int="rc_iadd({0}, {1})"), C("0.0f", "0.0", "0LL")
         ),
         OpDef(
             "MaxReduce",
             REDUCE,
             _max_reduce,
-            "rc_max({0}, {1})",
-            "-INFINITY",
+            C("rc_max({0}, {1})"),
+            C("-INFINITY", "-HUGE_VAL", "RC_INT64_MIN"),
             doc="starts at -inf; NaN propagates, as in np.max",
         ),
         OpDef(
             "Cast",
             UNARY,
-            lambda a, attrs, dt: a[0],
-            "{0}",
+            _cast,
+            C("{0}", int="rc_to_int({0})"),  # (to int32 from a float: rc_to_int32, codegen.render_c)
             safe_under_pad=True,
-            doc="the same value in the dtype `to`: rounded to a 16-bit float's values, or widened exactly",
+            doc="the same value in the dtype `to`: rounded to a 16-bit float's or an int32's values, widened "
+            "exactly, or truncated toward zero to an integer",
         ),
         OpDef(
             "Contiguous",
             COPY,
             lambda a, attrs, dt: np.ascontiguousarray(a[0]),
-            "{0}",
+            C("{0}"),
             safe_under_pad=True,
             doc="materialise a view into a fresh buffer",
         ),
@@ -284,7 +345,8 @@ def infer_dtype(op: OpDef, srcs: tuple[Edge, ...], attrs: dict[str, Any]) -> str
         return srcs[0].node.dtype
     values = srcs[1:] if op.name == "Where" else srcs
     strong = [e.node.dtype for e in values if not e.node.weak]
-    return promote(strong) if strong else "float32"
+    dtype = promote(strong, [e.node.dtype for e in values if e.node.weak])
+    return "float32" if op.floats_only and DTYPES[dtype].is_int else dtype
 
 
 def make_node(op_name: str, srcs: tuple[Edge, ...] = (), dtype: Optional[str] = None, **attrs) -> Node:

@@ -25,6 +25,7 @@ from .core import (
     iota,
     lift,
     widened,
+    widest_integer,
 )
 from .elementwise import where
 
@@ -53,7 +54,8 @@ class ReductionMixin:
 
     def sum(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
-        return as_requested(self, dtype, "sum")._reduce_axes("SumReduce", dim, keepdim)
+        x = as_requested(self, dtype, "sum") if dtype is not None else widest_integer(self)
+        return x._reduce_axes("SumReduce", dim, keepdim)
 
     def amax(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         """torch.amax: the largest values over one dim, several, or all (None or ()); values only, NaN propagates."""
@@ -73,10 +75,15 @@ class ReductionMixin:
     def min(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
         return _extreme(self, "min", dim, keepdim, axis, keepdims)
 
-    @computed_in_float32
     def prod(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
-        """The product as a tree of Mul over halves of each axis (whose length must be concrete); dtype= is
-        applied by computed_in_float32, as for mean and softmax."""
+        """The product as a tree of Mul over halves of each axis (whose length must be concrete), in the
+        requested type, else (integers) in int64 as PyTorch's."""
+        x = as_requested(self, dtype, "prod") if dtype is not None else widest_integer(self)
+        return x._product(dim, keepdim, axis=axis, keepdims=keepdims)
+
+    @computed_in_float32
+    def _product(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
+        """prod in this tensor's own type (16-bit types computed in float32, rounded once)."""
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
         out = self
         axes = (
@@ -85,7 +92,7 @@ class ReductionMixin:
             else [self._axis(a) for a in (dim if isinstance(dim, (tuple, list)) else [dim])]
         )
         for a in sorted(set(axes), reverse=True):
-            out = _product(out, a)
+            out = _product_along(out, a)
         return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(self.shape))) if keepdim else out
 
     def any(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
@@ -125,6 +132,9 @@ class ReductionMixin:
     @computed_in_float32
     def mean(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
+        if DTYPES[self.dtype].is_int:
+            raise ShapeError(f"mean of {self.label}: PyTorch takes the mean of float tensors only (convert it, "
+                             f"or pass dtype=, e.g. dtype=torch.float32)")
         return self.sum(dim, keepdim) * _inverse(self._count(dim))
 
     @computed_in_float32
@@ -237,13 +247,13 @@ class ReductionMixin:
     def cumsum(self, dim: int = -1, *, dtype=None, axis=None):
         """Running sums as windows over a zero-padded copy: exact, with no masking arithmetic."""
         axis = self._axis(_one_axis(dim, axis))
-        x = as_requested(self, dtype, "cumsum")
+        x = as_requested(self, dtype, "cumsum") if dtype is not None else widest_integer(self)
         x = x.transpose(axis, -1) if axis != self.ndim - 1 else x
         n, lead = x.shape[-1], x.shape[:-1]
         padded = x.pad([(0, 0)] * (x.ndim - 1) + [(make_dim(n - 1), 0)])
         padded_strides = contiguous_strides(lead + (make_dim(2 * n - 1),))
         windows = padded.as_strided(lead + (n, n), padded_strides[:-1] + (1, 1))
-        out = windows.sum(-1)
+        out = windows._reduce_axes("SumReduce", -1, False)
         return out.transpose(axis, -1) if axis != self.ndim - 1 else out
 
     def matmul(self, other):
@@ -312,7 +322,7 @@ def _extreme(t, name: str, dim, keepdim, axis, keepdims):
     return getattr(return_types, name)(values, indices)
 
 
-def _product(t, axis: int):
+def _product_along(t, axis: int):
     """The product along one axis as a tree of Mul over halves (the axis length must be concrete)."""
     n = t.shape[axis]
     if not isinstance(n, int):

@@ -12,7 +12,7 @@ import math
 
 from ..errors import ShapeError
 from ..symbolic.dims import prod
-from .core import is_boolean, lift
+from .core import is_boolean, is_integer, lift
 from .creation import size_of, full
 from .elementwise import fmod, where
 
@@ -36,28 +36,42 @@ def _floor_divide(a, b):
     return where(b.eq(0.0), a / b, where(div.eq(0.0), zero, rounded))
 
 
+def _integer_quotient(a, b, rounding_mode: str):
+    """PyTorch's integer division, exact at any magnitude: the Div primitive rounds toward zero, and
+    floor division steps down once where a remainder is left with the other sign (x // 0 is 0 here,
+    where PyTorch raises)."""
+    q = a._binary("Div", b)
+    if rounding_mode == "trunc":
+        return q
+    r = a - q * b
+    return where(r.ne(0) * (r < 0).ne(b < 0), q - 1, q)
+
+
 class TorchMethodsMixin:
     __slots__ = ()
 
     # --- arithmetic under PyTorch's names ---------------------------------------------------------
     def add(self, other, alpha=1):
-        return self + (lift(other) * alpha if alpha != 1 else other)
+        return self + (lift(other, like=self) * alpha if alpha != 1 else other)
 
     def sub(self, other, alpha=1):
-        return self - (lift(other) * alpha if alpha != 1 else other)
+        return self - (lift(other, like=self) * alpha if alpha != 1 else other)
 
     def mul(self, other):
         return self * other
 
     def div(self, other, rounding_mode=None):
         """x / y; rounding_mode "trunc" rounds toward zero, "floor" toward -inf (PyTorch's)."""
+        other = lift(other, like=self)
+        if rounding_mode in ("trunc", "floor") and is_integer(self) and is_integer(other):
+            return _integer_quotient(self, other, rounding_mode)
         quotient = self / other
         if rounding_mode is None:
             return quotient
         if rounding_mode == "trunc":
             return quotient.trunc()
         if rounding_mode == "floor":
-            return _floor_divide(self, lift(other))
+            return _floor_divide(self, other)
         raise ShapeError(
             f"div of {self.label}: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
         )
@@ -66,7 +80,7 @@ class TorchMethodsMixin:
         return self.div(other, rounding_mode="floor")
 
     def __rfloordiv__(self, other):
-        return lift(other).div(self, rounding_mode="floor")
+        return lift(other, like=self).div(self, rounding_mode="floor")
 
     def pow(self, exponent):
         return self ** exponent

@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..symbolic.dims import dim as make_dim, dims_equal, prod
 from ..symbolic.view import contiguous_strides
 from . import return_types
-from .core import as_requested, iota, keep_bool, lift
+from .core import as_requested, iota, is_integer, keep_bool, lift, widest_integer
 from .elementwise import where
 from .movement import concat
 from .primitives import make_node
@@ -199,13 +199,13 @@ class TorchShapesMixin:
         return self.contiguous().as_strided(shape, view)
 
     def index_select(self, dim: int, index):
-        """Entries at the int32 ids `index` along `dim` (any shape of ids: its axes replace `dim`),
+        """Entries at the integer ids `index` along `dim` (any shape of ids: its axes replace `dim`),
         the rows of a table picked by a Gather; an id out of range is refused at run time."""
         axis = self._axis(dim)
         ids = lift(index)
-        if ids.dtype != "int32":
+        if not is_integer(ids):
             raise ShapeError(
-                f"index_select of {self.label}: the index must be int32 ids, got {ids.label} ({ids.dtype})"
+                f"index_select of {self.label}: the index must be integer ids, got {ids.label} ({ids.dtype})"
             )
         rest = tuple(n for i, n in enumerate(self.shape) if i != axis)
         front = self.permute([axis] + [i for i in range(self.ndim) if i != axis]) if axis else self
@@ -273,7 +273,7 @@ class TorchShapesMixin:
             )
         n = self.shape[axis]
         if (
-            index.dtype == "int32"
+            is_integer(index)
         ):  # each id's position, read from a ramp by a Gather (ids checked at run time)
             shape = tuple(index.shape)
             index = (
@@ -305,7 +305,8 @@ class TorchShapesMixin:
         return out.transpose(axis, -1) if axis != self.ndim - 1 else out
 
     def cumprod(self, dim: int = -1, *, dtype=None):
-        return as_requested(self, dtype, "cumprod")._scan(dim, 1.0, lambda w: w.prod(-1))
+        x = as_requested(self, dtype, "cumprod") if dtype is not None else widest_integer(self)
+        return x._scan(dim, 1.0, lambda w: w._product(-1))
 
     def cummax(self, dim: int = -1):
         """The running maximum and where it was reached: PyTorch's named pair (values, indices)."""

@@ -26,12 +26,15 @@ def check_feed(node: Node, value) -> np.ndarray:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
         raise FeedError(f"input {name!r}: the fed value is not a rectangular array ({exc})") from None
-    if node.dtype == "int32":
-        if array.dtype.kind not in "iu":
-            raise FeedError(f"input {name!r} takes int32 ids, but the fed array has dtype {array.dtype}")
-        if array.size and (array.max() > np.iinfo(np.int32).max or array.min() < np.iinfo(np.int32).min):
-            raise FeedError(f"input {name!r}: ids do not fit in int32")
-        return np.ascontiguousarray(array, dtype=np.int32).reshape(
+    if node.dtype in ("int32", "int64"):
+        if array.dtype.kind not in "iub":
+            raise FeedError(f"input {name!r} takes {node.dtype} values, but the fed array has dtype {array.dtype}")
+        if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+            raise FeedError(f"input {name!r}: values do not fit in int64")
+        limits = np.iinfo(node.dtype)
+        if array.size and (array.max() > limits.max or array.min() < limits.min):
+            raise FeedError(f"input {name!r}: values do not fit in {node.dtype}")
+        return np.ascontiguousarray(array, dtype=node.dtype).reshape(
             array.shape
         )  # (ascontiguousarray makes 0-D 1-D)
     if array.dtype.kind != "f" and array.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 is welcome too

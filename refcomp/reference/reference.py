@@ -14,9 +14,10 @@ import functools
 from typing import Mapping, Optional
 
 import numpy as np
+import sympy
 
 from ..errors import AllocationError, RefcompError
-from ..ops.dtypes import DTYPES, round_to
+from ..ops.dtypes import DTYPES, numpy_compute, round_to
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import INDEXED, Node
 from ..symbolic.dims import evaluate_dim, evaluate_size, evaluate_value
@@ -86,14 +87,28 @@ def _bound_attrs(node: Node, bindings: Mapping[str, int]) -> dict:
     attrs = dict(node.attrs)
     if "shape" in attrs:
         attrs["shape"] = tuple(evaluate_dim(n, bindings) for n in attrs["shape"])
-    if "value" in attrs:
+    if "value" in attrs and DTYPES[node.dtype].is_int:  # an integer, or an index expression of dims
+        attrs["value"] = int(attrs["value"]) if not isinstance(attrs["value"], sympy.Basic) or \
+            attrs["value"].is_Integer else evaluate_dim(attrs["value"], bindings)
+    elif "value" in attrs:
         attrs["value"] = evaluate_value(attrs["value"], bindings)
     return attrs
 
 
-def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], dtype) -> np.ndarray:
+def run_node(node: Node, args: list[np.ndarray], bindings: Mapping[str, int], precision) -> np.ndarray:
+    """One node on its operands' values, in the arithmetic of the node's type (ops.dtypes): operands of
+    another kind are converted first, as C's conversions do in a kernel. The float kind computes in
+    the run's `precision`."""
+    dtype = numpy_compute(node.dtype, precision)
     if node.op.kind in INDEXED:
         check_ids(node, args[1], bindings)
+        args = [args[0].astype(dtype, copy=False), args[1]] + [a.astype(dtype, copy=False) for a in args[2:]]
+    elif node.op.name == "LessThan":  # compares in the operands' promoted type, which is its own
+        args = [a.astype(dtype, copy=False) for a in args]
+    elif node.op.name == "Where":  # the condition only selects
+        args = [args[0]] + [a.astype(dtype, copy=False) for a in args[1:]]
+    elif node.op.name != "Cast":
+        args = [a.astype(dtype, copy=False) for a in args]
     out = node.op.numpy(args, _bound_attrs(node, bindings), dtype)
     return round_to(np.asarray(out, dtype=dtype), node.dtype)
 
@@ -122,7 +137,7 @@ def _contraction_parts(nodes, outputs) -> set[int]:
     return deferred
 
 
-def _contract(top: Node, values, bindings, dtype) -> np.ndarray:
+def _contract(top: Node, values, bindings, precision) -> np.ndarray:
     """A SumReduce chain over a Mul as one np.einsum of the Mul's two operands, read in place (a
     broadcast axis of an operand is dropped from it, so nothing is materialised at the product's
     size). The same sum in another order: float64 agrees to ~1e-16 relative, float32 within rounding."""
@@ -135,6 +150,7 @@ def _contract(top: Node, values, bindings, dtype) -> np.ndarray:
     for axis in reversed(reduced):  # from the Mul up: each SumReduce removes one of the remaining axes
         dropped.add(remaining.pop(axis))
     shape = tuple(evaluate_dim(n, bindings) for n in node.shape)
+    dtype = numpy_compute(top.dtype, precision)
     arrays = [
         np.broadcast_to(read_edge(values[e.node.id], e.views, bindings).astype(dtype, copy=False), shape)
         for e in node.srcs
@@ -200,9 +216,7 @@ def evaluate(
         for node in nodes:
             if node.op.name == "Input":
                 array = arrays[node.attrs["name"]]
-                values[node.id] = (
-                    array if node.dtype == "int32" else round_to(array.astype(dtype), node.dtype)
-                )
+                values[node.id] = round_to(array.astype(numpy_compute(node.dtype, dtype)), node.dtype)
                 continue
             if node.id in deferred:
                 continue
@@ -217,7 +231,14 @@ def evaluate(
         for k, t in enumerate(tensors):
             with _room_for(f"output {k} ({t.label})", [t.shape], bindings):
                 results.append(read_edge(values[t.node.id], t.views, bindings))
-    return rebuild([r if r.dtype == np.int32 else r.astype(dtype) for r in results])
+    return rebuild([_as_returned(r, t.dtype, dtype) for r, t in zip(results, tensors)])
+
+
+def _as_returned(values: np.ndarray, name: str, precision) -> np.ndarray:
+    """An output as the user gets it: its own type's NumPy array (float kinds in the run's precision)."""
+    if not DTYPES[name].is_float:
+        return values.astype({"int32": np.int32, "int64": np.int64, "float64": np.float64}[name])
+    return values.astype(precision)
 
 
 
@@ -231,8 +252,8 @@ def computed_ids(edge, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, 
     with np.errstate(all="ignore"):
         for node in nodes:
             if node.op.name == "Input":
-                values[node.id] = arrays[node.attrs["name"]] if node.dtype == "int32" else round_to(
-                    arrays[node.attrs["name"]].astype(np.float32), node.dtype)
+                values[node.id] = round_to(
+                    arrays[node.attrs["name"]].astype(numpy_compute(node.dtype)), node.dtype)
                 continue
             args = [read_edge(values[e.node.id], e.views, dims) for e in node.srcs]
             values[node.id] = run_node(node, args, dims, np.float32)

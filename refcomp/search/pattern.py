@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..ops.dtypes import DTYPES
 from ..ops.primitives import ELEMENTWISE, OPS, Edge, Node, make_node
 from ..ops.graph import compose, identity_edge
 
@@ -115,9 +114,10 @@ class Apply(Pattern):
         self, node: Node, bound: Bindings, ctx: Context, through: Optional[Edge] = None
     ) -> Optional[Bindings]:
         """Match at `node` itself; `through` is the edge it is read by when nested in another pattern.
-        A 16-bit node never matches: it rounds its value, and a rule's equality holds for real numbers,
-        not for another order of roundings (ops.dtypes)."""
-        if node.op.name not in self.ops or DTYPES[node.dtype].is_narrow:
+        Only a float32 node matches: a 16-bit one rounds its value, and a rule's equality holds for real
+        numbers, not for another order of roundings; the rules' conditions are stated for float32, not
+        for float64's or the integers' arithmetic (ops.dtypes)."""
+        if node.op.name not in self.ops or node.dtype != "float32":
             return None
         srcs = (
             node.srcs
@@ -209,6 +209,5 @@ class Rule:
         bound = self.pattern.bind_node(node, {}, ctx)
         if bound is None:
             return None
-        return (
-            self.replacement.build(bound) if isinstance(self.replacement, Pattern) else self.replacement(node)
-        )
+        out = self.replacement.build(bound) if isinstance(self.replacement, Pattern) else self.replacement(node)
+        return out if out.node.dtype == node.dtype else None  # x + 0.0 is no int x: a value keeps its type
