@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,12 @@ class ProgramFileError(RefcompError):
     """A program file that cannot be loaded: unreadable, edited, or from another refcomp version."""
 
 
+@functools.lru_cache(maxsize=None)
 def refcomp_version() -> str:
+    """Looked up once, and only when a program is saved, loaded or keyed: importlib.metadata and what
+    it imports would otherwise load with every compile."""
+    from importlib import metadata
+
     try:
         return metadata.version("refcomp")
     except metadata.PackageNotFoundError:  # running from a checkout that was never installed
