@@ -288,11 +288,16 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
     """Where a move at `node` fires: there and at the same node of every copy of its layer
-    (search/repeat.py), wherever the rule applies."""
-    copies = graph.copies.of(node)
-    if copies and rule.applies_at_no_copy(graph, sched, node):
-        return ()  # one test instead of one per copy
-    return tuple(n for n in (node,) + copies if rule.applies(graph, sched, n))
+    (search/repeat.py), wherever the rule applies. A rule whose leading conditions on the node alone
+    fail applies there in no schedule, nor at any copy: that is asked once per search (graph.screened),
+    not in every round at every state."""
+    key = (rule.name, node.id)
+    screened = graph.screened.get(key)
+    if screened is None:
+        screened = graph.screened[key] = rule.applies_at_no_copy(graph, sched, node)
+    if screened:
+        return ()
+    return tuple(n for n in (node,) + graph.copies.of(node) if rule.applies(graph, sched, n))
 
 
 def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, sites) -> tuple:
