@@ -39,8 +39,8 @@ class Graph:
     output_nodes: list[Node]
     nodes: list[Node] = field(init=False)
     consumers: dict[int, list[Node]] = field(init=False)
-    # (rule name, node id) -> whether the rule's conditions on the node alone fail (search._sites)
-    screened: dict[tuple, bool] = field(init=False, default_factory=dict, repr=False, compare=False)
+    # rule names -> the nodes moves may fire at, each with the rules that may apply there (search._candidates)
+    screened: dict[tuple, list] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         self.nodes = toposort(self.output_nodes)

@@ -288,16 +288,20 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
     """Where a move at `node` fires: there and at the same node of every copy of its layer
-    (search/repeat.py), wherever the rule applies. A rule whose leading conditions on the node alone
-    fail applies there in no schedule, nor at any copy: that is asked once per search (graph.screened),
-    not in every round at every state."""
-    key = (rule.name, node.id)
-    screened = graph.screened.get(key)
-    if screened is None:
-        screened = graph.screened[key] = rule.applies_at_no_copy(graph, sched, node)
-    if screened:
-        return ()
+    (search/repeat.py), wherever the rule applies."""
     return tuple(n for n in (node,) + graph.copies.of(node) if rule.applies(graph, sched, n))
+
+
+def _candidates(graph: Graph, sched: Schedule, rules) -> list[tuple[Node, tuple]]:
+    """Each node a move may fire at (a layer's representative, never its copies), with the rules whose
+    leading conditions on the node alone hold there: the others apply there in no schedule, nor at
+    any copy. Found once per search and rule set (graph.screened), not in every round at every state."""
+    key = tuple(rule.name for rule in rules)
+    if key not in graph.screened:
+        live = [(node, tuple(r for r in rules if not r.applies_at_no_copy(graph, sched, node)))
+                for node in graph.compute if node.id not in graph.copies.copied]
+        graph.screened[key] = [(node, kept) for node, kept in live if kept]
+    return graph.screened[key]
 
 
 def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, sites) -> tuple:
@@ -329,12 +333,10 @@ def moves_of(
             out.append((moved[1], rule, sites, new, moved[0]))
         return moved is not None
 
-    for node in graph.compute:
+    for node, candidates in _candidates(graph, sched, rules):
         if time.perf_counter() > deadline:
             break
-        if node.id in graph.copies.copied:
-            continue
-        for rule in rules:
+        for rule in candidates:
             sites = _sites(graph, sched, rule, node)
             if sites and not legal_or_seen(rule, sites) and len(sites) > 1:
                 for site in sites:
