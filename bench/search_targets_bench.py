@@ -183,8 +183,12 @@ def bench_block_small(args):
 
 
 def bench_stack(args):
-    one = [in_child("gpt2", SMALL) for _ in range(args.repeats)]
-    many = [in_child("gpt2_x12", SMALL) for _ in range(args.repeats)]
+    """One block against the stack, their fresh processes taken in turn: a shared machine's load drifts,
+    and the ratio of two figures taken minutes apart measured the drift as much as the compiler."""
+    one, many = [], []
+    for _ in range(args.repeats):
+        one.append(in_child("gpt2", SMALL))
+        many.append(in_child("gpt2_x12", SMALL))
     o, m = one[0], many[0]
     t_one, t_many = (
         statistics.median(c["compile_s"] for c in one),

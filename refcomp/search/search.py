@@ -81,7 +81,8 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         nodes, ctx = None, None
         for rule in ALGEBRA:
             if nodes is None:
-                nodes, ctx = toposort([e.node for e in edges]), _context(edges)
+                nodes = toposort([e.node for e in edges])
+                ctx = _context(edges, nodes)
             if not any(rule.matches(n, ctx) for n in nodes):
                 continue  # (exact: with no match in the graph as it is, a rebuild would change nothing)
             edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
@@ -101,7 +102,7 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
             seen[key] = node
             return None
 
-        before = len(toposort([e.node for e in edges]))
+        before = len(nodes if nodes is not None else toposort([e.node for e in edges]))  # (sorted above)
         edges, count = rebuild(edges, merge)
         if count:
             changed = True
@@ -122,8 +123,10 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
     return edges
 
 
-def _context(edges: Sequence[Edge]) -> Context:
-    nodes = toposort([e.node for e in edges])
+def _context(edges: Sequence[Edge], nodes: Optional[Sequence[Node]] = None) -> Context:
+    """The consumer counts and outputs the algebraic rules read; `nodes`: the graph of `edges`, sorted
+    (simplify has just sorted it: a deep model's graph is not sorted twice)."""
+    nodes = toposort([e.node for e in edges]) if nodes is None else nodes
     consumers: dict[int, int] = {}
     for n in nodes:
         for s in n.srcs:
