@@ -291,8 +291,10 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
     """Where a move at `node` fires: there and at the same node of every copy of its layer
-    (search/repeat.py), wherever the rule applies."""
-    return tuple(n for n in (node,) + graph.copies.of(node) if rule.applies(graph, sched, n))
+    (search/repeat.py), wherever the rule applies (its condition asked directly: a deep model's
+    rounds ask it at every copy)."""
+    applies = rule.when.test
+    return tuple(n for n in (node,) + graph.copies.of(node) if applies(graph, sched, n))
 
 
 def _candidates(graph: Graph, sched: Schedule, rules) -> list[tuple[Node, tuple]]:
