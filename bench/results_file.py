@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 
-def write_results(path, script: str, load_start, elapsed_s: float, **fields) -> None:
-    """Write `fields` with the run's provenance to `path` (`load_start`: os.getloadavg() at the start)."""
+def write_results(path, script: str, load_start, elapsed_s: float, label: str | None = None, **fields) -> None:
+    """Write `fields` with the run's provenance to `path` (`load_start`: os.getloadavg() at the start).
+    With a `label` the file keeps a run per label ({"runs": {label: ...}}), so a before and an after
+    sit side by side; this run replaces only its own label's."""
     root = Path(__file__).resolve().parent.parent
     rev = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
@@ -22,5 +24,8 @@ def write_results(path, script: str, load_start, elapsed_s: float, **fields) -> 
               "elapsed_s": elapsed_s, **fields}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if label is not None:
+        runs = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
+        result = {"runs": {**runs, label: result}}
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {os.path.relpath(path)}")

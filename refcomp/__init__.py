@@ -7,9 +7,9 @@ which submodule defines a name; a public name is added there (and to `__all__` i
 bring it). tests/test_startup.py checks that every name resolves and what `import refcomp` imports;
 tests/test_layers.py reads these tables as imports of `__init__`.
 """
-__version__ = "0.1.0"  # the fallback for `refcomp --version` when the distribution is not installed; keep equal to pyproject.toml
-
 from importlib import import_module as _import_module
+
+from .version import __version__
 
 from .ops import names as _names
 

@@ -287,7 +287,7 @@ def version() -> str:
     try:
         return installed("refcomp")
     except PackageNotFoundError:
-        from refcomp import __version__  # (absolute: the layer test reads `from . import x` as a module)
+        from .version import __version__
         return __version__
 
 

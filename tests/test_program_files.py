@@ -247,3 +247,14 @@ def test_explain_prices_untaken_moves_within_its_budget(monkeypatch):
     x = rc.input("x", ("B", 64))
     prog = rc.compile((x.exp() + 1.0).sum(-1) * 2.0, cache=False)
     assert "listing stopped after 0 s" in prog.explain()
+
+
+def test_a_program_files_version_is_the_packages_and_the_distributions():
+    """Program files carry refcomp.__version__ (read without importlib.metadata, which a compile
+    would otherwise load): it must be pyproject.toml's, the version the distribution installs."""
+    import tomllib
+
+    from refcomp.exec.saved import refcomp_version
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    assert refcomp_version() == rc.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]

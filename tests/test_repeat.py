@@ -159,8 +159,8 @@ def test_a_copys_kernel_read_off_its_representatives_is_the_one_group_of_finds(m
     from refcomp.search.mirror import Mirror
     mirrored, checked = Mirror.__call__, []
 
-    def checking(self, sched, root_id, found):
-        group = mirrored(self, sched, root_id, found)
+    def checking(self, sched, root_id, found, unchanged=None):  # (unchanged: a move's kernels it leaves)
+        group = mirrored(self, sched, root_id, found, unchanged)
         if group is not None:
             assert group == self.ev._group(sched, self.graph.by_id[root_id])
             checked.append(group)

@@ -134,16 +134,18 @@ class Evaluator:
         decides a whole pattern): `changed` holds their ids (`changed_by`). Only the kernels touching
         those can change: they alone are re-partitioned, and the cost of a move does not grow with
         the graph."""
-        roots = sorted(
-            set().union(*(touching.get(c, set()) for c in changed)), key=lambda r: self.graph.position[r]
-        )
+        pending = set().union(*(touching.get(c, set()) for c in changed))
+        roots = sorted(pending, key=lambda r: self.graph.position[r])
+        kept = lambda r: None if r in pending else groups.get(r)  # noqa: E731 (a kernel the move leaves)
         delta: dict[int, Optional[Group]] = {}
         for root_id in roots:  # in graph order: the float sum is the same whatever the node ids
             cost -= self.price(old, groups[root_id]).time_s
             if root_id in sched.inline:
                 delta[root_id] = None
                 continue
-            g = self.mirrored(sched, root_id, delta) or self._group(sched, self.graph.by_id[root_id], groups)
+            g = self.mirrored(sched, root_id, delta, kept) or self._group(
+                sched, self.graph.by_id[root_id], groups
+            )
             if g is None:
                 return None
             delta[root_id] = g

@@ -39,6 +39,8 @@ class Graph:
     output_nodes: list[Node]
     nodes: list[Node] = field(init=False)
     consumers: dict[int, list[Node]] = field(init=False)
+    # rule names -> the nodes moves may fire at, each with the rules that may apply there (search._candidates)
+    screened: dict[tuple, list] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         self.nodes = toposort(self.output_nodes)
@@ -120,8 +122,10 @@ def kernel_of(
 ) -> Optional[Group]:
     """The kernel rooted at `root` that recomputes `members` and reads `reads` (by id), or None when the
     schedule asks for an impossible one. Set tests first: a long chain's kernel has many members."""
-    if len(members) > MAX_FUSED_NODES or len(graph.copies.boundaries.intersection(members)) > 1:
+    if len(members) > MAX_FUSED_NODES or (members and len(graph.copies.boundaries.intersection(members)) > 1):
         return None  # too big a kernel, or recomputing through two layer boundaries (search/repeat.py)
+    # (a kernel of one node asks nothing of the graph's copies: pricing the plain schedule, as
+    # search._plain_cost does after each rewrite, need not find them)
     position = graph.position
     ordered = tuple(members[i] for i in sorted(members, key=position.__getitem__))
     everything = ordered + (root,)

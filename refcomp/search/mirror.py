@@ -14,7 +14,7 @@ kernel, of the same structure (evaluate.group_structure): the same legality answ
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..codegen.legality import Group
 from .schedule import DECISIONS, Schedule
@@ -39,14 +39,18 @@ class Mirror:
         ] = {}  # the same key -> the copy's group where no decision but inline is taken
 
     def __call__(
-        self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]]
+        self, sched: Schedule, root_id: int, found: Mapping[int, Optional[Group]],
+        unchanged: Optional[Callable[[int], Optional[Group]]] = None,
     ) -> Optional[Group]:
         """The kernel rooted at `root_id`, a copy of a repeated layer's node, read off its
-        representative's kernel in `found`; None when they are not alike (group_of decides)."""
+        representative's kernel in `found`, else `unchanged(id)` (a move's pricing: the kernel the
+        move leaves as it was); None when they are not alike (group_of decides)."""
         if not sched.inline and not sched.templated:  # the plain schedule: one-node kernels, group_of is
             return None  # as quick, and pricing it (search._plain_cost) need not find the graph's copies
         entry = self.graph.copies.mirror.get(root_id)
-        rep = found.get(entry[0]) if entry is not None and not sched.params else None
+        if entry is None or sched.params:
+            return None
+        rep = found.get(entry[0]) if unchanged is None or entry[0] in found else unchanged(entry[0])
         if rep is None:
             return None
         ours = self.representatives.get(id(rep))

@@ -81,7 +81,8 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
         nodes, ctx = None, None
         for rule in ALGEBRA:
             if nodes is None:
-                nodes, ctx = toposort([e.node for e in edges]), _context(edges)
+                nodes = toposort([e.node for e in edges])
+                ctx = _context(edges, nodes)
             if not any(rule.matches(n, ctx) for n in nodes):
                 continue  # (exact: with no match in the graph as it is, a rebuild would change nothing)
             edges, count = rebuild(edges, lambda n: rule.rewrite(n, ctx))
@@ -101,7 +102,7 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
             seen[key] = node
             return None
 
-        before = len(toposort([e.node for e in edges]))
+        before = len(nodes if nodes is not None else toposort([e.node for e in edges]))  # (sorted above)
         edges, count = rebuild(edges, merge)
         if count:
             changed = True
@@ -122,8 +123,10 @@ def simplify(edges: list[Edge], bindings, profile: DeviceProfile, trace: list[St
     return edges
 
 
-def _context(edges: Sequence[Edge]) -> Context:
-    nodes = toposort([e.node for e in edges])
+def _context(edges: Sequence[Edge], nodes: Optional[Sequence[Node]] = None) -> Context:
+    """The consumer counts and outputs the algebraic rules read; `nodes`: the graph of `edges`, sorted
+    (simplify has just sorted it: a deep model's graph is not sorted twice)."""
+    nodes = toposort([e.node for e in edges]) if nodes is None else nodes
     consumers: dict[int, int] = {}
     for n in nodes:
         for s in n.srcs:
@@ -288,11 +291,22 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
     """Where a move at `node` fires: there and at the same node of every copy of its layer
-    (search/repeat.py), wherever the rule applies."""
-    copies = graph.copies.of(node)
-    if copies and rule.applies_at_no_copy(graph, sched, node):
-        return ()  # one test instead of one per copy
-    return tuple(n for n in (node,) + copies if rule.applies(graph, sched, n))
+    (search/repeat.py), wherever the rule applies (its condition asked directly: a deep model's
+    rounds ask it at every copy)."""
+    applies = rule.when.test
+    return tuple(n for n in (node,) + graph.copies.of(node) if applies(graph, sched, n))
+
+
+def _candidates(graph: Graph, sched: Schedule, rules) -> list[tuple[Node, tuple]]:
+    """Each node a move may fire at (a layer's representative, never its copies), with the rules whose
+    leading conditions on the node alone hold there: the others apply there in no schedule, nor at
+    any copy. Found once per search and rule set (graph.screened), not in every round at every state."""
+    key = tuple(rule.name for rule in rules)
+    if key not in graph.screened:
+        live = [(node, tuple(r for r in rules if not r.applies_at_no_copy(graph, sched, node)))
+                for node in graph.compute if node.id not in graph.copies.copied]
+        graph.screened[key] = [(node, kept) for node, kept in live if kept]
+    return graph.screened[key]
 
 
 def _try(ev: Evaluator, sched: Schedule, groups, cost: float, touching, rule, sites) -> tuple:
@@ -324,12 +338,10 @@ def moves_of(
             out.append((moved[1], rule, sites, new, moved[0]))
         return moved is not None
 
-    for node in graph.compute:
+    for node, candidates in _candidates(graph, sched, rules):
         if time.perf_counter() > deadline:
             break
-        if node.id in graph.copies.copied:
-            continue
-        for rule in rules:
+        for rule in candidates:
             sites = _sites(graph, sched, rule, node)
             if sites and not legal_or_seen(rule, sites) and len(sites) > 1:
                 for site in sites:

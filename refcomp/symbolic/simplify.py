@@ -52,8 +52,10 @@ def ranges_of(ranges: Mapping, exprs) -> frozenset:
     of them the memos never hit and each key cost time in proportion."""
     if not ranges:
         return frozenset()
-    symbols = set().union(*(_symbols(e) for e in exprs if isinstance(e, sympy.Basic)))
-    return frozenset((s, ranges[s]) for s in symbols if s in ranges)
+    found = ranges.get  # (a range is never None) one lookup per symbol: kernels ask this thousands of times
+    return frozenset(
+        (s, r) for e in exprs if isinstance(e, sympy.Basic) for s in _symbols(e) if (r := found(s)) is not None
+    )
 
 
 @functools.lru_cache(maxsize=65536)
