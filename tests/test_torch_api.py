@@ -349,7 +349,7 @@ def test_unfold_index_select_and_integer_tensor_indexing(rng):
         run(lambda a, i: a.index_select(1, i), x, np.array([4], np.int32))
     with pytest.raises(ShapeError, match="unfold"):
         rc.input("x", (5,)).unfold(0, 6, 1)
-    with pytest.raises(ShapeError, match="int32 ids"):
+    with pytest.raises(ShapeError, match="integer ids"):
         rc.input("x", (5,)).index_select(0, rc.input("f", (2,)))
 
 
