@@ -57,6 +57,18 @@ def inputs(batch: int, seq: int):
     return ids, mask
 
 
+def matches_torch_at_two_sizes(m, net, kind: str) -> None:
+    """m's output against the module's at two batch and sequence sizes, on the reference and the emulator."""
+    for size in ((2, 7), (3, 12)):
+        ids, mask = inputs(*size)
+        with torch.no_grad():
+            want = net(ids, mask).numpy()
+        for backend in ("numpy", "emulator"):
+            got = m.run({"input_ids": ids, "attention_mask": mask}, backend=backend)["output"]
+            err = np.abs(got - want).max() / np.abs(want).max()
+            assert err < 1e-5, (kind, size, backend, err)
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "bert"])
 def test_model_matches_torch_at_two_sizes(kind):
     net = model(kind)
@@ -68,14 +80,7 @@ def test_model_matches_torch_at_two_sizes(kind):
         name.endswith("attn.c_attn.weight") or name.endswith("attention.self.query.weight")
         for name in m.weights
     )
-    for size in ((2, 7), (3, 12)):
-        ids, mask = inputs(*size)
-        with torch.no_grad():
-            want = net(ids, mask).numpy()
-        for backend in ("numpy", "emulator"):
-            got = m.run({"input_ids": ids, "attention_mask": mask}, backend=backend)["output"]
-            err = np.abs(got - want).max() / np.abs(want).max()
-            assert err < 1e-5, (kind, size, backend, err)
+    matches_torch_at_two_sizes(m, net, kind)
     ids, mask = inputs(1, 33)
     with pytest.raises(BindingError, match="T = 33"):
         m.evaluate({"input_ids": ids, "attention_mask": mask})
@@ -110,11 +115,4 @@ def test_models_computing_integers_at_run_time_match_torch(kind):
     m = rc.torch.export(net, inputs(2, 7), dynamic_shapes={"input_ids": axes, "attention_mask": axes})
     assert m.dims == {"B": (1, 8), "T": (2, 32)}  # exact integers: no dim is capped to keep them in float32
     assert any(n.dtype == "int64" and n.op.name != "Input" for k in m.compile().kernels for n in k.nodes)
-    for size in ((2, 7), (3, 12)):
-        ids, mask = inputs(*size)
-        with torch.no_grad():
-            want = net(ids, mask).numpy()
-        for backend in ("numpy", "emulator"):
-            got = m.run({"input_ids": ids, "attention_mask": mask}, backend=backend)["output"]
-            err = np.abs(got - want).max() / np.abs(want).max()
-            assert err < 1e-5, (kind, size, backend, err)
+    matches_torch_at_two_sizes(m, net, kind)
