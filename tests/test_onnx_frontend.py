@@ -357,3 +357,21 @@ def test_every_registered_operator_is_in_the_docs_table():
     table = [line for line in doc.splitlines() if line.startswith("| ") and not line.startswith("| op ")]
     listed = {name.strip() for line in table for name in line.split("|")[1].split(",")}
     assert set(OPS) <= listed, sorted(set(OPS) - listed)
+
+
+def test_integer_inputs_in_arithmetic_are_computed_exactly_as_int64():
+    """INT64 inputs that Add, Sub, Mul and Div read are fed as int64 and computed exactly (past 2^53,
+    wrapping past 2^63), Div truncating as ONNX's does; static operands become int64 constants."""
+    nodes = [h.make_node("Mul", ["x", "k"], ["m"]), h.make_node("Add", ["m", "x"], ["a"]),
+             h.make_node("Div", ["a", "d"], ["y"])]
+    k = h.make_tensor("k", TP.INT64, [3], [3, 3, 3])
+    d = h.make_tensor("d", TP.INT64, [3], [7, -7, 2])
+    graph = h.make_graph(nodes, "ints", [vi("x", [3], TP.INT64)], [vi("y", [3], TP.INT64)], [k, d])
+    m = ro.import_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    x = np.array([2**60 + 1, -(2**53) - 3, 2**62], np.int64)
+    want = (x * 4).astype(np.int64)  # 3x + x, wrapping past 2^63 for the last
+    want = np.array([int(w / q) if abs(w) < 2**53 else (abs(int(w)) // abs(q)) * (1 if (w >= 0) == (q >= 0) else -1)
+                     for w, q in zip(want.tolist(), [7, -7, 2])], np.int64)
+    for backend in ("numpy", "emulator"):
+        got = m.run({"x": x}, backend=backend)["y"]
+        assert got.dtype == np.int64 and np.array_equal(got, want), (backend, got, want)

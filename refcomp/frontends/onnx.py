@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import FeedError, RefcompError
 from ..reference.reference import evaluate
+from ..ops.creation import integer
 from ..ops.graph import toposort
 from ..ops.tensor import Tensor, constant
 from ..ops.tensor import input as rc_input
@@ -55,6 +56,7 @@ class ImportedModel:
         self.output_names: list[str] = importer.output_names
         self._id_rows: dict[str, set] = importer.id_rows
         self.float_ints: set[str] = importer.float_ints
+        self.int_inputs: set[str] = importer.int_inputs
         self.pinned: dict[str, np.ndarray] = importer.pinned
         nodes = toposort([t.node for t in self.outputs.values()])
         self.used_inputs = [n.attrs["name"] for n in nodes if n.op.name == "Input"]
@@ -118,6 +120,10 @@ class ImportedModel:
                         f"{np.abs(array).max()}, beyond the integers float32 holds exactly (2^24)"
                     )
                 return np.ascontiguousarray(array, dtype=np.float32)
+            if name in self.int_inputs:  # computed with as int64: the values as they are
+                if array.size and array.dtype == np.uint64 and array.max() > np.iinfo(np.int64).max:
+                    raise FeedError(f"ONNX input {name!r}: values do not fit in int64")
+                return np.ascontiguousarray(array, dtype=np.int64)
             rows = self._id_rows.get(name, set())
             if array.size and array.min() < 0:
                 if len(rows) != 1 or not isinstance(next(iter(rows)), int):
@@ -221,6 +227,7 @@ class Importer:
         self.output_names: list[str] = []
         self.id_rows: dict[str, set] = {}
         self.float_ints: set[str] = set()  # integer graph inputs read as float32 (cast_only_inputs)
+        self.int_inputs: set[str] = set()  # integer graph inputs computed with as int64 (arithmetic_inputs)
         self.names: set[str] = set()
         self.pin = pin  # float inputs with an initializer that an operator needs static (see imported)
         self.pinned: dict[
@@ -285,6 +292,21 @@ class Importer:
                 )  # FLOAT16 weights stay 16-bit
         v.tensor = t
         return t
+
+    def integer_tensor(self, v) -> Tensor:
+        """An integer value as an exact int64 tensor: its own, or its static array as a constant or weight."""
+        if v.integer_tensor:
+            return v.tensor
+        array = v.static
+        if array is None or array.dtype.kind not in "iub":
+            raise RefcompError(f"value {v.name!r} is no integer tensor refcomp holds exactly")
+        flat = array.reshape(-1).astype(np.int64)
+        if flat.size == 0 or np.all(flat == flat[0]):
+            value = integer(flat[0] if flat.size else 0)
+            return value.reshape((1,) * array.ndim).broadcast_to(array.shape) if array.ndim else value
+        name = self.unique_name(v.name)
+        self.weights[name] = np.ascontiguousarray(flat.reshape(array.shape))
+        return rc_input(name, array.shape, "int64")
 
     def ids_tensor(self, v, rows, ctx) -> Tensor:
         """Gather indices as an int32 tensor: a weight input if static (negatives wrapped), else the fed ids."""
@@ -361,7 +383,7 @@ class Importer:
                 self.static_outputs[name] = v.static
                 self.output_types[name] = core.type_name(v.etype)
                 continue
-            if v.etype not in core.FLOATS | {core.BOOL} and not v.exact_ints:
+            if v.etype not in core.FLOATS | {core.BOOL} and not v.exact_ints and not v.integer_tensor:
                 raise RefcompError(
                     f"graph output {name!r} is an {core.type_name(v.etype)} tensor computed at run time; "
                     f"refcomp computes FLOAT (and BOOL as 0/1) outputs only"

@@ -64,6 +64,17 @@ def cast_only_inputs(graph) -> set[str]:
     return eligible
 
 
+ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div"})  # integer inputs these read are computed with as int64
+
+
+def arithmetic_inputs(graph) -> set[str]:
+    """Integer graph inputs that integer arithmetic reads (Add, Sub, Mul, Div): refcomp feeds them as
+    int64 and computes with them exactly (ops.dtypes), not as int32 Gather ids."""
+    from . import onnx_ops_core as core
+    ints = {vi.name for vi in graph.input if vi.type.tensor_type.elem_type in core.ID_TYPES}
+    return {name for node in graph.node if node.op_type in ARITHMETIC for name in node.input if name in ints}
+
+
 def input_shape(vi, dims) -> tuple:
     """A graph input's shape: its declared dims, renamed or fixed by `dims=`."""
     tt = vi.type.tensor_type
@@ -98,7 +109,7 @@ def add_graph_inputs(imp) -> None:
     """Fill the importer's values with the initializers and graph inputs (see the module docstring)."""
     core = imp.core
     initializers = {t.name: t for t in imp.graph.initializer}
-    cast_only = cast_only_inputs(imp.graph)
+    cast_only, arithmetic = cast_only_inputs(imp.graph), arithmetic_inputs(imp.graph)
     for t in imp.graph.initializer:
         imp.values[t.name] = core.Value(
             t.data_type, static=core.read_tensor(t, f"initializer {t.name!r}"), name=t.name
@@ -139,6 +150,9 @@ def add_graph_inputs(imp) -> None:
         elif vi.name in cast_only:  # read as float32; the Cast to FLOAT is then a no-op
             t = rc_input(vi.name, shape)
             imp.float_ints.add(vi.name)
+        elif vi.name in arithmetic:  # computed with exactly, as int64
+            t = rc_input(vi.name, shape, dtype="int64")
+            imp.int_inputs.add(vi.name)
         elif etype in core.ID_TYPES:
             t = rc_input(vi.name, shape, dtype="int32")
         else:

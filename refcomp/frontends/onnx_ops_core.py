@@ -140,6 +140,11 @@ class Value:
                                             (self.tensor is not None and self.tensor.dtype == "float32"))
 
     @property
+    def integer_tensor(self) -> bool:
+        """An integer tensor computed at run time exactly, in an integer type (ops.dtypes)."""
+        return self.etype in INT_TYPES and self.tensor is not None and self.tensor.dtype in ("int64", "int32")
+
+    @property
     def ndim(self) -> int:
         return len(self.shape)
 

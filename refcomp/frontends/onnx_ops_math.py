@@ -108,6 +108,12 @@ def binary(ctx):
     positions = _positions_arithmetic(ctx)
     if positions is not None:
         return positions
+    x, y = ctx.value(0), ctx.value(1)
+    if (x.integer_tensor or y.integer_tensor) and x.etype in INT_TYPES and y.etype in INT_TYPES:
+        a, b = (ctx.importer.integer_tensor(v) for v in (x, y))
+        out = {"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__,
+               "Div": lambda b: a.div(b, rounding_mode="trunc")}[ctx.op_type](b)  # ONNX's Div truncates
+        return Value(x.etype, tensor=out)
     a, b = _operands(ctx)
     out = {"Add": a.__add__, "Sub": a.__sub__, "Mul": a.__mul__, "Div": a.__truediv__}[ctx.op_type](b)
     x, y = ctx.value(0), ctx.value(1)
