@@ -17,8 +17,8 @@ import sympy
 
 from .abi import KernelSignature
 from .cprint import comment_text
-from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Node
-from ..symbolic.dims import Dim, evaluate_dim, expand, imod, prod
+from ..ops.primitives import ELEMENTWISE, LEAF, REDUCE, Node
+from ..symbolic.dims import Dim, evaluate_dim, expand, prod
 from . import render_c
 from .emit import Access, KernelBody, Unfusable
 from .sums import loop_fields
@@ -316,7 +316,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         ):
             raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
         body.flat_axes = output_axes
-        body.scalars[node.id] = ("total", _linear_of(idx, node.shape))
+        body.scalars[node.id] = ("total", linear_of(idx, node.shape))
         result = render_c.node_expr(epilogue, *[body.value_at(s, idx) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
@@ -365,78 +365,10 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     )
 
 
-def _linear_of(idx, shape):
+def linear_of(idx, shape):
+    """The row-major linear position of index `idx` in a tensor of `shape`."""
     from ..symbolic.view import contiguous_strides
     return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
-
-
-def gather_kernel(name: str, node: Node, names) -> Kernel:
-    assert node.op.kind == GATHER, node
-    table, ids = node.srcs
-    body = KernelBody(names)
-    idx = body.axis_indices("i", node.shape)
-    flat = body.flat_axes[1]
-    body.flat_axes = None
-    id_name = body.int_at(ids, idx[:-1])
-    row = body.index_var(id_name)
-    # ids are data: the memory model takes output row q to read table row 2q mod rows (rows apart, as
-    # random ids are, and inside the table, as the ids Program.run accepts are: a row past the end
-    # could put the read at a negative position, which the model would take for no read at all)
-    body.definitions[row] = imod(2 * _linear_of(idx[:-1], node.shape[:-1]), table.shape[0])
-    row_value = body.load_expr(table, [row, idx[-1]])
-    body.access("out0", flat, store=True)
-    size = prod(node.shape)
-    return finish_kernel(
-        name,
-        "gather",
-        "gather.cu.j2",
-        body,
-        node,
-        (node,),
-        Launch("grid_stride", size),
-        False,
-        id=id_name,
-        row_value=row_value,
-        ctype=render_c.compute_type(node.dtype),
-        zero=render_c.zero(node.dtype),
-        rows=lambda b: b.printer.int(table.shape[0]),
-        size=lambda b: b.printer.int(size),
-    )
-
-
-def scatter_kernel(name: str, node: Node, names) -> Kernel:
-    """A Scatter in place: out0 is the table's own buffer (the runner binds it so, exec.program), and
-    each thread of a grid-stride loop over the K x D source rows writes one element at its row's id.
-    Only the K rows move; the table is neither read nor copied."""
-    assert node.op.kind == SCATTER, node
-    table, ids, rows = node.srcs
-    body = KernelBody(names)
-    idx = body.axis_indices("i", rows.shape)
-    body.flat_axes = None
-    id_name = body.int_at(ids, idx[:1])
-    row = body.index_var(id_name)
-    # ids are data: the memory model takes source row k to land in table row 2k mod rows (rows apart,
-    # as the distinct ids Program.run accepts are), as it models a gather's reads
-    body.definitions[row] = imod(2 * idx[0], table.shape[0])
-    value = body.value_at(rows, idx)
-    body.access("out0", row * table.shape[1] + idx[1], store=True)
-    size = prod(rows.shape)
-    return finish_kernel(
-        name,
-        "scatter",
-        "scatter.cu.j2",
-        body,
-        node,
-        (node,),
-        Launch("grid_stride", size),
-        False,
-        id=id_name,
-        value=value,
-        rows=lambda b: b.printer.int(table.shape[0]),
-        width=lambda b: b.printer.int(table.shape[1]),
-        column=lambda b: b.printer.int(idx[1]),
-        size=lambda b: b.printer.int(size),
-    )
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:

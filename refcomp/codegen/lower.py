@@ -15,6 +15,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel
+from .indexed import gather_kernel, scatter_kernel
 from .online import softmax_matmul_kernel
 from .kernels import (
     BLOCK,
@@ -23,9 +24,7 @@ from .kernels import (
     Kernel,
     default_reduce_strategy,
     elementwise_kernel,
-    gather_kernel,
     read_line,
-    scatter_kernel,
     reduce_kernel,
     user_ops,
 )

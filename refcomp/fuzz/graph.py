@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..symbolic.dims import evaluate_dim
+from ..symbolic.dims import dim, evaluate_dim, prod
 
 
 
@@ -146,3 +146,18 @@ def max_extent(d) -> int:
 def min_extent(d) -> int:
     """A dim's size at the smallest non-empty binding."""
     return evaluate_dim(d, {s: 1 for s in SYMBOLS})
+
+
+def elements(shape) -> int:
+    """A shape's element count at the largest binding the fuzzer draws (1 for a scalar)."""
+    return max_extent(prod(dim(d) for d in shape)) if shape else 1
+
+
+def broadcasts(small, big) -> bool:
+    """Whether shape `small` broadcasts to `big` unchanged (trailing axes equal, or 1 in `small`)."""
+    if len(small) > len(big):
+        return False
+    for a, b in zip(reversed(small), reversed(big)):
+        if not (str(a) == str(b) or (isinstance(a, int) and a == 1)):
+            return False
+    return True
