@@ -2,7 +2,8 @@
 
 Each workload is compiled once (search on), run once to warm the kernel cache, then timed; the
 NumPy reference interpreter (`rc.evaluate`) does the same work in the same process as the ratio
-baseline (ResNet-18's is NumPy written directly: see resnet18_numpy). The base commit's emulator runs the same workloads in a child process whose PYTHONPATH
+baseline (ResNet-18's is NumPy written directly: see resnet18_numpy). The base commit's emulator runs the
+same workloads in a child process whose PYTHONPATH
 points at a git worktree of that commit (made here if missing), so both are measured in one run on
 the same machine under the same load. Medians over the repeats.
 

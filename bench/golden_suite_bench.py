@@ -73,7 +73,8 @@ def main(argv=None) -> int:
         os.environ["REFCOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="refcomp-cold-")
     rows = [run(False), run(True)]
     print(
-        f"{'lowering':<10}{'cases':>6}{'kernels':>9}{'mismatch':>9}{'compile s':>11}{'emulator s':>12}{'max regs':>10}{'max smem B':>11}{'spills':>8}"
+        f"{'lowering':<10}{'cases':>6}{'kernels':>9}{'mismatch':>9}{'compile s':>11}{'emulator s':>12}"
+        f"{'max regs':>10}{'max smem B':>11}{'spills':>8}"
     )
     for r in rows:
         regs = r["max_registers"]["registers"] if r["max_registers"] else "-"

@@ -34,7 +34,8 @@ graphs = {{"resnet18": lambda: (eb.resnet18(rc), eb.resnet18_numpy), "gpt2_block
 times = []
 for _ in range({repeats}):
     t = time.perf_counter(); got = rc.evaluate(out, feeds); times.append(time.perf_counter() - t)
-err = None if oracle is None else float(np.abs(np.asarray(got, np.float64) - oracle(feeds)).max() / max(np.abs(oracle(feeds)).max(), 1e-30))
+err = None if oracle is None else float(
+    np.abs(np.asarray(got, np.float64) - oracle(feeds)).max() / max(np.abs(oracle(feeds)).max(), 1e-30))
 print(json.dumps({{"seconds": times, "rel_error": err}}))
 """
 

@@ -204,7 +204,8 @@ def format_table(rows: list[Row]) -> str:
         f"input read once and every output written once; before/after: predicted time on the {H200.name} "
         f"profile ({H200.bandwidth / 1e12:g} TB/s, {H200.flops / 1e12:g} TFLOP/s fp32, {H200.launch_s * 1e6:g} us "
         f"per launch) of the plain lowering (the trace's start step) and of the searched program; search s: "
-        f"SearchResult.seconds, and compile s: the whole rc.compile(search=True), medians of the compiles; first s: the first of them (cold caches)."
+        f"SearchResult.seconds, and compile s: the whole rc.compile(search=True), medians of the compiles; "
+        f"first s: the first of them (cold caches)."
     )
     for r in rows:
         if r.kernels_plain != r.kernels_plain_model:

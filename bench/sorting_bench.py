@@ -2,7 +2,8 @@
 
 For each workload: the graph's node count (refcomp.ops.graph.toposort of the outputs), rc.compile
 with the search on and the program cache off (the first compile in this process, whose SymPy
-caches are cold, and the median over --rounds compiles; the search's own seconds beside it), the first emulator run (which builds the kernels with g++ into a
+caches are cold, and the median over --rounds compiles; the search's own seconds beside it), the first
+emulator run (which builds the kernels with g++ into a
 fresh kernel cache, so it counts the build) and the warm emulator run (median of --repeats), and
 whether the emulator's outputs equal the NumPy reference's bit for bit. `--profile` also records
 where one compile spends its time (cProfile, the heaviest functions by cumulative time).
@@ -10,7 +11,8 @@ where one compile spends its time (cProfile, the heaviest functions by cumulativ
     python bench/sorting_bench.py [--rounds 3] [--repeats 5] [--profile]
         # prints a table, writes bench/results/sorting.json
 
-Targets (issue 28): topk(5) of 65 logits had taken 96 s to compile into 57 kernels; topk(50) of (8, 50257) compiles in at most 3 s and runs in at most 50 ms on the
+Targets (issue 28): topk(5) of 65 logits had taken 96 s to compile into 57 kernels; topk(50) of (8, 50257)
+compiles in at most 3 s and runs in at most 50 ms on the
 emulator; sort of 4,096 floats builds at most 400 nodes.
 """
 from __future__ import annotations

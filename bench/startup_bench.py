@@ -85,7 +85,8 @@ def one_round(tree: Path) -> dict[str, float]:
 def heavy_loaded(tree: Path) -> dict[str, list[str]]:
     """Which of HEAVY `import refcomp` and `refcomp --version` (through refcomp.cli.main) load."""
     probe = LOADED.format(heavy=set(HEAVY))
-    cli = "from refcomp.cli import main\nimport contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()): main(['--version'])\n"
+    cli = ("from refcomp.cli import main\nimport contextlib, io\n"
+           "with contextlib.redirect_stdout(io.StringIO()): main(['--version'])\n")
     return {"import refcomp": json.loads(_run([sys.executable, "-c", f"import refcomp\n{probe}"], tree)[1]),
             "refcomp --version": json.loads(_run([sys.executable, "-c", cli + probe], tree)[1])}
 

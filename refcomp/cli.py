@@ -6,7 +6,8 @@ command's arguments (or its own subcommands) and sets `func` on the parser with
 setup function and add one line to the table.
 
 Exit status: 0 success, 1 a check failed (`run`, `golden check`), 2 a usage mistake, a
-RefcompError or an OSError (a path that cannot be read or written), printed as one line `refcomp: error: ...` (REFCOMP_DEBUG=1 shows the traceback
+RefcompError or an OSError (a path that cannot be read or written), printed as one line `refcomp: error: ...`
+(REFCOMP_DEBUG=1 shows the traceback
 instead), 141 when stdout is closed early (`refcomp explain X | head -1`): the status a shell
 gives a C tool killed by SIGPIPE, so a pipeline under `set -o pipefail` sees the output was cut.
 The progress display (refcomp.progress) is on here, in a pipe too, unless REFCOMP_PROGRESS=0.

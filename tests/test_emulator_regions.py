@@ -63,7 +63,10 @@ extern "C" __global__ void k_rowsum(const float* __restrict__ in0, float* __rest
     float acc = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) acc += in0[blockIdx.x * cols + j];
     partial[threadIdx.x] = acc; __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) { if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s]; __syncthreads(); }
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
     if (threadIdx.x == 0) out0[blockIdx.x] = partial[0];
 }
 """

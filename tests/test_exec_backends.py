@@ -81,7 +81,10 @@ extern "C" __global__ void k1_rowsum(const float* __restrict__ in0, float* __res
     long long row = blockIdx.x;  float acc = 0.0f;
     for (long long j = threadIdx.x; j < dim0; j += blockDim.x) acc += in0[row * dim0 + j];
     partial[threadIdx.x] = acc; __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) { if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s]; __syncthreads(); }
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
     if (threadIdx.x == 0) out0[row] = partial[0];
 }
 """

@@ -48,7 +48,8 @@ def check(out, feeds: dict, want: np.ndarray, dtype: str):
         err = np.where(values == want, 0.0, np.abs(values - want))  # infinities included
         worst = float(np.max(np.where(np.isnan(err), np.inf, err / ulp(want, dtype)), initial=0.0))
         assert worst <= ULPS, (
-            f"{where}: {worst:.3g} units in the last place of {dtype} from torch's (got {values.ravel()[:4]}, want {want.ravel()[:4]})"
+            f"{where}: {worst:.3g} units in the last place of {dtype} from torch's "
+            f"(got {values.ravel()[:4]}, want {want.ravel()[:4]})"
         )
 
 

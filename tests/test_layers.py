@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 
 # Lowest first: a unit may import only units listed before it (and itself).
 # progress is below everything: search/ and exec/ report their stages through it, and it imports
-# nothing of refcomp; version (the version string program files carry) neither. The reference sits right above ops: frontends fold constants with it and
+# nothing of refcomp; version (the version string program files carry) neither. The reference sits right
+# above ops: frontends fold constants with it and
 # executors bind dims with it. exec runs what it is given and imports nothing of search; pipeline
 # (lowering, pricing, assembly) is where the two meet. cli_run and user_golden are the command
 # line's own modules, under cli.

@@ -41,7 +41,8 @@ SCRIPT = textwrap.dedent('''
 
     def build(case):
         if case.startswith("exchange"):  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
-            a, r = rc.input("a", (8, 16, 32), sharding=(None, None, "tp")), rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
+            a = rc.input("a", (8, 16, 32), sharding=(None, None, "tp"))
+            r = rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
             w = rc.input("w", (32, 32), sharding=("tp", None))
             y = rc.shard(((a @ w) + r).gelu(approximate="tanh"), (None, None, "tp"))
             return y, rc.spmd.compile(y, rc.Mesh(MESHES[case]))

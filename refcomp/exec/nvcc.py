@@ -7,7 +7,8 @@ ptxas) and parses ptxas' `-v` statistics: registers, static shared memory, stack
 Double-precision use is allowed by default: CUDA's own `sinf` falls back to double arithmetic
 for huge arguments, and refcomp evaluates symbolic constants such as 1/T in double before rounding
 to float. `allow_double=False` adds ptxas' `-warn-double-usage` (then an error) to hunt stray
-double literals. Spills are counted, and only fail the check when asked. Results are cached by content hash like the emulator's libraries.
+double literals. Spills are counted, and only fail the check when asked. Results are cached by content hash
+like the emulator's libraries.
 """
 from __future__ import annotations
 

@@ -393,7 +393,8 @@ NOT_MAPPED = {
         for name in ("rand.default", "randn.default", "randperm.default")
     },
     **{
-        f"aten.{name}": "writes at indices computed at run time, adding where they repeat (refcomp's Scatter writes distinct rows)"
+        f"aten.{name}": "writes at indices computed at run time, adding where they repeat "
+        "(refcomp's Scatter writes distinct rows)"
         for name in (
             "scatter.src",
             "scatter.value",

@@ -2,7 +2,8 @@
 
 Convolution and pooling are the op library's N-D `conv`, `max_pool` and `avg_pool` (the padded input
 read through one strided window view (N, C, *out, *kernel), then reduced); what is ONNX's own stays
-here: auto_pad, asymmetric pads, MaxPool's whole-tensor Indices, the attribute checks. ConvTranspose is a stride-1 convolution of the
+here: auto_pad, asymmetric pads, MaxPool's whole-tensor Indices, the attribute checks. ConvTranspose is a
+stride-1 convolution of the
 zero-stuffed input with the flipped, transposed kernel, cropped by the pads.
 """
 from __future__ import annotations

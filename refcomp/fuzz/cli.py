@@ -102,8 +102,9 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
             if shrink_failures:
                 small = shrink(m.graph, m.binding, m.which, m.mode)
                 alone = check_one(m.graph, m.binding, m.which, m.mode)
+                verdict = "reproduces" if alone else f"does NOT reproduce (needs the other graphs of program {p})"
                 print(
-                    f"--- alone: {'reproduces' if alone else 'does NOT reproduce (needs the other graphs of program ' + str(p) + ')'}"
+                    f"--- alone: {verdict}"
                     f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n",
                     file=out,
                 )

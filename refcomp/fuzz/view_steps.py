@@ -1,6 +1,7 @@
 """Generator steps for views: permute, flip, slice, pad, reshape, (un)squeeze, expand and transpose,
 each emitted as an edge between compute nodes, and the random slices, pads and reshapes other steps
-reuse; and the views' sums: concat, stack and cumsum. Mixed into `generator.Generator`, whose helpers (`pick`, `chance`, `emit`) they use."""
+reuse; and the views' sums: concat, stack and cumsum. Mixed into `generator.Generator`, whose helpers
+(`pick`, `chance`, `emit`) they use."""
 
 from __future__ import annotations
 

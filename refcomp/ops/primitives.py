@@ -68,7 +68,8 @@ class OpDef:
     floats_only: bool = False  # integer operands are converted to float32 first (PyTorch: sqrt of an int)
     # Properties that rewrite rules test (refcomp/search/rules.py), stated here once:
     commutative: bool = False  # f(a, b) = f(b, a): a pattern may match the operands in either order
-    safe_under_pad: bool = False  # elementwise with f(0, ..., 0) = 0: a padded read of f(x) (0 where masked) is f of the padded read of x
+    # elementwise with f(0, ..., 0) = 0: a padded read of f(x) (0 where masked) is f of the padded read of x
+    safe_under_pad: bool = False
     literal: bool = False  # a leaf written into the kernel as an expression (a literal, an index), never read from a buffer
 
 

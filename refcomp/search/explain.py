@@ -71,7 +71,8 @@ def explain(program) -> str:
         return "this program was compiled with search=False: one kernel per compute node, nothing to explain"
     binding = ", ".join(f"{k}={v}" for k, v in result.bindings.items()) or "no symbolic dims"
     out = [
-        f"cost model: {result.profile.name} roofline at {binding}; search explored {result.states} states in {result.seconds:.2f} s"
+        f"cost model: {result.profile.name} roofline at {binding}; "
+        f"search explored {result.states} states in {result.seconds:.2f} s"
         + (f"; the '{result.opening}' opening found the schedule" if result.opening else ""),
         "",
     ]

@@ -11,7 +11,8 @@ The KV pool stays whole on every device too: the pool's Scatter and its pages' G
 for a table split along its rows' contents in rc.spmd yet, so the new keys and values are gathered
 before they are written (a few hundred bytes a step) and every device writes and reads the whole
 pool; the attention's value sum also reads gathered softmax weights. What tensor parallelism splits
-here is the weights' memory and the matmuls' work, not the cache's. Under `backend="mpi"` (one process per device, `mpirun -n <devices>`) each rank runs the
+here is the weights' memory and the matmuls' work, not the cache's. Under `backend="mpi"` (one process per
+device, `mpirun -n <devices>`) each rank runs the
 same engine on the same requests, so the host logic, scheduler included, is the same on every rank.
 """
 from __future__ import annotations

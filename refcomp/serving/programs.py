@@ -2,7 +2,8 @@
 
 Both are one graph builder, `step_graph(model, pool, chunk)`, with symbolic batch B, chunk C and
 block-table width NP, so one compiled program runs every batch and every cache length. Each layer
-first writes the chunk's keys and values into their slots (`write_slots`: a Scatter into the pool's own buffer, the pool's only reader) and then reads the
+first writes the chunk's keys and values into their slots (`write_slots`: a Scatter into the pool's own
+buffer, the pool's only reader) and then reads the
 sequence's pages from the written pool through a Gather by its block table (B, NP) (the
 `kv_cache` module's write-then-read), so the chunk attends to its own tokens as to the cache.
 Query t of a sequence sees key positions j <= cached + t below the sequence's length; positions
