@@ -54,7 +54,8 @@ def one_process(build: str, cache_dir: str) -> tuple[float, int, bool]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--label", default=time.strftime("%Y-%m-%dT%H:%M"), help="this run's name in the file")
+    parser.add_argument("--label", default=time.strftime("%Y-%m-%dT%H:%M"),
+                        help="this run's name in the file")
     args = parser.parse_args()
     load_start = os.getloadavg()
     rows = []
@@ -70,7 +71,8 @@ def main() -> None:
                 assert loaded, "the second process searched again"
                 second.append(t)
         rows.append({"workload": name, "kernels": kernels, "first_process_s": statistics.median(first),
-                     "second_process_s": statistics.median(second), "numpy_workload_s": statistics.median(numpy_s),
+                     "second_process_s": statistics.median(second),
+                     "numpy_workload_s": statistics.median(numpy_s),
                      "first_over_numpy": statistics.median(first) / statistics.median(numpy_s),
                      "first_all": first, "second_all": second, "numpy_all": numpy_s})
     print(f"{'workload':<12}{'kernels':>8}{'first process s':>17}{'second process s':>18}{'ratio':>8}"
@@ -80,8 +82,8 @@ def main() -> None:
               f"{r['second_process_s'] / r['first_process_s']:>8.3f}{r['numpy_workload_s']:>9.3f}"
               f"{r['first_over_numpy']:>15.2f}")
     run = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-           "revision": revision(), "load_average_at_start": load_start, "load_average_at_end": os.getloadavg(),
-           "rounds": args.rounds, "workloads": rows}
+           "revision": revision(), "load_average_at_start": load_start,
+           "load_average_at_end": os.getloadavg(), "rounds": args.rounds, "workloads": rows}
     runs = earlier_runs()
     runs[args.label] = run
     OUT.write_text(json.dumps({"runs": runs}, indent=1) + "\n")

@@ -263,12 +263,13 @@ def main() -> None:
         )
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print(
-        f"{'workload':<16} {'before s':>10} {'after s':>10} {'numpy s':>10} {'target s':>9} {'speedup':>8} {'vs numpy':>9}"
+        f"{'workload':<16} {'before s':>10} {'after s':>10} {'numpy s':>10} {'target s':>9} "
+        f"{'speedup':>8} {'vs numpy':>9}"
     )
     for name, before, after, npy, target, speedup, ratio in rows:
         print(
-            f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} {fmt(speedup, '7.1f')}x "
-            f"{ratio:8.2f}x"
+            f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} "
+            f"{fmt(speedup, '7.1f')}x {ratio:8.2f}x"
         )
     result = {
         "python": platform.python_version(),

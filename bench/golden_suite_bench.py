@@ -79,8 +79,9 @@ def main(argv=None) -> int:
     for r in rows:
         regs = r["max_registers"]["registers"] if r["max_registers"] else "-"
         print(
-            f"{'search' if r['search'] else 'plain':<10}{r['cases']:>6}{r['kernels']:>9}{r['mismatches']:>9}{r['compile_s']:>11}"
-            f"{r['emulator_s']:>12}{regs:>10}{str(r['max_shared_bytes']):>11}{len(r['spilling_kernels']):>8}"
+            f"{'search' if r['search'] else 'plain':<10}{r['cases']:>6}{r['kernels']:>9}{r['mismatches']:>9}"
+            f"{r['compile_s']:>11}{r['emulator_s']:>12}{regs:>10}{str(r['max_shared_bytes']):>11}"
+            f"{len(r['spilling_kernels']):>8}"
         )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "golden_suite.json").write_text(json.dumps({"cold_cache": args.cold, "rows": rows}, indent=2))

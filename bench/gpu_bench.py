@@ -166,8 +166,8 @@ def _us(x) -> str:
 def format_table(rows: list[dict]) -> str:
     head = (
         f"{'workload':<12} {'binding':<14} | {'plain k':>7} {'pred us':>9} {'meas us':>9} | "
-        f"{'search k':>8} {'pred us':>9} {'meas us':>9} {'meas/pred':>9} | {'pick':>4} {'k':>3} {'meas us':>9} "
-        f"{'vs plain':>8}  notes"
+        f"{'search k':>8} {'pred us':>9} {'meas us':>9} {'meas/pred':>9} | "
+        f"{'pick':>4} {'k':>3} {'meas us':>9} {'vs plain':>8}  notes"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -194,10 +194,12 @@ def format_table(rows: list[dict]) -> str:
         ratio = (s["median_s"] / s["predicted_s"]) if s.get("median_s") and s.get("predicted_s") else None
         vs_plain = (p["median_s"] / pk["median_s"]) if p.get("median_s") and pk.get("median_s") else None
         lines.append(
-            f"{r['name']:<12} {binding:<14} | {p['kernels']:>7} {_us(p.get('predicted_s')):>9} {_us(p.get('median_s')):>9} | "
+            f"{r['name']:<12} {binding:<14} | {p['kernels']:>7} {_us(p.get('predicted_s')):>9} "
+            f"{_us(p.get('median_s')):>9} | "
             f"{s.get('kernels', '-'):>8} {_us(s.get('predicted_s')):>9} {_us(s.get('median_s')):>9} "
-            f"{'-' if ratio is None else f'{ratio:.2f}':>9} | {str(r.get('pick', '-')):>4} {pk.get('kernels', '-'):>3} "
-            f"{_us(pk.get('median_s')):>9} {'-' if vs_plain is None else f'{vs_plain:.2f}x':>8}  "
+            f"{'-' if ratio is None else f'{ratio:.2f}':>9} | {str(r.get('pick', '-')):>4} "
+            f"{pk.get('kernels', '-'):>3} {_us(pk.get('median_s')):>9} "
+            f"{'-' if vs_plain is None else f'{vs_plain:.2f}x':>8}  "
             + "; ".join(notes)
         )
         others = [c for c in r.get("candidates", []) if c["index"] != 0]
@@ -206,14 +208,16 @@ def format_table(rows: list[dict]) -> str:
                 " " * 29
                 + "other candidates: "
                 + ", ".join(
-                    f"#{c['index']} {c['kernels']}k pred {_us(c['predicted_s'])} meas {_us(c.get('median_s'))}"
+                    f"#{c['index']} {c['kernels']}k pred {_us(c['predicted_s'])} "
+                    f"meas {_us(c.get('median_s'))}"
                     for c in others
                 )
             )
     lines.append("")
     lines.append(
-        "k: kernels. pred: the cost model's time on the H200 profile; meas: median CUDA-event time of the kernels "
-        "(cold L2 each round). pick: measured mode's choice among the candidates (0 = the model's pick); "
+        "k: kernels. pred: the cost model's time on the H200 profile; "
+        "meas: median CUDA-event time of the kernels (cold L2 each round). "
+        "pick: measured mode's choice among the candidates (0 = the model's pick); "
         "vs plain: plain measured / pick measured."
     )
     return "\n".join(lines)
@@ -263,8 +267,10 @@ def main(argv=None) -> int:
         out["copy"] = copy_bandwidth()
         c = out["copy"]
         print(
-            f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: {c['bandwidth_Bps'] / 1e12:.2f} TB/s "
-            f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})",
+            f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: "
+            f"{c['bandwidth_Bps'] / 1e12:.2f} TB/s "
+            f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, "
+            f"ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})",
             flush=True,
         )
     except Exception as exc:  # noqa: BLE001 - report and go on

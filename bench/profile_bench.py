@@ -61,7 +61,8 @@ def main(argv=None) -> int:
         for k in ("compile_s", "first_profile_s", "profile_s", "emulator_s")
     }
     print(
-        f"{len(rows)} golden cases, {sum(r['bindings'] for r in rows)} bindings, {sum(r['kernels'] for r in rows)} kernels"
+        f"{len(rows)} golden cases, {sum(r['bindings'] for r in rows)} bindings, "
+        f"{sum(r['kernels'] for r in rows)} kernels"
         f" ({'cold' if args.cold else 'warm'} kernel cache, {os.cpu_count()} cores)"
     )
     print(f"  compile (search)                    {sums['compile_s']:8.2f} s")

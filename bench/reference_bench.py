@@ -5,7 +5,8 @@ NumPy written directly (bench/emulator_bench.py's oracles) for the answer.
     PYTHONPATH=. python bench/reference_bench.py [--base-tree ../main_base] [--repeats 3] [--skip-base-resnet]
         # prints the table, writes bench/results/reference.json
 
-The base tree's ResNet-18 took 330 s when the issue was filed; --skip-base-resnet leaves it out.
+The base tree's ResNet-18 takes minutes (bench/results/reference.json); --skip-base-resnet leaves it
+out.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ sys.path.insert(0, {tree!r}); sys.path.insert(0, {bench!r})
 import numpy as np
 import refcomp as rc
 import emulator_bench as eb
-graphs = {{"resnet18": lambda: (eb.resnet18(rc), eb.resnet18_numpy), "gpt2_block": lambda: (eb.gpt2_block(rc), None),
-           "mlp": lambda: (eb.mlp(rc), None)}}
+graphs = {{"resnet18": lambda: (eb.resnet18(rc), eb.resnet18_numpy),
+           "gpt2_block": lambda: (eb.gpt2_block(rc), None), "mlp": lambda: (eb.mlp(rc), None)}}
 (out, feeds), oracle = graphs[{workload!r}]()
 times = []
 for _ in range({repeats}):
@@ -71,7 +72,8 @@ def main() -> int:
         row["ratio"] = row["now_s"] / row["base_s"] if row["now_s"] and row["base_s"] else None
         rows.append(row)
         print(
-            f"{workload:12s} now {row['now_s'] or float('nan'):9.3f} s   base {row['base_s'] or float('nan'):9.3f} s   "
+            f"{workload:12s} now {row['now_s'] or float('nan'):9.3f} s   "
+            f"base {row['base_s'] or float('nan'):9.3f} s   "
             f"ratio {row['ratio'] or float('nan'):.4f}   rel error vs NumPy {now.get('rel_error')}",
             flush=True,
         )

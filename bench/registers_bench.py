@@ -141,12 +141,14 @@ def main() -> None:
         rows.append(row)
         print(
             f"{template:<22}{len(ks):>8}{min(regs):>9}{row['registers_median']:>7}{max(regs):>5}{row['spill_bytes']:>8}"
-            f"{row['fewer_resident_threads']:>10}{row['occupancy_lowered']:>8}{'-' if corr is None else f'{corr:.2f}':>6}"
+            f"{row['fewer_resident_threads']:>10}{row['occupancy_lowered']:>8}"
+            f"{'-' if corr is None else f'{corr:.2f}':>6}"
         )
     worst = sorted(kernels, key=lambda k: -k["registers"])[:5]
     print("most registers:", ", ".join(f"{k['program']}/{k['kernel']} {k['registers']}" for k in worst))
     print(
-        f"{len(kernels)} kernels; {sum(k['spill_bytes'] > 0 for k in kernels)} spill; {len(refused)} programs refused"
+        f"{len(kernels)} kernels; {sum(k['spill_bytes'] > 0 for k in kernels)} spill; "
+        f"{len(refused)} programs refused"
     )
     write_results(
         ROOT / "bench" / "results" / "registers.json",

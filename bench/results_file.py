@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 
-def write_results(path, script: str, load_start, elapsed_s: float, label: str | None = None, **fields) -> None:
+def write_results(path, script: str, load_start, elapsed_s: float, label: str | None = None,
+                  **fields) -> None:
     """Write `fields` with the run's provenance to `path` (`load_start`: os.getloadavg() at the start).
     With a `label` the file keeps a run per label ({"runs": {label: ...}}), so a before and an after
     sit side by side; this run replaces only its own label's."""

@@ -181,8 +181,9 @@ def _mb(n: int) -> str:
 
 def format_table(rows: list[Row]) -> str:
     head = (
-        f"{'workload':<12} {'binding':<14} {'kernels':>8} {'target':>6} {'model MB':>10} {'min MB':>8} {'ratio':>6} "
-        f"{'target':>6} {'before us':>10} {'after us':>9} {'x':>6} {'search s':>9} {'compile s':>9} {'first s':>8}  status"
+        f"{'workload':<12} {'binding':<14} {'kernels':>8} {'target':>6} {'model MB':>10} {'min MB':>8} "
+        f"{'ratio':>6} {'target':>6} {'before us':>10} {'after us':>9} {'x':>6} {'search s':>9} "
+        f"{'compile s':>9} {'first s':>8}  status"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -200,18 +201,20 @@ def format_table(rows: list[Row]) -> str:
         )
     lines.append("")
     lines.append(
-        f"kernels: plain -> searched. model MB: sum of the searched program's KernelCost.bytes; min MB: every "
-        f"input read once and every output written once; before/after: predicted time on the {H200.name} "
-        f"profile ({H200.bandwidth / 1e12:g} TB/s, {H200.flops / 1e12:g} TFLOP/s fp32, {H200.launch_s * 1e6:g} us "
-        f"per launch) of the plain lowering (the trace's start step) and of the searched program; search s: "
+        f"kernels: plain -> searched. model MB: sum of the searched program's KernelCost.bytes; "
+        f"min MB: every input read once and every output written once; before/after: predicted time "
+        f"on the {H200.name} profile ({H200.bandwidth / 1e12:g} TB/s, {H200.flops / 1e12:g} TFLOP/s fp32, "
+        f"{H200.launch_s * 1e6:g} us per launch) of the plain lowering (the trace's start step) and of "
+        f"the searched program; search s: "
         f"SearchResult.seconds, and compile s: the whole rc.compile(search=True), medians of the compiles; "
         f"first s: the first of them (cold caches)."
     )
     for r in rows:
         if r.kernels_plain != r.kernels_plain_model:
             lines.append(
-                f"note: {r.name}: compile(search=False) gives {r.kernels_plain} kernels but the search's start step "
-                f"models {r.kernels_plain_model}; 'before' is the model's plain lowering"
+                f"note: {r.name}: compile(search=False) gives {r.kernels_plain} kernels "
+                f"but the search's start step models {r.kernels_plain_model}; "
+                f"'before' is the model's plain lowering"
             )
     return "\n".join(lines)
 

@@ -9,11 +9,11 @@ sm_90. The emulator rows run in this process, warm (one untimed run first, which
     PYTHONPATH=. python bench/search_targets_bench.py [--quick] [--workloads block,mlp,...] [--repeats 3]
         # prints the table, writes bench/results/search_targets.json; --quick skips ResNet-18
 
-Workloads: block (GPT-2 block, B=8 T=128), block_small (B=1 T=64), stack (12 stacked blocks against
-one, B=1 T=64), mlp (784-256-10 at batch 64 and 1024), cnn (two conv2d + relu + max_pool2d, then
-linear; batch 8, 3x32x32), resnet18 (batch 1), compile (the GPT-2 block at B=8 T=128, median of
-`--repeats` fresh processes), emulator (searched against plain on the host emulator: the block at
-B=1 T=64 and the MLP at batch 64), decode (GPT-2's MLP at one token: split-K against the same search without it).
+Workloads: block (GPT-2 block, B=8 T=128), block_small (B=1 T=64), stack (12 stacked blocks against one,
+B=1 T=64), mlp (784-256-10 at batch 64 and 1024), cnn (two conv2d + relu + max_pool2d, then linear;
+batch 8, 3x32x32), resnet18 (batch 1), compile (the GPT-2 block at B=8 T=128, median of `--repeats`
+fresh processes), emulator (searched against plain on the host emulator: the block at B=1 T=64 and the
+MLP at batch 64), decode (GPT-2's MLP at one token: split-K against the same search without it).
 """
 from __future__ import annotations
 

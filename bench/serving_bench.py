@@ -91,7 +91,8 @@ def emulator_rows(new: int) -> list:
         }
         print(
             f"batch {batch}: emulator {row['emulator_tokens_per_s']:.1f} tok/s (decode "
-            f"{row['emulator_decode_tokens_per_s']:.1f}), torch CPU {row['torch_cpu_tokens_per_s']:.1f} tok/s; "
+            f"{row['emulator_decode_tokens_per_s']:.1f}), "
+            f"torch CPU {row['torch_cpu_tokens_per_s']:.1f} tok/s; "
             f"same tokens: {all(same)}; warm-up with compiles {warm:.1f} s"
         )
         rows.append(row)
@@ -151,9 +152,10 @@ def model_rows(context: int = 1024, page_size: int = 16) -> list:
             "cost_table": prog.cost_summary(),
         }
         print(
-            f"GPT-2 small decode, batch {batch}, context {context}: modeled {row['modeled_us']:.1f} us, roofline "
-            f"{row['roofline_us']:.1f} us (x{row['ratio']:.2f}); {len(costs)} kernels, launches "
-            f"{launches * 1e6:.0f} us; weights {weight_bytes / HBM_PEAK * 1e6:.1f} us, KV {kv_bytes / HBM_PEAK * 1e6:.1f} us"
+            f"GPT-2 small decode, batch {batch}, context {context}: modeled {row['modeled_us']:.1f} us, "
+            f"roofline {row['roofline_us']:.1f} us (x{row['ratio']:.2f}); {len(costs)} kernels, launches "
+            f"{launches * 1e6:.0f} us; weights {weight_bytes / HBM_PEAK * 1e6:.1f} us, "
+            f"KV {kv_bytes / HBM_PEAK * 1e6:.1f} us"
         )
         rows.append(row)
     return rows

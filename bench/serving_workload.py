@@ -74,7 +74,8 @@ def run(engine, clients: int, continuous: bool, cache: bool, prices: dict) -> di
     print(f"{clients:>2} clients, continuous {continuous!s:5}, cache {cache!s:5}: "
           f"{row['tokens_per_s']:.1f} tok/s, TTFT {row['ttft_mean_s']:.2f} s (p90 {row['ttft_p90_s']:.2f}), "
           f"{row['steps']} steps, prefilled {row['prefill_tokens']} (hit {row['hit_tokens']}); modeled "
-          f"{row['modeled_gpu_per_step_us']:.0f} us/step, {row['modeled_tokens_per_s']:.0f} tok/s", flush=True)
+          f"{row['modeled_gpu_per_step_us']:.0f} us/step, {row['modeled_tokens_per_s']:.0f} tok/s",
+          flush=True)
     return row
 
 

@@ -12,8 +12,8 @@ the heavy libraries each command loaded.
     python bench/startup_bench.py [--runs 5] [--base-rev 1ee04e8] [--no-base]
         # prints a table, writes bench/results/startup.json
 
-Targets (issue 32): `import refcomp` and `refcomp --version` in at most 0.3 s each (1.25 s and 1.7 s
-before, on the 2-core development machine).
+Targets (issue 32): `import refcomp` and `refcomp --version` in at most 0.3 s each (the base
+revision's figures are in bench/results/startup.json).
 """
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ bench/results/suite.json (the warm and the cold figures are kept side by side).
 
     python bench/suite_bench.py --newcomer [--before-rev a2c22fb]
 
-A new user's suite (issue 32: 13 min 45 s cold on 2 cores): the README's `pytest` in a worktree of
---before-rev and in this tree, each first on an empty cache (cold), then again on the cache that run
-left (warm), back to back. Besides the wall time it counts the emulator libraries each run built (the
-.so files it added to the cache) and sums pytest's --durations per file, to say where the time went;
-kept as suite.json's "newcomer" entry.
+A new user's suite (issue 32; the issue's cold figure is suite.json's "issue_cold_s"): the README's
+`pytest` in a worktree of --before-rev and in this tree, each first on an empty cache (cold), then
+again on the cache that run left (warm), back to back. Besides the wall time it counts the emulator
+libraries each run built (the .so files it added to the cache) and sums pytest's --durations per
+file, to say where the time went; kept as suite.json's "newcomer" entry.
 """
 from __future__ import annotations
 
@@ -106,8 +106,9 @@ def newcomer(before_rev: str, before_tree: Path, with_before: bool = True) -> di
     print(f"{'tree':<8} {'cold s':>8} {'warm s':>8} {'built cold':>11} {'built warm':>11} {'passed':>7}")
     for name, r in runs.items():
         print(
-            f"{name:<8} {r['cold']['wall_s']:8.1f} {r['warm']['wall_s']:8.1f} {r['cold']['libraries_built']:11d} "
-            f"{r['warm']['libraries_built']:11d} {r['cold']['passed'] or '-':>7}"
+            f"{name:<8} {r['cold']['wall_s']:8.1f} {r['warm']['wall_s']:8.1f} "
+            f"{r['cold']['libraries_built']:11d} {r['warm']['libraries_built']:11d} "
+            f"{r['cold']['passed'] or '-':>7}"
         )
     for name, r in runs.items():
         print(
@@ -174,7 +175,8 @@ def main() -> None:
     for name, r in runs.items():
         r["ratio_to_before"] = round(r["wall_s"] / before, 3)
         print(
-            f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  {r['exit_code']}"
+            f"{name:<46} {r['wall_s']:8.1f} {r['ratio_to_before']:7.2f} {r['passed'] or '-':>7}  "
+            f"{r['exit_code']}"
         )
     mode = "cold" if args.cold else "warm"
     _keep(

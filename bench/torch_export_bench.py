@@ -115,7 +115,8 @@ def measure(layers: int, profile: bool) -> dict:
                                           for k in prog.kernels)
     entry["import_plus_compile_s"] = entry["import_s"] + entry["compile_s"]
     print(
-        f"  compile {entry['compile_s']:.1f} s (search {entry['search_s']:.1f} s), {len(prog.kernels)} kernels",
+        f"  compile {entry['compile_s']:.1f} s (search {entry['search_s']:.1f} s), "
+        f"{len(prog.kernels)} kernels",
         file=sys.stderr,
         flush=True,
     )
@@ -149,12 +150,13 @@ def main() -> None:
         os.environ["REFCOMP_CACHE_DIR"] = cache  # the first emulator run builds every kernel
         r = measure(args.layers, args.profile)
     print(
-        f"{'layers':>6}{'nodes':>7}{'export s':>10}{'import s':>10}{'compile s':>11}{'search s':>10}{'kernels':>9}"
-        f"{'per layer':>11}{'modeled us':>12}{'emu 1st s':>11}{'logits diff':>13}"
+        f"{'layers':>6}{'nodes':>7}{'export s':>10}{'import s':>10}{'compile s':>11}{'search s':>10}"
+        f"{'kernels':>9}{'per layer':>11}{'modeled us':>12}{'emu 1st s':>11}{'logits diff':>13}"
     )
     print(
         f"{r['layers']:>6}{r['nodes']:>7}{r['torch_export_s']:>10.2f}{r['import_s']:>10.2f}{r['compile_s']:>11.2f}"
-        f"{r['search_s']:>10.2f}{r['kernels']:>9}{max(r['kernels_per_layer']):>11}{r['modeled_s_at_hint'] * 1e6:>12.1f}"
+        f"{r['search_s']:>10.2f}{r['kernels']:>9}{max(r['kernels_per_layer']):>11}"
+        f"{r['modeled_s_at_hint'] * 1e6:>12.1f}"
         f"{r['emulator_first_run_s']:>11.2f}{r['logits_max_abs_diff']:>13.2e}"
     )
     print(

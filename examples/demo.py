@@ -57,7 +57,8 @@ def main(argv=None) -> int:
         error = float(np.abs(got - numpy_block(x, weights)).max())
         worst = max(worst, error)
         print(
-            f"B={batch} T={length:<3d} on {backend}: max |error| vs NumPy float64 = {error:.1e}  ({elapsed * 1e3:.0f} ms)"
+            f"B={batch} T={length:<3d} on {backend}: max |error| vs NumPy float64 = {error:.1e}  "
+            f"({elapsed * 1e3:.0f} ms)"
         )
     verdict = "PASS" if worst < TOLERANCE else "FAIL"
     print(f"\n{verdict}: every output within {TOLERANCE} of the reference")

@@ -146,7 +146,8 @@ def main(argv=None) -> int:
         err = float(np.abs(got - numpy_block(x, weights)).max())
         worst = max(worst, err)
         print(
-            f"B={args.batch} T={T:<3d} backend={args.backend}: max abs error vs NumPy float64 {err:.2e}  ({elapsed * 1e3:.1f} ms)"
+            f"B={args.batch} T={T:<3d} backend={args.backend}: max abs error vs NumPy float64 {err:.2e}  "
+            f"({elapsed * 1e3:.1f} ms)"
         )
     return 0 if worst < 2e-4 else 1
 

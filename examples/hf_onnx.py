@@ -70,7 +70,8 @@ def model(kind: str, seed: int = 0):
 
 
 def inputs(batch: int, seq: int, seed: int = 1):
-    """Random token ids and a mask whose last sequence is padded by two positions (int64, as tokenizers give)."""
+    """Random token ids and a mask whose last sequence is padded by two positions (int64, as tokenizers
+    give)."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, VOCAB, (batch, seq), dtype=np.int64)
     mask = np.ones((batch, seq), np.int64)

@@ -57,7 +57,8 @@ def main():
     mesh_out = prog.run(feeds, backend="emulator")
     single = rc.compile(y).run(feeds, backend="emulator")
     print(
-        f"8 simulated devices vs one device (emulator, B=2, T=6): max abs difference {np.abs(mesh_out - single).max():.2e}"
+        f"8 simulated devices vs one device (emulator, B=2, T=6): "
+        f"max abs difference {np.abs(mesh_out - single).max():.2e}"
     )
 
 

@@ -233,9 +233,9 @@ def _setup_serve(parser: argparse.ArgumentParser) -> None:
                         "directory holding config.json and model.safetensors")
     for flag, kind, default in (
         ("host", str, "127.0.0.1"), ("port", int, 8000), ("served-name", str, None), ("backend", str, None),
-        ("layers", int, 2), ("d-model", int, 64), ("heads", int, 4), ("vocab", int, 256), ("init", float, 0.2),
-        ("seed", int, 0), ("pages", int, 256), ("page-size", int, 16), ("prefill-chunk", int, 64),
-        ("step-tokens", int, 256),
+        ("layers", int, 2), ("d-model", int, 64), ("heads", int, 4), ("vocab", int, 256),
+        ("init", float, 0.2), ("seed", int, 0), ("pages", int, 256), ("page-size", int, 16),
+        ("prefill-chunk", int, 64), ("step-tokens", int, 256),
     ):
         parser.add_argument(f"--{flag}", type=kind, default=default, help=f"(default {default})")
     parser.add_argument("--no-prefix-cache", action="store_true", help="do not share prompt prefixes' pages")
@@ -293,7 +293,7 @@ def version() -> str:
 
 
 class _Version(argparse.Action):
-    """--version, looked up only when asked: importlib.metadata costs every other command 50 ms."""
+    """--version, looked up only when asked: importlib.metadata would slow every other command."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)

@@ -51,7 +51,7 @@ def generate_command(args) -> int:
     decode_rate = s["decode_steps"] * len(prompts) / s["decode_s"] if s["decode_s"] else 0.0
     print(
         f"{s['tokens']} tokens in {seconds:.2f} s: {s['tokens'] / seconds:.1f} tokens/s "
-        f"(decode {decode_rate:.1f} tokens/s at batch {len(prompts)}; first call with compiles {compile_s:.1f} s; "
-        f"{engine.compiles} compiles)"
+        f"(decode {decode_rate:.1f} tokens/s at batch {len(prompts)}; "
+        f"first call with compiles {compile_s:.1f} s; {engine.compiles} compiles)"
     )
     return 0

@@ -70,7 +70,8 @@ def _golden_check(args) -> int:
             print(f"FAIL {failure}")
         bad = sorted({f.case for f in failures})
         print(
-            f"golden check: {len(failures)} failures in {len(bad)} of {len(cases)} cases: {', '.join(bad)} ({where})"
+            f"golden check: {len(failures)} failures in {len(bad)} of {len(cases)} cases: "
+            f"{', '.join(bad)} ({where})"
         )
         return 1
 
@@ -140,7 +141,8 @@ def setup_golden(parser: argparse.ArgumentParser) -> None:
     )
     check.add_argument(
         "--backend",
-        help="with --dir: run the compiled programs here (emulator, pycuda, numpy; default: the default backend)",
+        help="with --dir: run the compiled programs here "
+        "(emulator, pycuda, numpy; default: the default backend)",
     )
     check.add_argument("--no-search", action="store_true", help="with --dir: compile without the search")
     check.set_defaults(func=_golden_check)

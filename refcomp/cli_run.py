@@ -280,7 +280,8 @@ def target_dims(target: Target, dims_tokens) -> dict[str, int]:
     unknown = [k for k in dims if k not in symbols]
     if unknown:
         raise UsageError(
-            f"--dims names {', '.join(unknown)}, not a dimension of this graph (its dims: {', '.join(symbols) or 'none'})"
+            f"--dims names {', '.join(unknown)}, not a dimension of this graph "
+            f"(its dims: {', '.join(symbols) or 'none'})"
         )
     return dims
 
@@ -341,7 +342,8 @@ def run_command(
     binding = ", ".join(f"{k}={v}" for k, v in dims.items()) or "no symbolic dims"
     count = len(program.kernels)
     out(
-        f"refcomp run {target_text} on {backend}: {count} kernel{'s' if count != 1 else ''}; {binding}; {origin}"
+        f"refcomp run {target_text} on {backend}: {count} kernel{'s' if count != 1 else ''}; "
+        f"{binding}; {origin}"
     )
     ok = compare_outputs(got, want, float32_tolerance(target.outputs), out)
     out(kernel_table(times, clock))
@@ -386,7 +388,8 @@ def run_timed(program, feeds: Mapping, dims: Mapping, backend: str):
         return (
             values,
             [],
-            f"none: the numpy backend is the reference interpreter in float32, {(time.perf_counter() - start) * 1e3:.3f} ms",
+            f"none: the numpy backend is the reference interpreter in float32, "
+            f"{(time.perf_counter() - start) * 1e3:.3f} ms",
         )
     be = get_backend(backend)
     with stage("nvcc build", backend == "pycuda"):  # the emulator's g++ build reports itself

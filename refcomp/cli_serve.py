@@ -25,7 +25,9 @@ def load_model(args):
         import transformers
         config = transformers.AutoConfig.for_model(**json.loads(config.read_text()))
     except ImportError:
-        raise RefcompError("serve: reading a transformers config needs transformers (the [models] extra)") from None
+        raise RefcompError(
+            "serve: reading a transformers config needs transformers (the [models] extra)"
+        ) from None
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise RefcompError(f"serve: {config}: {e}") from None
     return from_transformers(config, weights)

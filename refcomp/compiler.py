@@ -65,13 +65,13 @@ YOUNG_COLLECTION = 20000  # allocations between collections of the youngest gene
 
 @contextlib.contextmanager
 def _older_objects_frozen():
-    """A compile allocates enough to set off a full garbage collection, and scanning every object of
-    SymPy and the other imported modules costs some 30 ms (a tenth of a GPT-2 block's compile); with
-    the objects that existed before it frozen (gc.freeze) a collection scans only the compile's own.
-    A caller that froze objects itself keeps its arrangement. The youngest generation is collected
-    after YOUNG_COLLECTION allocations rather than 700: most of a compile's objects (SymPy's
-    intermediate expressions) die young, freed by their reference counts, and are then never
-    scanned (a GPT-2 block: 60 collections, 8 ms, become one of 3 ms)."""
+    """A compile allocates enough to set off a full garbage collection, which would scan every object
+    of SymPy and the other imported modules; with the objects that existed before it frozen
+    (gc.freeze) a collection scans only the compile's own. A caller that froze objects itself keeps
+    its arrangement. The youngest generation is collected after YOUNG_COLLECTION allocations rather
+    than 700: most of a compile's objects (SymPy's intermediate expressions) die young, freed by
+    their reference counts, and are then never scanned. (What it saves: docs/ARCHITECTURE.md,
+    "Compile time".)"""
     threshold = gc.get_threshold()
     gc.set_threshold(
         max(threshold[0], YOUNG_COLLECTION) if threshold[0] else 0, *threshold[1:]
@@ -160,7 +160,8 @@ class CompilingModel:
 
     def run(self, feeds: Optional[Mapping[str, object]] = None, backend: Optional[str] = None,
             dims: Optional[Mapping[str, int]] = None, search: bool = True) -> dict:
-        """Every output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy": the reference)."""
+        """Every output, by the compiled program on `backend` ("emulator", "pycuda" or "numpy": the
+        reference)."""
         if backend == "numpy":
             return self.evaluate(feeds, dims)
         merged, dims = self.feeds(feeds), self.dims_for(feeds, dims)

@@ -32,4 +32,5 @@ class CacheError(RefcompError):
 
 
 class KVCacheError(RefcompError):
-    """A paged KV pool cannot do what was asked: it is full, or a sequence, page or slot is not one it holds."""
+    """A paged KV pool cannot do what was asked: it is full, or a sequence, page or slot is not one it
+    holds."""

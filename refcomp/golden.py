@@ -274,7 +274,8 @@ def compare(
         with np.errstate(all="ignore"):
             finite = np.isfinite(g64) & np.isfinite(w64)
             diff = np.where(finite, np.abs(g64 - w64), 0.0)
-            # non-finite values must match exactly (NaN with NaN, inf with the same inf), as in assert_allclose
+            # non-finite values must match exactly (NaN with NaN, inf with the same inf), as in
+            # assert_allclose
             same = (np.isnan(g64) & np.isnan(w64)) | (np.isinf(w64) & (g64 == w64))
             bad = np.where(finite, diff > atol + rtol * np.abs(w64), ~same)
             diff = np.where(bad & ~finite, np.inf, diff)
@@ -284,9 +285,11 @@ def compare(
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
         problems.append(
-            f"output {name!r}: {int(bad.sum())} of {bad.size} elements differ beyond rtol={rtol:g}, atol={atol:g}; "
+            f"output {name!r}: {int(bad.sum())} of {bad.size} elements differ beyond "
+            f"rtol={rtol:g}, atol={atol:g}; "
             f"max abs err {float(diff.max()):.3g} at {worst} (got {g64[worst]:.9g}, want {w64[worst]:.9g}); "
-            f"max rel err {float(np.nanmax(rel)):.3g}; first bad index {first} (got {g64[first]:.9g}, want {w64[first]:.9g})"
+            f"max rel err {float(np.nanmax(rel)):.3g}; "
+            f"first bad index {first} (got {g64[first]:.9g}, want {w64[first]:.9g})"
         )
     return problems
 

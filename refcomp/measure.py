@@ -105,7 +105,8 @@ def make_feeds(
         scale = 1.0
         if len(shape) >= 2 and all(isinstance(d, int) for d in shape):
             scale = 1.0 / np.sqrt(max(int(np.prod(sizes[1:])), 1))
-        feeds[name] = (rng.standard_normal(sizes) * scale).astype(np.float64 if node.dtype == "float64" else np.float32)
+        feeds[name] = (rng.standard_normal(sizes) * scale).astype(
+            np.float64 if node.dtype == "float64" else np.float32)
     return feeds
 
 

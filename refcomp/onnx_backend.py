@@ -1,19 +1,7 @@
-"""An `onnx.backend.base.Backend` for refcomp, so ONNX's conformance suite runs against it.
-
-    from refcomp.onnx_backend import RefcompBackend
-    outputs = RefcompBackend.run_model(model, [x], device="CPU")    # NumPy reference interpreter
-    outputs = RefcompBackend.run_model(model, [x], device="CUDA")   # generated CUDA, host emulator
-
-The device picks the executor: "CPU" runs refcomp's NumPy reference interpreter, "CUDA" compiles the
-model to CUDA and runs it on the executor named by `executor=` or $REFCOMP_ONNX_CUDA_EXECUTOR
-("emulator", the default, or "pycuda" on a machine with a GPU). `prepare(..., executor="numpy")`
-overrides the device's choice.
-
-Integer graph inputs that the model uses as shapes, axes or pads (a Reshape whose shape is a graph
-input, as in many node tests) cannot be tensors in refcomp; the backend specialises the model on the
-values it is run with (`import_model(..., constants=...)`), importing and compiling once per
-distinct value. Outputs that would then be computed entirely at import time from such values are
-refused, so the suite never counts NumPy folding as a refcomp result.
+"""An `onnx.backend.base.Backend` for refcomp, so ONNX's conformance suite runs against it: device
+"CPU" runs the NumPy reference interpreter, "CUDA" the generated CUDA on an executor (the host
+emulator by default). The devices, the executors and the model specialised on its integer inputs:
+docs/onnx.md, "The ONNX backend and the conformance suite".
 """
 from __future__ import annotations
 
@@ -91,7 +79,8 @@ class RefcompRep(BackendRep):
             inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(inputs) > len(self.input_names):
                 raise RefcompError(
-                    f"{len(inputs)} inputs given for the model's {len(self.input_names)} inputs {self.input_names}"
+                    f"{len(inputs)} inputs given for the model's {len(self.input_names)} inputs "
+                    f"{self.input_names}"
                 )
             feeds = dict(zip(self.input_names, inputs))
         m, constants = self.imported(feeds)
@@ -108,7 +97,7 @@ class RefcompRep(BackendRep):
 
 
 class RefcompBackend(Backend):
-    """ONNX backend API over refcomp (see the module docstring for devices and executors)."""
+    """ONNX backend API over refcomp (devices and executors: docs/onnx.md)."""
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
@@ -260,8 +249,8 @@ def _matches(patterns, name: str):
 
 def _node_cases() -> dict:
     """ONNX's node test cases by name. This onnx generates them by running every case's reference
-    implementation (about 5 s, in every process that collects the suite), so they are pickled once
-    per onnx version in refcomp's cache; a damaged file is regenerated."""
+    implementation (seconds, in every process that collects the suite; docs/onnx.md), so they are
+    pickled once per onnx version in refcomp's cache; a damaged file is regenerated."""
     import pickle
     import warnings
 

@@ -1,29 +1,8 @@
-"""A TorchDynamo backend: `torch.compile(model, backend="refcomp")` runs each captured graph as refcomp's CUDA.
-
-    compiled = torch.compile(model, backend="refcomp")                   # installed: the entry point
-    compiled = torch.compile(model, backend=refcomp_backend)             # or the function itself
-    compiled = torch.compile(model, backend="refcomp", dynamic=True,
-                             options={"backend": "emulator", "search": False})
-
-Dynamo hands the backend an FX graph of torch-level calls for each piece of the forward between graph
-breaks. The backend lowers it to Core ATen with torch's own machinery (AOTAutograd, through
-`torch._dynamo.backends.common.aot_autograd` with `core_aten_decompositions()`: functionalized, with
-parameters lifted as graph inputs and dynamo's SymInts in the placeholders' fake tensors), then imports
-that ATen graph with the torch.export frontend's Importer (frontends/torch_import.py, the same op table)
-through a small adapter that makes it look like an ExportedProgram whose placeholders are all user
-inputs. Each graph is imported and compiled once (`rc.compile`); a graph with symbolic sizes (dynamic=True,
-or dynamo's second compile after a size changed) runs every size with that one program. Every run feeds
-the graph's inputs, parameters included (a program never depends on the weights' values), and returns
-torch tensors with the graph's dtypes on the inputs' device.
-
-Options (`torch.compile(..., options={...})`): "backend": "pycuda" | "emulator" | "numpy" (the NumPy
-reference; default: PyCUDA where usable, else the emulator), "search": True | False (rc.compile's search).
-
-refcomp compiles inference: a forward with grad enabled compiles (AOTAutograd's forward graph, its saved
-tensors computed too), and a backward through it raises RefcompError. An op refcomp lacks raises the
-frontend's RefcompError listing every missing op; dynamo wraps it in its BackendCompilerFailed (with the
-RefcompError as its cause) and does not fall back to eager unless `torch._dynamo.config.suppress_errors`
-is set. torch is imported only when a graph is compiled.
+"""A TorchDynamo backend: `torch.compile(model, backend="refcomp")` runs each captured graph as
+refcomp's CUDA. Dynamo's graph is lowered to Core ATen by AOTAutograd, then imported by the
+torch.export frontend's Importer (frontends/torch_import.py) through a small adapter, and compiled
+once per graph. Lowering, dims, options, inference-only use and errors: docs/torch.md,
+"torch.compile". torch is imported only when a graph is compiled.
 """
 from __future__ import annotations
 
@@ -108,7 +87,7 @@ def _tensor(value, device):
     return int(value)  # a size (sympy Integer)
 
 
-# --- the adapter: an AOTAutograd graph as the Importer reads an ExportedProgram --------------------------------
+# --- the adapter: an AOTAutograd graph as the Importer reads an ExportedProgram ------------------------
 class _Arg:
     def __init__(self, name: str):
         self.name = name

@@ -108,7 +108,8 @@ def check(directory: str, backend: Optional[str] = None, names: Optional[Sequenc
     unknown = [n for n in names or () if n not in files]
     if unknown:
         raise UsageError(
-            f"no stored case named {', '.join(map(repr, unknown))} in {directory}{did_you_mean(unknown[0], files)}"
+            f"no stored case named {', '.join(map(repr, unknown))} in {directory}"
+            f"{did_you_mean(unknown[0], files)}"
         )
     return [check_file(files[n], backend, precisions, search) for n in (names or files)]
 

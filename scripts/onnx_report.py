@@ -98,9 +98,9 @@ def section(selection, cpu: dict, cuda: dict, raised: int, missed: list[str], su
     missing = f", {len(missed)} do not ({', '.join(missed)})" if missed else ""
     lines += [
         "",
-        f"A further {len(selection['expected_errors'])} in-scope tests use types or modes outside refcomp's scope "
-        f"(integer, double, 8- and 4-bit float, string data; training mode; ...) and must raise `RefcompError`: "
-        f"{raised} do{missing}.",
+        f"A further {len(selection['expected_errors'])} in-scope tests use types or modes outside "
+        f"refcomp's scope (integer, double, 8- and 4-bit float, string data; training mode; ...) and "
+        f"must raise `RefcompError`: {raised} do{missing}.",
         "",
         "Known limitations (skipped):",
         "",

@@ -79,8 +79,8 @@ def check_case(case, backend: str, search: bool) -> list[str]:
 # executor tests run it, and the profiler tests count its requests and bank conflicts.
 MATMUL = r"""
 #define TILE 16
-extern "C" __global__ void k_mm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                                long long M, long long N, long long K) {
+extern "C" __global__ void k_mm(const float* __restrict__ a, const float* __restrict__ b,
+                                float* __restrict__ c, long long M, long long N, long long K) {
     __shared__ float As[TILE][TILE + 1];
     __shared__ float Bs[TILE][TILE + 1];
     long long row = blockIdx.y * (long long)TILE + threadIdx.y;
@@ -88,7 +88,8 @@ extern "C" __global__ void k_mm(const float* __restrict__ a, const float* __rest
     float acc = 0.0f;
     for (long long t = 0; t < K; t += TILE) {
         As[threadIdx.y][threadIdx.x] = (row < M && t + threadIdx.x < K) ? a[row * K + t + threadIdx.x] : 0.0f;
-        Bs[threadIdx.y][threadIdx.x] = (col < N && t + threadIdx.y < K) ? b[(t + threadIdx.y) * N + col] : 0.0f;
+        Bs[threadIdx.y][threadIdx.x] =
+            (col < N && t + threadIdx.y < K) ? b[(t + threadIdx.y) * N + col] : 0.0f;
         __syncthreads();
         for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
         __syncthreads();

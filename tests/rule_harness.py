@@ -71,7 +71,8 @@ def evaluate_edges(edges, feeds: dict, binding: dict, precision: str) -> list:
 
 
 def differ(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> Optional[str]:
-    """None when equal within |got - want| <= atol + rtol |want|, NaN and infinities exactly where want has them."""
+    """None when equal within |got - want| <= atol + rtol |want|, NaN and infinities exactly where want
+    has them."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if got.shape != want.shape:
         return f"shape {got.shape} != {want.shape}"

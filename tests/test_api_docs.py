@@ -27,8 +27,8 @@ def test_the_table_parser_reads_names_operators_and_indexing():
     rows = (
         "## Tensor methods\n| refcomp | PyTorch | differences |\n| --- | --- | --- |\n"
         "| `sum(dim)`, `mean` (`dim`, `keepdim`) | same | |\n| `+ -`, `& \\| ~` | same | |\n"
-        "| `x[ids]` | same | |\n| `from_node` | — | internal |\n## Device meshes\n| refcomp | counterpart | x |\n"
-        "| `Mesh` | `jax` | |\n"
+        "| `x[ids]` | same | |\n| `from_node` | — | internal |\n"
+        "## Device meshes\n| refcomp | counterpart | x |\n| `Mesh` | `jax` | |\n"
     )
     assert sorted(doc_entries(rows)) == sorted(
         [

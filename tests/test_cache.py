@@ -291,7 +291,8 @@ def fake_nvcc(tmp_path, monkeypatch, cache_root) -> Path:
     bin_dir, calls = tmp_path / "bin", tmp_path / "nvcc-calls"
     bin_dir.mkdir()
     (bin_dir / "nvcc").write_text(
-        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "Cuda compilation tools, release 12.8 (fake)"; exit 0; fi\n'
+        f'#!/bin/sh\n'
+        f'if [ "$1" = --version ]; then echo "Cuda compilation tools, release 12.8 (fake)"; exit 0; fi\n'
         f"echo x >> {calls}\ncat >&2 <<'EOF'\n{PTXAS}EOF\n"
     )
     (bin_dir / "nvcc").chmod(0o755)

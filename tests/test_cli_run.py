@@ -170,7 +170,8 @@ def test_progress_into_a_pipe_is_one_line_per_stage(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path / "kernels"))
     unique = tmp_path / "unique.py"
     unique.write_text(
-        f"import refcomp as rc\ndef f():\n    return rc.input('x', (3, 7)).exp() * {time.time_ns() % 997 + 0.5}\n"
+        f"import refcomp as rc\ndef f():\n"
+        f"    return rc.input('x', (3, 7)).exp() * {time.time_ns() % 997 + 0.5}\n"
     )
     assert main(["run", f"{unique}:f", "--backend", "emulator"]) == 0
     err = capsys.readouterr().err

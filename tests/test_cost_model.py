@@ -3,10 +3,10 @@
 The model predicts each kernel's warp requests and 32-byte sectors from the index expressions code
 generation emitted; the profiler counts them by running the instrumented kernel. On every golden
 case, plain and searched, at the case's first binding, every counter must agree (exactly, today; the
-issue's bar is 10%). The one known gap: a gather's table reads depend on the ids (data), which the model takes as distinct rows
-apart from one another, so for those only the requests are compared. Then the model must rank
-alternative kernels for the same work as the profiler does, and the searched program must never
-cost more than the plain one under the model.
+issue's bar is 10%). The one known gap: a gather's table reads depend on the ids (data), which the
+model takes as distinct rows apart from one another, so for those only the requests are compared.
+Then the model must rank alternative kernels for the same work as the profiler does, and the
+searched program must never cost more than the plain one under the model.
 """
 from __future__ import annotations
 

@@ -18,13 +18,15 @@ FLOATS = np.array([2.9, -2.9, 1e10, -1e19, np.nan, 0.5, -0.0, 16777217.0], np.fl
 
 
 def _programs():
-    """(name, refcomp builder, torch function) over inputs x, y (int64), s (int32), d (float64), f (float32)."""
+    """(name, refcomp builder, torch function) over inputs x, y (int64), s (int32), d (float64),
+    f (float32)."""
     return [
         ("add wraps", lambda x, y, s, d, f: x + y),
         ("mul wraps", lambda x, y, s, d, f: x * y),
         ("neg, sub and scalars", lambda x, y, s, d, f: 3 - x * 5 + 1),
         ("constants past 2^53", lambda x, y, s, d, f: x * 4611686018427387911 + (-(2**63)) + 2**60),
-        ("fmod signs", lambda x, y, s, d, f: torch.fmod(x, y) if isinstance(x, torch.Tensor) else rc.fmod(x, y)),
+        ("fmod signs", lambda x, y, s, d, f: torch.fmod(x, y) if isinstance(x, torch.Tensor)
+         else rc.fmod(x, y)),
         ("comparison", lambda x, y, s, d, f: (x < y).long()),
         ("where", lambda x, y, s, d, f: torch.where(x < y, x, y) if isinstance(x, torch.Tensor)
          else rc.where(x < y, x, y)),
@@ -127,7 +129,8 @@ def test_feeds_must_fit_the_integer_type():
 
 
 def test_integer_creations_are_exact_past_float32():
-    got = rc.evaluate([rc.arange(2**25, 2**25 + 4, dtype=rc.int64), rc.full((2,), 2**40 + 1, dtype=rc.int64)], {})
+    got = rc.evaluate([rc.arange(2**25, 2**25 + 4, dtype=rc.int64),
+                       rc.full((2,), 2**40 + 1, dtype=rc.int64)], {})
     _same("arange", got[0], torch.arange(2**25, 2**25 + 4, dtype=torch.int64).numpy())
     _same("full", got[1], torch.full((2,), 2**40 + 1, dtype=torch.int64).numpy())
 

@@ -60,7 +60,8 @@ def run(be, source, kernels, name, grid, block, inputs, out_sizes, ints=()):
 ADD = r"""
 #define SCALE 0.5f
 extern "C" __global__ void k0_add(const float* __restrict__ in0, float* __restrict__ out0, long long dim0) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < dim0 * 4; i += (long long)blockDim.x * gridDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < dim0 * 4;
+         i += (long long)blockDim.x * gridDim.x) {
         out0[i] = exp2f(in0[i]) * SCALE + 1.0f;
     }
 }
@@ -76,7 +77,8 @@ def test_grid_stride_elementwise(backend, rng, dim0, grid):
 
 
 ROWSUM = r"""
-extern "C" __global__ void k1_rowsum(const float* __restrict__ in0, float* __restrict__ out0, long long dim0) {
+extern "C" __global__ void k1_rowsum(const float* __restrict__ in0, float* __restrict__ out0,
+                                     long long dim0) {
     __shared__ float partial[256];
     long long row = blockIdx.x;  float acc = 0.0f;
     for (long long j = threadIdx.x; j < dim0; j += blockDim.x) acc += in0[row * dim0 + j];
@@ -162,7 +164,8 @@ def test_atomics(backend, rng):
 DIALECT = r"""
 __device__ __forceinline__ float sq(float v) { return v * v; }
 extern "C" __global__ void k_dialect(const float* __restrict__ in0, float* __restrict__ out0, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
         float v = in0[i];
         long long j = min(i + 1, n - 1), k = max(i - 1, 0ll);
         float m = fmaxf(-INFINITY, fminf(INFINITY, v));

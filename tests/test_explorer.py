@@ -41,7 +41,8 @@ class Element:
 
 
 class Page(HTMLParser):
-    """Every element with its attributes, its ancestors and the text inside it (character references decoded)."""
+    """Every element with its attributes, its ancestors and the text inside it (character references
+    decoded)."""
 
     def __init__(self, text: str):
         super().__init__()
@@ -156,7 +157,8 @@ def test_the_trace_lists_every_rule_in_order_with_one_bar_per_step(program, page
 
 @pytest.mark.parametrize("which", ["attention", "conv"])
 def test_the_trace_names_the_opening_and_lists_the_moves_left_undone(program, page, which):
-    """The attention leaves no move; a direct conv + relu + pool layer leaves one (see test_search_quality)."""
+    """The attention leaves no move; a direct conv + relu + pool layer leaves one (see
+    test_search_quality)."""
     from refcomp.search.alternatives import untaken_moves
     if which == "conv":
         from test_search_quality import direct_conv_layer
@@ -285,7 +287,8 @@ DOT_SVG = """<?xml version="1.0" encoding="UTF-8" standalone="no"?>
 
 
 def test_graphviz_output_gets_the_same_hooks(monkeypatch):
-    """dot's SVG (a canned one here) is inlined with our classes and data attributes, and no ids or namespaces."""
+    """dot's SVG (a canned one here) is inlined with our classes and data attributes, and no ids or
+    namespaces."""
     seen = []
     fake = types.ModuleType("graphviz")
     fake.Source = lambda text: (

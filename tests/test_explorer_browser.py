@@ -2,7 +2,8 @@
 HTML of a layer norm and causal attention, checks the graph and the kernel panels, clicks a kernel
 and a node and checks the highlighting, takes a screenshot, and fails on any console error.
 
-    REFCOMP_UPDATE_SCREENSHOT=1 pytest tests/test_explorer_browser.py   # also rewrites docs/images/explorer.png
+    REFCOMP_UPDATE_SCREENSHOT=1 pytest tests/test_explorer_browser.py
+        # also rewrites docs/images/explorer.png
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def test_the_explorer_works_in_chromium(page, tmp_path):
     )
     assert page.locator(f'section.rc-kernel.rc-selected[data-kernel="{kernel}"]').count() == 1
 
-    # a node of another kernel (clicking one of the selected kernel's would toggle it off): its panel lights up
+    # a node of another kernel (clicking one of the selected kernel's would toggle it off): its panel
+    # lights up
     node = page.locator(f'.rc-after g.rc-node[data-kernel]:not([data-kernel="{kernel}"])').first
     owner = node.get_attribute("data-kernel")
     node.click()

@@ -252,7 +252,8 @@ def test_schedules_are_values_declared_once():
 
 
 def test_the_device_profile_is_threaded_through():
-    """A search under another device prices every kernel on it, a chosen candidate too, and explain names it."""
+    """A search under another device prices every kernel on it, a chosen candidate too, and explain
+    names it."""
     x, w = rc.input("x", ("B", 64)), rc.input("w", (64, 32))
     y = (x @ w).relu().softmax(-1)
     slow = DeviceProfile(name="slow", bandwidth=H200.bandwidth / 8, flops=H200.flops / 8)

@@ -240,7 +240,7 @@ def test_generated_graphs_stay_in_safe_domains():
                     outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float64"
                 )
             except (rc.BindingError, rc.FeedError):
-                continue  # a binding this graph's views cannot take, or stray ids: refused, nothing to compare
+                continue  # a binding these views cannot take, or stray ids: refused, nothing to compare
             want32 = rc.evaluate(
                 outputs, feeds, dims=fuzz.own_dims(outputs.values(), binding), precision="float32"
             )

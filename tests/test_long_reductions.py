@@ -41,7 +41,8 @@ def _with_params(outputs, params: dict):
 
 
 def _forced(outputs, rules):
-    """The program with `rules` applied wherever they give a valid partition, whatever the cost model prefers."""
+    """The program with `rules` applied wherever they give a valid partition, whatever the cost model
+    prefers."""
     result = rc.compile(outputs, cache=False).search
     graph, sched = result.graph, Schedule()
     evaluator = Evaluator(graph, result.bindings, H200)

@@ -99,7 +99,8 @@ def test_minilm_matches_transformers(hf_model, emulator_results, key):
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     cosine = (e * ref).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(ref, axis=1)
     print(
-        f"\nbatch {(n, T)}: worst 1 - cosine vs transformers {1.0 - cosine.min():.1e}, max abs diff {np.abs(e - ref).max():.2e}"
+        f"\nbatch {(n, T)}: worst 1 - cosine vs transformers {1.0 - cosine.min():.1e}, "
+        f"max abs diff {np.abs(e - ref).max():.2e}"
     )
     assert cosine.min() >= MIN_COSINE, cosine
 

@@ -326,7 +326,8 @@ def test_symbolic_spatial_dims_through_conv_pool_and_gemm():
     onnx_model = model(nodes, [vi("x", ["N", 3, "H", "W"])], [vi("y", ["N", 5])], inits)
     symbolic = ro.import_model(onnx_model)
     # search=False: core bug, rc.compile's search does not finish (minutes) on a conv with symbolic
-    # spatial dims, e.g. rc.compile(rc.nn.conv2d(rc.input("x", ("N", 3, "H", "W")), rc.input("w", (4, 3, 3, 3)), stride=2))
+    # spatial dims, e.g.
+    # rc.compile(rc.nn.conv2d(rc.input("x", ("N", 3, "H", "W")), rc.input("w", (4, 3, 3, 3)), stride=2))
     program = symbolic.compile(search=False)
     for shape in ((2, 3, 9, 12), (1, 3, 16, 7)):
         x = rng.standard_normal(shape).astype(np.float32)
@@ -370,7 +371,8 @@ def test_integer_inputs_in_arithmetic_are_computed_exactly_as_int64():
     m = ro.import_model(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
     x = np.array([2**60 + 1, -(2**53) - 3, 2**62], np.int64)
     want = (x * 4).astype(np.int64)  # 3x + x, wrapping past 2^63 for the last
-    want = np.array([int(w / q) if abs(w) < 2**53 else (abs(int(w)) // abs(q)) * (1 if (w >= 0) == (q >= 0) else -1)
+    want = np.array([int(w / q) if abs(w) < 2**53
+                     else (abs(int(w)) // abs(q)) * (1 if (w >= 0) == (q >= 0) else -1)
                      for w, q in zip(want.tolist(), [7, -7, 2])], np.int64)
     for backend in ("numpy", "emulator"):
         got = m.run({"x": x}, backend=backend)["y"]

@@ -57,8 +57,8 @@ def test_an_old_opset_of_unchanged_operators_imports_as_it_is():
 
 
 def test_a_changed_operator_is_converted_once_and_keeps_its_old_meaning():
-    # Softmax at opset 11 flattens the input at `axis` into a matrix: axis=0 is one softmax over all six values,
-    # where opset 13's axis=0 would normalise each column
+    # Softmax at opset 11 flattens the input at `axis` into a matrix: axis=0 is one softmax over all six
+    # values, where opset 13's axis=0 would normalise each column
     m = model(
         [h.make_node("Softmax", ["x"], ["y"], name="sm", axis=0)],
         [vi("x", [2, 3])],

@@ -1,4 +1,5 @@
-"""The profiler (exec/profile.py, emu_profile.h): hand-written kernels of known counts, then every golden case.
+"""The profiler (exec/profile.py, emu_profile.h): hand-written kernels of known counts, then every
+golden case.
 
 Known counts, as Nsight Compute reports them on a GPU: a warp reading 32 consecutive floats touches
 4 sectors of 32 bytes; reading every 32nd float touches 32; all threads reading one float touch 1.
@@ -42,7 +43,8 @@ def profile(source, kernel: KernelSignature, grid, block, inputs, out_sizes, int
 
 
 COPY = r"""
-extern "C" __global__ void k_copy(const float* __restrict__ in0, float* __restrict__ out0, long long stride, long long n) {
+extern "C" __global__ void k_copy(const float* __restrict__ in0, float* __restrict__ out0,
+                                  long long stride, long long n) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < n) out0[i] = in0[i * stride];
 }
@@ -188,7 +190,8 @@ extern "C" __global__ void k_smem(const float* __restrict__ in0, float* __restri
 
 @pytest.mark.parametrize("stride,pad,s_waves,t_waves", [(32, 32, 32, 32), (33, 33, 1, 1), (1, 32, 1, 32)])
 def test_shared_bank_conflicts(stride, pad, s_waves, t_waves):
-    """s[tid * stride] and t[tid][0] (rows of `pad` floats) are stored, then loaded with s[0] (a broadcast)."""
+    """s[tid * stride] and t[tid][0] (rows of `pad` floats) are stored, then loaded with s[0] (a
+    broadcast)."""
     source = SHARED.replace("#define STRIDE 32", f"#define STRIDE {stride}\n#define PAD {pad}")
     x = np.arange(32, dtype=np.float32)
     c, (out,) = profile(
@@ -212,11 +215,13 @@ def test_shared_stride_32_is_a_32_way_conflict():
 
 FLOPS = r"""
 extern "C" __global__ void k_flops(const float* __restrict__ in0, float* __restrict__ out0, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
         float x = in0[i];
         float y = sqrtf(x * x + 1.0f) / 3.0f;   // 3 flops, 1 math call
         y = fmaf(y, -x, 0.5f);                   // 2 flops (an fma)
-        out0[i] = x > 0.0f ? exp2f(y) : -y;      // a compare and a negation are not flops; 1 math call when x > 0
+        // a compare and a negation are not flops; 1 math call when x > 0
+        out0[i] = x > 0.0f ? exp2f(y) : -y;
     }
 }
 """

@@ -169,8 +169,9 @@ def test_a_missing_program_file_is_a_refcomp_error(tmp_path):
 
 
 def test_compile_leaves_the_garbage_collector_as_it_found_it():
-    """A compile freezes older objects and collects the young ones less often (compiler._older_objects_frozen),
-    then puts back the caller's thresholds and frozen objects, collection switched off included."""
+    """A compile freezes older objects and collects the young ones less often
+    (compiler._older_objects_frozen), then puts back the caller's thresholds and frozen objects,
+    collection switched off included."""
     import gc
     x = rc.input("x", ("B", 16))
     before, frozen = gc.get_threshold(), gc.get_freeze_count()

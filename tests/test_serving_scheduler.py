@@ -128,7 +128,8 @@ def test_the_cache_evicts_least_recently_used_unshared_pages():
     scheduler.run()
     assert c.out == alone(tuple(prompt(30, 3)), 2)
     assert scheduler.cache.stats["evicted_pages"] >= 2
-    assert len(scheduler.cache.match(a, 8)) > len(scheduler.cache.match(b, 8)) or not scheduler.cache.match(b, 8)
+    assert (len(scheduler.cache.match(a, 8)) > len(scheduler.cache.match(b, 8))
+            or not scheduler.cache.match(b, 8))
     pool_is_whole(scheduler)
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 for package in ("starlette", "uvicorn", "openai"):
-    pytest.importorskip(package, reason=f"the endpoint tests need {package} (pip install 'refcomp[serve]' openai)")
+    pytest.importorskip(package,
+                        reason=f"the endpoint tests need {package} (pip install 'refcomp[serve]' openai)")
 
 import openai  # noqa: E402
 import uvicorn  # noqa: E402
@@ -151,13 +152,14 @@ def test_bad_requests_get_openais_errors_and_the_server_keeps_serving(client, li
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-4")
     # still serving, every page back
-    assert ids(client.completions.create(model=NAME, prompt=[4, 5], max_tokens=3, temperature=0).choices[0].text) \
-        == alone((4, 5), 3)
+    done = client.completions.create(model=NAME, prompt=[4, 5], max_tokens=3, temperature=0)
+    assert ids(done.choices[0].text) == alone((4, 5), 3)
 
 
 def test_a_client_gone_mid_stream_frees_its_pages(client, live):
     scheduler = live.worker.scheduler
-    stream = client.completions.create(model=NAME, prompt=prompt(9, 4), max_tokens=60, temperature=0, stream=True)
+    stream = client.completions.create(model=NAME, prompt=prompt(9, 4), max_tokens=60, temperature=0,
+                                       stream=True)
     next(iter(stream))
     stream.close()
     deadline = time.monotonic() + 20
@@ -181,7 +183,8 @@ def _concurrent_streams(live, count):
         return p, 4 + i % 3, ids(text), finish
 
     async def main():
-        async with openai.AsyncOpenAI(base_url=live.url, api_key="unused", max_retries=0, timeout=120) as client:
+        async with openai.AsyncOpenAI(base_url=live.url, api_key="unused", max_retries=0,
+                                      timeout=120) as client:
             return await asyncio.gather(*(one(client, i) for i in range(count)))
 
     live.worker.scheduler.stats["largest_step"] = 0
@@ -205,14 +208,16 @@ def test_refcomp_serve_runs_and_stops(tmp_path):
     argv = [sys.executable, "-m", "refcomp", "serve", "random-gpt2", "--backend", "numpy", "--port", "0",
             "--vocab", "64", "--layers", "1", "--d-model", "16", "--heads", "2", "--pages", "32",
             "--page-size", "4"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         line = proc.stdout.readline()
         assert "serving random-gpt2 on http://127.0.0.1:" in line, line + proc.stderr.read()
         url = line.split(" on ")[1].split()[0]
         client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=30)
         assert [m.id for m in client.models.list().data] == ["random-gpt2"]
-        assert len(client.completions.create(model="random-gpt2", prompt=[1, 2], max_tokens=3).choices[0].text) == 3
+        done = client.completions.create(model="random-gpt2", prompt=[1, 2], max_tokens=3)
+        assert len(done.choices[0].text) == 3
     finally:
         proc.send_signal(2)
         try:

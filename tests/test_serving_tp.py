@@ -35,8 +35,8 @@ SCRIPT = textwrap.dedent('''
     from serving_oracle import prompt, tiny_model
     from mpi4py import MPI
 
-    engine = Engine(tiny_model(), pages=16, page_size=4, backend="mpi", prefill_chunk=8, mesh=rc.Mesh({"tp": 2}),
-                    device_backend=sys.argv[2])
+    engine = Engine(tiny_model(), pages=16, page_size=4, backend="mpi", prefill_chunk=8,
+                    mesh=rc.Mesh({"tp": 2}), device_backend=sys.argv[2])
     scheduler = Scheduler(engine, step_tokens=10)
     requests = [scheduler.add(p, 6, ignore_eos=True) for p in (prompt(3), prompt(11, 1), prompt(6, 2))]
     scheduler.run()
@@ -47,7 +47,8 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_tp2_on_a_simulated_mesh_gives_the_tokens_of_one_device():
-    engine = Engine(tiny_model(), pages=16, page_size=4, backend="numpy", prefill_chunk=8, mesh=rc.Mesh({"tp": 2}))
+    engine = Engine(tiny_model(), pages=16, page_size=4, backend="numpy", prefill_chunk=8,
+                    mesh=rc.Mesh({"tp": 2}))
     scheduler = Scheduler(engine, step_tokens=10)
     requests = [scheduler.add(p, NEW, ignore_eos=True) for p in PROMPTS]
     scheduler.run()
@@ -59,11 +60,13 @@ def test_tp2_on_a_simulated_mesh_gives_the_tokens_of_one_device():
 
 def test_megatron_layout_and_its_refusals():
     specs = megatron_shardings(tiny_model(), "tp", 2)
-    assert specs["h.0.attn.c_attn.weight"] == (None, "tp:3") and specs["h.0.mlp.c_proj.weight"] == ("tp", None)
+    assert specs["h.0.attn.c_attn.weight"] == (None, "tp:3")
+    assert specs["h.0.mlp.c_proj.weight"] == ("tp", None)
     with pytest.raises(RefcompError, match="3 heads .* divide by 2"):
         megatron_shardings(random_gpt2(1, 12, 3, 16, 16), "tp", 2)
     with pytest.raises(RefcompError, match="one axis"):
-        Engine(tiny_model(), pages=4, page_size=4, backend="numpy", mesh=rc.Mesh({"dp": 1, "tp": 2})).program("decode")
+        Engine(tiny_model(), pages=4, page_size=4, backend="numpy",
+               mesh=rc.Mesh({"dp": 1, "tp": 2})).program("decode")
 
 
 def _missing():

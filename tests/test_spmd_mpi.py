@@ -24,23 +24,25 @@ if str(REPO) not in sys.path:  # the script's models come from examples/ beside 
     sys.path.insert(0, str(REPO))
 
 SCRIPT = textwrap.dedent('''
-    """Run by `mpirun -n N python script.py CASE OUT.npz`; imported by the test for the same graph and feeds."""
+    """Run by `mpirun -n N python script.py CASE OUT.npz`; imported by the test for the same graph and
+    feeds."""
     import sys
 
     import numpy as np
 
     import refcomp as rc
 
-    MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4}, "data_parallel": {"dp": 4},
-              "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2}, "exchange_tp2": {"tp": 2},
-              "mlp_1": {"dp": 1}, "mlp_2": {"tp": 2}, "mlp_8": {"dp": 2, "tp": 4},
+    MESHES = {"megatron": {"dp": 2, "tp": 2}, "tensor_parallel": {"dp": 1, "tp": 4},
+              "data_parallel": {"dp": 4}, "exchange": {"tp": 4}, "megatron_tp2": {"tp": 2},
+              "exchange_tp2": {"tp": 2}, "mlp_1": {"dp": 1}, "mlp_2": {"tp": 2}, "mlp_8": {"dp": 2, "tp": 4},
               "gpt2_4": {"dp": 2, "tp": 2}, "minilm_2": {"dp": 2}, "two_gpus": {"dp": 2},
               "other_batch": {"dp": 2}, "bad_feed": {"tp": 2}, "fails_mid_run": {"tp": 2}}
     SENTENCES = ["a small test sentence", "refcomp splits the batch", "three", "four words here"]
 
 
     def build(case):
-        if case.startswith("exchange"):  # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
+        # partial sums read split along T (a reduce-scatter), then re-split (an all-to-all)
+        if case.startswith("exchange"):
             a = rc.input("a", (8, 16, 32), sharding=(None, None, "tp"))
             r = rc.input("r", (8, 16, 32), sharding=(None, "tp", None))
             w = rc.input("w", (32, 32), sharding=("tp", None))
@@ -63,7 +65,7 @@ SCRIPT = textwrap.dedent('''
 
     def feeds(case="megatron", rank=0):
         rng = np.random.default_rng(7)
-        if rank == 1 and case in ("other_batch", "bad_feed"):  # rank 1 alone: a batch of 6, or x's last dim 65
+        if rank == 1 and case in ("other_batch", "bad_feed"):  # rank 1 alone: a batch of 6, or last dim 65
             good = feeds(case)
             return {**good, "x": np.ones((6, 3, 64) if case == "other_batch" else (8, 3, 65), np.float32)}
         if case.startswith("gpt2"):
@@ -86,7 +88,8 @@ SCRIPT = textwrap.dedent('''
         rank = MPI.COMM_WORLD.Get_rank()
         for case in cases:
             _, prog = build(case)
-            own_device = "no_such_backend" if case == "fails_mid_run" and rank == 1 else device  # its first stage raises
+            # its first stage raises
+            own_device = "no_such_backend" if case == "fails_mid_run" and rank == 1 else device
             try:
                 got = prog.run(feeds(case, rank), backend="mpi", device_backend=own_device)
             except rc.RefcompError as e:
@@ -148,7 +151,8 @@ def _mpirun(n: int, script: Path, out_dir: Path, *cases: str, device: str = "emu
 
 
 def _agrees(y, feeds, got, simulated) -> None:
-    """Rank 0's outputs: bit for bit the simulated mesh's, and the float64 reference's within float32 tolerance."""
+    """Rank 0's outputs: bit for bit the simulated mesh's, and the float64 reference's within float32
+    tolerance."""
     np.testing.assert_array_equal(got, simulated)
     np.testing.assert_allclose(got, rc.evaluate(y, feeds, precision="float64"), **golden.FLOAT32_TOLERANCE)
 
@@ -245,14 +249,16 @@ def test_ranks_given_other_batch_sizes_all_say_which(tmp_path):
     """Rank 1 fed a batch of 6 where rank 0 has 8: each used to run a program of its own size, return
     wrong outputs and hang in a collective. The bindings are compared before the first stage."""
     done = _fails_fast(tmp_path, "other_batch")
-    said = "the ranks were given different feeds (dim B is 8 on rank 0 but 6 on rank 1; feed 'x' is (8, 3, 64) float32"
+    said = ("the ranks were given different feeds (dim B is 8 on rank 0 but 6 on rank 1; "
+            "feed 'x' is (8, 3, 64) float32")
     assert done.stdout.count(said) == 2, done.stdout + done.stderr  # every rank, by its RefcompError
 
 
 @needs_mpi
 def test_a_feed_that_binds_on_one_rank_only_is_named_on_every_rank(tmp_path):
     done = _fails_fast(tmp_path, "bad_feed")
-    said = "RefcompError: backend='mpi': the feeds do not bind on rank 1 (FeedError: input 'x' expects size 64 on axis 2"
+    said = ("RefcompError: backend='mpi': the feeds do not bind on rank 1 "
+            "(FeedError: input 'x' expects size 64 on axis 2")
     assert done.stdout.count(said) == 2, done.stdout + done.stderr
 
 

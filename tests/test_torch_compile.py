@@ -1,5 +1,6 @@
-"""torch.compile(model, backend="refcomp"): dynamo's graphs lowered to Core ATen by AOTAutograd, imported by
-the torch.export frontend's Importer, compiled once per graph, against eager PyTorch (refcomp/torch_backend.py)."""
+"""torch.compile(model, backend="refcomp"): dynamo's graphs lowered to Core ATen by AOTAutograd,
+imported by the torch.export frontend's Importer, compiled once per graph, against eager PyTorch
+(refcomp/torch_backend.py)."""
 
 import importlib.metadata
 import tomllib

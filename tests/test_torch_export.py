@@ -195,8 +195,8 @@ def test_missing_ops_are_listed_in_one_error_with_counts_and_lines():
     message = str(info.value)
     assert "2 ATen ops refcomp does not implement" in message
     assert (
-        f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, test_torch_export.py:{at['y.scatter_add']}): "
-        f"writes at indices computed at run time" in message
+        f"aten.scatter_add.default x2 (test_torch_export.py:{at['x.scatter_add']}, "
+        f"test_torch_export.py:{at['y.scatter_add']}): writes at indices computed at run time" in message
     )
     assert f"aten.digamma.default x1 (test_torch_export.py:{at['digamma']})" in message
 

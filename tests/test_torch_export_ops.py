@@ -77,7 +77,8 @@ def test_row_matches_torch(name, k):
     c = cases[k]
     ep = exported(c)
     assert name in {op_name(n.target) for n in ep.graph.nodes if n.op == "call_function"}, (
-        f"the case exports {sorted({op_name(n.target) for n in ep.graph.nodes if n.op == 'call_function'})}, not {name}"
+        f"the case exports "
+        f"{sorted({op_name(n.target) for n in ep.graph.nodes if n.op == 'call_function'})}, not {name}"
     )
     m = rc.torch.import_program(ep)
     feeds = dict(zip(m.input_types, c.inputs))

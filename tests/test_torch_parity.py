@@ -10,7 +10,8 @@ F = torch.nn.functional if torch is not None else None
 
 
 def test_attention_reads_a_boolean_mask_as_torch_does(rng):
-    """A mask built by a comparison is PyTorch's bool mask: True takes part, False is blocked (it was added as 0/1)."""
+    """A mask built by a comparison is PyTorch's bool mask: True takes part, False is blocked (it was
+    added as 0/1)."""
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8)))
     keep = rng.random((4, 6)).astype(np.float32)
     keep[2] = 0.9  # a row kept whole; and one blocked whole (PyTorch gives it zeros)

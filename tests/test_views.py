@@ -462,7 +462,8 @@ def test_a_view_pickled_in_one_process_hashes_as_a_fresh_one_in_another(tmp_path
     path = tmp_path / "stack.pickle"
     path.write_bytes(pickle.dumps(stack))
     code = (
-        "import pickle, sys\nfrom refcomp.symbolic.dims import symbol\nfrom refcomp.symbolic.view import ViewStack\n"
+        "import pickle, sys\nfrom refcomp.symbolic.dims import symbol\n"
+        "from refcomp.symbolic.view import ViewStack\n"
         "loaded = pickle.loads(open(sys.argv[1], 'rb').read())\n"
         "fresh = ViewStack.of_buffer((symbol('T'), 4)).permute((1, 0))\n"
         "print(loaded == fresh, loaded in {fresh}, loaded.views[0] in {fresh.views[0]})"

@@ -373,8 +373,8 @@ case(
 case("rc.int64", lambda: rc.full((2,), 2**40 + 1, dtype=rc.int64) * 3,
      lambda: torch.full((2,), 2**40 + 1, dtype=torch.int64) * 3, exact=True)
 case("rc.float64", lambda x: x.to(rc.float64) + 1e-12, lambda t: t.to(torch.float64) + 1e-12, X, exact=True)
-case("rc.float64", lambda: rc.zeros(2, dtype=rc.float64) + 0.1, lambda: torch.zeros(2, dtype=torch.float64) + 0.1,
-     exact=True)
+case("rc.float64", lambda: rc.zeros(2, dtype=rc.float64) + 0.1,
+     lambda: torch.zeros(2, dtype=torch.float64) + 0.1, exact=True)
 case(
     "rc.return_types",
     lambda x: tuple(rc.return_types.max(*x.max(0))),

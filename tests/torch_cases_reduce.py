@@ -168,10 +168,13 @@ for name, call in (("sum", lambda x, d: x.sum(1, dtype=d)), ("mean", lambda x, d
         refusal(f"Tensor.{name}", lambda x, c=call: c(x, "int64"), "dtype=", "int64", "float types only",
                 inputs=(P,))
     else:  # each value truncated to an int64 first
-        case(f"Tensor.{name}", lambda x, c=call: c(x * 3, "int64"), lambda t, c=call: c(t * 3, torch.int64), P)
+        case(f"Tensor.{name}", lambda x, c=call: c(x * 3, "int64"), lambda t, c=call: c(t * 3, torch.int64),
+             P)
     case(f"Tensor.{name}", lambda x, c=call: c(x, "float64"), lambda t, c=call: c(t, torch.float64), P)
-refusal("Tensor.softmax", lambda x: x.softmax(1, torch.int64), "dtype=", "int64", "float types only", inputs=(P,))
-case("Tensor.softmax", lambda x: x.softmax(1, torch.float64), lambda t: t.softmax(1, torch.float64), P, rtol=1e-12)
+refusal("Tensor.softmax", lambda x: x.softmax(1, torch.int64), "dtype=", "int64", "float types only",
+        inputs=(P,))
+case("Tensor.softmax", lambda x: x.softmax(1, torch.float64), lambda t: t.softmax(1, torch.float64), P,
+     rtol=1e-12)
 refusal("Tensor.sum", lambda x: x.sum(dtype=torch.bool), "bool", "any()", inputs=(P,))
 case("Tensor.cumsum", lambda x: x.cumsum(dim=0), lambda t: t.cumsum(dim=0), X, rtol=1e-5, atol=1e-5)
 case("Tensor.cumprod", lambda x: x.cumprod(1), lambda t: t.cumprod(1), a(3, 6, lo=0.5, hi=1.5), rtol=1e-6)

@@ -273,7 +273,7 @@ add(
     case(lambda x: A.arange.start_step(0, x.shape[0]), f(5), dynamic=True),
 )
 
-# --- views and movement --------------------------------------------------------------------------------------
+# --- views and movement -----------------------------------------------------------------------------
 add("aten.view.default", case(lambda x: A.view.default(x, [-1, 2]), f(3, 4)),
     case(lambda x: A.view.default(x, [x.shape[0] * 4]), f(3, 4), dynamic=True))
 add("aten._unsafe_view.default", case(lambda x: A._unsafe_view.default(x, [4, 3]), f(3, 4)))

@@ -17,10 +17,10 @@ add(
     case(lambda x: A.add.Tensor(x, A.index.Tensor(IDX2, [NEG[:2]])), f(2)),
     case(lambda x, i: A.index.Tensor(x, [i]), f(10, 3), ints(2, 5, hi=10)),
     # indices computed at run time (checked before the lookup), negative ones counted from the end
-    case(lambda x, i: A.index.Tensor(x, [A.sub.Tensor(A.remainder.Scalar(A.mul.Tensor(i, 7), 10), 5)]), f(10, 3),
-         ints(2, 5, hi=10**6), emulator=True),
-    case(lambda x, i: A.index.Tensor(x, [A.remainder.Scalar(i, 4), A.remainder.Scalar(A.add.Tensor(i, 1), 3)]),
-         f(4, 3), ints(6, hi=100)),
+    case(lambda x, i: A.index.Tensor(x, [A.sub.Tensor(A.remainder.Scalar(A.mul.Tensor(i, 7), 10), 5)]),
+         f(10, 3), ints(2, 5, hi=10**6), emulator=True),
+    case(lambda x, i: A.index.Tensor(
+        x, [A.remainder.Scalar(i, 4), A.remainder.Scalar(A.add.Tensor(i, 1), 3)]), f(4, 3), ints(6, hi=100)),
     case(
         lambda x: A.index.Tensor(x, [A.arange.start_step(0, x.shape[0]), A.arange.start_step(0, x.shape[0])]),
         f(4, 4),
@@ -54,7 +54,8 @@ add(
 )
 add("aten.gather.default", case(lambda x: A.gather.default(x, 1, IDX2), f(2, 4)),
     case(lambda x, i: A.gather.default(x, 0, i), f(5, 3), ints(2, 3, hi=5)),
-    case(lambda x, i: A.gather.default(x, 0, A.remainder.Scalar(A.mul.Tensor(i, 3), 5)), f(5, 3), ints(2, 3, hi=99)))
+    case(lambda x, i: A.gather.default(x, 0, A.remainder.Scalar(A.mul.Tensor(i, 3), 5)), f(5, 3),
+         ints(2, 3, hi=99)))
 add(
     "aten._embedding_bag.default",
     case(lambda w, i: A._embedding_bag.default(w, i, BAGS)[0], f(10, 4), ints(6, hi=10)),
@@ -157,7 +158,7 @@ add(
     case(lambda x: A.upsample_bilinear2d.vec(x, None, True, [2.0, 2.0]), f(1, 2, 3, 4)),
 )
 
-# --- normalisation -------------------------------------------------------------------------------------------
+# --- normalisation ----------------------------------------------------------------------------------
 add("aten._softmax.default", case(lambda x: A._softmax.default(x, -1, False), f(3, 5, special=True)),
     case(lambda x: A._softmax.default(x, 0, False), f(3, 5)))
 add("aten._log_softmax.default", case(lambda x: A._log_softmax.default(x, 1, False), f(3, 5)))
@@ -217,7 +218,7 @@ add(
 )
 add("aten.native_dropout.default", case(lambda x: A.native_dropout.default(x, 0.5, False), f(3, 4)))
 
-# --- reductions and scans --------------------------------------------------------------------------------------
+# --- reductions and scans ---------------------------------------------------------------------------
 add("aten.sum.dim_IntList", case(lambda x: A.sum.dim_IntList(x, [0, 2], True), f(2, 3, 4)),
     case(lambda x: A.sum.dim_IntList(x, []), f(2, 3)))
 add("aten.sum.default", case(lambda x: A.sum.default(x), f(3, 4)),

@@ -31,7 +31,8 @@ from ..symbolic.dims import evaluate_dim, idiv, imod
 from .kernels import Kernel
 
 class AccessModelError(RefcompError):
-    """An index expression the memory model cannot evaluate; whoever prices falls back to the graph's estimate."""
+    """An index expression the memory model cannot evaluate; whoever prices falls back to the graph's
+    estimate."""
 
 
 WARP = 32

@@ -239,7 +239,8 @@ class TiledContraction:
                 stats = row_statistics(red)
                 if stats is None or stats.total not in reduces or not same_edge(red.shape, stats.total.shape):
                     raise Unfusable(
-                        f"{red.op.name}#{red.id} is no sum of squared deviations from a mean this prologue sums"
+                        f"{red.op.name}#{red.id} is no sum of squared deviations from a mean "
+                        f"this prologue sums"
                     )
                 pairs[stats.total.id] = stats
         phases, extent, count = [], None, 0

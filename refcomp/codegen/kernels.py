@@ -34,9 +34,9 @@ _COMPILED: list = []  # the jinja2.BytecodeCache given to keep_compiled_template
 
 
 def keep_compiled_templates(cache: jinja2.BytecodeCache) -> None:
-    """Have Jinja keep the templates it compiles in `cache`, for later processes: compiling them is
-    some 20 ms of a process's first program. refcomp.exec gives one in its cache directory (code
-    generation knows no directory)."""
+    """Have Jinja keep the templates it compiles in `cache`, for later processes, which then skip
+    compiling them. refcomp.exec gives one in its cache directory (code generation knows no
+    directory)."""
     _COMPILED[:] = [cache]
     template.cache_clear()
 

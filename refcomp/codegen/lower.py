@@ -135,7 +135,9 @@ def kernel_for_group(
     if group.kind in ("row", "matmul"):
         other = next((n for n in group.members if not DTYPES[n.dtype].is_float), None)
         if other is not None:
-            raise Unfusable(f"{other.op.name}#{other.id} computes {other.dtype}: {group.kind} kernels compute float32")
+            raise Unfusable(
+                f"{other.op.name}#{other.id} computes {other.dtype}: {group.kind} kernels compute float32"
+            )
     if group.kind == "row":
         rows = [n for n in group.members if n.op.kind == REDUCE and n.id in params.get("row_ids", ())]
         return row_kernel(name, root, rows, names, fused, block=params.get("block", BLOCK), render=render)

@@ -199,7 +199,8 @@ def softmax_matmul_kernel(
         narrow
     ):  # its running maximum and sum are rescaled as they go: a 16-bit node's rounding has no place to happen
         raise Unfusable(
-            f"{narrow[0].op.name}#{narrow[0].id} is {narrow[0].dtype}: online softmax keeps float32 statistics"
+            f"{narrow[0].op.name}#{narrow[0].id} is {narrow[0].dtype}: "
+            f"online softmax keeps float32 statistics"
         )
     scores, chain = streamed_scores(parts)
     if scores is None or scores.id not in set(streamed_ids):
@@ -246,7 +247,8 @@ def softmax_matmul_kernel(
     score_statements = body.statements
     if scores is not None and scores.id not in body.scalars_read:
         raise Unfusable(
-            f"the scores of {maximum.op.name}#{maximum.id} do not read {scores.op.name}#{scores.id} at their own position"
+            f"the scores of {maximum.op.name}#{maximum.id} do not read {scores.op.name}#{scores.id} "
+            f"at their own position"
         )
 
     def weight(s_name: str, guard) -> tuple[list[str], str]:

@@ -4,11 +4,11 @@
 instrumented build call it with their own flags and extra headers); the disk cache (`exec/cache.py`)
 keeps what it builds, trusted only through its stamp.
 
-Parsing the shim and the C++ headers it pulls in is most of g++'s time on a small program (0.27 of
-0.36 s for an empty one; a golden case 0.53 s), and a first run builds hundreds of small libraries.
-So the shim is precompiled once per flag set (`precompiled_shim`: a .gch in the cache, stamped like
-a library) and `-include`d from there: a golden case then takes 0.24 s, and the library's bytes are
-the same (the .gch is 17 MB per flag set). Where it cannot be precompiled, the shim's text is parsed.
+Parsing the shim and the C++ headers it pulls in is most of g++'s time on a small program, and a
+first run builds hundreds of small libraries. So the shim is precompiled once per flag set
+(`precompiled_shim`: a .gch in the cache, stamped like a library) and `-include`d from there; the
+library's bytes are the same (figures: docs/ARCHITECTURE.md, section 7). Where it cannot be
+precompiled, the shim's text is parsed.
 """
 from __future__ import annotations
 

@@ -29,16 +29,19 @@ from .explorer_parts import (
     user_owners,
 )
 
+# In CSS, SCRIPT and the page a `\` at a line's end joins the next line to it: the page gets one line.
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; background: #fafafa; }
 header, .rc-wide { padding: 8px 16px; }
-h1 { font-size: 20px; margin: 4px 0; } h2 { font-size: 16px; margin: 12px 0 4px; } h3 { font-size: 14px; margin: 0; }
+h1 { font-size: 20px; margin: 4px 0; } h2 { font-size: 16px; margin: 12px 0 4px; } \
+h3 { font-size: 14px; margin: 0; }
 .rc-main { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 12px; padding: 0 16px; }
 .rc-graphs { position: sticky; top: 0; align-self: start; max-height: 100vh; overflow: auto; }
 .rc-graph-box { overflow: auto; max-height: 46vh; background: #fff; border: 1px solid #ddd; }
 .rc-node { cursor: pointer; }
 .rc-focus .rc-node:not(.rc-selected), .rc-focus .rc-buffer:not(.rc-selected) { opacity: 0.35; }
-.rc-node.rc-selected rect, .rc-node.rc-selected path, .rc-node.rc-selected polygon, .rc-buffer.rc-selected rect {
+.rc-node.rc-selected rect, .rc-node.rc-selected path, .rc-node.rc-selected polygon, \
+.rc-buffer.rc-selected rect {
   stroke: #d00; stroke-width: 3; }
 .rc-scroll { overflow-x: auto; }
 .rc-kernel { background: #fff; border: 1px solid #ddd; border-radius: 6px; margin: 0 0 8px; padding: 6px 10px;
@@ -46,18 +49,21 @@ h1 { font-size: 20px; margin: 4px 0; } h2 { font-size: 16px; margin: 12px 0 4px;
 .rc-kernel.rc-selected { border-color: #d00; box-shadow: 0 0 0 2px #d00; }
 .rc-swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #555; margin-right: 6px; }
 .rc-kind, .rc-where, .rc-note { color: #777; font-weight: normal; }
-table { border-collapse: collapse; font-size: 13px; } th { text-align: left; vertical-align: top; padding-right: 8px; }
+table { border-collapse: collapse; font-size: 13px; } \
+th { text-align: left; vertical-align: top; padding-right: 8px; }
 td, th { padding: 1px 6px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .rc-trace tr:nth-child(even), .rc-kernels-table tr:nth-child(even) { background: #f0f0f0; }
 .rc-counters { margin-top: 4px; } .rc-counters caption { text-align: left; color: #777; }
 .rc-bar { fill: #4c78a8; } .rc-bar:hover { fill: #d00; }
 pre { background: #f6f8fa; padding: 6px; overflow: auto; font-size: 12px; cursor: text; }
 .hl-comment { color: #6a737d; } .hl-keyword { color: #d73a49; } .hl-type { color: #6f42c1; }
-.hl-number { color: #005cc5; } .hl-string { color: #032f62; } .hl-preproc { color: #e36209; } .hl-builtin { color: #22863a; }
+.hl-number { color: #005cc5; } .hl-string { color: #032f62; } .hl-preproc { color: #e36209; } \
+.hl-builtin { color: #22863a; }
 """
 
 # Click a kernel panel: select that kernel. Click a node: select the kernel that writes it (again: clear).
-# Selecting marks the panel, every node and buffer it computes or touches (data-kernels), and opens its source.
+# Selecting marks the panel, every node and buffer it computes or touches (data-kernels), and opens its
+# source.
 SCRIPT = """
 (function () {
   var selected = null;
@@ -69,10 +75,12 @@ SCRIPT = """
     if (name === null) return null;
     var parts = document.querySelectorAll('[data-kernels]');
     for (var j = 0; j < parts.length; j++) {
-      if (parts[j].getAttribute('data-kernels').split(' ').indexOf(name) >= 0) parts[j].classList.add('rc-selected');
+      if (parts[j].getAttribute('data-kernels').split(' ').indexOf(name) >= 0) \
+parts[j].classList.add('rc-selected');
     }
     var panels = document.querySelectorAll('.rc-kernel'), panel = null;
-    for (var k = 0; k < panels.length; k++) if (panels[k].getAttribute('data-kernel') === name) panel = panels[k];
+    for (var k = 0; k < panels.length; k++) if (panels[k].getAttribute('data-kernel') === name) \
+panel = panels[k];
     if (panel) panel.classList.add('rc-selected');
     return panel;
   }
@@ -114,7 +122,8 @@ white boxes are inputs, or user nodes the search rewrote away; dashed edges read
 <h2>After search: the compiled graph ({_computed(program._nodes)} compute nodes)</h2>
 <div class="rc-graph-box rc-after">{draw_graph(program.output_nodes, names, compiled_owners(program))}</div>
 <h2>Before search: your graph ({_computed(program._user_nodes)} compute nodes)</h2>
-<div class="rc-graph-box rc-before">{draw_graph([t.node for t in program.tensors], names, user_owners(program))}</div>
+<div class="rc-graph-box rc-before">\
+{draw_graph([t.node for t in program.tensors], names, user_owners(program))}</div>
 </div>
 <div class="rc-kernels"><h2>Kernels, in launch order</h2>
 {panels}
@@ -149,8 +158,9 @@ def _summary(program, profile) -> str:
     cost = program.cost
     inputs = ", ".join(esc(n.label) for n in program._inputs) or "none"
     out = (
-        f"{len(program.kernels)} kernel(s) computing {len(program.output_nodes)} output(s) from inputs {inputs}. "
-        f"Modeled: {cost.bytes:,} B from DRAM, {cost.flops:,} flops, <b>{cost.time_s * 1e6:.2f} us</b> predicted."
+        f"{len(program.kernels)} kernel(s) computing {len(program.output_nodes)} output(s) "
+        f"from inputs {inputs}. Modeled: {cost.bytes:,} B from DRAM, {cost.flops:,} flops, "
+        f"<b>{cost.time_s * 1e6:.2f} us</b> predicted."
     )
     if profile is not None:
         out += (

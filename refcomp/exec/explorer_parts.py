@@ -2,8 +2,8 @@
 
 Kernels (what each computes, its launch, the cost model's figures, the profiler's counters, the
 highlighted CUDA), the search's rewrite trace (a table and a bar chart of predicted time, then the
-moves it left undone) and the memory plan (a timeline of intermediate buffers). Every string that reaches the page goes through
-`esc`, since input names and provenance (file names) are the user's.
+moves it left undone) and the memory plan (a timeline of intermediate buffers). Every string that
+reaches the page goes through `esc`, since input names and provenance (file names) are the user's.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def node_name(program, node: Node) -> str:
 def table(
     header: list[str], rows: list[list[str]], css: str, left: int = 2, row_attrs: Optional[list[str]] = None
 ) -> str:
-    """An HTML table of cells that are already HTML; the columns after the first `left` (numbers) align right."""
+    """An HTML table of cells that are already HTML; the columns after the first `left` (numbers) align
+    right."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []
     for k, row in enumerate(rows):
@@ -78,7 +79,8 @@ def kernel_panel(program, index: int, profiled=None) -> str:
     lines = kernel.source.count("\n") + 1
     return (
         f'<section class="rc-kernel" id="kernel-{index}" data-kernel="{name}">'
-        f'<h3 class="rc-kernel-head"><span class="rc-swatch" style="background:{kernel_colour(index)}"></span>'
+        f'<h3 class="rc-kernel-head">'
+        f'<span class="rc-swatch" style="background:{kernel_colour(index)}"></span>'
         f'{name} <span class="rc-kind">{esc(kernel.kind)}</span></h3>'
         f'<table class="rc-facts">{rows}</table>{counters_table(profiled) if profiled else ""}'
         f'<details class="rc-source"><summary>CUDA source ({lines} lines)</summary>'
@@ -148,12 +150,14 @@ def trace_section(program) -> str:
     attrs = [f' data-step="{k}"' for k in range(len(steps))]
     opening = f" The '{esc(result.opening)}' opening found this schedule." if result.opening else ""
     summary = (
-        f"<p>{esc(result.profile.name)} cost model at {esc(show_binding(result.bindings))}; the search explored "
-        f"{result.states:,} states.{opening} Each row: a rule applied, where, and the predicted time after it.</p>"
+        f"<p>{esc(result.profile.name)} cost model at {esc(show_binding(result.bindings))}; "
+        f"the search explored {result.states:,} states.{opening} "
+        f"Each row: a rule applied, where, and the predicted time after it.</p>"
     )
     header = ["step", "rule", "where", "predicted us", "kernels", "change us"]
     return (
-        f'{summary}<div class="rc-scroll">{trace_chart(steps)}</div>{table(header, rows, "rc-trace", 3, attrs)}'
+        f'{summary}<div class="rc-scroll">{trace_chart(steps)}</div>'
+        f'{table(header, rows, "rc-trace", 3, attrs)}'
         + untaken_section(program)
     )
 
@@ -166,7 +170,8 @@ def untaken_section(program) -> str:
         return "<p>Moves left undone: none. No rule applies anywhere in the chosen schedule.</p>"
     cells = [[f"<b>{esc(rule)}</b>", *map(esc, rest)] for rule, *rest in rows]
     return (
-        f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; {claim}.</p>"
+        f"<p>Moves left undone: each is legal at the chosen schedule and priced alone against it; "
+        f"{claim}.</p>"
         + table(header, cells, "rc-untaken", 2)
     )
 
@@ -179,7 +184,8 @@ def trace_chart(steps) -> str:
     bar, gap, height = 14, 4, 120
     width = len(steps) * (bar + gap) + 60
     out = [
-        f'<svg class="rc-trace-chart" width="{width}" height="{height + 30}" font-size="10" font-family="sans-serif">',
+        f'<svg class="rc-trace-chart" width="{width}" height="{height + 30}" font-size="10" '
+        f'font-family="sans-serif">',
         f'<text x="0" y="10">{top * 1e6:.2f} us</text><line x1="56" y1="{height + 10}" x2="{width}" '
         f'y2="{height + 10}" stroke="#888"/>',
     ]
@@ -230,7 +236,8 @@ def memory_section(program) -> str:
         out.append(
             f'<g class="rc-buffer" data-node="{program.names.numbers[node_id]}" data-slot="{slot}" '
             f'data-kernels="{users}"><rect x="{x}" y="{y}" width="{w}" height="{row - 4}" rx="3" '
-            f'fill="{kernel_colour(first)}" stroke="#555"/><text x="{x + 4}" y="{y + 15}">{esc(_fit(label, w))}</text>'
+            f'fill="{kernel_colour(first)}" stroke="#555"/>'
+            f'<text x="{x + 4}" y="{y + 15}">{esc(_fit(label, w))}</text>'
             f'<title>{esc(label)}, slot {slot}; written by {esc(kernels[first].name)}, last read by '
             f'{esc(kernels[last].name)}</title></g>'
         )

@@ -23,7 +23,8 @@ class ProfileError(RefcompError):
 
 # --- the rewrite ----------------------------------------------------------------------------------
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
-_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short|long long|double)\s*\*\s*(?:__restrict__\s+)?(\w+)\s*$")
+_POINTER = re.compile(r"^\s*(const\s+)?(rcp_f32|int|unsigned short|long long|double)\s*\*\s*"
+                      r"(?:__restrict__\s+)?(\w+)\s*$")
 _SHARED = re.compile(r"__shared__\s+(rcp_f32|long long|double)\s+(\w+)\s*((?:\[[^\]\[]+\]\s*)+);")
 # float literals (1.0f, 1.4426950216293335f, 1e-05f) and INFINITY, NAN: made rcp_f32 so that
 # `c ? in0[i] : 0.0f` has one type (a proxy converts to rcp_f32, never to float)

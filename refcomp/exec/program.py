@@ -75,7 +75,8 @@ class Program:
 
     @property
     def cost(self):
-        """The whole program under the cost model (a KernelCost): its kernels' bytes, flops and times summed."""
+        """The whole program under the cost model (a KernelCost): its kernels' bytes, flops and times
+        summed."""
         return self.pricing.total([k.cost for k in self.kernels])
 
     @property
@@ -137,7 +138,8 @@ class Program:
             if node.op.kind in INDEXED and node.srcs[1].node.op.name == "Input":
                 ids = node.srcs[1]
                 check_ids(node, read_edge(arrays[ids.node.attrs["name"]], ids.views, bindings), bindings)
-            elif node.op.kind == SCATTER or node.op.kind in INDEXED and DTYPES[node.srcs[1].node.dtype].is_int:
+            elif (node.op.kind == SCATTER
+                  or node.op.kind in INDEXED and DTYPES[node.srcs[1].node.dtype].is_int):
                 # ids the graph computes: a Scatter's must be checked before it writes, and integer
                 # ids (arithmetic on fed ones) before a lookup the reference would refuse
                 check_ids(node, computed_ids(node.srcs[1], arrays, bindings), bindings)

@@ -24,7 +24,8 @@ FIX_HINT = 'install it with `pip install -e ".[cuda]"` and check the GPU with `b
 
 @functools.lru_cache(maxsize=None)
 def cuda_driver() -> Any:
-    """Import pycuda, initialise the driver and push the default device's primary context (once; CUDA_DEVICE picks it)."""
+    """Import pycuda, initialise the driver and push the default device's primary context (once;
+    CUDA_DEVICE picks it)."""
     import pycuda.driver as drv
 
     try:

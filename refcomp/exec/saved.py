@@ -51,7 +51,7 @@ class ProgramFileError(RefcompError):
 
 def refcomp_version() -> str:
     """The package's own version (refcomp/version.py, kept equal to the distribution's): asking the
-    installed distribution (importlib.metadata) cost every cached compile and every load some 30 ms."""
+    installed distribution (importlib.metadata) slowed every cached compile and every load."""
     return __version__
 
 

@@ -83,7 +83,8 @@ class Call:
         bound = self.row.ints(self, *args, **kwargs) if self.row.ints is not None else None
         args, kwargs = self._floats(args, skip=self.row.raw), self._floats_kw(kwargs)
         if self._integral_out("int") and not self.row.view:  # booleans counted or summed: exact integers
-            args, kwargs = _mapped_tensors(args, _counted), {k: _mapped_tensors(v, _counted) for k, v in kwargs.items()}
+            args, kwargs = (_mapped_tensors(args, _counted),
+                            {k: _mapped_tensors(v, _counted) for k, v in kwargs.items()})
         return self.finish(self.row.fn(self, *args, **kwargs), bound)
 
     def _integral_out(self, *kinds: str) -> bool:
@@ -223,7 +224,9 @@ class Call:
         if all(isinstance(indices[k], IntValue) and indices[k].static is not None for k in picked):
             return self._static_index(data, picked, [indices[k].static for k in picked])
         if all(isinstance(indices[k], IntValue) for k in picked):
-            return self._computed_index(data, picked, [self.importer.float_tensor(indices[k]) for k in picked])
+            return self._computed_index(
+                data, picked, [self.importer.float_tensor(indices[k]) for k in picked]
+            )
         raise self.error("indexes by float tensors (PyTorch takes integer or boolean ones)")
 
     def _computed_index(self, data: Tensor, picked: list, ids: list) -> Tensor:
@@ -238,7 +241,9 @@ class Call:
         rest = [k for k in range(data.ndim) if k not in picked]
         at = picked[0] if picked == list(range(picked[0], picked[-1] + 1)) else 0
         moved = data.permute(*(rest[:at] + picked + rest[at:]))
-        merged = moved.reshape(tuple(moved.shape[:at]) + (prod(sizes),) + tuple(moved.shape[at + len(picked):]))
+        merged = moved.reshape(
+            tuple(moved.shape[:at]) + (prod(sizes),) + tuple(moved.shape[at + len(picked):])
+        )
         out = merged.index_select(at, flat.reshape(-1))
         return out.reshape(tuple(merged.shape[:at]) + tuple(flat.shape) + tuple(merged.shape[at + 1:]))
 

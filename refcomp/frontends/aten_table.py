@@ -40,7 +40,8 @@ def op_name(target) -> str:
     if hasattr(target, "_schema"):
         return str(target)
     module = getattr(target, "__module__", None) or "builtins"
-    return f"{'operator' if module in ('_operator', 'builtins') else module}.{getattr(target, '__name__', target)}"
+    return (f"{'operator' if module in ('_operator', 'builtins') else module}."
+            f"{getattr(target, '__name__', target)}")
 
 
 # Ops that compute nothing refcomp needs: checks of metadata and of sizes torch already guarantees.
@@ -283,7 +284,8 @@ ROWS = [
         ints=m.first_bound,
         affine=s.gather_affine,
     ),
-    Row("aten.embedding.default", s.embedding, "integer ids (fed, computed or static); positions a view", raw=(1,)),
+    Row("aten.embedding.default", s.embedding, "integer ids (fed, computed or static); positions a view",
+        raw=(1,)),
     Row("aten.sym_size.int", s.sym_size, "a dim", raw=(0,)),
     Row("aten._embedding_bag.default", n.embedding_bag, "sum, mean, max; the first of its four results"),
     # contractions, convolutions, pools
@@ -428,7 +430,8 @@ def markdown() -> str:
     lines = ["| ATen op | status | refcomp | notes |", "| --- | --- | --- | --- |"]
     for row in ROWS:
         lines.append(
-            f"| `{row.name}` | yes | `{row.fn.__module__.rsplit('.', 1)[-1]}.{row.fn.__name__}` | {row.notes} |"
+            f"| `{row.name}` | yes | `{row.fn.__module__.rsplit('.', 1)[-1]}.{row.fn.__name__}` | "
+            f"{row.notes} |"
         )
     for name, why in sorted(NOT_MAPPED.items()):
         lines.append(f"| `{name}` | no | | {why} |")

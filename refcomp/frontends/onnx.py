@@ -63,8 +63,8 @@ class ImportedModel:
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} opset {self.opset}: inputs {list(self.inputs)}, outputs {self.output_names}, "
-            f"{len(self.weights)} weights>"
+            f"<{type(self).__name__} opset {self.opset}: inputs {list(self.inputs)}, "
+            f"outputs {self.output_names}, {len(self.weights)} weights>"
         )
 
     def feeds(self, feeds: Optional[Mapping[str, object]] = None) -> dict[str, np.ndarray]:
@@ -75,7 +75,8 @@ class ImportedModel:
                 self._check_pinned(name, feeds[name])
             elif name not in self.input_types and name not in self.weights:
                 raise FeedError(
-                    f"feed {name!r} matches no input of the ONNX model (its inputs are {list(self.input_types)})"
+                    f"feed {name!r} matches no input of the ONNX model "
+                    f"(its inputs are {list(self.input_types)})"
                 )
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
@@ -262,7 +263,8 @@ class Importer:
         if array.dtype == object:
             if array.size != 1:
                 raise RefcompError(
-                    f"value {v.name!r} holds symbolic dims {array.tolist()} and cannot be used as a float tensor"
+                    f"value {v.name!r} holds symbolic dims {array.tolist()} "
+                    f"and cannot be used as a float tensor"
                 )
             t = (
                 constant(array.reshape(-1)[0]).reshape((1,) * array.ndim)
@@ -309,7 +311,8 @@ class Importer:
         return rc_input(name, array.shape, "int64")
 
     def ids_tensor(self, v, rows, ctx) -> Tensor:
-        """Gather indices as an int32 tensor: a weight input if static (negatives wrapped), else the fed ids."""
+        """Gather indices as an int32 tensor: a weight input if static (negatives wrapped), else the fed
+        ids."""
         core = self.core
         if v.static is not None:
             array = v.static

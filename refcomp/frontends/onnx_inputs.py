@@ -125,7 +125,8 @@ def add_graph_inputs(imp) -> None:
         imp.names.add(vi.name)
         if not vi.type.HasField("tensor_type"):
             raise RefcompError(
-                f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); refcomp imports tensors only"
+                f"graph input {vi.name!r} is not a tensor ({vi.type.WhichOneof('value')}); "
+                f"refcomp imports tensors only"
             )
         etype = vi.type.tensor_type.elem_type if default is None else default.data_type
         if vi.name in imp.constants:
@@ -158,8 +159,8 @@ def add_graph_inputs(imp) -> None:
         else:
             raise RefcompError(
                 f"graph input {vi.name!r} has element type {core.type_name(etype)}; refcomp computes in "
-                f"float32 and float64 (FLOAT, FLOAT16, BFLOAT16, DOUBLE and BOOL inputs, INT64/INT32 as Gather "
-                f"indices or static shapes)"
+                f"float32 and float64 (FLOAT, FLOAT16, BFLOAT16, DOUBLE and BOOL inputs, "
+                f"INT64/INT32 as Gather indices or static shapes)"
             )
         imp.values[vi.name] = core.Value(etype, tensor=t, name=vi.name, graph_input=vi.name)
         imp.user_inputs[vi.name] = t

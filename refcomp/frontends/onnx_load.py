@@ -67,7 +67,8 @@ def load(model_or_path, base_dir=None):
                 raise RefcompError(f"cannot read {where}: {exc}") from exc
         else:
             raise RefcompError(
-                f"import_model takes an onnx.ModelProto, bytes or a file path, got {type(model_or_path).__name__}"
+                f"import_model takes an onnx.ModelProto, bytes or a file path, "
+                f"got {type(model_or_path).__name__}"
             )
         model = onnx.ModelProto()
         try:

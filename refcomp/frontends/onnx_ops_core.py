@@ -233,11 +233,13 @@ class NodeContext:
 
     def attr_error(self, name: str, value, why: str) -> RefcompError:
         return RefcompError(
-            f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} is not supported ({why})"
+            f"ONNX {self.op_type} node {self.label!r}: attribute {name!r} = {value!r} "
+            f"is not supported ({why})"
         )
 
     def located(self, exc: RefcompError) -> RefcompError:
-        """exc, its message prefixed with this node unless it names one (errors from refcomp's Tensor ops do not)."""
+        """exc, its message prefixed with this node unless it names one (errors from refcomp's Tensor ops
+        do not)."""
         if not str(exc).startswith("ONNX "):
             exc.args = (f"ONNX {self.op_type} node {self.label!r}: {exc}",) + exc.args[1:]
         return exc
@@ -340,7 +342,8 @@ class NodeContext:
             return v.static
         if v.graph_input is not None:
             raise StaticInputRequired(
-                f"ONNX {self.op_type} node {self.label!r}: {what} must be static (an initializer, a Constant or a folded "
+                f"ONNX {self.op_type} node {self.label!r}: {what} must be static "
+                f"(an initializer, a Constant or a folded "
                 f"Shape), but it comes from graph input {v.graph_input!r} at run time; pass "
                 f"constants={{{v.graph_input!r}: ...}} to import_model to fix its value",
                 v.graph_input,

@@ -428,7 +428,8 @@ def cast(ctx):
             raise ctx.error(f"cannot cast the symbolic dims {v.static.tolist()} to {type_name(to)}")
         if to not in INT_TYPES | FLOATS | {BOOL}:
             raise ctx.error(
-                f"cast to {type_name(to)} is not supported (refcomp computes in float32, stores float16 and bfloat16)"
+                f"cast to {type_name(to)} is not supported "
+                f"(refcomp computes in float32, stores float16 and bfloat16)"
             )
         return static_value(v.static.astype(numpy_dtype(to)), to)
     if v.positions is not None and to in INT_TYPES:

@@ -117,7 +117,8 @@ def _check_channels(ctx, x, w, groups, c_axis_of_w: int):
     per_group = w.shape[c_axis_of_w]
     if isinstance(c, int) and isinstance(per_group, int) and (c_axis_of_w == 1 and c != per_group * groups):
         raise ctx.error(
-            f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} expects {per_group * groups}"
+            f"input has {c} channels but the kernel {tuple(w.shape)} with group={groups} "
+            f"expects {per_group * groups}"
         )
 
 
@@ -269,7 +270,8 @@ def _per_channel(ctx, i: int, ndim: int) -> Tensor:
     t = ctx.tensor(i)
     if t.ndim != 1:
         raise ctx.error(
-            f"input {i} ({ctx.node.input[i]!r}) holds one value per channel and must be 1-D, got shape {t.shape}"
+            f"input {i} ({ctx.node.input[i]!r}) holds one value per channel and must be 1-D, "
+            f"got shape {t.shape}"
         )
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2)) if ndim > 2 else t
 
@@ -299,7 +301,8 @@ def _batch_normalized(x, scale, bias, mean, var, eps: float):
 
 @computed_in_float32
 def _normalized(x: Tensor, axes, eps: float, scale: Tensor, bias=None):
-    """(x - mean) / sqrt(var + eps) over `axes`, times scale plus bias; and the mean and 1 / sqrt(var + eps)."""
+    """(x - mean) / sqrt(var + eps) over `axes`, times scale plus bias; and the mean and
+    1 / sqrt(var + eps)."""
     mean = x.mean(axes, keepdims=True)
     centred = x - mean
     inv = ((centred * centred).mean(axes, keepdims=True) + eps).rsqrt()

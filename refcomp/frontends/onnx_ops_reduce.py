@@ -68,7 +68,8 @@ def reduce(ctx):
     return float_value(_keep(_reduced(x, kind, tuple(axes)), shape, axes, keepdims))
 
 
-@computed_in_float32  # a composite: a 16-bit x accumulates in float32 and rounds once, as ReduceMean in PyTorch
+# a composite: a 16-bit x accumulates in float32 and rounds once, as ReduceMean in PyTorch
+@computed_in_float32
 def _reduced(x: Tensor, kind: str, axes: tuple) -> Tensor:
     """The float reductions over `axes`, without keepdims."""
     if kind == "ReduceProd":

@@ -68,7 +68,8 @@ class ExportedModel:
         for name in feeds:
             if name not in self.input_types:
                 raise FeedError(
-                    f"feed {name!r} matches no input of the exported model (its inputs are {list(self.input_types)})"
+                    f"feed {name!r} matches no input of the exported model "
+                    f"(its inputs are {list(self.input_types)})"
                 )
         out: dict[str, np.ndarray] = {}
         for name in self.used_inputs:
@@ -126,7 +127,9 @@ class ExportedModel:
                 out[name] = np.asarray(results[name]).astype(np.float16)
             elif kind.startswith(("int", "uint")):
                 value = np.asarray(results[name])
-                out[name] = (value if value.dtype.kind in "iu" else np.rint(value.astype(np.float64))).astype(kind)
+                out[name] = (
+                    value if value.dtype.kind in "iu" else np.rint(value.astype(np.float64))
+                ).astype(kind)
             else:
                 out[name] = np.asarray(results[name], dtype=np.float32)
         return out

@@ -88,7 +88,8 @@ class Importer:
         self.input_types[name] = dtype_name(fake.dtype)
         if kind == "int":
             torch_type = dtype_name(fake.dtype)
-            ints = self._user_input(name, name, "int", shape, "int32" if torch_type == "int32" else "int64", ranges)
+            ints = self._user_input(name, name, "int", shape, "int32" if torch_type == "int32" else "int64",
+                                    ranges)
             value = IntValue(shape, torch_type, tensor=ints, ids=ints, fed=name)
         elif kind == "bool":
             value = self._user_input(name, name, "bool", shape, "float32", ranges).bool()

@@ -1,4 +1,4 @@
-"""`python -m refcomp.fuzz --count 10000`: see the package docstring."""
+"""`python -m refcomp.fuzz --count 10000`: see docs/reliability.md, "The differential fuzzer"."""
 import sys
 
 from .cli import main

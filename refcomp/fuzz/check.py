@@ -34,8 +34,9 @@ class Mismatch:
 
     def report(self) -> str:
         return (
-            f"MISMATCH seed={self.graph.seed} index={self.graph.index} mode={self.mode} binding={self.binding} "
-            f"data={self.which} output={self.output}\n{self.message}\n--- graph ---\n{self.graph.code()}"
+            f"MISMATCH seed={self.graph.seed} index={self.graph.index} mode={self.mode} "
+            f"binding={self.binding} data={self.which} output={self.output}\n{self.message}\n"
+            f"--- graph ---\n{self.graph.code()}"
         )
 
 
@@ -91,8 +92,9 @@ def compare(got, want64, want32, storage: Optional[str] = None) -> Optional[str]
     i = tuple(where[0])
     worst = np.where(finite & np.isfinite(err), err, 0.0)
     return (
-        f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, expected {want64[i]!r} "
-        f"(float32 reference {float(want32[i])!r}); max abs error where finite {float(worst.max()):.3g}"
+        f"{int(bad.sum())} of {bad.size} elements differ; first at {i}: got {got[i]!r}, "
+        f"expected {want64[i]!r} (float32 reference {float(want32[i])!r}); "
+        f"max abs error where finite {float(worst.max()):.3g}"
     )
 
 
@@ -147,7 +149,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
         feeds = {}
         for g in graphs:
             feeds.update(g.feeds(f"g{g.index}_", binding, which))
-        feeds = feeds_of(outputs, feeds)  # an input read for its shape alone (rc.rand_like(x)) is no input of the graph
+        # an input read for its shape alone (rc.rand_like(x)) is no input of the graph
+        feeds = feeds_of(outputs, feeds)
         references.append((binding, feeds) + _reference(outputs, feeds, binding))
         _check_finite(result, outputs, owner, binding, which, references[-1][2])
     result.seconds["reference"] = time.perf_counter() - t0
@@ -176,7 +179,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                 got = exc
             except Exception:
                 result.errors.append(
-                    f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}"
+                    f"run ({mode}, {binding}) of graphs {[g.index for g in graphs]} failed:\n"
+                    f"{traceback.format_exc()}"
                 )
                 continue
             if refused is not None:
@@ -250,7 +254,8 @@ def _check_search_minimum(result: BatchResult, graphs, search_result) -> None:
         Exception
     ):  # like compile, run and profile failures above: an internal error the report names, not a crash
         result.errors.append(
-            f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n{traceback.format_exc()}"
+            f"pricing the untaken moves of graphs {[g.index for g in graphs]} failed:\n"
+            f"{traceback.format_exc()}"
         )
         return
     result.minimum_checked += 1

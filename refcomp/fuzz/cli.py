@@ -102,7 +102,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
             if shrink_failures:
                 small = shrink(m.graph, m.binding, m.which, m.mode)
                 alone = check_one(m.graph, m.binding, m.which, m.mode)
-                verdict = "reproduces" if alone else f"does NOT reproduce (needs the other graphs of program {p})"
+                verdict = ("reproduces" if alone
+                           else f"does NOT reproduce (needs the other graphs of program {p})")
                 print(
                     f"--- alone: {verdict}"
                     f"; shrunk ({len(small.lines)} lines) ---\n{small.code()}\n",
@@ -114,7 +115,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
             done = min((p + 1) * per_program, count)
             elapsed = time.perf_counter() - start
             print(
-                f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+                f"[fuzz] {done}/{count} graphs, {len(total.mismatches)} mismatches, "
+                f"{len(total.errors)} errors, "
                 f"{elapsed:.0f} s ({elapsed / done * 1000:.0f} s per 1000)",
                 file=out,
                 flush=True,
@@ -123,8 +125,9 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
     total.coverage = coverage
     if progress:
         print(
-            f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, modes {', '.join(modes)}), "
-            f"{total.compared} output comparisons, {len(total.mismatches)} mismatches, {len(total.errors)} errors, "
+            f"[fuzz] summary: {count} graphs (seed {seed}, {per_program} per program, "
+            f"modes {', '.join(modes)}), {total.compared} output comparisons, "
+            f"{len(total.mismatches)} mismatches, {len(total.errors)} errors, "
             f"refusals agreeing with the reference {total.refusals or 'none'}, kernels {total.kernels}, "
             + (
                 f"{total.model_checked} kernels' memory-model counts checked against the profiler, "
@@ -162,7 +165,8 @@ def _find_slow(seed: int, p: int, per_program: int, count: int, modes, avoid, ti
         if not finished:
             proc.kill()
             print(
-                f"SLOW graph (seed={seed}, index={i}): not checked alone within {timeout:.0f} s\n{graph.code()}\n",
+                f"SLOW graph (seed={seed}, index={i}): not checked alone within {timeout:.0f} s\n"
+                f"{graph.code()}\n",
                 file=out,
             )
         proc.join()
@@ -214,8 +218,9 @@ def _run_sharded(args) -> int:
     for m in result.mismatches:
         print(m)
     print(
-        f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), {result.sharded_inputs} inputs split, "
-        f"{result.compared} output comparisons, {len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
+        f"[fuzz] sharded on {Mesh(axes)}: {args.count} graphs (seed {args.seed}), "
+        f"{result.sharded_inputs} inputs split, {result.compared} output comparisons, "
+        f"{len(result.mismatches)} mismatches, collectives {dict(result.collectives)}, "
         f"{result.clashes} with a local symbol renamed off a user dim, "
         f"{time.perf_counter() - t0:.1f} s"
     )

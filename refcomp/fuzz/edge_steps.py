@@ -1,6 +1,7 @@
 """Generator steps for the edges of the semantics: selects whose other branch is NaN or infinite,
 powers of negative bases, views of symbolic axes that only some bindings can take, chains deeper
-than one kernel may fuse, and sums long enough for rounding to drift. Mixed into `generator.Generator`, whose helpers they use."""
+than one kernel may fuse, and sums long enough for rounding to drift. Mixed into `generator.Generator`,
+whose helpers they use."""
 
 from __future__ import annotations
 

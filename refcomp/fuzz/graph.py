@@ -79,7 +79,8 @@ class InputSpec:
 
 @dataclass
 class FuzzGraph:
-    """One random graph: its inputs, its lines of code (Python over `rc` and earlier variables) and outputs."""
+    """One random graph: its inputs, its lines of code (Python over `rc` and earlier variables) and
+    outputs."""
 
     seed: int
     index: int

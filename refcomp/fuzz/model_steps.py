@@ -98,7 +98,7 @@ class ModelSteps:
             kk = max_extent(shape[-2])
             out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
         elif r < 0.34:  # one row by a long concrete K and a wide W (a decoding step): the search may split K
-            kk = 768  # (search/split.py; smaller ones are launch-bound, and a split's second kernel never pays)
+            kk = 768  # (search/split.py; smaller K are launch-bound, and a split's second kernel never pays)
             x, w = self.new_input((1, kk)), self.new_input((kk, self.choice([2304, 3072])))
             out = self.emit(
                 f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul"
@@ -354,7 +354,8 @@ class ModelSteps:
             extra = f", dilation={self.choice([1, 1, 2])}, ceil_mode={self.chance(0.4)}"
             if self.chance(0.3):  # where each maximum lies: exact positions in the input plane
                 out = self.emit(
-                    f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra}, return_indices=True)[1]",
+                    f"rc.nn.max_pool2d({n}, {k}, stride={stride}, padding={pad}{extra}, "
+                    f"return_indices=True)[1]",
                     0.0,
                     h * w,
                     True,
@@ -414,8 +415,8 @@ class ModelSteps:
         fn = self.choice(["conv", f"conv{d}d"])
         padding = pads if fn == "conv" and self.chance(0.5) else [p for p, _ in pads]
         out = self.emit(
-            f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, "
-            f"groups={groups})",
+            f"rc.nn.{fn}({v.name}, {wt.name}{bias}, stride={stride!r}, padding={padding!r}, "
+            f"dilation={dilation!r}, groups={groups})",
             -bound,
             bound,
             False,

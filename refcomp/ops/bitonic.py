@@ -19,8 +19,8 @@ Batcher's network sorts alternate blocks descending before merging them. Here ev
 ascends: a block meant to descend holds its keys and indices negated (negation reverses the
 lexicographic order exactly), and one multiply by a +-1 pattern per merge re-signs the blocks when
 their direction changes. Sorting `size` (a power of two) values thus takes log2(size)(log2(size)
-+ 1) / 2 stages of four nodes and log2(size) multiplies: 353 nodes for 4,096 with the keys. Keys are never NaN:
-the caller maps NaN to an infinity and orders the NaNs among the infinities by their index.
++ 1) / 2 stages of four nodes and log2(size) multiplies: 353 nodes for 4,096 with the keys. Keys are
+never NaN: the caller maps NaN to an infinity and orders the NaNs among the infinities by their index.
 
 `select` keeps the lowest `block` elements of every row without sorting the rest: sorted blocks of
 `block` alternate ascending and descending, so two neighbours form a bitonic sequence whose

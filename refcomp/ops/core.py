@@ -36,7 +36,8 @@ def dtype_name(dtype, what: str) -> str:
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
         raise ShapeError(
-            f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)}){DTYPE_HINTS.get(name, '')}"
+            f"{what}: dtype {dtype!r} is not supported (use one of {', '.join(DTYPES)})"
+            f"{DTYPE_HINTS.get(name, '')}"
         )
     return name
 
@@ -48,7 +49,8 @@ COMPUTED_DTYPES = FLOAT_DTYPES + ("float64", "int64", "int32")  # what .to() con
 
 
 def is_bool_dtype(dtype) -> bool:
-    """bool, "bool", np.bool_ or torch.bool: refcomp's booleans are flagged 0/1 floats (ops.tensor.BoolTensor)."""
+    """bool, "bool", np.bool_ or torch.bool: refcomp's booleans are flagged 0/1 floats
+    (ops.tensor.BoolTensor)."""
     return dtype is bool or str(getattr(dtype, "__name__", dtype)).replace("torch.", "") in ("bool", "bool_")
 
 
@@ -290,7 +292,9 @@ def lift(value, like: "TensorCore | None" = None) -> TensorCore:
             value, numbers.Integral) or value.is_Integer else value))
     if like is not None and like.dtype == "float64" and isinstance(value, (numbers.Real, sympy.Expr)) and \
             not isinstance(value, bool):  # a Python float beside a float64 tensor keeps its double value
-        return TensorCore.from_node(make_node("Constant", dtype="float64", value=constant(value).node.attrs["value"]))
+        return TensorCore.from_node(
+            make_node("Constant", dtype="float64", value=constant(value).node.attrs["value"])
+        )
     if isinstance(value, (numbers.Real, sympy.Expr)) and not isinstance(value, bool):
         return constant(value)
     raise ShapeError(
@@ -324,7 +328,8 @@ def broadcast_shape(tensors: Sequence[TensorCore], what: str) -> tuple[Dim, ...]
                 continue
             others = " and ".join(x.label for x in tensors)
             raise ShapeError(
-                f"{what}: shapes do not broadcast: {others} differ at axis {axis - ndim} ({shape[axis]} vs {n})"
+                f"{what}: shapes do not broadcast: {others} differ at axis {axis - ndim} "
+                f"({shape[axis]} vs {n})"
             )
     return tuple(shape)
 

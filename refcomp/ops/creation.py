@@ -135,7 +135,8 @@ def arange(start=0, end=None, step=1, *, dtype=None):
             or step == 0
         ):
             raise ShapeError(
-                f"arange{args}: with symbolic ends, start and end must be ints or dims and step a non-zero int"
+                f"arange{args}: with symbolic ends, start and end must be ints or dims "
+                f"and step a non-zero int"
             )
         start, end = dim(start), dim(end)
         span = dim(end - start) if step > 0 else dim(start - end)

@@ -211,7 +211,8 @@ def _y(layer: int) -> int:
 def _attrs(box: Box) -> str:
     out = f' class="rc-node" data-node="{box.number}"'
     if box.kernels:
-        out += f' data-kernel="{html.escape(box.kernels[0])}" data-kernels="{html.escape(" ".join(box.kernels))}"'
+        out += (f' data-kernel="{html.escape(box.kernels[0])}" '
+                f'data-kernels="{html.escape(" ".join(box.kernels))}"')
     return out
 
 

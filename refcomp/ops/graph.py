@@ -252,7 +252,8 @@ def flatten_outputs(outputs) -> tuple[list, Callable[[list], Any]]:
     for i, t in enumerate(tensors):
         if not isinstance(t, TensorCore):
             raise RefcompError(
-                f"output {keys[i] if isinstance(outputs, dict) else i!r} is a {type(t).__name__}, not a Tensor"
+                f"output {keys[i] if isinstance(outputs, dict) else i!r} is a {type(t).__name__}, "
+                f"not a Tensor"
             )
     return tensors, rebuild
 

@@ -70,7 +70,8 @@ def _class_rows(target, classes, ignore_index: int, axis: int, label: str):
     if ignore_index >= 0 and not (isinstance(classes, int) and ignore_index < classes):
         if not isinstance(classes, int):
             raise ShapeError(
-                f"cross_entropy of {label}: ignore_index {ignore_index} needs a known class count, not {classes}"
+                f"cross_entropy of {label}: ignore_index {ignore_index} needs a known class count, "
+                f"not {classes}"
             )
         rows = (
             ignore_index + 1
@@ -125,7 +126,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
 @user_op
 @computed_in_float32
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
-    """-w (t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (p = 0 or 1 stays finite)."""
+    """-w (t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch does (p = 0 or 1 stays
+    finite)."""
     p, t = lift(input), lift(target)
     _check("binary_cross_entropy", reduction, size_average, reduce)
     loss = -(t * p.log().maximum(-100.0) + (1.0 - t) * (1.0 - p).log().maximum(-100.0))

@@ -50,7 +50,8 @@ class MovementMixin:
             raise ShapeError(f"expand of {self.label} to {shape}: fewer axes than the tensor has")
         if any(isinstance(n, int) and n == -1 for n in shape[:lead]):
             raise ShapeError(
-                f"expand of {self.label} to {shape}: -1 keeps an existing axis, but a new leading axis needs a size"
+                f"expand of {self.label} to {shape}: -1 keeps an existing axis, "
+                f"but a new leading axis needs a size"
             )
         full = tuple(
             self.shape[i - lead] if isinstance(n, int) and n == -1 else n for i, n in enumerate(shape)
@@ -72,7 +73,8 @@ class MovementMixin:
                 inferred = inferred if sympy.fraction(inferred)[1] == 1 else None
             if inferred is None:
                 raise ShapeError(
-                    f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide into axes of {known}"
+                    f"reshape of {self.label} to {tuple(shape)}: {total} elements do not divide "
+                    f"into axes of {known}"
                 )
             shape[unknown[0]] = inferred
         try:
@@ -177,7 +179,8 @@ class MovementMixin:
             for width, at in ((before, 0), (after, 1)):
                 if not dims_equal(width, 0):
                     shape = out.shape[:axis] + (dim(width),) + out.shape[axis + 1:]
-                    border = lift(int(value) if is_integer(self) and float(value).is_integer() else value, like=self)
+                    border = lift(int(value) if is_integer(self) and float(value).is_integer() else value,
+                                  like=self)
                     parts.insert(at * len(parts), border.broadcast_to(shape))
             out = concat(parts, axis) if len(parts) > 1 else out
         return out

@@ -103,12 +103,14 @@ def rms_norm(input, normalized_shape=None, weight=None, eps=None):
 
 
 def _normalized_axes(x, normalized_shape, who: str) -> tuple:
-    """The trailing axes `normalized_shape` names (an int for one axis, as PyTorch takes it); None: the last."""
+    """The trailing axes `normalized_shape` names (an int for one axis, as PyTorch takes it); None: the
+    last."""
     if isinstance(normalized_shape, numbers.Integral):
         normalized_shape = (normalized_shape,)
     if normalized_shape is not None and not isinstance(normalized_shape, (tuple, list)):
         raise ShapeError(
-            f"{who} of {x.label}: normalized_shape must be an int or a tuple of dims, got {normalized_shape!r}"
+            f"{who} of {x.label}: normalized_shape must be an int or a tuple of dims, "
+            f"got {normalized_shape!r}"
         )
     count = len(normalized_shape) if normalized_shape is not None else 1
     if not 1 <= count <= x.ndim or (
@@ -143,7 +145,8 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
     require_ndim(x, d + 2, who)
     if not dims_equal(x.shape[1], dim(c_in_per_group * groups)):
         raise ShapeError(
-            f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects {c_in_per_group} x {groups} groups"
+            f"{who}: {x.label} has {x.shape[1]} channels but {weight.label} expects "
+            f"{c_in_per_group} x {groups} groups"
         )
     if isinstance(c_out, int) and c_out % groups:
         raise ShapeError(

@@ -143,7 +143,8 @@ def _torch_pool_args(x, d: int, kernel_size, stride, padding, who: str):
     pads = window_pads(padding, d, f"{who} padding")
     if any(a != b or 2 * a > k for (a, b), k in zip(pads, kernel)):
         raise ShapeError(
-            f"{who}: padding {tuple(a for a, _ in pads)} must be symmetric and at most half the kernel {kernel}"
+            f"{who}: padding {tuple(a for a, _ in pads)} must be symmetric and at most half the kernel "
+            f"{kernel}"
         )
     return x, kernel, stride, pads
 

@@ -70,7 +70,8 @@ class OpDef:
     commutative: bool = False  # f(a, b) = f(b, a): a pattern may match the operands in either order
     # elementwise with f(0, ..., 0) = 0: a padded read of f(x) (0 where masked) is f of the padded read of x
     safe_under_pad: bool = False
-    literal: bool = False  # a leaf written into the kernel as an expression (a literal, an index), never read from a buffer
+    # a leaf written into the kernel as an expression (a literal, an index), never read from a buffer
+    literal: bool = False
 
 
 def _iota(args, attrs, dtype):
@@ -144,12 +145,14 @@ OPS: dict[str, OpDef] = {
             doc="a scalar; its value may be a symbolic expression of dims",
         ),
         OpDef("Iota", LEAF, _iota, literal=True, doc="the index along one axis, as a float"),
-        OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), C("log2f({0})", "log2({0})"), floats_only=True),
-        OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), C("exp2f({0})", "exp2({0})"), floats_only=True),
-        OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), C("sinf({0})", "sin({0})"), safe_under_pad=True,
+        OpDef("Log2", UNARY, lambda a, attrs, dt: np.log2(a[0]), C("log2f({0})", "log2({0})"),
                 floats_only=True),
-        OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), C("sqrtf({0})", "sqrt({0})"), safe_under_pad=True,
+        OpDef("Exp2", UNARY, lambda a, attrs, dt: np.exp2(a[0]), C("exp2f({0})", "exp2({0})"),
                 floats_only=True),
+        OpDef("Sin", UNARY, lambda a, attrs, dt: np.sin(a[0]), C("sinf({0})", "sin({0})"),
+                safe_under_pad=True, floats_only=True),
+        OpDef("Sqrt", UNARY, lambda a, attrs, dt: np.sqrt(a[0]), C("sqrtf({0})", "sqrt({0})"),
+                safe_under_pad=True, floats_only=True),
         OpDef("Recip", UNARY, lambda a, attrs, dt: np.reciprocal(a[0]), C("(1.0f / {0})", "(1.0 / {0})"),
                 floats_only=True),
         OpDef(
@@ -199,7 +202,8 @@ OPS: dict[str, OpDef] = {
             lambda a, attrs, dt: np.where(a[0] != 0, a[1], a[2]),
             C("({0} != 0.0f ? {1} : {2})"),
             safe_under_pad=True,
-            doc="a where the condition is non-zero (NaN included), else b: a select, so the branch not taken never leaks",
+            doc="a where the condition is non-zero (NaN included), else b: a select, "
+            "so the branch not taken never leaks",
         ),
         OpDef(
             "SumReduce", REDUCE, lambda a, attrs, dt: np.sum(a[0], axis=attrs["axis"]),
@@ -242,9 +246,10 @@ OPS: dict[str, OpDef] = {
             SCATTER,
             _scatter,
             doc="a (V, D) table with the rows at ids replaced by a (K, D) source: "
-            "`out = table.copy(); out[ids] = rows`. The ids (int32 inputs, or positions the graph computes) must be "
-            "distinct and lie in [0, V), checked at run time on every backend; the kernel writes only the K rows, "
-            "into the table's own buffer (exec.program: the table is a buffer nothing else reads)",
+            "`out = table.copy(); out[ids] = rows`. The ids (int32 inputs, or positions the graph computes) "
+            "must be distinct and lie in [0, V), checked at run time on every backend; the kernel writes "
+            "only the K rows, into the table's own buffer (exec.program: the table is a buffer nothing else "
+            "reads)",
         ),
     ]
 }

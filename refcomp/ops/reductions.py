@@ -58,7 +58,8 @@ class ReductionMixin:
         return x._reduce_axes("SumReduce", dim, keepdim)
 
     def amax(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None):
-        """torch.amax: the largest values over one dim, several, or all (None or ()); values only, NaN propagates."""
+        """torch.amax: the largest values over one dim, several, or all (None or ()); values only, NaN
+        propagates."""
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
         return self._reduce_axes("MaxReduce", dim, keepdim)
 
@@ -133,8 +134,8 @@ class ReductionMixin:
     def mean(self, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):
         dim, keepdim = _torch_axes(dim, keepdim, axis, keepdims)
         if DTYPES[self.dtype].is_int:
-            raise ShapeError(f"mean of {self.label}: PyTorch takes the mean of float tensors only (convert it, "
-                             f"or pass dtype=, e.g. dtype=torch.float32)")
+            raise ShapeError(f"mean of {self.label}: PyTorch takes the mean of float tensors only "
+                             f"(convert it, or pass dtype=, e.g. dtype=torch.float32)")
         return self.sum(dim, keepdim) * _inverse(self._count(dim))
 
     @computed_in_float32
@@ -168,7 +169,8 @@ class ReductionMixin:
         ]
         if len(given) > 1:
             raise ShapeError(
-                f"var of {self.label}: give one of correction=, unbiased= and ddof=, not {' and '.join(given)}"
+                f"var of {self.label}: give one of correction=, unbiased= and ddof=, "
+                f"not {' and '.join(given)}"
             )
         if axis is not None and not given:
             raise ShapeError(
@@ -209,8 +211,8 @@ class ReductionMixin:
 
     @computed_in_float32
     def softmax(self, dim: int = -1, dtype=None, *, axis=None):
-        """Along `dim` (default -1; PyTorch's method requires it); `dtype` converts the input first, as PyTorch
-        (computed_in_float32 does it, so the result has that type)."""
+        """Along `dim` (default -1; PyTorch's method requires it); `dtype` converts the input first, as
+        PyTorch (computed_in_float32 does it, so the result has that type)."""
         x, dim = self, _one_axis(dim, axis)
         shifted = x - x.amax(dim, keepdim=True)
         e = shifted.exp()

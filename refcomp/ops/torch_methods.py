@@ -181,7 +181,8 @@ class TorchMethodsMixin:
         return self.to("bool" if is_boolean(other) else lift(other).dtype)
 
     def new_full(self, size, fill_value, *, dtype=None):
-        """A tensor of `size` filled with `fill_value`, of this tensor's dtype unless `dtype` says otherwise."""
+        """A tensor of `size` filled with `fill_value`, of this tensor's dtype unless `dtype` says
+        otherwise."""
         return full(size, fill_value, dtype=self._dtype_or_own(dtype))
 
     def new_zeros(self, *size, dtype=None):

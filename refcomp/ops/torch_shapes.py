@@ -115,7 +115,8 @@ class TorchShapesMixin:
         n = self.shape[axis]
         if chunks < 1 or not isinstance(n, int):
             raise ShapeError(
-                f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} of known length ({n})"
+                f"chunk of {self.label}: chunks must be positive ({chunks}) and axis {axis} "
+                f"of known length ({n})"
             )
         return self.split([0] * chunks, axis) if n == 0 else self.split(-(-n // chunks), axis)
 

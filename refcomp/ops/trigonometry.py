@@ -86,6 +86,7 @@ class TrigonometryMixin:
         return where(self < 1.0, math.nan, inside)
 
     def atanh(self):
-        """log1p(2|x| / (1 - |x|)) / 2, signed (log1p's argument is never near -1): +-inf at +-1, NaN beyond."""
+        """log1p(2|x| / (1 - |x|)) / 2, signed (log1p's argument is never near -1): +-inf at +-1, NaN
+        beyond."""
         a = self.abs()
         return (0.5 * (2.0 * a / (1.0 - a)).log1p()).copysign(self)

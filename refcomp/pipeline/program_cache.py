@@ -1,11 +1,11 @@
 """The compiled-program cache: a searched program, saved once, is loaded by the next process.
 
-Search and lowering take seconds on a real model (MiniLM: about 4 s); loading their result takes a
-fraction of that. The key is the user's graph, written canonically (exec.saved.graph_json: ops,
-attributes, views, input names, the user calls that built each node), with the binding the search
-priced at, the cost model's device profile, and refcomp's version and source digest, so editing
-refcomp never serves a stale program. Files live in `$REFCOMP_PROGRAM_CACHE_DIR`, else in the kernel
-cache's `programs/` folder; a damaged file counts as a miss and is written again.
+Search and lowering take seconds on a real model; loading their result takes a fraction of that.
+The key is the user's graph, written canonically (exec.saved.graph_json: ops, attributes, views,
+input names, the user calls that built each node), with the binding the search priced at, the cost
+model's device profile, and refcomp's version and source digest, so editing refcomp never serves a
+stale program. Files live in `$REFCOMP_PROGRAM_CACHE_DIR`, else in the kernel cache's `programs/`
+folder; a damaged file counts as a miss and is written again.
 """
 from __future__ import annotations
 

@@ -28,7 +28,9 @@ def check_feed(node: Node, value) -> np.ndarray:
         raise FeedError(f"input {name!r}: the fed value is not a rectangular array ({exc})") from None
     if node.dtype in ("int32", "int64"):
         if array.dtype.kind not in "iub":
-            raise FeedError(f"input {name!r} takes {node.dtype} values, but the fed array has dtype {array.dtype}")
+            raise FeedError(
+                f"input {name!r} takes {node.dtype} values, but the fed array has dtype {array.dtype}"
+            )
         if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
             raise FeedError(f"input {name!r}: values do not fit in int64")
         limits = np.iinfo(node.dtype)
@@ -39,7 +41,8 @@ def check_feed(node: Node, value) -> np.ndarray:
         )  # (ascontiguousarray makes 0-D 1-D)
     if array.dtype.kind != "f" and array.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 is welcome too
         raise FeedError(
-            f"input {name!r} takes {node.dtype}, but the fed array has dtype {array.dtype} (convert it with .astype(np.float32))"
+            f"input {name!r} takes {node.dtype}, but the fed array has dtype {array.dtype} "
+            f"(convert it with .astype(np.float32))"
         )
     return array
 
@@ -69,14 +72,16 @@ def bind_dims(inputs: list[Node], feeds: Mapping[str, object], dims: Optional[Ma
         shape = node.attrs["shape"]
         if array.ndim != len(shape):
             raise FeedError(
-                f"input {name!r} expects {len(shape)} axes {tuple(map(str, shape))}, got an array of shape {array.shape}"
+                f"input {name!r} expects {len(shape)} axes {tuple(map(str, shape))}, "
+                f"got an array of shape {array.shape}"
             )
         for axis, (want, got) in enumerate(zip(shape, array.shape)):
             if isinstance(want, sympy.Symbol):
                 sym = want.name
                 if sym in bindings and bindings[sym] != got:
                     raise BindingError(
-                        f"dimension {sym} is {bindings[sym]} from {origin[sym]} but {got} from axis {axis} of input {name!r}"
+                        f"dimension {sym} is {bindings[sym]} from {origin[sym]} but {got} "
+                        f"from axis {axis} of input {name!r}"
                     )
                 bindings[sym], origin[sym] = got, f"input {name!r}"
             elif isinstance(want, sympy.Expr) and not want.is_Integer:
@@ -172,8 +177,8 @@ def _edge_problem(below_shape: tuple, views, key: tuple) -> Optional[str]:
         if reach is not None and (reach[0] < 0 or reach[1] >= below):
             return (
                 f"the view of shape {_show(view.shape)} reads positions {reach[0]}..{reach[1]} of the "
-                f"{below} elements below it at {show_binding(bindings)}; a slice or index of a symbolic axis is "
-                f"out of range for these dims"
+                f"{below} elements below it at {show_binding(bindings)}; "
+                f"a slice or index of a symbolic axis is out of range for these dims"
             )
         below = math.prod(shape)
     return None
@@ -199,7 +204,8 @@ def _dims_problem(dims: tuple, key: tuple) -> Optional[str]:
             if evaluate_dim(dividend, bindings) < 0:
                 return (
                     f"the size {d} divides {dividend} = {evaluate_dim(dividend, bindings)} by {divisor} "
-                    f"at {show_binding(bindings)}; a window, slice or stride needs a larger input for these dims"
+                    f"at {show_binding(bindings)}; "
+                    f"a window, slice or stride needs a larger input for these dims"
                 )
     return None
 

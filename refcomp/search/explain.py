@@ -1,8 +1,8 @@
 """`refcomp explain`: what the search did and why, in a form a person can check.
 
-It prints the graph before and after the rewrites (once, when they changed nothing), the rules applied in order with the modeled
-cost after each, and for every kernel its nodes, bytes, flops and predicted time on the device
-profile, next to the minimum bytes any program must move.
+It prints the graph before and after the rewrites (once, when they changed nothing), the rules applied
+in order with the modeled cost after each, and for every kernel its nodes, bytes, flops and predicted
+time on the device profile, next to the minimum bytes any program must move.
 """
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def cost_table(kernels, costs, output_nodes, all_nodes, bindings) -> list[str]:
     total_bytes = sum(c.bytes for c in costs)
     least = minimum_bytes(output_nodes, all_nodes, bindings)
     lines.append(
-        f"  total: {len(kernels)} kernels, {total_bytes:,} bytes (minimum {least:,}, ratio {total_bytes / max(least, 1):.2f}), "
+        f"  total: {len(kernels)} kernels, {total_bytes:,} bytes "
+        f"(minimum {least:,}, ratio {total_bytes / max(least, 1):.2f}), "
         f"predicted {sum(c.time_s for c in costs) * 1e6:.2f} us"
     )
     return lines
@@ -86,9 +87,8 @@ def explain(program) -> str:
         )
         out += before
     else:
-        out.append(
-            f"graph before ({len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])} compute nodes):"
-        )
+        computed = len([n for n in toposort([e.node for e in result.before]) if n.op.kind != 'leaf'])
+        out.append(f"graph before ({computed} compute nodes):")
         out += before
         out.append(f"graph after ({len(result.graph.compute)} compute nodes):")
         out += after
@@ -98,7 +98,8 @@ def explain(program) -> str:
     for step in result.trace:
         delta = "" if previous is None else f"{(step.cost_s - previous) * 1e6:>+10.2f} us"
         out.append(
-            f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels {delta}".rstrip()
+            f"  {step.rule:<22}{step.site:<34}{step.cost_s * 1e6:>10.2f} us {step.kernels:>4} kernels "
+            f"{delta}".rstrip()
         )
         previous = step.cost_s
     out.append("")

@@ -162,7 +162,8 @@ def kernel_of(
 
 
 def group_params(sched: Schedule, group: Group) -> dict:
-    """What code generation reads for one kernel: the decisions it must be told of, and the kernel's parameters."""
+    """What code generation reads for one kernel: the decisions it must be told of, and the kernel's
+    parameters."""
     told = {d.metadata["codegen"]: getattr(sched, d.name) for d in DECISIONS if d.metadata["codegen"]}
     return {**told, **sched.kernel_params(group.root.id, group.kind)}
 

@@ -236,8 +236,8 @@ FUSION: list[FusionRule] = [
         scheduled("matmul") & streamable_scores,
         into("inline", of=lambda n: _streamed_nodes(n))
         + into("streamed", of=lambda n: _streamed_nodes(n)[0]),
-        "each score is the same sum of products q . k, in its own order (float32 rounding may differ by a few "
-        "ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")",
+        "each score is the same sum of products q . k, in its own order (float32 rounding may differ by "
+        "a few ulp); the elementwise steps after it are recomputed where they are read (" + RECOMPUTE + ")",
     ),
     FusionRule(
         "prologue_reduce",

@@ -209,5 +209,6 @@ class Rule:
         bound = self.pattern.bind_node(node, {}, ctx)
         if bound is None:
             return None
-        out = self.replacement.build(bound) if isinstance(self.replacement, Pattern) else self.replacement(node)
+        out = (self.replacement.build(bound) if isinstance(self.replacement, Pattern)
+               else self.replacement(node))
         return out if out.node.dtype == node.dtype else None  # x + 0.0 is no int x: a value keeps its type

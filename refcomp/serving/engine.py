@@ -88,7 +88,8 @@ class Engine:
                 outputs = {"token": sampling_graph(rc_input("logits", ("B", self.model.spec.vocab)))["token"]}
             else:
                 outputs = step_graph(self.model, self.pool, 1 if kind == "decode" else "C", greedy_graph)
-            hint = {"decode": {"B": 4, "NP": 8}, "prefill": {"B": 4, "C": 32, "NP": 8}, "sampler": {"B": 4}}[kind]
+            hint = {"decode": {"B": 4, "NP": 8}, "prefill": {"B": 4, "C": 32, "NP": 8},
+                    "sampler": {"B": 4}}[kind]
             if self.mesh is not None and kind != "sampler":
                 from .parallel import mesh_step
                 self._programs[kind], self._programs[kind + ".program"] = mesh_step(

@@ -55,11 +55,14 @@ def mesh_step(outputs, model: Decoder, mesh, hint: dict, backend, device_backend
     from ..spmd.mesh import Mesh
     from ..spmd.program import compile as spmd_compile
     if not isinstance(mesh, Mesh) or len(mesh.axes) != 1:
-        raise RefcompError(f"Engine: mesh must be an rc.Mesh of one axis (e.g. rc.Mesh({{'tp': 2}})), got {mesh!r}")
+        raise RefcompError(
+            f"Engine: mesh must be an rc.Mesh of one axis (e.g. rc.Mesh({{'tp': 2}})), got {mesh!r}"
+        )
     from ..ops.graph import flatten_outputs, input_nodes, toposort
     (axis, size), = mesh.axes
     tensors, _ = flatten_outputs(outputs)
-    whole = {n.attrs["name"]: (None,) * len(n.shape) for n in input_nodes(toposort([t.edge.node for t in tensors]))}
+    whole = {n.attrs["name"]: (None,) * len(n.shape)
+             for n in input_nodes(toposort([t.edge.node for t in tensors]))}
     # every input laid out here (the search then only fuses each stage's kernels)
     program = spmd_compile(outputs, mesh, shardings={**whole, **megatron_shardings(model, axis, size)},
                            dims_hint=hint)

@@ -55,8 +55,8 @@ class Sampling:
             bad(f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature!r}")
         if not isinstance(self.top_k, int) or not 0 <= self.top_k <= candidates:
             bad(
-                f"top_k must be an int in [0, {candidates}] (0 is off; the programs rank {candidates} candidates), "
-                f"got {self.top_k!r}"
+                f"top_k must be an int in [0, {candidates}] "
+                f"(0 is off; the programs rank {candidates} candidates), got {self.top_k!r}"
             )
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             bad(f"top_p must be in (0, 1] (1 is off), got {self.top_p!r}")
@@ -111,8 +111,9 @@ def sampling_graph(logits) -> dict:
 
 
 def sampling_feeds(settings: list, seen, step: int) -> dict:
-    """The inputs greedy_graph and sampling_graph read, for one Sampling per row; `seen` (B, vocab) as kept by the
-    engine. The seed of step s is the first row's seed plus s (mod 2**24): a fresh draw per step."""
+    """The inputs greedy_graph and sampling_graph read, for one Sampling per row; `seen` (B, vocab) as
+    kept by the engine. The seed of step s is the first row's seed plus s (mod 2**24): a fresh draw per
+    step."""
     import numpy as np
     f = lambda field: np.array([getattr(s, field) for s in settings], np.float32)  # noqa: E731
     seed = (settings[0].seed + step) % 2 ** 24 if settings else 0

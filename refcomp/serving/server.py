@@ -72,7 +72,8 @@ def _prompts(body: dict, vocab: int) -> list:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    elif (isinstance(prompt, list) and prompt
+          and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
         prompts = [prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
         prompts = prompt
@@ -83,7 +84,8 @@ def _prompts(body: dict, vocab: int) -> list:
     for p in prompts:
         ids = encode(p, vocab) if isinstance(p, str) else p
         if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
-            raise APIError(400, f"prompt: each prompt must hold 1 or more token ids in [0, {vocab})", "prompt")
+            raise APIError(400, f"prompt: each prompt must hold 1 or more token ids in [0, {vocab})",
+                           "prompt")
         out.append(list(ids))
     return out
 
@@ -130,9 +132,10 @@ class Service:
         for ids in prompts:
             total = len(ids) + max_tokens
             if total > self.spec.max_positions:
-                raise APIError(400, f"This model's maximum context length is {self.spec.max_positions} tokens, "
-                               f"however you requested {total} tokens ({len(ids)} in your prompt; {max_tokens} "
-                               f"for the completion). Please reduce your prompt; or completion length.",
+                raise APIError(400, f"This model's maximum context length is {self.spec.max_positions} "
+                               f"tokens, however you requested {total} tokens ({len(ids)} in your prompt; "
+                               f"{max_tokens} for the completion). Please reduce your prompt; or completion "
+                               f"length.",
                                "max_tokens", "context_length_exceeded")
             if -(-total // self.pool.page_size) > self.pool.num_pages:
                 raise APIError(400, f"{total} tokens need more than the server's KV pool of "
@@ -209,7 +212,8 @@ async def _complete(service, head, jobs, prompts):
                 if token is not None:
                     tokens.append(token)
             used += len(tokens)
-            choices.append({"text": decode(tokens), "index": index, "logprobs": None, "finish_reason": finish})
+            choices.append({"text": decode(tokens), "index": index, "logprobs": None,
+                            "finish_reason": finish})
     finally:  # a client gone mid-request (the task is cancelled) frees its pages
         for handle, _ in jobs:
             service.worker.cancel(handle)

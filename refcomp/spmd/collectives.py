@@ -51,7 +51,8 @@ COLLECTIVES: dict[str, Collective] = {
             "AllReduceSum",
             lambda xs, dim, dim2: [_sum(xs)] * len(xs),
             lambda b, n: 2 * (n - 1) / n * b,
-            "every device gets the sum of the group's arrays (partial sums of a contraction over a sharded axis)",
+            "every device gets the sum of the group's arrays "
+            "(partial sums of a contraction over a sharded axis)",
         ),
         Collective(
             "AllReduceMax",
@@ -77,7 +78,8 @@ COLLECTIVES: dict[str, Collective] = {
                 np.concatenate([_scatter(x, dim, len(xs))[i] for x in xs], axis=dim2) for i in range(len(xs))
             ],
             lambda b, n: (n - 1) / n * b,
-            "each device splits its array along `dim` and sends part i to device i, which concatenates along `dim2`",
+            "each device splits its array along `dim` and sends part i to device i, "
+            "which concatenates along `dim2`",
         ),
     ]
 }
@@ -95,8 +97,8 @@ class CollectiveCost:
 
     def __str__(self) -> str:
         return (
-            f"{self.kind:13s} over {self.axis:4s} {self.tensor:28s} {self.bytes_per_device:>12,} B per device "
-            f"{self.time_s * 1e6:8.2f} us"
+            f"{self.kind:13s} over {self.axis:4s} {self.tensor:28s} "
+            f"{self.bytes_per_device:>12,} B per device {self.time_s * 1e6:8.2f} us"
         )
 
 

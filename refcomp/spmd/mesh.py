@@ -33,7 +33,8 @@ class Mesh:
         for name, size in axes.items():
             if not isinstance(name, str) or not name.isidentifier() or not isinstance(size, int) or size < 1:
                 raise ShapeError(
-                    f"mesh axis {name!r}: the name must be an identifier and the size a positive int, got {size!r}"
+                    f"mesh axis {name!r}: the name must be an identifier and the size a positive int, "
+                    f"got {size!r}"
                 )
         object.__setattr__(self, "axes", tuple(axes.items()))
 

@@ -110,7 +110,8 @@ class SpmdProgram:
 
     def __repr__(self) -> str:
         return (
-            f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), {len(self.local.collectives)} collective(s), "
+            f"<SpmdProgram on {self.mesh}: {len(self.stages)} stage(s), "
+            f"{len(self.local.collectives)} collective(s), "
             f"{sum(len(s.program.kernels) for s in self.stages if s.program)} kernels per device>"
         )
 
@@ -149,7 +150,8 @@ class SpmdProgram:
             f'srcdoc="{html.escape(write_explorer(st.program), quote=True)}"></iframe>'
             for k, st in enumerate(self.stages) if st.program is not None)
         page = (
-            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>refcomp SPMD on {html.escape(str(self.mesh))}'
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<title>refcomp SPMD on {html.escape(str(self.mesh))}'
             '</title><style>body{font-family:sans-serif;margin:16px}pre{background:#f6f6f6;padding:8px}'
             'iframe{width:100%;height:900px;border:1px solid #ccc}</style></head><body>'
             f'<h1>refcomp SPMD: one local program, {self.mesh.devices} devices</h1>'

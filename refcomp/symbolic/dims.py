@@ -216,7 +216,8 @@ def _evaluate(d: sympy.Expr, binding: tuple[tuple[str, int | None], ...]) -> int
     missing = [name for name, value in binding if value is None]
     if missing:
         raise BindingError(
-            f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}"
+            f"dimension {', '.join(missing)} is unbound: feed an input that has it "
+            f"or pass dims={{'{missing[0]}': ...}}"
         )
     value = d.xreplace({symbol(name): sympy.Integer(v) for name, v in binding})
     if not value.is_Integer:
@@ -263,7 +264,8 @@ def evaluate_value(value, bindings: Mapping[str, int]) -> float:
     missing = sorted(n for n in names if n not in bindings)
     if missing:
         raise BindingError(
-            f"dimension {', '.join(missing)} is unbound: feed an input that has it or pass dims={{'{missing[0]}': ...}}"
+            f"dimension {', '.join(missing)} is unbound: feed an input that has it "
+            f"or pass dims={{'{missing[0]}': ...}}"
         )
     return float(_as_double(value, {symbol(n): bindings[n] for n in names}))
 

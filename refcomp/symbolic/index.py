@@ -119,6 +119,7 @@ def _index_of_cached(
 def index_of(
     stack: ViewStack, idx: Sequence[sympy.Expr], ranges: Optional[Mapping] = None
 ) -> tuple[sympy.Expr, sympy.Basic]:
-    """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound) simplifies."""
+    """Flat position and validity of reading `stack` at `idx`; `ranges` (symbol -> exclusive bound)
+    simplifies."""
     idx = tuple(i if isinstance(i, sympy.Basic) else sympy.sympify(i) for i in idx)
     return _index_of_cached(stack, idx, ranges_of(ranges, idx))

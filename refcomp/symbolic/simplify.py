@@ -54,7 +54,9 @@ def ranges_of(ranges: Mapping, exprs) -> frozenset:
         return frozenset()
     found = ranges.get  # (a range is never None) one lookup per symbol: kernels ask this thousands of times
     return frozenset(
-        (s, r) for e in exprs if isinstance(e, sympy.Basic) for s in _symbols(e) if (r := found(s)) is not None
+        (s, r)
+        for e in exprs if isinstance(e, sympy.Basic)
+        for s in _symbols(e) if (r := found(s)) is not None
     )
 
 
