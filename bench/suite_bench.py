@@ -19,7 +19,8 @@ A new user's suite (issue 32; the issue's cold figure is suite.json's "issue_col
 `pytest` in a worktree of --before-rev and in this tree, each first on an empty cache (cold), then
 again on the cache that run left (warm), back to back. Besides the wall time it counts the emulator
 libraries each run built (the .so files it added to the cache) and sums pytest's --durations per
-file, to say where the time went; kept as suite.json's "newcomer" entry.
+file; this tree's runs also charge each test its CPU seconds and builds (bench/suite_cpu_plugin.py),
+to say where the time went; kept as suite.json's "newcomer" entry.
 """
 from __future__ import annotations
 
@@ -39,12 +40,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulator_bench import base_tree  # noqa: E402  (one way to make the base worktree)
 
+CPU_DIR_ENV = "REFCOMP_SUITE_CPU_DIR"  # where suite_cpu_plugin writes its rows
 ISSUE_COLD_S = 13 * 60 + 45  # issue 32: "today's" first pytest from a fresh clone, empty caches, 2 cores
 
 
-def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | None = None) -> dict:
-    """One `pytest -q` in `tree`; `cache`: the kernel cache to use (else a fresh one when `cold`)."""
+def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | None = None,
+              by_test: bool = False) -> dict:
+    """One `pytest -q` in `tree`; `cache`: the kernel cache to use (else a fresh one when `cold`);
+    `by_test`: charge each test its CPU seconds and g++ builds (bench/suite_cpu_plugin.py)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    if by_test:
+        env["PYTHONPATH"] += os.pathsep + str(Path(__file__).resolve().parent)
+        env[CPU_DIR_ENV] = tempfile.mkdtemp(prefix="refcomp-suite-cpu-")
+        extra = ["-p", "suite_cpu_plugin", *extra]
     if cold or cache:  # a cache for this run alone; the program cache lives under it unless redirected
         env["REFCOMP_CACHE_DIR"] = cache or tempfile.mkdtemp(prefix="refcomp-suite-cold-")
         env.pop("REFCOMP_PROGRAM_CACHE_DIR", None)
@@ -73,7 +81,28 @@ def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | Non
         result["libraries_built"] = _libraries(cache) - libraries
     if "--durations=0" in extra:
         result["seconds_by_file"] = _by_file(proc.stdout)
+    if by_test:
+        result.update(_cpu_by_test(env[CPU_DIR_ENV]))
     return result
+
+
+def _cpu_by_test(folder: str, top: int = 15) -> dict:
+    """The plugin's rows summed per file, and the costliest tests: CPU seconds (own + children) and
+    emulator libraries built, which say where the time goes better than wall time on a busy machine."""
+    rows = [json.loads(line) for path in Path(folder).glob("*.jsonl") for line in path.read_text().splitlines()]
+    files: dict[str, list] = {}
+    for row in rows:
+        entry = files.setdefault(row["test"].split("::")[0], [0.0, 0])
+        entry[0] += row["cpu_s"]
+        entry[1] += row["builds"]
+    ranked = sorted(files.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "tests_cpu_s": round(sum(row["cpu_s"] for row in rows), 1),
+        "cpu_s_and_builds_by_file": {f: [round(c, 1), b] for f, (c, b) in ranked},
+        "costliest_tests_cpu_s": {
+            row["test"]: round(row["cpu_s"], 1) for row in sorted(rows, key=lambda r: -r["cpu_s"])[:top]
+        },
+    }
 
 
 def _children_cpu() -> float:
@@ -102,7 +131,7 @@ def newcomer(before_rev: str, before_tree: Path, with_before: bool = True) -> di
     runs: dict = {name: {} for name in trees}
     for mode in ("cold", "warm"):  # interleaved, so a change in the machine's load hits both trees alike
         for name, tree in trees.items():
-            runs[name][mode] = run_suite(tree, ["--durations=0"], cache=caches[name])
+            runs[name][mode] = run_suite(tree, ["--durations=0"], cache=caches[name], by_test=name == "after")
     print(f"{'tree':<8} {'cold s':>8} {'warm s':>8} {'built cold':>11} {'built warm':>11} {'passed':>7}")
     for name, r in runs.items():
         print(

@@ -1,8 +1,10 @@
 """The CUDA path on the CPU: every golden case compiled, run on the host emulator, and built by nvcc.
 
 Outputs are compared with the stored float64 golden outputs at golden.FLOAT32_TOLERANCE
-(rtol 1e-4, atol 1e-5), at every stored binding (two for symbolic cases). The nvcc and
-AddressSanitizer builds run on cuda_cases.SLICE by default, on every case under `pytest -m slow`.
+(rtol 1e-4, atol 1e-5), at every stored binding (two for symbolic cases). The searched program runs
+every case by default; the plain lowering (one kernel per node, a library of its own per case), the
+nvcc and the AddressSanitizer builds run on cuda_cases.SLICE, which reaches every feature of every
+plain program, and on every case under `pytest -m slow`.
 """
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from refcomp.exec.nvcc import nvcc_available, nvcc_check
 from cuda_cases import CASE_IDS, CASES, check_case, compiled, sliced
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sliced())
 def test_plain_lowering_matches_golden_on_emulator(case):
     assert check_case(case, "emulator", search=False) == []
 

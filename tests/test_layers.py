@@ -7,6 +7,7 @@ or a top-level module (`compiler`, `golden`, ...). docs/ARCHITECTURE.md draws th
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
@@ -58,14 +59,21 @@ def _unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _imports() -> list[tuple[str, str, str, int]]:
+@functools.lru_cache(maxsize=None)
+def _trees() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of the package, parsed once for all the checks below."""
+    return tuple((path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py")))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports() -> tuple[tuple[str, str, str, int], ...]:
     """(importing unit, imported unit, file, line) for every import of refcomp code."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path, tree in _trees():
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
         module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
         package = module if rel.name == "__init__" else module.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -82,7 +90,7 @@ def _imports() -> list[tuple[str, str, str, int]]:
                     found.append(
                         (_unit(module), _unit(target), str(path.relative_to(PACKAGE.parent)), node.lineno)
                     )
-    return found + _lazy_imports()
+    return tuple(found + _lazy_imports())
 
 
 def _lazy_imports() -> list[tuple[str, str, str, int]]:
@@ -165,8 +173,8 @@ def test_no_module_imports_another_modules_private_names():
     """`from .search import _moves` ties two modules to each other's internals: a name used outside its
     module is public (no leading underscore). Aliases (`import x as _x`) are the importer's own."""
     private = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for path, tree in _trees():
+        for node in ast.walk(tree):
             ours = isinstance(node, ast.ImportFrom) and (
                 node.level or (node.module or "").startswith("refcomp")
             )

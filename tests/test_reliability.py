@@ -121,10 +121,16 @@ def test_only_the_ids_a_view_reads_are_checked():
 
 # --- 4. no recursion on graph depth; the search's budget holds inside a round ----------------------
 
-def test_a_chain_of_ten_thousand_ops_compiles_with_search_and_runs():
+@pytest.mark.parametrize(
+    "ops", [pytest.param(3_000, id="3000"), pytest.param(10_000, id="10000", marks=pytest.mark.slow)]
+)
+def test_a_long_chain_of_ops_compiles_with_search_and_runs(ops):
+    """Three times Python's recursion limit by default (any recursion on depth fails), ten thousand
+    ops under `pytest -m slow`."""
+    assert ops >= 3 * sys.getrecursionlimit()
     x = rc.input("x", (4, 8))
     y = x
-    for i in range(5_000):  # two ops a step
+    for i in range(ops // 2):  # two ops a step
         y = (y * 0.5 + 0.25) if i % 2 else (y + 1.0).sin()
     feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
     prog = rc.compile(y)
