@@ -89,7 +89,8 @@ def run_suite(tree: Path, extra: list[str], cold: bool = False, cache: str | Non
 def _cpu_by_test(folder: str, top: int = 15) -> dict:
     """The plugin's rows summed per file, and the costliest tests: CPU seconds (own + children) and
     emulator libraries built, which say where the time goes better than wall time on a busy machine."""
-    rows = [json.loads(line) for path in Path(folder).glob("*.jsonl") for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for path in Path(folder).glob("*.jsonl")
+            for line in path.read_text().splitlines()]
     files: dict[str, list] = {}
     for row in rows:
         entry = files.setdefault(row["test"].split("::")[0], [0.0, 0])

