@@ -51,15 +51,19 @@ def test_a_split_contraction_is_the_same_sum_for_every_chunk_count(rows, k, n, b
     np.testing.assert_allclose(alone, whole, rtol=1e-12, atol=1e-12)
 
 
-def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_are_skinny():
+def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_or_few_outputs_are_skinny():
     count = lambda shape: elements(shape, {"B": 1, "T": 64})  # noqa: E731
     assert skinny(_product(1, 768, 3072)[3], count)
     assert skinny(_product(3, MIN_K, 5, (2,))[3], count)  # 6 rows in all
     assert not skinny(_product(16, 768, 3072)[3], count)  # a whole tile of rows
     assert not skinny(_product(1, MIN_K // 2, 3072)[3], count)  # a short K
     assert not skinny(
+        (rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 3072))).node, count
+    )  # 64 rows at the binding, 196,608 outputs
+    assert skinny(
         (rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 8))).node, count
-    )  # 64 rows at the binding
+    )  # 64 rows, but 512 outputs: one thread each leaves the device idle
+    assert skinny(_product(32, 3072, 768)[3], count)  # a batch of 32 decoding rows: 24,576 outputs
     symbolic_k = (rc.input("x", (1, "T")) @ rc.input("w", ("T", 8))).node
     assert not skinny(symbolic_k, count)  # K must be known to be cut into chunks
     half = (rc.input("x", (1, 768), "float16") @ rc.input("w", (768, 64), "float16")).node
@@ -85,7 +89,7 @@ def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
     h = x @ w + b
     want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     np.testing.assert_allclose(prog.run(feeds), want, **golden.FLOAT32_TOLERANCE)
-    monkeypatch.setattr(search_module, "split_skinny", lambda edges, count, price: (edges, []))
+    monkeypatch.setattr(search_module, "split_skinny", lambda edges, count, price, *threads: (edges, []))
     whole = rc.compile(y, cache=False)
     assert not any(s.rule == "split_k" for s in whole.search.trace)
     assert prog.cost.time_s < whole.cost.time_s, (prog.cost_summary(), whole.cost_summary())

@@ -1,7 +1,8 @@
 """Split-K: a skinny contraction (a row or a few, a long K) summed in chunks, then the chunks summed.
 
-A matmul whose rows fill less than one tile (B·T = 1: a decoding step, `x @ W` with one row of x)
-has too few outputs to occupy the device: a few blocks each walk all of K. Viewing K as (S, C) and
+A matmul whose rows fill less than one tile (B·T = 1: a decoding step, `x @ W` with one row of x),
+or whose outputs are few (a batch of 32 decoding rows against 768 columns), has too few outputs to
+occupy the device: a few blocks each walk all of K. Viewing K as (S, C) and
 summing twice, SumReduce_k(p) = SumReduce_s(SumReduce_c(p viewed as (..., S, C, ...))), gives S
 times the independent work for one short extra reduction, and the fusion search schedules both sums
 like any others (the chunks as a batched tiled matmul or a reduction, the S partial sums as a short
@@ -19,18 +20,23 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..codegen.legality import TILE, matmul_axes
+from .cost import H200
 from ..ops.graph import toposort
 from ..ops.primitives import Edge, Node, make_node
 from ..ops.graph import identity_edge, rebuild
 
 MIN_K = 256  # a shorter contraction is no long walk for any thread
 CHUNKS = (8, 16, 32, 64)  # the chunk lengths C tried: S = K / C chunks, when C divides K
-GAIN = 0.8  # a split must price at most this fraction of the whole contraction alone
+GAIN = 0.8
+# ... or whose outputs fill less than this fraction of the device's resident threads: a batch of 32
+# decoding rows against 768 columns (GPT-2's projections) is 24,576 outputs, 9 % of an H200
+FEW_OUTPUTS = 1 / 8  # a split must price at most this fraction of the whole contraction alone
 
 
-def skinny(node: Node, count: Callable) -> bool:
+def skinny(node: Node, count: Callable, threads: int = H200.resident_threads) -> bool:
     """A float32 SumReduce of a matmul over a concrete K of at least MIN_K whose rows (batch and M
-    axes, `count`ed at the binding) fill less than one tile."""
+    axes, `count`ed at the binding) fill less than one tile, or whose outputs fill less than
+    FEW_OUTPUTS of the device's `threads` (one thread per output leaves the device mostly idle)."""
     if node.op.name != "SumReduce" or node.dtype != "float32" or node.srcs[0].node.dtype != "float32":
         return False
     extent = node.srcs[0].shape[node.attrs["axis"]]
@@ -40,7 +46,8 @@ def skinny(node: Node, count: Callable) -> bool:
     if axes is None:
         return False
     batch, m, _ = axes
-    return count(tuple(node.srcs[0].shape[a] for a in batch + m)) < TILE
+    rows = count(tuple(node.srcs[0].shape[a] for a in batch + m))
+    return rows < TILE or count(node.shape) < FEW_OUTPUTS * threads
 
 
 def chunk_counts(node: Node) -> list[int]:
@@ -76,18 +83,18 @@ def isolated(node: Node) -> Edge:
 
 
 def split_skinny(
-    edges: list[Edge], count: Callable, price: Callable[[Edge], float]
+    edges: list[Edge], count: Callable, price: Callable[[Edge], float], threads: int = H200.resident_threads
 ) -> tuple[list[Edge], list]:
     """The graph with every skinny contraction split where a split prices cheaper alone, and the
     (sum of the chunk sums, chunks) of each split. Contractions alike (the same layer of a repeated
     model) are priced once: the choice depends only on what `isolated` keeps."""
-    if not any(skinny(n, count) for n in toposort([e.node for e in edges])):
+    if not any(skinny(n, count, threads) for n in toposort([e.node for e in edges])):
         return edges, []  # (the common case: no rebuild)
     chosen: dict = {}
     done: list = []
 
     def replace(node: Node) -> Optional[Edge]:
-        if not skinny(node, count):
+        if not skinny(node, count, threads):
             return None
         product = node.srcs[0].node
         key = (node.attrs["axis"], node.srcs[0].views, product.op.name,
