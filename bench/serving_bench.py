@@ -100,10 +100,11 @@ def emulator_rows(new: int) -> list:
 
 
 def _reads_pages(kernel) -> bool:
-    """Whether a kernel writes the pool (Scatter), gathers its pages, or reads the gathered pages."""
+    """Whether a kernel writes the pool (Scatter), gathers its pages, reads the gathered pages, or looks
+    the pages up itself (a Gather of the pool fused into it)."""
     def pages(n):
         return n.op.name == "Scatter" or (n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter")
-    return pages(kernel.output) or any(pages(n) for n in kernel.reads)
+    return pages(kernel.output) or any(pages(n) for n in kernel.reads + kernel.nodes)
 
 
 def model_rows(context: int = 1024, page_size: int = 16) -> list:

@@ -52,9 +52,9 @@ def main() -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(html.as_uri())
         pages = lambda n: n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter"  # noqa: E731
-        reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads))][
+        reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads + k.nodes))][
             -1
-        ]  # the values' sum
+        ]  # the values' sum (it looks the pages up itself: fuse_gather)
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
         page.locator(
             ".rc-after g.rc-node.rc-selected"

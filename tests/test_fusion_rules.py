@@ -48,6 +48,15 @@ def _fusion_graphs(name: str) -> dict:
                 "two_readers": shared.sum(-1) + shared.amax(-1),
                 "transposed": (y.sin() * 3.0).permute(2, 1, 0).cos() + 0.5,
                 "broadcast": (x[:, ::2] * y[:, :, :1].sum(1)).sigmoid()}
+    if name == "fuse_gather":  # ids are int32 inputs (_feeds draws them inside the table)
+        table, pool = rc.input("table", (20, 12)), rc.input("pool", (8, 2, 3))
+        ids, pairs, pages = (rc.input(n, s, "int32") for n, s in (("ids", ("B",)), ("pairs", ("B", "T")),
+                                                                  ("pages", ("B", 2))))
+        keys = rc.serving.gather_pages(pool, pages, 2)  # (B, 4, 2, 3): two pages of two slots
+        return {"embedding": table.index_select(0, ids) * 2.0 + x,
+                "summed": table.index_select(0, pairs).sum(-1),
+                "matmul": table.index_select(0, ids) @ w,
+                "scores": (keys * y[:, :1, :].reshape("B", 1, 2, 3)).sum(-1).softmax(1)}
     if name == "unroll_short_reduce":
         return {
             "relu": (x * 2.0 - 1.0).relu() + 1.0,
@@ -165,6 +174,7 @@ FORCE = {
     "unroll_short_reduce": ["unroll_short_reduce", "fuse_elementwise"],
     "row_fuse": ["fuse_elementwise", "row_fuse"],
     "matmul": ["matmul"],
+    "fuse_gather": ["fuse_gather", "matmul", "fuse_elementwise"],
     "matmul_epilogue": ["matmul", "matmul_epilogue", "fuse_elementwise"],
     "reduce_epilogue": ["reduce_epilogue"],
     "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
@@ -177,11 +187,16 @@ FORCE = {
 def _feeds(outputs, binding, seed, scales=None):
     feeds = {}
     rng = np.random.default_rng(seed)
-    for node in toposort([t.node for t in outputs.values()]):
+    nodes = toposort([t.node for t in outputs.values()])
+    rows = {n.srcs[1].node.id: evaluate_dim(n.srcs[0].shape[0], binding) for n in nodes if n.op.name == "Gather"}
+    for node in nodes:
         if node.op.name == "Input":
             shape = tuple(evaluate_dim(d, binding) for d in node.attrs["shape"])
             scale = (scales or {}).get(node.attrs["name"], 2.0)
-            feeds[node.attrs["name"]] = rng.uniform(-scale, scale, shape).astype(np.float32)
+            if node.dtype == "int32":  # a Gather's ids: rows of its table
+                feeds[node.attrs["name"]] = rng.integers(0, rows[node.id], shape).astype(np.int32)
+            else:
+                feeds[node.attrs["name"]] = rng.uniform(-scale, scale, shape).astype(np.float32)
     return feeds
 
 

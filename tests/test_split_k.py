@@ -3,6 +3,8 @@
 The rewrite is checked as every rule is: the split graph against NumPy on random data, for every
 chunk count the search may try; then the search must split a decoding-step matmul where that pays
 under the cost model (and only there), and the split program must match NumPy on the emulator.
+Long maxima of few outputs (a greedy token's argmax over a vocabulary) are split alike,
+exactly: the results must equal NumPy's bit for bit, ties and NaN included.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from refcomp import golden
 from refcomp.ops.tensor import Tensor
 from refcomp.search.cost import elements
 from refcomp.ops.graph import identity_edge
-from refcomp.search.split import MIN_K, chunk_counts, isolated, skinny, split_k
+from refcomp.search.split import MIN_K, chunk_counts, divisor_counts, isolated, long_and_few, skinny, split_k
 
 
 def _product(rows, k, n, batch=()):
@@ -51,15 +53,19 @@ def test_a_split_contraction_is_the_same_sum_for_every_chunk_count(rows, k, n, b
     np.testing.assert_allclose(alone, whole, rtol=1e-12, atol=1e-12)
 
 
-def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_are_skinny():
+def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_or_few_outputs_are_skinny():
     count = lambda shape: elements(shape, {"B": 1, "T": 64})  # noqa: E731
     assert skinny(_product(1, 768, 3072)[3], count)
     assert skinny(_product(3, MIN_K, 5, (2,))[3], count)  # 6 rows in all
     assert not skinny(_product(16, 768, 3072)[3], count)  # a whole tile of rows
     assert not skinny(_product(1, MIN_K // 2, 3072)[3], count)  # a short K
     assert not skinny(
+        (rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 3072))).node, count
+    )  # 64 rows at the binding, 196,608 outputs
+    assert skinny(
         (rc.input("x", ("B", "T", 768)) @ rc.input("w", (768, 8))).node, count
-    )  # 64 rows at the binding
+    )  # 64 rows, but 512 outputs: one thread each leaves the device idle
+    assert skinny(_product(32, 3072, 768)[3], count)  # a batch of 32 decoding rows: 24,576 outputs
     symbolic_k = (rc.input("x", (1, "T")) @ rc.input("w", ("T", 8))).node
     assert not skinny(symbolic_k, count)  # K must be known to be cut into chunks
     half = (rc.input("x", (1, 768), "float16") @ rc.input("w", (768, 64), "float16")).node
@@ -85,7 +91,7 @@ def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
     h = x @ w + b
     want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     np.testing.assert_allclose(prog.run(feeds), want, **golden.FLOAT32_TOLERANCE)
-    monkeypatch.setattr(search_module, "split_skinny", lambda edges, count, price: (edges, []))
+    monkeypatch.setattr(search_module, "split_skinny", lambda edges, count, price, *threads: (edges, []))
     whole = rc.compile(y, cache=False)
     assert not any(s.rule == "split_k" for s in whole.search.trace)
     assert prog.cost.time_s < whole.cost.time_s, (prog.cost_summary(), whole.cost_summary())
@@ -115,3 +121,38 @@ def test_a_skinny_matmul_that_is_launch_bound_is_not_split():
     x, w = rc.input("x", (1, 512)), rc.input("w", (512, 64))
     prog = rc.compile(x @ w, cache=False)
     assert not any(s.rule == "split_k" for s in prog.search.trace) and len(prog.kernels) == 1
+
+
+def test_only_long_maxima_of_few_outputs_are_split_exactly():
+    count = lambda shape: elements(shape, {"B": 32})  # noqa: E731
+    x = rc.input("x", ("B", 50257))
+    assert long_and_few(x.amax(-1).node, count)  # (a minimum is a maximum of the negation)
+    assert not long_and_few(x.sum(-1).node, count)  # a float sum reassociated is no exact split
+    assert not long_and_few(rc.input("s", ("B", 4095)).amax(-1).node, count)  # short
+    assert not long_and_few(rc.input("m", (4096, 8192)).amax(-1).node, count)  # 4,096 rows fill the device
+    assert divisor_counts(50257) == [29] and divisor_counts(8192)[-1] == 128
+
+
+def test_a_greedy_tokens_argmax_over_a_vocabulary_is_split_and_exact():
+    """argmax is the first index of the maximum (NaN the maximum, as in NumPy): a maximum, then a
+    minimum of the candidates' indices (the maximum of their negation), both over 50,257 values,
+    both split into 29 chunks, as amin's maximum of the negation is."""
+    x = rc.input("x", ("B", 50257))
+    outputs = {"argmax": x.argmax(-1), "max": x.amax(-1), "min": x.amin(-1)}
+    prog = rc.compile(outputs, cache=False, dims_hint={"B": 3})
+    (step,) = [s for s in prog.search.trace if s.rule == "split_k"]
+    assert step.site.count("into 29 chunks") == 3, step.site  # argmax's max (amax's too) and min, amin
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((3, 50257)).astype(np.float32)}
+    feeds["x"][0, [7, 40000, 50256]] = 9.0  # ties: the first wins
+    feeds["x"][1, 31337] = np.nan
+    feeds["x"][2, [0, 50256]] = [-9.0, 9.0]  # the extremes at the chunks' ends
+    got = prog.run(feeds, backend="emulator")
+    want = rc.evaluate(outputs, feeds)
+    for key in outputs:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    np.testing.assert_array_equal(got["argmax"], np.argmax(feeds["x"], -1).astype(np.float32))
+    np.testing.assert_array_equal(got["max"][[0, 2]], feeds["x"][[0, 2]].max(-1))
+    np.testing.assert_array_equal(got["min"][[0, 2]], feeds["x"][[0, 2]].min(-1))
+    monkeypatch_free = rc.compile(outputs, cache=False, dims_hint={"B": 3}, search=False)
+    assert prog.cost.time_s < sum(k.cost.time_s for k in monkeypatch_free.kernels)

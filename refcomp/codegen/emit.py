@@ -19,7 +19,7 @@ from .abi import KernelSignature, Param
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
 from ..ops.graph import symbols_of
-from ..ops.primitives import ELEMENTWISE, REDUCE, SHORT_REDUCE, Edge, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, REDUCE, SHORT_REDUCE, Edge, Node
 from ..symbolic.dims import Dim, expand, idiv, imod, prod
 from ..symbolic.index import conjunction, index_of, unravel, unravel_within
 from ..symbolic.view import contiguous_strides
@@ -83,6 +83,11 @@ class ProgramNames:
 
     def order(self, nodes) -> list[Node]:
         return sorted(set(nodes), key=lambda n: self.numbers[n.id])
+
+
+def linear_of(idx, shape) -> sympy.Expr:
+    """The row-major linear position of index `idx` in a tensor of `shape`."""
+    return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -205,7 +210,7 @@ class KernelBody:
         elif node.op.name == "Iota":
             position = self.unravel(flat, node.shape)[node.attrs["axis"]]
             value = render_c.index_as(node.dtype, self.printer.int(position))
-        elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind == REDUCE):
+        elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind in (REDUCE, GATHER)):
             return self._inlined(node, flat, valid)
         else:
             value = render_c.load(node.dtype, render_c.element(self.buffer(node), self.printer.int(flat)))
@@ -233,6 +238,8 @@ class KernelBody:
         node_idx = self.unravel(flat, node.shape)
         if node.op.kind == REDUCE:
             value = self.unrolled(node, node_idx)
+        elif node.op.kind == GATHER:
+            value = self.looked_up(node, node_idx)
         else:
             value = render_c.node_expr(node, *[self.value_at(src, node_idx) for src in node.srcs])
         value = render_c.rounded(
@@ -257,6 +264,23 @@ class KernelBody:
             at = list(idx[:axis]) + [sympy.Integer(r)] + list(idx[axis:])
             value = render_c.op_expr(node.op, value, self.value_at(node.srcs[0], at), kind=kind)
         return value
+
+    def looked_up(self, node: Node, idx: Sequence[sympy.Expr]) -> str:
+        """A Gather fused into its reader, at `idx`: the table's element in the row its id names, loaded
+        only when the id lies inside the table (else 0, as the gather kernel's guard; the runner
+        refuses such ids before any launch). The table is a buffer or a leaf, never recomputed here:
+        its load must stay under the guard."""
+        table, ids = node.srcs
+        if self.inline(table.node) and not table.node.op.literal:
+            raise Unfusable(f"{node.op.name}#{node.id} reads a table this kernel would recompute")
+        id_name = self.int_at(ids, idx[:-1])
+        row = self.index_var(id_name)
+        # ids are data: the memory model takes row q of the lookup to read table row 2q mod rows, as it
+        # does for the gather kernel (codegen.indexed)
+        self.definitions[row] = imod(2 * linear_of(idx[:-1], node.shape[:-1]), table.shape[0])
+        value = self.load_expr(table, [row, idx[-1]])
+        rows = self.printer.int(table.shape[0])
+        return f"(({id_name} >= 0 && {id_name} < {rows}) ? {value} : {render_c.zero(node.dtype)})"
 
     def _scalar(self, node: Node, flat, valid) -> str:
         """A node this kernel already holds as one value per row (a fused reduction's result)."""

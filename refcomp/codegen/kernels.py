@@ -18,9 +18,9 @@ import sympy
 from .abi import KernelSignature
 from .cprint import comment_text
 from ..ops.primitives import ELEMENTWISE, LEAF, REDUCE, Node
-from ..symbolic.dims import Dim, evaluate_dim, expand, prod
+from ..symbolic.dims import Dim, evaluate_dim, prod
 from . import render_c
-from .emit import Access, KernelBody, Unfusable
+from .emit import Access, KernelBody, Unfusable, linear_of
 from .sums import loop_fields
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -363,12 +363,6 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         size=lambda b: b.printer.int(size),
         **common,
     )
-
-
-def linear_of(idx, shape):
-    """The row-major linear position of index `idx` in a tensor of `shape`."""
-    from ..symbolic.view import contiguous_strides
-    return expand(sum((i * s for i, s in zip(idx, contiguous_strides(shape))), sympy.Integer(0)))
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:

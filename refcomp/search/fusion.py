@@ -22,7 +22,7 @@ from ..codegen.legality import (
 )
 from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
-from ..ops.primitives import ELEMENTWISE, INDEXED, LEAF, REDUCE, SCATTER, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, INDEXED, LEAF, REDUCE, SCATTER, Node
 from .cost import DeviceProfile, KernelCost, roofline
 from .repeat import Copies, find_copies
 from .schedule import DECISIONS, Schedule
@@ -60,9 +60,21 @@ class Graph:
         }  # read per edge: a source read twice, twice
 
     @functools.cached_property
+    def _overwritten(self) -> frozenset:
+        return frozenset(_buffer_key(n.srcs[0].node) for n in self.nodes if n.op.kind == SCATTER)
+
+    def overwritten(self, node: Node) -> bool:
+        """Whether a Scatter writes `node`'s buffer in place (an Input: any Input of its name)."""
+        return _buffer_key(node) in self._overwritten
+
+    @functools.cached_property
     def copies(self) -> Copies:
         """The graph's repeated layers (search/repeat.py): searched once, scheduled alike."""
         return find_copies(self.nodes, self.position, self.consumers)
+
+
+def _buffer_key(node: Node) -> tuple:
+    return ("input", node.attrs["name"]) if node.op.name == "Input" else ("node", node.id)
 
 
 def short_reduce(node: Node) -> bool:
@@ -181,8 +193,12 @@ def group_cost(
         nbytes = itemsize(root) * written + sum(itemsize(n) * count(n.shape) for n in group.reads)
         return roofline(name or root.op.name, group.kind, nbytes, 0, written, profile, nbytes)
     nbytes = itemsize(root) * count(root.shape)
+    looked_up: dict[int, int] = {}  # a fused Gather's table -> the elements its lookups read of it
+    for g in group.members:
+        if g.op.kind == GATHER:
+            looked_up[g.srcs[0].node.id] = looked_up.get(g.srcs[0].node.id, 0) + count(g.shape)
     for n in group.reads:  # tiles read each operand once; other kernels re-read broadcasts through caches
-        size = count(n.shape)
+        size = min(count(n.shape), looked_up.get(n.id, count(n.shape)))
         nbytes += itemsize(n) * (size if group.kind == "matmul" else min(points, REREAD_LIMIT * size))
     # Through L2 every iteration point reads each buffer once (a tiled matmul: once per tile edge)
     tile = sched.param(root.id, "tile") if group.kind == "matmul" else 1

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..codegen.legality import SHORT_REDUCE, matmul_axes, online_softmax, row_statistics, streamed_scores
-from ..ops.primitives import ELEMENTWISE, INDEXED, REDUCE, Node
+from ..ops.primitives import ELEMENTWISE, GATHER, INDEXED, REDUCE, Node
 from .fusion import Graph, short_reduce
 from .schedule import DECISIONS, Schedule
 
@@ -73,6 +73,11 @@ def read_only_by(reader: When) -> When:
 
 
 elementwise = When(lambda g, s, n: n.op.kind in ELEMENTWISE, "elementwise", own=True)
+a_gather = When(lambda g, s, n: n.op.kind == GATHER, "a Gather", own=True)
+table_not_overwritten = When(
+    lambda g, s, n: not g.overwritten(n.srcs[0].node),
+    "whose table no Scatter writes in place (a reader of the old table must run before the write)",
+)
 reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction", own=True)
 short = When(lambda g, s, n: short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
 free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
@@ -189,6 +194,16 @@ FUSION: list[FusionRule] = [
         elementwise & free,
         into("inline"),
         RECOMPUTE,
+    ),
+    FusionRule(
+        "fuse_gather",
+        "look a Gather's rows up inside every kernel that reads it (the paged KV cache's pages read "
+        "where attention reads them, table[ids[i] * row + j], instead of copied out first)",
+        a_gather & free & table_not_overwritten,
+        into("inline"),
+        RECOMPUTE + "; each lookup keeps the gather kernel's guard (an id outside the table reads 0, "
+        "and the runner refuses such ids before any launch), and the table is a buffer no kernel writes "
+        "while its readers run",
     ),
     FusionRule(
         "unroll_short_reduce",
