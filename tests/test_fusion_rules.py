@@ -188,7 +188,8 @@ def _feeds(outputs, binding, seed, scales=None):
     feeds = {}
     rng = np.random.default_rng(seed)
     nodes = toposort([t.node for t in outputs.values()])
-    rows = {n.srcs[1].node.id: evaluate_dim(n.srcs[0].shape[0], binding) for n in nodes if n.op.name == "Gather"}
+    rows = {n.srcs[1].node.id: evaluate_dim(n.srcs[0].shape[0], binding)
+            for n in nodes if n.op.name == "Gather"}
     for node in nodes:
         if node.op.name == "Input":
             shape = tuple(evaluate_dim(d, binding) for d in node.attrs["shape"])

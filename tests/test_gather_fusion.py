@@ -27,7 +27,8 @@ def _embedding_graph():
 def _embedding_feeds(ids):
     n = len(ids)
     return {"table": RNG.standard_normal((50, 8)).astype(np.float32), "ids": np.asarray(ids, np.int32),
-            "x": RNG.standard_normal((n, 8)).astype(np.float32), "w": RNG.standard_normal((8, 3)).astype(np.float32)}
+            "x": RNG.standard_normal((n, 8)).astype(np.float32),
+            "w": RNG.standard_normal((8, 3)).astype(np.float32)}
 
 
 def test_a_gather_is_looked_up_inside_each_kernel_that_reads_it():

@@ -162,7 +162,8 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     edges = simplify(list(edges), bindings, profile, trace, prices)
     fuse = lambda edges, note: _fuse(edges, bindings, profile, prices, beam, max_states, deadline, note)  # noqa: E731
     edges, splits = split_skinny(edges, lambda shape: elements(shape, bindings),
-                                 lambda edge: fuse([edge], lambda text: None).best[0], profile.resident_threads)
+                                 lambda edge: fuse([edge], lambda text: None).best[0],
+                                 profile.resident_threads)
     if splits:
         names = ProgramNames.of(toposort([e.node for e in edges]))  # the numbers the searched graph shows
         where = ", ".join(f"{names.label(n)} into {chunks} chunks" for n, chunks in splits)

@@ -132,9 +132,11 @@ def split_skinny(
         if not splittable(node):
             return None
         src = node.srcs[0]
-        key = (node.op.name, node.attrs["axis"], src.views, src.node.shape, src.node.dtype) if node.op.name in \
-            EXACT else (node.attrs["axis"], src.views, src.node.op.name,
-                        tuple((e.node.shape, e.node.dtype, e.views) for e in src.node.srcs))
+        if node.op.name in EXACT:
+            key = (node.op.name, node.attrs["axis"], src.views, src.node.shape, src.node.dtype)
+        else:
+            key = (node.attrs["axis"], src.views, src.node.op.name,
+                   tuple((e.node.shape, e.node.dtype, e.views) for e in src.node.srcs))
         if key not in chosen:
             chosen[key] = best_chunks(node, price)
         if chosen[key] is None:
