@@ -13,6 +13,7 @@ the same (the .gch is 17 MB per flag set). Where it cannot be precompiled, the s
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -29,15 +30,17 @@ SHIM_PATH = Path(__file__).with_name("emu_shim.h")
 SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and what it #includes
 # IEEE semantics as nvcc without --use_fast_math gives them: no contraction into fma, errno-free
 # math (no behaviour change), no fast-math; the optimiser only reorders what IEEE allows. -O1, not
-# -O3: measured side by side (bench/emulator_bench.py), -O1 halves g++'s time per library (0.91 ->
-# 0.48 s for a 10-kernel decoder) and costs the warm runs 1.2-1.5x (GPT-2 block 7.6 -> 9.8 ms,
-# ResNet-18 4.3 -> 5.0 s), and a first run compiles hundreds of libraries (the suite: 732).
-FAST_FLAGS = ("-O1", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv", "-fno-math-errno",
-              "-ffp-contract=off", "-fvisibility=hidden")
+# -O3: a first run compiles hundreds of libraries, and -O1 about halves g++'s time per library for
+# a modest cost in the warm runs (bench/results/emulator.json). -fopenmp-simd lets the shim's
+# region loops run a block's threads in vector lanes (emu_shim.h says why that changes no result);
+# it needs no OpenMP runtime. The machine's own instruction set is added by `fast_flags`.
+FAST_FLAGS = ("-O1", "-fopenmp-simd", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv",
+              "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden")
 SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c++17", "-pthread",
                   "-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off", "-fvisibility=hidden")
 SOURCE_NAME = "generated.cu"
 PCH_ENV = "REFCOMP_EMU_PCH"  # "0": never precompile the shim (to measure or rule it out)
+NATIVE_ENV = "REFCOMP_EMU_NATIVE"  # "0": build for the baseline of the architecture (to compare)
 
 memory_cache: dict[str, ctypes.CDLL | Path] = {}  # key -> library; runner or shim copy path -> verified file
 _builds_without_pch: dict[str, int] = {}  # precompiled-header folder -> libraries built without it here
@@ -66,6 +69,34 @@ def gxx_path() -> str:
     if path is None:
         raise RefcompError("g++ not found on PATH: the emulator needs it (apt-get install g++)")
     return path
+
+
+def fast_flags(gxx: str, base: Sequence[str] = FAST_FLAGS) -> tuple[str, ...]:
+    """`base` plus this machine's instruction set, spelt out (`native_flags`)."""
+    return tuple(base) + (() if os.environ.get(NATIVE_ENV, "") == "0" else native_flags(gxx))
+
+
+@functools.lru_cache(maxsize=None)
+def native_flags(gxx: str) -> tuple[str, ...]:
+    """The -m options that `-march=native` stands for on this CPU (as g++ -v reports them), or ()
+    where the compiler does not say (clang, another architecture).
+
+    Wider vectors let the region loops run more threads per instruction. They are passed spelt out,
+    not as `-march=native`, because the flags are part of every cache key (libraries and the
+    precompiled shim): a cache shared by two machines must not hand one a library built for the
+    other's instructions. Results do not depend on them: contraction into fma stays off, and IEEE
+    arithmetic is the same in any vector width."""
+    try:
+        proc = subprocess.run([gxx, "-march=native", "-E", "-v", "-x", "c++", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    for line in proc.stderr.splitlines():
+        words = line.split()
+        if proc.returncode == 0 and words and words[0].endswith("cc1plus"):
+            spelt = tuple(w for w in words if w.startswith("-m") and w != "-march=native")
+            return spelt if any(w.startswith("-march=") for w in spelt) else ()
+    return ()
 
 
 def _source_excerpt(text: str, line: int, radius: int = 3) -> str:

@@ -26,8 +26,8 @@ from refcomp.exec import cache
 from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
 from refcomp.reference.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
-from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, gxx_invocations, gxx_path,
-                        load_library, memory_cache, shim_bytes)
+from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, fast_flags, gxx_invocations,
+                        gxx_path, load_library, memory_cache, shim_bytes)
 from .emu_regions import MODE_CODES, kernel_modes
 
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
@@ -173,8 +173,8 @@ class EmulatorBackend:
         modes = kernel_modes(source, kernels)
         full = source.rstrip() + "\n\n// ---- emulator launchers ----\n" + "".join(
             _launcher(k, modes[k.name]) for k in kernels)
-        flags = SANITIZE_FLAGS if self.sanitize else FAST_FLAGS
         gxx = gxx_path()
+        flags = SANITIZE_FLAGS if self.sanitize else fast_flags(gxx, FAST_FLAGS)
         key = cache.cache_key("emu-v2", shim_bytes(), full, *flags, cache.tool_version(gxx))
         known = memory_cache.get(key)
         if known is None or (isinstance(known, Path) and not known.exists()):
