@@ -1,9 +1,10 @@
-"""The emulator's vector lanes and instruction set change no bit of any result.
+"""The emulator's vector lanes, instruction set and optimised build change no bit of any result.
 
-The shim's region loops are `omp simd` (built with -fopenmp-simd) and libraries are built for the
-machine's own instruction set (emu_build.native_flags): both only let the compiler run a block's
-threads side by side, each thread's floating-point operations in its own order. So a library built
-without them, one thread after another in baseline x86-64, must give the same bytes, for the
+The shim's region loops are `omp simd` (built with -fopenmp-simd), libraries are built for the
+machine's own instruction set (emu_build.native_flags), and a module that keeps running switches to
+the optimised build (emu_build.OPTIMIZED_FLAGS): all only let the compiler run a block's threads
+side by side, each thread's floating-point operations in its own order. So a library built without
+them, one thread after another in baseline x86-64 at -O1, must give the same bytes, for the
 generated templates (matmul, softmax, long sums, attention, GELU) and for any worker count.
 """
 from __future__ import annotations
@@ -19,15 +20,17 @@ def _serial_flags():
     return tuple(f for f in emulator.FAST_FLAGS if f != "-fopenmp-simd")
 
 
-def _run(prog, feeds, monkeypatch, *, serial: bool, workers: str = "2", dims=None):
-    """One run in a fresh module: vectorised (the default) or serial and for the baseline ISA."""
+def _run(prog, feeds, monkeypatch, *, build: str, workers: str = "2", dims=None):
+    """One run in a fresh module, of the `build`: "serial" (no simd, baseline ISA, -O1), "default"
+    (what a first load builds) or "optimized"."""
     monkeypatch.setenv(emulator.THREADS_ENV, workers)
-    if serial:
+    if build == "serial":
         monkeypatch.setattr(emulator, "FAST_FLAGS", _serial_flags())
         monkeypatch.setenv(emu_build.NATIVE_ENV, "0")
     else:
         monkeypatch.setattr(emulator, "FAST_FLAGS", emu_build.FAST_FLAGS)
         monkeypatch.delenv(emu_build.NATIVE_ENV, raising=False)
+    monkeypatch.setenv(emulator.OPTIMIZE_ENV, "now" if build == "optimized" else "0")
     prog._modules.clear()  # load again, with these flags
     try:
         return prog.run(feeds, backend="emulator", dims=dims)
@@ -64,9 +67,9 @@ def gpt2():
 
 def test_gpt2_block_vector_lanes_and_worker_counts_change_no_bit(gpt2, monkeypatch):
     prog, feeds, oracle = gpt2
-    serial = _bits(_run(prog, feeds, monkeypatch, serial=True, workers="1"))
-    for workers in ("1", "2", "3"):
-        _assert_same(serial, _bits(_run(prog, feeds, monkeypatch, serial=False, workers=workers)))
+    serial = _bits(_run(prog, feeds, monkeypatch, build="serial", workers="1"))
+    for build, workers in (("default", "1"), ("default", "3"), ("optimized", "1"), ("optimized", "2")):
+        _assert_same(serial, _bits(_run(prog, feeds, monkeypatch, build=build, workers=workers)))
     np.testing.assert_allclose(serial.view(np.float32), oracle, atol=2e-4)
 
 
@@ -83,8 +86,9 @@ def test_region_templates_vector_lanes_change_no_bit(monkeypatch):
              "g": rng.standard_normal(300).astype(np.float32), "b": rng.standard_normal(300).astype(np.float32)}
     feeds["x"][5, 7] = np.inf  # non-finite values take the templates' other branches
     feeds["x"][11, 3] = np.nan
-    serial = _bits(_run(prog, feeds, monkeypatch, serial=True, workers="1"))
-    _assert_same(serial, _bits(_run(prog, feeds, monkeypatch, serial=False, workers="2")))
+    serial = _bits(_run(prog, feeds, monkeypatch, build="serial", workers="1"))
+    for build in ("default", "optimized"):
+        _assert_same(serial, _bits(_run(prog, feeds, monkeypatch, build=build, workers="2")))
 
 
 def test_native_flags_are_spelt_out_and_keyed(monkeypatch):
@@ -112,3 +116,28 @@ def test_another_instruction_set_is_another_library(monkeypatch, tmp_path):
         EmulatorBackend(cache_dir=tmp_path).load(source, [sig])
         built.append(emu_build.gxx_invocations() - before)
     assert built == [1, 1]
+
+
+def test_a_module_that_keeps_running_switches_to_the_optimized_build(monkeypatch, tmp_path):
+    """After OPTIMIZE_AFTER_RUNS runs the optimised library is built in the background (counted
+    apart from gxx_invocations) and replaces the -O1 one; the next load finds it in the cache."""
+    import refcomp as rc
+    from refcomp.exec import backends
+    monkeypatch.delenv(emulator.OPTIMIZE_ENV, raising=False)
+    backend = EmulatorBackend(cache_dir=tmp_path)
+    monkeypatch.setattr(backends, "_instance", lambda name: backend)
+    x = rc.input("x", (70, 50))
+    prog = rc.compile({"y": (x @ x.T).softmax(-1)})
+    feeds = {"x": np.random.default_rng(0).standard_normal((70, 50)).astype(np.float32)}
+    first = _bits(prog.run(feeds, backend="emulator"))
+    module = prog._modules["emulator"]
+    o1_library, before = module._library, emu_build.optimized_builds()
+    for _ in range(emulator.OPTIMIZE_AFTER_RUNS):
+        _assert_same(first, _bits(prog.run(feeds, backend="emulator")))
+    assert emulator.wait_for_optimized_builds(timeout=300)
+    assert emu_build.optimized_builds() == before + 1 and module._library is not o1_library
+    _assert_same(first, _bits(prog.run(feeds, backend="emulator")))
+    emulator.clear_memory_cache()
+    gxx = emu_build.gxx_invocations()
+    again = backend.load(prog.source, [k.signature for k in prog.kernels])
+    assert again._upgrade is None and emu_build.gxx_invocations() == gxx  # the optimised build, from disk

@@ -36,6 +36,13 @@ SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and 
 # it needs no OpenMP runtime. The machine's own instruction set is added by `fast_flags`.
 FAST_FLAGS = ("-O1", "-fopenmp-simd", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv",
               "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden")
+# The optimised build that replaces a program's library once it has run a few times (emulator.py):
+# -O3 with the region loops' inner loops of up to 33 iterations (a 32-wide tile) unrolled completely,
+# so that the loop over the threads becomes the innermost one, and -fno-trapping-math, so that a
+# thread's conditional arithmetic may be computed in every lane and selected. A GPU raises no
+# floating-point exceptions and nothing here reads their flags; every value is the same.
+OPTIMIZED_FLAGS = ("-O3", "-fno-trapping-math", "--param=max-completely-peel-times=33",
+                   "--param=max-completely-peeled-insns=600")
 SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c++17", "-pthread",
                   "-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off", "-fvisibility=hidden")
 SOURCE_NAME = "generated.cu"
@@ -46,12 +53,24 @@ memory_cache: dict[str, ctypes.CDLL | Path] = {}  # key -> library; runner or sh
 _builds_without_pch: dict[str, int] = {}  # precompiled-header folder -> libraries built without it here
 _gxx_runs = 0
 _pch_runs = 0
+_optimized_runs = 0
 
 
 def gxx_invocations() -> int:
     """How many libraries this process has built with g++ (tests use it to prove a cache hit); the
     shim's precompiled header is counted apart (`pch_builds`)."""
     return _gxx_runs
+
+
+def optimized_builds() -> int:
+    """How many optimised libraries this process has built in the background (not in gxx_invocations,
+    so that a test proving a cache hit is not disturbed by an upgrade running beside it)."""
+    return _optimized_runs
+
+
+def optimized(flags: Sequence[str]) -> tuple[str, ...]:
+    """`flags` with -O1 replaced by OPTIMIZED_FLAGS."""
+    return tuple(g for f in flags for g in (OPTIMIZED_FLAGS if f == "-O1" else (f,)))
 
 
 def pch_builds() -> int:
@@ -105,10 +124,12 @@ def _source_excerpt(text: str, line: int, radius: int = 3) -> str:
     return "\n".join(f"{'>' if n == line else ' '}{n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1))
 
 
-def run_gxx(args: list[str], text: str, what: str, library: bool = True) -> None:
+def run_gxx(args: list[str], text: str, what: str, library: bool = True, background: bool = False) -> None:
     """Run g++; on failure raise RefcompError with its message and the source around the error."""
-    global _gxx_runs, _pch_runs
-    if library:
+    global _gxx_runs, _pch_runs, _optimized_runs
+    if background:
+        _optimized_runs += 1
+    elif library:
         _gxx_runs += 1
     else:
         _pch_runs += 1
@@ -161,16 +182,27 @@ def precompiled_shim(gxx: str, flags: Sequence[str], root: str | None) -> Path |
     return header
 
 
+def library_path(key: str, root: str | None) -> Path:
+    return cache.cache_dir("emu", root) / f"{key}.so"
+
+
+def library_cached(key: str, root: str | None) -> bool:
+    """Whether the disk cache holds a library under `key` that its stamp vouches for."""
+    gxx = gxx_path()
+    return cache.vouched(library_path(key, root), {"key": key, "compiler": cache.tool_version(gxx)})
+
+
 def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
-                    force: bool = False, includes: Sequence[Path] = (SHIM_PATH,)) -> Path:
+                    force: bool = False, includes: Sequence[Path] = (SHIM_PATH,), background: bool = False) -> Path:
     """Compile `full_text` to a shared library in the disk cache (or find a stamped one there).
     `includes` are passed with `-include`, in order (the shim, first, from its precompiled copy);
-    `key` must cover everything that shapes the build (the source, the flags and the headers' bytes)."""
+    `key` must cover everything that shapes the build (the source, the flags and the headers' bytes).
+    A `background` build reports no progress and counts apart (optimized_builds)."""
     gxx = gxx_path()
-    target = cache.cache_dir("emu", root) / f"{key}.so"
+    target = library_path(key, root)
 
     def build(tmp: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work, stage("g++ build"):
+        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work, stage("g++ build", not background):
             src = Path(work) / SOURCE_NAME
             src.write_text(full_text)
             shim = precompiled_shim(gxx, flags, root) if includes and includes[0] == SHIM_PATH else None
@@ -180,17 +212,17 @@ def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | 
                 for arg in ("-include", str(path))
             ]
             run_gxx([gxx, *flags, "-shared", "-fPIC", *pre, "-x", "c++", str(src), "-o", str(tmp)],
-                    full_text, "the generated CUDA source for the emulator")
+                    full_text, "the generated CUDA source for the emulator", background=background)
 
     return cache.cached_build(target, build, {"key": key, "compiler": cache.tool_version(gxx)}, force)
 
 
 def load_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
-                 includes: Sequence[Path] = (SHIM_PATH,)) -> ctypes.CDLL:
+                 includes: Sequence[Path] = (SHIM_PATH,), background: bool = False) -> ctypes.CDLL:
     """dlopen the cached library; one that passes its stamp but still fails to load (a stamp
     forged or copied along with a bad file) is rebuilt once, then reported."""
     for force in (False, True):
-        path = compile_library(full_text, flags, key, root, force, includes)
+        path = compile_library(full_text, flags, key, root, force, includes, background)
         try:
             return ctypes.CDLL(str(path))
         except OSError as exc:
