@@ -326,6 +326,10 @@ def main() -> None:
         if both:
             both["target_vs_tinygrad"] = TINYGRAD_TARGET
             both["meets_target"] = both["vs_tinygrad_jit"] <= TINYGRAD_TARGET
+            if "before_emulator_s" in now[name]:  # the base tree's emulator, timed in this run (not in turns)
+                both["before_vs_tinygrad_jit"] = now[name]["before_emulator_s"] / both["tinygrad_jit_s"]
+                print(f"  the base tree's emulator, {now[name]['before_emulator_s'] * 1e3:.2f} ms, was "
+                      f"{both['before_vs_tinygrad_jit']:.2f}x tinygrad's JIT call")
             print(f"{name}, in turns ({both['repeats']} each): emulator {both['emulator_s'] * 1e3:.2f} ms, "
                   f"tinygrad NumPy->NumPy {both['tinygrad_s'] * 1e3:.2f} ms ({both['vs_tinygrad']:.2f}x), "
                   f"tinygrad JIT call {both['tinygrad_jit_s'] * 1e3:.2f} ms ({both['vs_tinygrad_jit']:.2f}x; "
