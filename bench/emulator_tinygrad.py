@@ -9,6 +9,7 @@ compiles with clang.
 """
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -61,7 +62,8 @@ def gpt2_block_fn(weights: dict[str, np.ndarray], n_heads: int, eps: float):
 def side_by_side(emulator_run, x: np.ndarray, weights: dict[str, np.ndarray], n_heads: int, eps: float,
                  repeats: int) -> dict:
     """Medians of the emulator's warm run and tinygrad's, taken in turns so that both see the same
-    load, with tinygrad timed two ways: NumPy in and out as `prog.run` is (`tinygrad_s`), and the
+    load (each call after a garbage collection, with the collector off while it runs, as timeit
+    does), with tinygrad timed two ways: NumPy in and out as `prog.run` is (`tinygrad_s`), and the
     JIT call alone on an input already on its device (`tinygrad_jit_s`), the smaller figure.
     `emulator_run()` returns the emulator's output, which tinygrad's must match within float32
     rounding."""
@@ -73,17 +75,22 @@ def side_by_side(emulator_run, x: np.ndarray, weights: dict[str, np.ndarray], n_
     warmup = time.perf_counter() - start
     resident = Tensor(x, device="CPU").realize()
     times: dict[str, list[float]] = {"emulator_s": [], "tinygrad_s": [], "tinygrad_jit_s": []}
+
+    def timed(what: str, fn):
+        gc.collect()  # as timeit does, so that neither side pays for the other's garbage
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            result = fn()
+            times[what].append(time.perf_counter() - start)
+        finally:
+            gc.enable()
+        return result
+
     for _ in range(repeats):
-        start = time.perf_counter()
-        got = emulator_run()
-        times["emulator_s"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        out = run(Tensor(x, device="CPU")).numpy()
-        times["tinygrad_s"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        run(resident)
-        Device["CPU"].synchronize()
-        times["tinygrad_jit_s"].append(time.perf_counter() - start)
+        got = timed("emulator_s", emulator_run)
+        out = timed("tinygrad_s", lambda: run(Tensor(x, device="CPU")).numpy())
+        timed("tinygrad_jit_s", lambda: (run(resident), Device["CPU"].synchronize()))
     got = np.asarray(got, np.float32)
     diff = float(np.abs(out.astype(np.float64) - got).max())
     entry = {k: statistics.median(v) for k, v in times.items()}
