@@ -39,7 +39,8 @@ THREADS_ENV = "REFCOMP_EMU_THREADS"  # read by the shim at each launch
 # Both builds give the same bits (tests/test_emu_simd.py). "0": never; "now": build it at load.
 OPTIMIZE_ENV = "REFCOMP_EMU_OPTIMIZE"
 OPTIMIZE_AFTER_RUNS = 3
-_upgrades: list[threading.Thread] = []
+_upgrades: list[threading.Thread] = []  # background builds, for wait_for_optimized_builds
+_building: set[str] = set()  # keys of optimised builds started by this process (each built once)
 _launch_lock = threading.Lock()  # one launch at a time: the error message is per library
 # Building lives in emu_build (compile_library takes extra flags and -include headers, for an
 # instrumented build of the same source); the old private names stay for callers of this module.
@@ -68,6 +69,7 @@ def _ready(lib: ctypes.CDLL, kernels: Sequence[KernelSignature]) -> ctypes.CDLL:
 def clear_memory_cache() -> None:
     """Forget libraries loaded by this process, so the next load goes to the disk cache."""
     memory_cache.clear()
+    _building.clear()
 
 
 def _launcher(sig: KernelSignature, mode: str | None = None) -> str:
@@ -184,21 +186,31 @@ class EmulatorModule:
             raise RefcompError(f"kernel {name} (grid {g}, block {b}) failed in the emulator: {message}")
         self._launches += 1
         if self._upgrade is not None and self._launches >= OPTIMIZE_AFTER_RUNS * len(self.kernels):
-            self._start_upgrade()
+            self._upgrade_when_built()
 
-    def _start_upgrade(self) -> None:
+    def _upgrade_when_built(self) -> None:
+        """Switch to the optimised library if it has been built (by this module's request or another
+        module's with the same source), else have it built once, in the background."""
         full, flags, key = self._upgrade
-        self._upgrade = None
+        built = memory_cache.get(key)
+        if isinstance(built, ctypes.CDLL):
+            with _launch_lock:
+                self._library = built
+            self._upgrade = None
+            return
+        if key in _building:
+            return
         kernels = list(self.kernels.values())
+        root = self._cache_root
 
         def build() -> None:
             try:
-                lib = _ready(load_library(full, flags, key, self._cache_root, background=True), kernels)
-            except Exception:  # noqa: BLE001 - a failed upgrade (a full disk, a removed cache) keeps the -O1 build
-                return
-            with _launch_lock:
-                memory_cache[key] = self._library = lib
+                memory_cache[key] = _ready(load_library(full, flags, key, root, background=True), kernels)
+            except Exception:  # noqa: BLE001 - a failed build (a full disk, a removed cache) keeps the -O1 one
+                pass
 
+        _building.add(key)
+        _upgrades[:] = [t for t in _upgrades if t.is_alive()]
         thread = threading.Thread(target=build, name="refcomp-emu-optimize", daemon=True)
         _upgrades.append(thread)
         thread.start()
