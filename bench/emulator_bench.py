@@ -1,5 +1,10 @@
 """Host emulator speed: warm runs of three models, today's emulator beside the base commit's and NumPy.
 
+The GPT-2 block is also timed in tinygrad (bench/emulator_tinygrad.py, the same weights and math,
+TinyJit on its CPU device) in turns with the emulator, when tinygrad is installed (the `bench`
+extra); otherwise that row is skipped with the reason printed. Workloads not measured in a run keep
+their earlier rows in the results file, marked with the revision they were measured at.
+
 Each workload is compiled once (search on), run once to warm the kernel cache, then timed; the
 NumPy reference interpreter (`rc.evaluate`) does the same work in the same process as the ratio
 baseline (ResNet-18's is NumPy written directly: see resnet18_numpy). The base commit's emulator runs the
@@ -33,6 +38,8 @@ TARGETS_S = {"gpt2_block": 0.020, "mlp_784_256_10": 0.1, "resnet18": 10.0}
 REPEATS = {"gpt2_block": 9, "mlp_784_256_10": 9, "resnet18": 3}
 BASE_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 3, "resnet18": 1}  # the old emulator is slow
 NUMPY_REPEATS = {"gpt2_block": 5, "mlp_784_256_10": 5, "resnet18": 5}
+TINYGRAD_REPEATS = 21
+TINYGRAD_TARGET = 2.0  # issue 32.4: the emulator's warm run within 2x of tinygrad's CPU JIT
 
 
 def _weights(rng, *shape, fan_in):
@@ -45,6 +52,32 @@ def gpt2_block(rc):
     out, weights = build_block()
     x = np.random.default_rng(1).standard_normal((1, 64, 128)).astype(np.float32)
     return out, {"x": x, **weights}
+
+
+def gpt2_block_tinygrad(prog, feeds) -> dict:
+    """The same block in tinygrad (bench/emulator_tinygrad.py), timed in turns with the emulator."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from emulator_tinygrad import available, side_by_side
+
+    from examples.gpt2_block import LN_EPS, N_HEADS
+    why = available()
+    if why:
+        print(f"  tinygrad skipped: {why}", file=sys.stderr)
+        return {"tinygrad_skipped": why}
+    weights = {k: v for k, v in feeds.items() if k != "x"}
+    entry = side_by_side(lambda: prog.run(feeds, backend="emulator"), feeds["x"], weights, N_HEADS, LN_EPS,
+                         TINYGRAD_REPEATS)
+    import tinygrad
+    entry["tinygrad_version"] = getattr(tinygrad, "__version__", None) or _dist_version("tinygrad")
+    return {"side_by_side_with_tinygrad": entry}
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def mlp(rc):
@@ -160,6 +193,20 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(_times(fn, repeats))
 
 
+def _warm_up(run) -> None:
+    """Run until the emulator has swapped in its optimised build (emulator.OPTIMIZE_AFTER_RUNS; a
+    base tree without one just runs once more), so that the timed runs are the warm ones."""
+    try:
+        from refcomp.exec.emulator import OPTIMIZE_AFTER_RUNS, wait_for_optimized_builds
+    except ImportError:
+        run()
+        return
+    for _ in range(OPTIMIZE_AFTER_RUNS):
+        run()
+    wait_for_optimized_builds()
+    run()
+
+
 def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
     """Time the workloads with whichever refcomp is importable (this tree's or the base's)."""
     import refcomp as rc
@@ -169,7 +216,9 @@ def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
         start = time.perf_counter()
         prog = rc.compile(out)
         got = prog.run(feeds, backend="emulator")  # builds (or finds) the library: not timed
-        entry = {"compile_and_first_run_s": time.perf_counter() - start, "kernels": len(prog.kernels),
+        first = time.perf_counter() - start
+        _warm_up(lambda: prog.run(feeds, backend="emulator"))
+        entry = {"compile_and_first_run_s": first, "kernels": len(prog.kernels),
                  "emulator_s": _median_time(lambda: prog.run(feeds, backend="emulator"), repeats[name]),
                  "repeats": repeats[name]}
         if numpy:
@@ -187,6 +236,8 @@ def measure(names, repeats: dict[str, int], numpy: bool) -> dict:
                 "NumPy written directly (im2col)" if name in NUMPY_DIRECT else "rc.evaluate"
             )
             entry["max_abs_diff_vs_numpy"] = float(np.abs(np.asarray(got, np.float64) - ref).max())
+        if name == "gpt2_block":  # in the base tree's child too, so that "before" has its own turns
+            entry.update(gpt2_block_tinygrad(prog, feeds))
         results[name] = entry
         print(f"  [{rc.__file__}] {name}: {entry}", file=sys.stderr, flush=True)
     return results
@@ -233,7 +284,7 @@ def main() -> None:
     if not args.no_base:
         tree = base_tree(args.base_rev, Path(args.base_tree))
         base_rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
-                                  text=True).stdout.strip()
+                                  text=True).stdout.strip() or args.base_rev  # a tree exported without git
     base = None if args.no_base else measure_in(tree, names, BASE_REPEATS)
     sys.path.insert(0, str(ROOT))
     now = measure(names, REPEATS, numpy=True)
@@ -249,6 +300,12 @@ def main() -> None:
         if base:
             entry["before_emulator_s"] = base[name]["emulator_s"]
             entry["before_repeats"] = base[name]["repeats"]
+            if "side_by_side_with_tinygrad" in base[name]:
+                entry["before_side_by_side_with_tinygrad"] = before = base[name]["side_by_side_with_tinygrad"]
+                print(f"{name}, the base tree in turns with tinygrad: "
+                      f"emulator {before['emulator_s'] * 1e3:.2f} ms, "
+                      f"tinygrad JIT call {before['tinygrad_jit_s'] * 1e3:.2f} ms "
+                      f"({before['vs_tinygrad_jit']:.2f}x)")
             entry["speedup"] = base[name]["emulator_s"] / entry["emulator_s"]
         rows.append(
             (
@@ -271,6 +328,15 @@ def main() -> None:
             f"{name:<16} {fmt(before, '10.4f')} {after:10.4f} {npy:10.4f} {target:9.3f} "
             f"{fmt(speedup, '7.1f')}x {ratio:8.2f}x"
         )
+    for name in names:
+        both = now[name].get("side_by_side_with_tinygrad")
+        if both:
+            both["target_vs_tinygrad"] = TINYGRAD_TARGET
+            both["meets_target"] = both["vs_tinygrad_jit"] <= TINYGRAD_TARGET
+            print(f"{name}, in turns ({both['repeats']} each): emulator {both['emulator_s'] * 1e3:.2f} ms, "
+                  f"tinygrad NumPy->NumPy {both['tinygrad_s'] * 1e3:.2f} ms ({both['vs_tinygrad']:.2f}x), "
+                  f"tinygrad JIT call {both['tinygrad_jit_s'] * 1e3:.2f} ms ({both['vs_tinygrad_jit']:.2f}x; "
+                  f"target <= {TINYGRAD_TARGET}x), max |diff| {both['max_abs_diff_vs_tinygrad']:.1e}")
     result = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -300,6 +366,12 @@ def main() -> None:
             "how": "`time pytest -q -x` in each tree, warm caches, measured separately",
         }
     out = ROOT / "bench" / "results" / "emulator.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    for name, entry in previous.get("workloads", {}).items():  # not measured this time: kept, with their run
+        if name not in result["workloads"]:
+            entry.setdefault("measured_at_revision", previous.get("revision"))
+            entry.setdefault("measured_at_load_average", previous.get("load_average"))
+            result["workloads"][name] = entry
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 

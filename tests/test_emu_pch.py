@@ -112,10 +112,10 @@ def test_a_damaged_or_planted_copy_is_made_again_never_used(precompiled, monkeyp
 def test_a_compiler_that_cannot_precompile_still_builds(monkeypatch, tmp_path):
     real = emu_build.run_gxx
 
-    def no_headers(args, text, what, library=True):
+    def no_headers(args, text, what, library=True, **more):
         if not library:
             raise RefcompError("this compiler cannot precompile headers")
-        real(args, text, what, library)
+        real(args, text, what, library, **more)
 
     use_cache(monkeypatch, tmp_path / "cache")
     monkeypatch.setattr(emu_build, "run_gxx", no_headers)

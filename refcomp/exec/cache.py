@@ -161,6 +161,11 @@ def _vouched(target: Path, meta: dict[str, str]) -> bool:
         return False
 
 
+def vouched(target: Path, meta: dict[str, str]) -> bool:
+    """Whether `target`'s stamp vouches for its bytes and `meta` (what cached_build would reuse)."""
+    return _vouched(target, meta)
+
+
 def cached_build(target: Path, build: Callable[[Path], None], meta: dict[str, str],
                  force: bool = False) -> Path:
     """`target` if its stamp vouches for its bytes and for `meta` (key, compiler version), else a

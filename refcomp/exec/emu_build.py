@@ -13,6 +13,7 @@ precompiled, the shim's text is parsed.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -29,26 +30,47 @@ SHIM_PATH = Path(__file__).with_name("emu_shim.h")
 SHIM_HEADERS = (SHIM_PATH, SHIM_PATH.with_name("emu_fibers.h"))  # the shim and what it #includes
 # IEEE semantics as nvcc without --use_fast_math gives them: no contraction into fma, errno-free
 # math (no behaviour change), no fast-math; the optimiser only reorders what IEEE allows. -O1, not
-# -O3: measured side by side (bench/emulator_bench.py), -O1 halves g++'s time per library (0.91 ->
-# 0.48 s for a 10-kernel decoder) and costs the warm runs 1.2-1.5x (GPT-2 block 7.6 -> 9.8 ms,
-# ResNet-18 4.3 -> 5.0 s), and a first run compiles hundreds of libraries (the suite: 732).
-FAST_FLAGS = ("-O1", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv", "-fno-math-errno",
-              "-ffp-contract=off", "-fvisibility=hidden")
+# -O3: a first run compiles hundreds of libraries, and -O1 about halves g++'s time per library for
+# a modest cost in the warm runs (bench/results/emulator.json). -fopenmp-simd lets the shim's
+# region loops run a block's threads in vector lanes (emu_shim.h says why that changes no result);
+# it needs no OpenMP runtime. The machine's own instruction set is added by `fast_flags`.
+FAST_FLAGS = ("-O1", "-fopenmp-simd", "-std=c++17", "-pthread", "-fno-strict-aliasing", "-fwrapv",
+              "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden")
+# The optimised build that replaces a program's library once it has run a few times (emulator.py):
+# -O3 with the region loops' inner loops of up to 33 iterations (a 32-wide tile) unrolled completely,
+# so that the loop over the threads becomes the innermost one, and -fno-trapping-math, so that a
+# thread's conditional arithmetic may be computed in every lane and selected. A GPU raises no
+# floating-point exceptions and nothing here reads their flags; every value is the same.
+OPTIMIZED_FLAGS = ("-O3", "-fno-trapping-math", "--param=max-completely-peel-times=33",
+                   "--param=max-completely-peeled-insns=600")
 SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c++17", "-pthread",
                   "-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off", "-fvisibility=hidden")
 SOURCE_NAME = "generated.cu"
 PCH_ENV = "REFCOMP_EMU_PCH"  # "0": never precompile the shim (to measure or rule it out)
+NATIVE_ENV = "REFCOMP_EMU_NATIVE"  # "0": build for the baseline of the architecture (to compare)
 
 memory_cache: dict[str, ctypes.CDLL | Path] = {}  # key -> library; runner or shim copy path -> verified file
 _builds_without_pch: dict[str, int] = {}  # precompiled-header folder -> libraries built without it here
 _gxx_runs = 0
 _pch_runs = 0
+_optimized_runs = 0
 
 
 def gxx_invocations() -> int:
     """How many libraries this process has built with g++ (tests use it to prove a cache hit); the
     shim's precompiled header is counted apart (`pch_builds`)."""
     return _gxx_runs
+
+
+def optimized_builds() -> int:
+    """How many optimised libraries this process has built in the background (not in gxx_invocations,
+    so that a test proving a cache hit is not disturbed by an upgrade running beside it)."""
+    return _optimized_runs
+
+
+def optimized(flags: Sequence[str]) -> tuple[str, ...]:
+    """`flags` with -O1 replaced by OPTIMIZED_FLAGS."""
+    return tuple(g for f in flags for g in (OPTIMIZED_FLAGS if f == "-O1" else (f,)))
 
 
 def pch_builds() -> int:
@@ -68,16 +90,46 @@ def gxx_path() -> str:
     return path
 
 
+def fast_flags(gxx: str, base: Sequence[str] = FAST_FLAGS) -> tuple[str, ...]:
+    """`base` plus this machine's instruction set, spelt out (`native_flags`)."""
+    return tuple(base) + (() if os.environ.get(NATIVE_ENV, "") == "0" else native_flags(gxx))
+
+
+@functools.lru_cache(maxsize=None)
+def native_flags(gxx: str) -> tuple[str, ...]:
+    """The -m options that `-march=native` stands for on this CPU (as g++ -v reports them), or ()
+    where the compiler does not say (clang, another architecture).
+
+    Wider vectors let the region loops run more threads per instruction. They are passed spelt out,
+    not as `-march=native`, because the flags are part of every cache key (libraries and the
+    precompiled shim): a cache shared by two machines must not hand one a library built for the
+    other's instructions. Results do not depend on them: contraction into fma stays off, and IEEE
+    arithmetic is the same in any vector width."""
+    try:
+        proc = subprocess.run([gxx, "-march=native", "-E", "-v", "-x", "c++", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    for line in proc.stderr.splitlines():
+        words = line.split()
+        if proc.returncode == 0 and words and words[0].endswith("cc1plus"):
+            spelt = tuple(w for w in words if w.startswith("-m") and w != "-march=native")
+            return spelt if any(w.startswith("-march=") for w in spelt) else ()
+    return ()
+
+
 def _source_excerpt(text: str, line: int, radius: int = 3) -> str:
     lines = text.splitlines()
     lo, hi = max(1, line - radius), min(len(lines), line + radius)
     return "\n".join(f"{'>' if n == line else ' '}{n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1))
 
 
-def run_gxx(args: list[str], text: str, what: str, library: bool = True) -> None:
+def run_gxx(args: list[str], text: str, what: str, library: bool = True, background: bool = False) -> None:
     """Run g++; on failure raise RefcompError with its message and the source around the error."""
-    global _gxx_runs, _pch_runs
-    if library:
+    global _gxx_runs, _pch_runs, _optimized_runs
+    if background:
+        _optimized_runs += 1
+    elif library:
         _gxx_runs += 1
     else:
         _pch_runs += 1
@@ -130,16 +182,28 @@ def precompiled_shim(gxx: str, flags: Sequence[str], root: str | None) -> Path |
     return header
 
 
+def library_path(key: str, root: str | None) -> Path:
+    return cache.cache_dir("emu", root) / f"{key}.so"
+
+
+def library_cached(key: str, root: str | None) -> bool:
+    """Whether the disk cache holds a library under `key` that its stamp vouches for."""
+    gxx = gxx_path()
+    return cache.vouched(library_path(key, root), {"key": key, "compiler": cache.tool_version(gxx)})
+
+
 def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
-                    force: bool = False, includes: Sequence[Path] = (SHIM_PATH,)) -> Path:
+                    force: bool = False, includes: Sequence[Path] = (SHIM_PATH,),
+                    background: bool = False) -> Path:
     """Compile `full_text` to a shared library in the disk cache (or find a stamped one there).
     `includes` are passed with `-include`, in order (the shim, first, from its precompiled copy);
-    `key` must cover everything that shapes the build (the source, the flags and the headers' bytes)."""
+    `key` must cover everything that shapes the build (the source, the flags and the headers' bytes).
+    A `background` build reports no progress and counts apart (optimized_builds)."""
     gxx = gxx_path()
-    target = cache.cache_dir("emu", root) / f"{key}.so"
+    target = library_path(key, root)
 
     def build(tmp: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work, stage("g++ build"):
+        with tempfile.TemporaryDirectory(prefix="refcomp-emu-") as work, stage("g++ build", not background):
             src = Path(work) / SOURCE_NAME
             src.write_text(full_text)
             shim = precompiled_shim(gxx, flags, root) if includes and includes[0] == SHIM_PATH else None
@@ -149,17 +213,17 @@ def compile_library(full_text: str, flags: Sequence[str], key: str, root: str | 
                 for arg in ("-include", str(path))
             ]
             run_gxx([gxx, *flags, "-shared", "-fPIC", *pre, "-x", "c++", str(src), "-o", str(tmp)],
-                    full_text, "the generated CUDA source for the emulator")
+                    full_text, "the generated CUDA source for the emulator", background=background)
 
     return cache.cached_build(target, build, {"key": key, "compiler": cache.tool_version(gxx)}, force)
 
 
 def load_library(full_text: str, flags: Sequence[str], key: str, root: str | None,
-                 includes: Sequence[Path] = (SHIM_PATH,)) -> ctypes.CDLL:
+                 includes: Sequence[Path] = (SHIM_PATH,), background: bool = False) -> ctypes.CDLL:
     """dlopen the cached library; one that passes its stamp but still fails to load (a stamp
     forged or copied along with a bad file) is rebuilt once, then reported."""
     for force in (False, True):
-        path = compile_library(full_text, flags, key, root, force, includes)
+        path = compile_library(full_text, flags, key, root, force, includes, background)
         try:
             return ctypes.CDLL(str(path))
         except OSError as exc:

@@ -125,15 +125,25 @@ static inline void __threadfence_block() {}
 // `threadIdx` shadowing the global one; RC_SLOT is the thread's index in the block, for arrays of
 // RC_THREAD_SLOTS(n) values that live across a barrier (on a GPU: one value, RC_SLOT 0).
 static constexpr bool emu_in_region = false;
+// The innermost loop, over threadIdx.x, is `omp simd` (the build passes -fopenmp-simd, which needs no
+// OpenMP runtime): between two barriers the threads of a CUDA block are unordered and race-free, so
+// the compiler may run neighbouring threads in the lanes of one vector instruction. Each lane still
+// performs its own thread's operations in program order, so every float result is bit for bit what
+// the one-thread-after-another loop computes (only -ffast-math could change that, and it is never
+// used). Without vector lanes a thread's sum is a chain of dependent additions, each waiting for the
+// last. The counters are 64-bit so the compiler can see the slot index never wraps. A build without
+// -fopenmp-simd (the sanitizer's) ignores the pragma and runs the threads one after another.
+#define EMU_SIMD _Pragma("omp simd")
 #define RC_FOR_EACH_THREAD                                                                              \
-    for (unsigned emu_z = 0, emu_slot = 0, emu_bx = blockDim.x, emu_by = blockDim.y, emu_bz = blockDim.z; \
-         emu_z < emu_bz; ++emu_z)                                                                       \
-        for (unsigned emu_y = 0; emu_y < emu_by; ++emu_y)                                               \
-            for (unsigned emu_x = 0; emu_x < emu_bx; ++emu_x, ++emu_slot)                               \
-                if (const uint3 threadIdx = {emu_x, emu_y, emu_z}; ((void)threadIdx, true))            \
+    for (unsigned long emu_z = 0, emu_row = 0, emu_bx = blockDim.x, emu_by = blockDim.y,                \
+                       emu_bz = blockDim.z; emu_z < emu_bz; ++emu_z)                                    \
+        for (unsigned long emu_y = 0; emu_y < emu_by; ++emu_y, emu_row += emu_bx)                       \
+            EMU_SIMD for (unsigned long emu_x = 0; emu_x < emu_bx; ++emu_x)                             \
+                if (const uint3 threadIdx = {(unsigned)emu_x, (unsigned)emu_y, (unsigned)emu_z};        \
+                    ((void)threadIdx, true))                                                            \
                     if (constexpr bool emu_in_region = true; emu_in_region)
 #define RC_THREAD_SLOTS(n) (n)
-#define RC_SLOT emu_slot
+#define RC_SLOT (emu_row + emu_x)
 
 // ---- grid runner ---------------------------------------------------------------------------------
 enum { EMU_THREADS = 0, EMU_REGIONS = 1, EMU_FIBERS = 2 };

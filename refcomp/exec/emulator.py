@@ -5,7 +5,8 @@ the emulator tests the code refcomp actually emits, not a model of it. One C++ l
 KernelSignature is appended to the source; it unpacks a `void**` argument array by the parameter
 ctypes and hands the kernel to the shim's grid runner in the kernel's mode (emu_regions.py: plain
 threads, barrier-free regions, or fibers; see emu_shim.h for the execution model). Blocks run in
-parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable cores).
+parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable cores). A library is first
+built quick to compile, and rebuilt optimised once its program keeps running (`OPTIMIZE_ENV`).
 
 Sanitizer mode (`REFCOMP_EMU_SANITIZE=1` or `EmulatorBackend(sanitize=True)`) builds the library
 with AddressSanitizer and runs each launch in a child process (emu_asan.py). Building is emu_build.py.
@@ -26,12 +27,20 @@ from refcomp.exec import cache
 from ..codegen.abi import POISON_WORD, Dim3, KernelSignature
 from refcomp.reference.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
-from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, gxx_invocations, gxx_path,
-                        load_library, memory_cache, shim_bytes)
+from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, fast_flags, gxx_invocations,
+                        gxx_path, library_cached, load_library, memory_cache, optimized, shim_bytes)
 from .emu_regions import MODE_CODES, kernel_modes
 
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
 THREADS_ENV = "REFCOMP_EMU_THREADS"  # read by the shim at each launch
+# A program's library is built at -O1 (quick to build: most programs run once or twice); once a
+# module has run OPTIMIZE_AFTER_RUNS times it is rebuilt with emu_build.OPTIMIZED_FLAGS in a background
+# thread and swapped in when ready, and later loads find that build in the cache and use it at once.
+# Both builds give the same bits (tests/test_emu_simd.py). "0": never; "now": build it at load.
+OPTIMIZE_ENV = "REFCOMP_EMU_OPTIMIZE"
+OPTIMIZE_AFTER_RUNS = 3
+_upgrades: list[threading.Thread] = []  # background builds, for wait_for_optimized_builds
+_building: set[str] = set()  # keys of optimised builds started by this process (each built once)
 _launch_lock = threading.Lock()  # one launch at a time: the error message is per library
 # Building lives in emu_build (compile_library takes extra flags and -include headers, for an
 # instrumented build of the same source); the old private names stay for callers of this module.
@@ -40,9 +49,27 @@ __all__ = ["EmulatorBackend", "EmulatorModule", "check_launch_shape", "gxx_invoc
            "FAST_FLAGS", "SANITIZE_FLAGS", "SHIM_PATH"]
 
 
+def wait_for_optimized_builds(timeout: float | None = None) -> bool:
+    """Wait for the background builds started so far (benchmarks call it before timing); True if
+    none is still running."""
+    for thread in list(_upgrades):
+        thread.join(timeout)
+    return not any(t.is_alive() for t in _upgrades)
+
+
+def _ready(lib: ctypes.CDLL, kernels: Sequence[KernelSignature]) -> ctypes.CDLL:
+    for k in kernels:
+        fn = getattr(lib, f"refcomp_launch_{k.name}")
+        fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+    lib.refcomp_emu_error.restype = ctypes.c_char_p
+    return lib
+
+
 def clear_memory_cache() -> None:
     """Forget libraries loaded by this process, so the next load goes to the disk cache."""
     memory_cache.clear()
+    _building.clear()
 
 
 def _launcher(sig: KernelSignature, mode: str | None = None) -> str:
@@ -122,15 +149,19 @@ def bind_args(sig: KernelSignature, args: Sequence[Any]) -> _Bound:
 
 
 class EmulatorModule:
-    """A loaded translation unit; `launch` runs a kernel over the grid on the CPU."""
+    """A loaded translation unit; `launch` runs a kernel over the grid on the CPU. `upgrade` is the
+    (source, flags, key) of the optimised build to switch to after a few runs, or None."""
 
     def __init__(self, library: ctypes.CDLL | Path, kernels: Sequence[KernelSignature], sanitize: bool,
-                 cache_root: str | None = None, modes: dict[str, str] | None = None):
+                 cache_root: str | None = None, modes: dict[str, str] | None = None,
+                 upgrade: tuple[str, tuple[str, ...], str] | None = None):
         self.kernels = {k.name: k for k in kernels}
         self.modes = modes or {}  # kernel name -> "threads", "regions" or "fibers" (emu_regions)
         self.sanitize = sanitize
         self._cache_root = cache_root
         self._library = library
+        self._upgrade = upgrade
+        self._launches = 0
 
     def launch(self, name: str, grid: Dim3, block: Dim3, args: Sequence[Any]) -> None:
         sig = self.kernels.get(name)
@@ -141,18 +172,48 @@ class EmulatorModule:
         if self.sanitize:
             launch_sanitized(self._library, sig, g, b, bound, self._cache_root)
             return
-        assert isinstance(self._library, ctypes.CDLL)
         keep = [ctypes.c_longlong(v) for kind, v in bound.slots if kind == "i"]
         ints = iter(keep)
         argv = (ctypes.c_void_p * max(1, len(bound.slots)))()
         for i, (kind, v) in enumerate(bound.slots):
             argv[i] = bound.buffers[v].ctypes.data if kind == "b" else ctypes.addressof(next(ints))
-        fn = getattr(self._library, f"refcomp_launch_{name}")
         with _launch_lock:
-            rc = fn(*g, *b, argv)
-            message = self._library.refcomp_emu_error().decode() if rc else ""
+            library = self._library  # the optimised build may replace it between two launches
+            assert isinstance(library, ctypes.CDLL)
+            rc = getattr(library, f"refcomp_launch_{name}")(*g, *b, argv)
+            message = library.refcomp_emu_error().decode() if rc else ""
         if rc:
             raise RefcompError(f"kernel {name} (grid {g}, block {b}) failed in the emulator: {message}")
+        self._launches += 1
+        if self._upgrade is not None and self._launches >= OPTIMIZE_AFTER_RUNS * len(self.kernels):
+            self._upgrade_when_built()
+
+    def _upgrade_when_built(self) -> None:
+        """Switch to the optimised library if it has been built (by this module's request or another
+        module's with the same source), else have it built once, in the background."""
+        full, flags, key = self._upgrade
+        built = memory_cache.get(key)
+        if isinstance(built, ctypes.CDLL):
+            with _launch_lock:
+                self._library = built
+            self._upgrade = None
+            return
+        if key in _building:
+            return
+        kernels = list(self.kernels.values())
+        root = self._cache_root
+
+        def build() -> None:
+            try:
+                memory_cache[key] = _ready(load_library(full, flags, key, root, background=True), kernels)
+            except Exception:  # noqa: BLE001 - a failed build (a full disk, a removed cache) keeps the -O1 one
+                pass
+
+        _building.add(key)
+        _upgrades[:] = [t for t in _upgrades if t.is_alive()]
+        thread = threading.Thread(target=build, name="refcomp-emu-optimize", daemon=True)
+        _upgrades.append(thread)
+        thread.start()
 
 
 class EmulatorBackend:
@@ -173,22 +234,25 @@ class EmulatorBackend:
         modes = kernel_modes(source, kernels)
         full = source.rstrip() + "\n\n// ---- emulator launchers ----\n" + "".join(
             _launcher(k, modes[k.name]) for k in kernels)
-        flags = SANITIZE_FLAGS if self.sanitize else FAST_FLAGS
         gxx = gxx_path()
+        flags = SANITIZE_FLAGS if self.sanitize else fast_flags(gxx, FAST_FLAGS)
         key = cache.cache_key("emu-v2", shim_bytes(), full, *flags, cache.tool_version(gxx))
+        upgrade = None
+        when = os.environ.get(OPTIMIZE_ENV, "")
+        if not self.sanitize and when != "0" and "-O1" in flags:
+            better = optimized(flags)
+            better_key = cache.cache_key("emu-v2", shim_bytes(), full, *better, cache.tool_version(gxx))
+            if when == "now" or better_key in memory_cache or library_cached(better_key, self._cache_dir):
+                flags, key = better, better_key
+            else:
+                upgrade = (full, better, better_key)
         known = memory_cache.get(key)
         if known is None or (isinstance(known, Path) and not known.exists()):
             if self.sanitize:  # loaded by the runner process, never by Python
                 memory_cache[key] = compile_library(full, flags, key, self._cache_dir)
             else:
-                lib = load_library(full, flags, key, self._cache_dir)
-                for k in kernels:
-                    fn = getattr(lib, f"refcomp_launch_{k.name}")
-                    fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_void_p]
-                    fn.restype = ctypes.c_int
-                lib.refcomp_emu_error.restype = ctypes.c_char_p
-                memory_cache[key] = lib
-        return EmulatorModule(memory_cache[key], kernels, self.sanitize, self._cache_dir, modes)
+                memory_cache[key] = _ready(load_library(full, flags, key, self._cache_dir), kernels)
+        return EmulatorModule(memory_cache[key], kernels, self.sanitize, self._cache_dir, modes, upgrade)
 
     def upload(self, array: np.ndarray) -> np.ndarray:
         src = np.ascontiguousarray(array)

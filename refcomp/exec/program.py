@@ -62,6 +62,7 @@ class Program:
         self._nodes = nodes
         self._user_nodes = toposort([t.node for t in self.tensors])
         self._accepted: set = set()  # bindings the validator has accepted
+        self._at: dict[tuple, tuple] = {}  # binding -> (memory plan, room check), both fixed by the binding
         self._symbols = {s.name for s in symbols_of(self._user_nodes, [t.edge for t in self.tensors])}
         self._inputs = input_nodes(self._user_nodes)  # the reference's inputs: the search may drop some
         self._all_inputs = [n for n in nodes if n.op.name == "Input"]
@@ -89,16 +90,27 @@ class Program:
         return DTYPES[node.dtype].itemsize * evaluate_dim(prod(node.shape), bindings)
 
     def memory_plan(self, bindings: Mapping[str, int]) -> MemoryPlan:
-        aliases = self._in_place()
-        steps = [
-            (
-                k.output.id,
-                [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []),
-            )
-            for k in self.kernels
-        ]
-        nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
-        return plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
+        return self._sized(bindings)[0]
+
+    def _sized(self, bindings: Mapping[str, int]) -> tuple[MemoryPlan, tuple[int, str, int]]:
+        """The memory plan and (total bytes, largest buffer's name, its bytes) at a binding, worked
+        out once per binding: a warm run repeats the same binding, and evaluating the symbolic sizes
+        again would cost more than a small program's kernels."""
+        key = tuple(sorted(bindings.items()))
+        known = self._at.get(key)
+        if known is None:
+            aliases = self._in_place()
+            steps = [
+                (
+                    k.output.id,
+                    [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []),
+                )
+                for k in self.kernels
+            ]
+            nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
+            plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
+            self._at[key] = known = (plan, self._room_needed(bindings, plan))
+        return known
 
     def _in_place(self) -> dict[int, int]:
         """Scatter kernels' outputs -> their tables' node ids: each writes its rows into its table's
@@ -169,24 +181,32 @@ class Program:
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
-        """Refuse a run whose buffers exceed the backend's memory, naming the largest one."""
+        """Refuse a run whose buffers exceed the backend's memory, naming the largest one (the
+        inputs' sizes follow from the binding, which bind_dims checked them against)."""
+        total, biggest, size = self._sized(bindings)[1]
+        limits.require(
+            total,
+            be.memory_bytes(),
+            f"running this program at {show_binding(bindings)} (largest buffer: "
+            f"{biggest}, {limits.show_bytes(size)})",
+            f"the {be.name} backend",
+        )
+
+    def _room_needed(self, bindings: Mapping[str, int], plan: MemoryPlan) -> tuple[int, str, int]:
         itemsize = {n.attrs["name"]: DTYPES[n.dtype].itemsize for n in self._inputs}
-        sizes = {f"input {name!r}": itemsize[name] * a.size for name, a in arrays.items()}
+        sizes = {
+            f"input {n.attrs['name']!r}": itemsize[n.attrs["name"]] * evaluate_dim(prod(n.shape), bindings)
+            for n in self._inputs
+        }
         sizes.update({f"output {k} ({t.label})": self._node_bytes(n, bindings)
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
-        total = sum(sizes.values()) + self.memory_plan(bindings).peak_bytes
+        total = sum(sizes.values()) + plan.peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
             sizes.setdefault(
                 f"{self.names.label(k.output)} (written by {k.name})", self._node_bytes(k.output, bindings)
             )
         biggest = max(sizes, key=sizes.get)
-        limits.require(
-            total,
-            be.memory_bytes(),
-            f"running this program at {show_binding(bindings)} (largest buffer: "
-            f"{biggest}, {limits.show_bytes(sizes[biggest])})",
-            f"the {be.name} backend",
-        )
+        return total, biggest, sizes[biggest]
 
     @staticmethod
     def _poisoned(be, nbytes: int):
