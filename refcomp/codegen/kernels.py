@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -250,13 +251,14 @@ def finish_kernel(
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)
+_INDEX_NAME = re.compile(r"\bu\d+\b")
 
 
 def _drop_unused_indices(source: str) -> str:
     """Remove unravelled-index variables (uN) that no statement ended up reading (nvcc warns)."""
     while True:
-        unused = [m for m in _INDEX_DECLARATION.finditer(source)
-                  if len(re.findall(rf"\b{m.group(1)}\b", source)) == 1]
+        uses = Counter(_INDEX_NAME.findall(source))  # one scan, not one per declaration
+        unused = [m for m in _INDEX_DECLARATION.finditer(source) if uses[m.group(1)] == 1]
         if not unused:
             return source
         for m in reversed(unused):
