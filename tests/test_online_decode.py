@@ -18,6 +18,7 @@ import sympy
 import refcomp as rc
 from refcomp import golden
 from refcomp.codegen.online import squeezed_index
+from refcomp.exec.profile import example_feeds, model_disagreements
 from refcomp.ops.elementwise import where
 from refcomp.ops.tensor import iota
 from refcomp.pipeline.assemble import program_for_schedule
@@ -25,7 +26,9 @@ from refcomp.search.cost import H200
 from refcomp.search.evaluate import Evaluator
 from refcomp.search.fusion_rules import FUSION
 from refcomp.search.schedule import Schedule
-from refcomp.serving.kv_cache import gather_pages
+from refcomp.serving.kv_cache import PagedKVPool, gather_pages
+from refcomp.serving.models import random_gpt2
+from refcomp.serving.programs import step_graph
 
 RULES = {r.name: r for r in FUSION}
 H, D, PAGE, PAGES = 2, 8, 4, 9
@@ -137,3 +140,35 @@ def test_squeezed_index_moves_no_element():
     assert squeezed_index([i, 0, 0, j], ["B", 1, 1, 7], ["B", 7]) == [i, j]
     assert squeezed_index([i, j], ["B", 7], [7, "B"]) is None
     assert squeezed_index([i, j], [2, 7], [14]) is None
+
+
+def _step(chunk):
+    model = random_gpt2(layers=2, d_model=32, heads=4, vocab=64, positions=64)
+    pool = PagedKVPool(16, PAGE, 2, 4, 8)
+    hint = {"B": 2, "NP": 3, **({} if chunk == 1 else {"C": 8})}
+    return rc.compile(step_graph(model, pool, chunk), dims_hint=hint, cache=False)
+
+
+def test_serving_prefill_attends_in_one_flash_kernel_a_layer_and_decode_by_pages():
+    """Prefill's attention over the pages is one kernel a layer (scores streamed, pages looked up in
+    it); decode keeps its per-page value sum, which the model prices below one query head per row."""
+    prefill, decode = _step("C"), _step(1)
+    streamed = [k for k in prefill.kernels if "scores streamed" in k.source]
+    assert len(streamed) == 2 and all(any(n.op.name == "Gather" for n in k.nodes) for k in streamed)
+    assert not any("softmax computed online" in k.source for k in decode.kernels)
+    feeds, _ = example_feeds(prefill)
+    assert model_disagreements(prefill, prefill.profile(feeds)) == []
+
+
+def test_the_online_decode_kernels_agree_with_the_profiler_and_compile_with_nvcc():
+    from refcomp.exec.nvcc import nvcc_available, nvcc_check
+    programs = [_forced(_plain(), ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"])[0],
+                _forced(_paged(), ["fuse_gather", "matmul", "online_softmax", "stream_scores",
+                                   "fuse_elementwise"])[0], _step("C")]
+    for prog in programs[:2]:
+        feeds, _ = example_feeds(prog)
+        assert model_disagreements(prog, prog.profile(feeds)) == []
+    if nvcc_available() is not None:
+        pytest.skip(nvcc_available())
+    for prog in programs:
+        assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
