@@ -132,6 +132,43 @@ def streamed_scores(parts: OnlineSoftmax) -> tuple[Optional[Node], tuple]:
     return (found[0], tuple(chain)) if len(found) == 1 else (None, ())
 
 
+def _unit(dim) -> bool:
+    return isinstance(dim, int) and dim == 1
+
+
+def squeezed_index(index: list, shape, to_shape) -> Optional[list]:
+    """`index` (a position in `shape`) as the same position in `to_shape`, when the two shapes are
+    equal once their axes of extent 1 are dropped (a reshape that only adds or removes unit axes
+    moves no element): unit axes of `to_shape` read 0. None when the shapes differ otherwise."""
+    kept = [i for i, d in zip(index, shape) if not _unit(d)]
+    if not same_edge([d for d in shape if not _unit(d)], [d for d in to_shape if not _unit(d)]):
+        return None
+    kept.reverse()
+    return [sympy.Integer(0) if _unit(d) else kept.pop() for d in to_shape]
+
+
+def _statistics_rows(parts: OnlineSoftmax, reduce: Node, rows: list, kept: list, axis: int) -> tuple:
+    """(the rows of M and L as indices in M's shape, the axis M and L reduce), given the contraction's
+    `rows` (the indices of its batch and M axes) and `kept` (their extents, K's at `axis`). M and L
+    reduce the same rows along K; the softmax may keep unit axes the contraction drops or the
+    reverse (decode attention: scores (B, H, 1, 1, W), one query per head, contracted as (B, H, 1, W)),
+    a reshape that moves no element, so a row's index carries over axis by axis (unit axes at 0)."""
+    maximum, total = parts.statistics
+    source, s_axis = list(maximum.srcs[0].shape), maximum.attrs["axis"]
+    if all(st.attrs["axis"] == axis and same_edge(st.srcs[0].shape, kept) for st in (maximum, total)):
+        return rows, axis
+    ours = [d for d in kept[:axis] if not _unit(d)]
+    mapped = squeezed_index(list(rows), kept[:axis] + kept[axis + 1:], source[:s_axis] + source[s_axis + 1:])
+    if (_unit(kept[axis]) or mapped is None
+            or total.attrs["axis"] != s_axis or not same_edge(total.srcs[0].shape, source)
+            or not same_edge([source[s_axis]], [kept[axis]])
+            or not same_edge(ours, [d for d in source[:s_axis] if not _unit(d)])):  # K after the same rows
+        raise Unfusable(
+            f"{maximum.op.name}#{maximum.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K"
+        )
+    return mapped, s_axis
+
+
 MAX_STREAMED_DEPTH = 128  # Q's rows and K's tile rows, this long, sit in shared memory (<= 33 KB at tile 32)
 
 
@@ -212,12 +249,7 @@ def softmax_matmul_kernel(
     # the rows of M and L are the contraction's batch and M axes; their reduced axis is its K
     kept = [a for a in range(len(tc.shape)) if a not in n_axes]
     rows = [tc.per_axis[a] for a in kept if a != tc.k_axis]
-    axis = kept.index(tc.k_axis)
-    for stat in (maximum, total):
-        if stat.attrs["axis"] != axis or not same_edge(stat.srcs[0].shape, [tc.shape[a] for a in kept]):
-            raise Unfusable(
-                f"{stat.op.name}#{stat.id} does not reduce the rows of {reduce.op.name}#{reduce.id} along K"
-            )
+    rows, axis = _statistics_rows(parts, reduce, rows, [tc.shape[a] for a in kept], kept.index(tc.k_axis))
     row = linear_index(rows, maximum.shape)
     at = lambda k: rows[:axis] + [k] + rows[axis:]  # noqa: E731  (a row's element k, in S's shape)
     score_at, valid = index_of(maximum.srcs[0].views, at(tc.ka), body.ranges)
@@ -239,9 +271,15 @@ def softmax_matmul_kernel(
 
     qk = None
     if scores is not None:
-        if not same_edge(scores.shape, maximum.srcs[0].shape):
+        source, keys = list(maximum.srcs[0].shape), sympy.Symbol("keys")  # keys: where K lands in S
+        in_s = squeezed_index(at(keys), source, scores.shape)
+        if in_s is None or keys not in in_s:
             raise Unfusable(f"{scores.op.name}#{scores.id} does not have the scores' shape")
-        qk = _stream(tc, scores, at, axis, tile)
+        if same_edge(scores.shape, source):
+            qk = _stream(tc, scores, at, axis, tile)
+        else:  # S without the scores' unit axes, or with more (see _statistics_rows)
+            in_scores = lambda k: squeezed_index(at(k), source, scores.shape)  # noqa: E731
+            qk = _stream(tc, scores, in_scores, in_s.index(keys), tile)
     tc.begin("a", conjunction(tc.tile_bound["bm"], tc.tile_bound["ka"]))
     score = body.value_at(maximum.srcs[0], at(tc.ka))
     score_statements = body.statements

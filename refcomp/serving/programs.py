@@ -68,15 +68,27 @@ def step_graph(model: Decoder, pool: PagedKVPool, chunk, chooser=None) -> dict:
 def paged_attention(q, k, v, mask, page_size: int):
     """Softmax attention of q (B, heads, C, hd) over k, v (B, kv_heads, NP * page_size, hd) where
     `mask` (B, 1, C, NP * page_size) selects. Each group of heads sharing a key/value head is one
-    batch of queries (no copies of K and V), and the weighted sum of the values is taken page by
-    page and then over the pages: a batched matmul per page and a short sum, which the search
-    tiles, where the sum over the whole key axis at once would be one long strided reduction."""
+    batch of queries (no copies of K and V): rows (B, kv_heads, group * C) of scores over the keys.
+
+    A chunk of queries (prefill, C a dim) is softmax(scores) @ v over the whole key axis, the shape
+    the rules `online_softmax` and `stream_scores` take into one FlashAttention kernel (the pages
+    looked up inside it; GPT-2 small, B=8, C=64: 130 -> 32 us a layer, modeled). One query (decode)
+    sums the values page by page and then over the pages: a batched matmul per page and a short sum,
+    which the search tiles. The same online kernel would have one row per query head, B * heads *
+    hd threads (9 % of the device at B=32), and model slower than the five kernels it replaces
+    (docs/serving.md): decode needs the key axis split across blocks (flash-decoding)."""
     b, heads, c, hd = q.shape
     kv_heads, width = k.shape[1], k.shape[2]
     group = heads // kv_heads
     pages = width // page_size
     queries = q.reshape((b, kv_heads, group * c, hd))
-    scores = (queries @ k.transpose(-2, -1)).reshape((b, kv_heads, group, c, width)) * (1.0 / math.sqrt(hd))
+    scores = queries @ k.transpose(-2, -1)  # (B, kv_heads, group * C, width)
+    if c != 1:
+        rows = mask.unsqueeze(1).expand((b, kv_heads, group, c, width))
+        rows = rows.reshape((b, kv_heads, group * c, width))
+        weights = where(rows, scores * (1.0 / math.sqrt(hd)), -math.inf).softmax(-1)
+        return (weights @ v).reshape((b, heads, c, hd))
+    scores = scores.reshape((b, kv_heads, group, c, width)) * (1.0 / math.sqrt(hd))
     weights = where(mask.unsqueeze(1), scores, -math.inf).softmax(-1)  # (B, kv_heads, group, C, width)
     per_page = weights.reshape((b, kv_heads, group * c, pages, page_size)).permute(0, 1, 3, 2, 4)
     out = (per_page @ v.reshape((b, kv_heads, pages, page_size, hd))).sum(2)  # (B, kv_heads, group * C, hd)
