@@ -98,6 +98,7 @@ def _cpu_by_test(folder: str, top: int = 15) -> dict:
         entry[1] += row["builds"]
     ranked = sorted(files.items(), key=lambda kv: -kv[1][0])[:top]
     return {
+        "failed": sorted(row["test"] for row in rows if row.get("failed")),
         "tests_cpu_s": round(sum(row["cpu_s"] for row in rows), 1),
         "cpu_s_and_builds_by_file": {f: [round(c, 1), b] for f, (c, b) in ranked},
         "costliest_tests_cpu_s": {

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 OUT_ENV = "REFCOMP_SUITE_CPU_DIR"
+_failed: set[str] = set()  # tests with a failed phase (setup, call or teardown)
 
 
 def _cpu(who: int) -> float:
@@ -39,6 +40,11 @@ def pytest_runtest_protocol(item, nextitem):
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         own, children = _cpu(resource.RUSAGE_SELF) - own, _cpu(resource.RUSAGE_CHILDREN) - children
         row = {"test": item.nodeid, "cpu_s": round(own + children, 3), "children_cpu_s": round(children, 3),
-               "builds": _builds() - builds}
+               "builds": _builds() - builds, "failed": item.nodeid in _failed}
         with Path(folder, f"{worker}.jsonl").open("a") as out:
             out.write(json.dumps(row) + "\n")
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _failed.add(report.nodeid)
