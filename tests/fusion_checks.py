@@ -1,5 +1,5 @@
-"""Feeds and an emulator check shared by the fusion-rule tests and the search-target tests: each
-compiled program runs at RUN_BINDINGS and is compared with the float64 reference."""
+"""Helpers shared by the tests of fusion rules and templates: random feeds and an emulator check
+against the float64 reference at RUN_BINDINGS, and a program with chosen rules forced."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,11 @@ import refcomp as rc
 from refcomp import golden
 from refcomp.fuzz.check import own_dims
 from refcomp.ops.graph import toposort
+from refcomp.pipeline.assemble import program_for_schedule
+from refcomp.search.cost import H200
+from refcomp.search.evaluate import Evaluator
+from refcomp.search.fusion_rules import CLEANUP, FUSION
+from refcomp.search.schedule import Schedule
 from refcomp.symbolic.dims import evaluate_dim
 
 RUN_BINDINGS = [{"B": 3, "T": 5}, {"B": 1, "T": 2}]
@@ -40,3 +45,22 @@ def check_on_emulator(prog, outputs, bindings=RUN_BINDINGS, scales=None):
             np.testing.assert_allclose(
                 got[key], want[key], err_msg=f"{key} at {binding}", **golden.FLOAT32_TOLERANCE
             )
+
+
+RULES = {rule.name: rule for rule in FUSION + CLEANUP}
+
+
+def forced(outputs, rule_names):
+    """The searched program's graph under a schedule that applies `rule_names` wherever they give a
+    valid partition (whatever the cost model prefers), and the set of rules that did apply."""
+    result = rc.compile(outputs, cache=False).search
+    graph, sched, applied = result.graph, Schedule(), set()
+    evaluator = Evaluator(graph, result.bindings, H200)
+    for _ in range(3):
+        for node in graph.compute:
+            for name in rule_names:
+                if RULES[name].applies(graph, sched, node):
+                    moved = RULES[name].apply(graph, sched, node)
+                    if evaluator.partition(moved) is not None:
+                        sched, applied = moved, applied | {name}
+    return program_for_schedule(outputs, result, sched), applied

@@ -16,15 +16,12 @@ import refcomp as rc
 from refcomp.codegen.sums import SERIAL_SUM_LIMIT, long_chain
 from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.ops.graph import toposort
-from refcomp.search.cost import H200
-from refcomp.search.evaluate import Evaluator
-from refcomp.search.fusion_rules import CLEANUP, FUSION
-from refcomp.search.schedule import Schedule
+
+from fusion_checks import forced
 
 ULP = float(np.finfo(np.float32).eps)  # 2**-23: a float32 ulp at 1, relative
 N = 10 ** 7
 TENTHS = np.full(N, 0.1, np.float32)
-RULES = {r.name: r for r in FUSION + CLEANUP}
 
 
 def _relative_error(got, want) -> float:
@@ -37,22 +34,6 @@ def _with_params(outputs, params: dict):
     sched = result.schedule.with_params(
         {(n.id, name): value for n in result.graph.compute for name, value in params.items()}
     )
-    return program_for_schedule(outputs, result, sched)
-
-
-def _forced(outputs, rules):
-    """The program with `rules` applied wherever they give a valid partition, whatever the cost model
-    prefers."""
-    result = rc.compile(outputs, cache=False).search
-    graph, sched = result.graph, Schedule()
-    evaluator = Evaluator(graph, result.bindings, H200)
-    for _ in range(3):
-        for node in graph.compute:
-            for name in rules:
-                if RULES[name].applies(graph, sched, node):
-                    moved = RULES[name].apply(graph, sched, node)
-                    if evaluator.partition(moved) is not None:
-                        sched = moved
     return program_for_schedule(outputs, result, sched)
 
 
@@ -92,7 +73,7 @@ def test_long_rows(monkeypatch):
     values = (0.1 * np.arange(1, rows + 1)[:, None] + 1e-3 * np.linspace(0, 1, extent)[None, :]).astype(
         np.float32
     )
-    program = _forced(outputs, ["fuse_elementwise", "row_fuse"])
+    program = forced(outputs, ["fuse_elementwise", "row_fuse"])[0]
     assert "row" in {k.kind for k in program.kernels} and "rc_sum_add(" in program.source
     want = rc.evaluate(outputs, {"x": values}, precision="float64")
     runs = []
@@ -146,7 +127,7 @@ def test_tiled_templates(monkeypatch):
         ),
     ]
     for name, outputs, rules, mark in cases:
-        program = _forced(outputs, rules)
+        program, _ = forced(outputs, rules)
         assert mark in program.source and "rc_sum_add(" in program.source, name
         own = {
             n.attrs["name"]: feeds[n.attrs["name"]]

@@ -21,16 +21,12 @@ from refcomp.codegen.online import squeezed_index
 from refcomp.exec.profile import example_feeds, model_disagreements
 from refcomp.ops.elementwise import where
 from refcomp.ops.tensor import iota
-from refcomp.pipeline.assemble import program_for_schedule
-from refcomp.search.cost import H200
-from refcomp.search.evaluate import Evaluator
-from refcomp.search.fusion_rules import FUSION
-from refcomp.search.schedule import Schedule
 from refcomp.serving.kv_cache import PagedKVPool, gather_pages
 from refcomp.serving.models import random_gpt2
 from refcomp.serving.programs import step_graph
 
-RULES = {r.name: r for r in FUSION}
+from fusion_checks import forced
+
 H, D, PAGE, PAGES = 2, 8, 4, 9
 
 
@@ -59,22 +55,6 @@ def _paged():
     return _decode_attention(q, k, v, lengths)
 
 
-def _forced(out, rule_names):
-    """The searched program's graph under a schedule that applies `rule_names` wherever they give a
-    valid partition (whatever the cost model prefers), and the rules that did."""
-    result = rc.compile(out, cache=False).search
-    graph, sched, applied = result.graph, Schedule(), set()
-    ev = Evaluator(graph, result.bindings, H200)
-    for _ in range(3):
-        for node in graph.compute:
-            for name in rule_names:
-                if RULES[name].applies(graph, sched, node):
-                    new = RULES[name].apply(graph, sched, node)
-                    if ev.partition(new) is not None:
-                        sched, applied = new, applied | {name}
-    return program_for_schedule(out, result, sched), applied
-
-
 def _check(prog, out, feeds):
     got = prog.run(feeds, backend="emulator")
     want = rc.evaluate(out, feeds, precision="float64")
@@ -86,7 +66,7 @@ def _check(prog, out, feeds):
 def test_decode_attention_with_unit_axes_is_online(streamed):
     out = _plain()
     names = ["matmul", "online_softmax"] + (["stream_scores"] if streamed else []) + ["fuse_elementwise"]
-    prog, applied = _forced(out, names)
+    prog, applied = forced(out, names)
     assert set(names) <= applied, applied
     online = [k for k in prog.kernels if "softmax computed online" in k.source]
     assert len(online) == 1 and ("scores streamed" in online[0].source) == streamed
@@ -104,7 +84,7 @@ def test_decode_attention_with_unit_axes_is_online(streamed):
 def test_paged_decode_attention_streams_the_looked_up_pages():
     out = _paged()
     rules = ["fuse_gather", "matmul", "online_softmax", "stream_scores", "fuse_elementwise"]
-    prog, applied = _forced(out, rules)
+    prog, applied = forced(out, rules)
     assert {"fuse_gather", "online_softmax", "stream_scores"} <= applied, applied
     online = [k for k in prog.kernels if "scores streamed" in k.source]
     assert len(online) == 1 and sum(n.op.name == "Gather" for n in online[0].nodes) == 2
@@ -130,7 +110,7 @@ def test_a_reshape_that_merges_rows_is_not_online():
     k, v = (rc.input(n, ("B", H, 5, D)) for n in "kv")
     weights = (q @ k.transpose(-2, -1)).softmax(-1)  # (B, H, 3, 5)
     out = weights.reshape(("B", H * 3, 5)) @ v.reshape(("B", H * 5, D))[:, :5]
-    _, applied = _forced(out, ["matmul", "online_softmax", "fuse_elementwise"])
+    _, applied = forced(out, ["matmul", "online_softmax", "fuse_elementwise"])
     assert "online_softmax" not in applied
 
 
@@ -162,8 +142,8 @@ def test_serving_prefill_attends_in_one_flash_kernel_a_layer_and_decode_by_pages
 
 def test_the_online_decode_kernels_agree_with_the_profiler_and_compile_with_nvcc():
     from refcomp.exec.nvcc import nvcc_available, nvcc_check
-    programs = [_forced(_plain(), ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"])[0],
-                _forced(_paged(), ["fuse_gather", "matmul", "online_softmax", "stream_scores",
+    programs = [forced(_plain(), ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"])[0],
+                forced(_paged(), ["fuse_gather", "matmul", "online_softmax", "stream_scores",
                                    "fuse_elementwise"])[0], _step("C")]
     for prog in programs[:2]:
         feeds, _ = example_feeds(prog)
