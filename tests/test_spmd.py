@@ -241,7 +241,7 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
     assert on_emulator.compared >= 20
     moved = check_sharded(
-        20, 7, rc.Mesh({"tp": 4}), backend="numpy"
+        20, 10, rc.Mesh({"tp": 4}), backend="numpy"
     )  # outputs laid out anew: splits move between dims
     assert moved.mismatches == [], moved.mismatches[0]
     assert moved.collectives["AllToAll"] >= 2, moved.collectives

@@ -1,10 +1,10 @@
-"""Generator steps for serving's storage (issue 30): index_copy (a Scatter of rows at distinct ids, along
-any axis), and one decode step of attention over a paged KV pool: the new keys written into their
-slots, every sequence's pages read back through its block table, softmax(q . k) weighting them.
-Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz program stays cheap. Block tables are
-drawn ids, so rows often name the same pages: the prefix cache's shared pages (issue 31) are in the
-graphs already; the scheduler and the cache themselves are host logic, fuzzed by the property test
-of tests/test_serving_scheduler.py. Mixed into
+"""Generator steps for serving (issue 30): index_copy (a Scatter of rows at distinct ids, along any
+axis), a maximum over a row as long as a vocabulary, and one decode step of attention over a paged
+KV pool: the new keys written into their slots, every sequence's pages read back through its block
+table, softmax(q . k) weighting them. Kept small (a pool of a few pages of 2 or 4 slots), so a fuzz
+program stays cheap. Block tables are drawn ids, so rows often name the same pages: the prefix
+cache's shared pages (issue 31) are in the graphs already; the scheduler and the cache themselves
+are host logic, fuzzed by the property test of tests/test_serving_scheduler.py. Mixed into
 `generator.Generator`, whose helpers (`pick`, `choice`, `emit`, `new_input`) they use."""
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import numpy as np
 from .graph import simple_dim
 
 SERVING_RATE = 0.1  # graphs that end with an index_copy or a paged attention step
+LONG_MAX_RATE = 0.3  # of the index_copy ones: a maximum over a row of thousands instead
+LONG_ROWS = (4096, 4800, 5005)  # >= split.MIN_EXTENT, <= graph.MAX_ELEMENTS; 5,005 = 5 x 7 x 11 x 13
 
 
 class ServingSteps:
@@ -36,6 +38,8 @@ class ServingSteps:
     def step_scatter(self) -> None:
         if self.chance(0.4):
             return self.paged_attention()
+        if self.chance(LONG_MAX_RATE):
+            return self.long_max()
         v = self.pick(
             lambda v: (
                 len(v.shape) >= 1
@@ -55,6 +59,16 @@ class ServingSteps:
         expr = (f"{v.name}.index_copy({dim}, {ids.name}, {source.name})" if self.chance(0.6)
                 else f"rc.index_copy({v.name}, {dim}, {ids.name}, {source.name})")
         self.emit(expr, min(v.lo, source.lo), max(v.hi, source.hi), v.exact and source.exact, "index_copy")
+
+    def long_max(self) -> None:
+        """A maximum (or its index) over one row of thousands, as greedy sampling takes over a
+        vocabulary: the search splits such a row into chunks exactly (search/split.py), which no
+        other step's rows are long enough to reach."""
+        row = self.new_input((1, self.choice(list(LONG_ROWS))))
+        if self.chance(0.7):
+            self.emit(f"{row.name}.amax(-1)", row.lo, row.hi, row.exact, "long_max")
+        else:
+            self.emit(f"{row.name}.argmax(-1)", 0.0, float(row.shape[1] - 1), True, "long_max")
 
     def paged_attention(self) -> None:
         """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D) after writing each
