@@ -233,3 +233,18 @@ def test_the_cache_is_keyed_by_the_graph_the_hint_and_bypassed_on_request(tmp_pa
     for f in tmp_path.glob("*.json"):  # a damaged entry is a miss, written again
         f.write_text("{")
     assert rc.compile(softmax()).search is not None and rc.compile(softmax()).search is None
+
+
+def test_memory_plans_are_kept_for_a_bounded_number_of_bindings():
+    """A decode loop binds a new length every step: the plans worked out per binding must not pile up,
+    and a binding dropped from the memo is worked out again to the same plan."""
+    from refcomp.exec.program import SIZED_BINDINGS
+    x = rc.input("x", ("T", 4))
+    prog = rc.compile((x * 2.0).sum(-1))
+    first = prog.memory_plan({"T": 1})
+    for t in range(1, SIZED_BINDINGS + 10):
+        out = prog.run({"x": np.full((t, 4), 1.0, np.float32)}, backend="numpy")
+        np.testing.assert_array_equal(out, np.full(t, 8.0, np.float32))
+        prog.memory_plan({"T": t})
+    assert len(prog._at) <= SIZED_BINDINGS
+    assert prog.memory_plan({"T": 1}) == first

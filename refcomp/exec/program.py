@@ -28,6 +28,8 @@ from .backends import get_backend
 from .saved import write_program
 from .cache import TemplateCache
 
+SIZED_BINDINGS = 64  # memory plans kept per program, the oldest dropped first
+
 if TYPE_CHECKING:  # the profiler, the explorer and nvcc load when a program first asks for them (start-up)
     from .profile import Profile
 
@@ -109,6 +111,8 @@ class Program:
             ]
             nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
             plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
+            if len(self._at) >= SIZED_BINDINGS:  # a decode loop binds a new cache length every step
+                del self._at[next(iter(self._at))]
             self._at[key] = known = (plan, self._room_needed(bindings, plan))
         return known
 
