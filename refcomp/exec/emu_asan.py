@@ -28,21 +28,23 @@ _RUNNER_SOURCE = r"""
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
-typedef int (*launch_t)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void**);
+typedef int (*launch_t)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, int, void (*)(void*), void**);
 typedef const char* (*error_t)(void);
-// argv: lib symbol gx gy gz bx by bz datafile nbufs (offset nbytes)* nargs (b<buf>|i<value>)*
+// argv: lib call-symbol mode gx gy gz bx by bz datafile nbufs (offset nbytes)* nargs (b<buf>|i<value>)*
 int main(int argc, char** argv) {
-    if (argc < 12) { fprintf(stderr, "refcomp emulator runner: bad arguments\n"); return 2; }
+    if (argc < 13) { fprintf(stderr, "refcomp emulator runner: bad arguments\n"); return 2; }
     void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!lib) { fprintf(stderr, "dlopen failed: %s\n", dlerror()); return 2; }
-    launch_t launch = (launch_t)dlsym(lib, argv[2]);
+    launch_t launch = (launch_t)dlsym(lib, "refcomp_emu_launch");
+    void (*call)(void*) = (void (*)(void*))dlsym(lib, argv[2]);
     error_t error = (error_t)dlsym(lib, "refcomp_emu_error");
-    if (!launch || !error) { fprintf(stderr, "missing symbol %s\n", argv[2]); return 2; }
+    if (!launch || !call || !error) { fprintf(stderr, "missing symbol %s\n", argv[2]); return 2; }
+    int mode = atoi(argv[3]);
     unsigned d[6];
-    for (int i = 0; i < 6; ++i) d[i] = (unsigned)strtoul(argv[3 + i], 0, 10);
-    FILE* f = fopen(argv[9], "r+b");
-    if (!f) { perror(argv[9]); return 2; }
-    int a = 10, nb = atoi(argv[a++]);
+    for (int i = 0; i < 6; ++i) d[i] = (unsigned)strtoul(argv[4 + i], 0, 10);
+    FILE* f = fopen(argv[10], "r+b");
+    if (!f) { perror(argv[10]); return 2; }
+    int a = 11, nb = atoi(argv[a++]);
     char** bufs = (char**)calloc(nb + 1, sizeof(char*));
     long long* offs = (long long*)calloc(nb + 1, sizeof(long long));
     long long* sizes = (long long*)calloc(nb + 1, sizeof(long long));
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
         if (s[0] == 'b') args[i] = bufs[atoi(s + 1)];
         else { ints[i] = strtoll(s + 1, 0, 10); args[i] = &ints[i]; }
     }
-    if (launch(d[0], d[1], d[2], d[3], d[4], d[5], args)) { fprintf(stderr, "%s\n", error()); return 3; }
+    if (launch(d[0], d[1], d[2], d[3], d[4], d[5], mode, call, args)) { fprintf(stderr, "%s\n", error()); return 3; }
     for (int b = 0; b < nb; ++b) {
         fseek(f, offs[b], SEEK_SET);
         fwrite(bufs[b], 1, (size_t)sizes[b], f);
@@ -118,7 +120,7 @@ def _buffer_map(sig: KernelSignature, bound: Any, runner_lines: list[str]) -> st
 
 
 
-def launch_sanitized(library: Path, sig: KernelSignature, g: Dim3, b: Dim3, bound: Any,
+def launch_sanitized(library: Path, sig: KernelSignature, mode: int, g: Dim3, b: Dim3, bound: Any,
                      cache_root: str | None) -> None:
     """Run one launch in the ASan runner process; buffers go there and back through a file."""
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -128,7 +130,7 @@ def launch_sanitized(library: Path, sig: KernelSignature, g: Dim3, b: Dim3, boun
             offsets.append(data.tell())
             data.write(memoryview(buf).cast("B"))
         data.flush()
-        argv = [str(library), f"refcomp_launch_{sig.name}",
+        argv = [str(library), f"refcomp_call_{sig.name}", str(mode),
                 *map(str, g), *map(str, b), data.name, str(len(bound.buffers))]
         for off, buf in zip(offsets, bound.buffers):
             argv += [str(off), str(buf.nbytes)]

@@ -307,3 +307,11 @@ static int emu_run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsi
     emu_grid_release(g);
     return emu_failed ? 1 : 0;
 }
+
+// The library's one launch entry: runs `call` (a kernel's refcomp_call_<name>, which unpacks `args`
+// and calls the kernel) over the grid in `mode`. One shared entry rather than a launcher per kernel:
+// each generated function costs g++ time, and a per-kernel launcher with its lambda was three.
+EMU_EXPORT int refcomp_emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                  unsigned bz, int mode, void (*call)(void*), void** args) {
+    return emu_run_grid(gx, gy, gz, bx, by, bz, mode, call, args);
+}

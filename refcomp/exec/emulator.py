@@ -1,10 +1,10 @@
 """Host emulator backend: compiles the generated CUDA source with g++ and runs kernels on the CPU.
 
 The same source that nvcc and PyCUDA compile is compiled here with `g++ -include emu_shim.h`, so
-the emulator tests the code refcomp actually emits, not a model of it. One C++ launcher per
+the emulator tests the code refcomp actually emits, not a model of it. One small C++ function per
 KernelSignature is appended to the source; it unpacks a `void**` argument array by the parameter
-ctypes and hands the kernel to the shim's grid runner in the kernel's mode (emu_regions.py: plain
-threads, barrier-free regions, or fibers; see emu_shim.h for the execution model). Blocks run in
+ctypes and calls the kernel. The shim's one entry runs it over the grid in the kernel's mode
+(emu_regions.py: plain threads, barrier-free regions, or fibers; see emu_shim.h for the model). Blocks run in
 parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable cores). A library is first
 built quick to compile, and rebuilt optimised once its program keeps running (`OPTIMIZE_ENV`).
 
@@ -57,11 +57,9 @@ def wait_for_optimized_builds(timeout: float | None = None) -> bool:
     return not any(t.is_alive() for t in _upgrades)
 
 
-def _ready(lib: ctypes.CDLL, kernels: Sequence[KernelSignature]) -> ctypes.CDLL:
-    for k in kernels:
-        fn = getattr(lib, f"refcomp_launch_{k.name}")
-        fn.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_void_p]
-        fn.restype = ctypes.c_int
+def _ready(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.refcomp_emu_launch.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib.refcomp_emu_launch.restype = ctypes.c_int
     lib.refcomp_emu_error.restype = ctypes.c_char_p
     return lib
 
@@ -72,21 +70,25 @@ def clear_memory_cache() -> None:
     _building.clear()
 
 
-def _launcher(sig: KernelSignature, mode: str | None = None) -> str:
-    """C++ entry point `refcomp_launch_<name>(grid, block, void** args)` for one kernel, run in
-    `mode` (emu_regions; by default fibers if the signature says it has barriers, else threads)."""
-    code = MODE_CODES[mode] if mode else 2 * int(sig.uses_barrier)
-    fields = " ".join(f"{p.ctype} a{i};" for i, p in enumerate(sig.params))
-    inits = ", ".join(
+def _caller(sig: KernelSignature) -> str:
+    """C++ function `refcomp_call_<name>(void** args)` for one kernel: unpacks the argument array by
+    the parameters' ctypes and calls the kernel. The shim's `refcomp_emu_launch` runs it over a grid."""
+    args = ", ".join(
         f"*(const long long*)args[{i}]" if p.ctype == "long long" else f"({p.ctype})args[{i}]"
         for i, p in enumerate(sig.params))
-    call = ", ".join(f"a->a{i}" for i in range(len(sig.params)))
-    return (
-        f"EMU_EXPORT int refcomp_launch_{sig.name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx,"
-        f" unsigned by, unsigned bz, void** args) {{\n"
-        f"    (void)args; struct A {{ {fields} }} a = {{ {inits} }};\n"
-        f"    return emu_run_grid(gx, gy, gz, bx, by, bz, {code},\n"
-        f"        [](void* p) {{ A* a = (A*)p; (void)a; {sig.name}({call}); }}, &a);\n}}\n")
+    return (f"EMU_EXPORT void refcomp_call_{sig.name}(void* p) {{ void** args = (void**)p; (void)args; "
+            f"{sig.name}({args}); }}\n")
+
+
+def callers(kernels: Sequence[KernelSignature]) -> str:
+    """The entry points appended to a translation unit for the emulator (one `_caller` a kernel)."""
+    return "\n// ---- emulator entry points ----\n" + "".join(_caller(k) for k in kernels)
+
+
+def mode_code(sig: KernelSignature, mode: str | None = None) -> int:
+    """The shim's code for running `sig` in `mode` (emu_regions; by default fibers if the signature
+    says it has barriers, else threads)."""
+    return MODE_CODES[mode] if mode else 2 * int(sig.uses_barrier)
 
 
 def _dim3(value: Any, what: str) -> Dim3:
@@ -159,7 +161,7 @@ class EmulatorModule:
         self.modes = modes or {}  # kernel name -> "threads", "regions" or "fibers" (emu_regions)
         self.sanitize = sanitize
         self._cache_root = cache_root
-        self._library = library
+        self._library = _ready(library) if isinstance(library, ctypes.CDLL) else library
         self._upgrade = upgrade
         self._launches = 0
 
@@ -170,7 +172,8 @@ class EmulatorModule:
         g, b = check_launch_shape(grid, block)
         bound = bind_args(sig, args)
         if self.sanitize:
-            launch_sanitized(self._library, sig, g, b, bound, self._cache_root)
+            launch_sanitized(self._library, sig, mode_code(sig, self.modes.get(name)), g, b, bound,
+                             self._cache_root)
             return
         keep = [ctypes.c_longlong(v) for kind, v in bound.slots if kind == "i"]
         ints = iter(keep)
@@ -180,7 +183,8 @@ class EmulatorModule:
         with _launch_lock:
             library = self._library  # the optimised build may replace it between two launches
             assert isinstance(library, ctypes.CDLL)
-            rc = getattr(library, f"refcomp_launch_{name}")(*g, *b, argv)
+            call = ctypes.cast(getattr(library, f"refcomp_call_{name}"), ctypes.c_void_p)
+            rc = library.refcomp_emu_launch(*g, *b, mode_code(sig, self.modes.get(name)), call, argv)
             message = library.refcomp_emu_error().decode() if rc else ""
         if rc:
             raise RefcompError(f"kernel {name} (grid {g}, block {b}) failed in the emulator: {message}")
@@ -200,12 +204,11 @@ class EmulatorModule:
             return
         if key in _building:
             return
-        kernels = list(self.kernels.values())
         root = self._cache_root
 
         def build() -> None:
             try:
-                memory_cache[key] = _ready(load_library(full, flags, key, root, background=True), kernels)
+                memory_cache[key] = _ready(load_library(full, flags, key, root, background=True))
             except Exception:  # noqa: BLE001 - a failed build (a full disk, a removed cache) keeps the -O1 one
                 pass
 
@@ -232,8 +235,7 @@ class EmulatorBackend:
         if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
             raise RefcompError(f"kernel names must be distinct C identifiers, got {names}")
         modes = kernel_modes(source, kernels)
-        full = source.rstrip() + "\n\n// ---- emulator launchers ----\n" + "".join(
-            _launcher(k, modes[k.name]) for k in kernels)
+        full = source.rstrip() + "\n" + callers(kernels)
         gxx = gxx_path()
         flags = SANITIZE_FLAGS if self.sanitize else fast_flags(gxx, FAST_FLAGS)
         key = cache.cache_key("emu-v2", shim_bytes(), full, *flags, cache.tool_version(gxx))
@@ -251,7 +253,7 @@ class EmulatorBackend:
             if self.sanitize:  # loaded by the runner process, never by Python
                 memory_cache[key] = compile_library(full, flags, key, self._cache_dir)
             else:
-                memory_cache[key] = _ready(load_library(full, flags, key, self._cache_dir), kernels)
+                memory_cache[key] = _ready(load_library(full, flags, key, self._cache_dir))
         return EmulatorModule(memory_cache[key], kernels, self.sanitize, self._cache_dir, modes, upgrade)
 
     def upload(self, array: np.ndarray) -> np.ndarray:

@@ -226,8 +226,7 @@ def load_profiled(
         raise ProfileError(f"kernel names must be distinct C identifiers, got {names}")
     instrumented = instrument(source, kernels)
     full = (PROFILE_HEADER.read_text() + "\n// ---- the generated source, instrumented ----\n"
-            + instrumented.source.rstrip() + "\n\n// ---- emulator launchers ----\n"
-            + "".join(emulator._launcher(k) for k in kernels))
+            + instrumented.source.rstrip() + "\n" + emulator.callers(kernels))
     flags = PROFILE_FLAGS
     gxx = emulator.gxx_path()
     key = cache.cache_key("emu-profile-v2", emu_build.shim_bytes(), full, *flags, cache.tool_version(gxx))
