@@ -142,7 +142,8 @@ def _compile(outputs, search, dims_hint, measure, cache, dtype) -> Program:
             kernels = lower_schedule(result)
             program = searched_program(outputs, result, kernels)
         if cache:
-            store(program, path)
+            store(program, path)  # its explanation prices untaken moves with the search's evaluator
+        result.evaluator = None  # whose built kernels a program should not keep alive
     return program
 
 

@@ -265,4 +265,5 @@ def compile_measured(
     measurements = measure_programs(outputs, result, None, repeats, warmup, **options)
     best = pick(measurements)
     best.program.measured = [(m.schedule, m.seconds) for m in measurements]
+    result.evaluator = None  # as in rc.compile: the program keeps the search's result, not its kernels
     return best.program

@@ -69,6 +69,22 @@ def test_the_untaken_moves_are_real_alternatives():
     assert moves[0].rule in text.split("moves the search did not take")[1]
 
 
+@pytest.mark.parametrize("build", ["conv", "gpt2_block"])
+def test_the_search_evaluator_prices_untaken_moves_as_a_fresh_one_does(build):
+    """rc.compile explains a program (for the program cache) with the search's own evaluator, whose
+    kernels are already built; the list must be the one a fresh evaluator gives."""
+    from dataclasses import replace
+    outputs = direct_conv_layer() if build == "conv" else gpt2_block.build_block()[0]
+    result = search([outputs.edge], progress=False)
+    assert result.evaluator is not None
+    shared = untaken_moves(result)
+    fresh = untaken_moves(replace(result, evaluator=None))
+    assert shared == fresh, "the same moves, priced alike"
+    assert shared[1] or build == "gpt2_block", "the conv layer leaves moves to compare (the block none)"
+    program = rc.compile(outputs, cache=False)
+    assert program.search.evaluator is None, "a compiled program does not keep the search's kernels"
+
+
 def _alone(edges, hint, opening):
     saved = search_module.OPENINGS
     search_module.OPENINGS = (opening,)

@@ -7,8 +7,9 @@ with the bytes it would save and the time it would cost: the trade behind a prog
 than the minimum bytes. An empty list says no rule applies anywhere any more: a program with fewer
 bytes needs a fusion no rule or template expresses.
 
-Moves are priced as the fusion search priced them: by a fresh Evaluator at the search's binding, on
-the schedule without its tuned parameters (each kernel at its best open parameters).
+Moves are priced as the fusion search priced them: by its Evaluator (or, once a program has let it go,
+a fresh one at the search's binding), on the schedule without its tuned parameters (each kernel at
+its best open parameters).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def untaken_moves(result: SearchResult, deadline: float = math.inf) -> tuple[Out
     """(the chosen schedule, every single move still legal from it, cheapest first; a tied move at a
     repeated layer counts as one). Past `deadline` (time.perf_counter) no more nodes are tried."""
     graph = result.graph
-    ev = Evaluator(graph, result.bindings, result.profile)
+    ev = result.evaluator or Evaluator(graph, result.bindings, result.profile)
     sched = replace(result.schedule, params=())
     groups = ev.partition(sched)
 

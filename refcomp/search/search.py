@@ -58,6 +58,10 @@ class SearchResult:
     complete: bool = (
         True  # False if the search stopped on its state or time budget (then no move is known cheaper)
     )
+    # The search's own evaluator, whose kernels are built and priced: explaining the result right
+    # after the search (the program cache stores the explanation) then prices its untaken moves from
+    # there instead of building them all again. The compiler drops it once the program is made.
+    evaluator: Optional[Evaluator] = field(default=None, compare=False, repr=False)
 
     @property
     def time_s(self) -> float:
@@ -183,7 +187,7 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     ]
     complete = found.states < max_states and time.perf_counter() < deadline
     return SearchResult(graph, sched, ordered, costs, trace, before, bindings, profile, found.states,
-                        time.perf_counter() - start, candidates[:CANDIDATES], found.opening, complete)
+                        time.perf_counter() - start, candidates[:CANDIDATES], found.opening, complete, ev)
 
 
 @dataclass
@@ -287,7 +291,7 @@ def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
     if sched is result.schedule:
         return result
     groups, costs = scheduled(result.graph, sched, result.bindings, result.profile)
-    return replace(result, schedule=sched, groups=groups, costs=costs)
+    return replace(result, schedule=sched, groups=groups, costs=costs, evaluator=None)
 
 
 def _sites(graph: Graph, sched: Schedule, rule, node: Node) -> tuple[Node, ...]:
