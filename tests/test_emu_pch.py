@@ -1,5 +1,6 @@
 """The emulator's precompiled shim (exec/emu_build.precompiled_shim): made at a cache's second build,
-shared by every later one, trusted only through its stamp, and never a change in what is built."""
+shared by every later one, trusted only through its stamp, and never a change in what is built; and
+its grid runner (emu_build.runtime_object), compiled once per flag set and linked into each library."""
 from __future__ import annotations
 
 import shutil
@@ -123,3 +124,25 @@ def test_a_compiler_that_cannot_precompile_still_builds(monkeypatch, tmp_path):
     scale(1.5)
     scale(2.5)  # the second build tries to precompile, and parses the shim instead
     assert emu_build.gxx_invocations() == before + 2 and gch_files(tmp_path / "cache") == []
+
+
+def test_the_grid_runner_is_compiled_once_and_a_damaged_object_is_compiled_again(monkeypatch, tmp_path):
+    """Libraries of one cache link one runtime object; the runner's errors (a barrier in a kernel run
+    as plain threads) still reach the launch that caused them; an object that fails its stamp is
+    compiled again, never linked."""
+    use_cache(monkeypatch, tmp_path / "cache")
+    scale(1.25)
+    scale(1.75)
+    (runtime,) = (tmp_path / "cache" / "emu").glob("runtime-*.o")
+    barrier = KernelSignature("k_wait", (Param("y", "float*"),), False)
+    be = EmulatorBackend()
+    source = 'extern "C" __global__ void k_wait(float* y) { __syncthreads(); y[0] = 1.0f; }\n'
+    bad = be.load(source, [barrier])
+    with pytest.raises(RefcompError, match="uses_barrier=False"):
+        bad.launch("k_wait", (1, 1, 1), (2, 1, 1), [be.alloc(4)])
+    assert scale(2.25)[0] > 0, "the other library runs as before"
+    runtime.write_bytes(b"not an object file")  # damaged: its stamp fails, and it is compiled again
+    emu_build.memory_cache.clear()
+    emulator.clear_memory_cache()
+    scale(2.75)
+    assert runtime.read_bytes()[:4] == b"\x7fELF"

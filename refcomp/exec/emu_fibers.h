@@ -1,4 +1,4 @@
-// emu_fibers.h: the emulator's fibers, included by emu_shim.h (see its header comment).
+// emu_fibers.h: the emulator's fibers, included by emu_runtime.cpp (see emu_shim.h's header comment).
 //
 // A barrier kernel without RC_FOR_EACH_THREAD regions (hand-written CUDA) runs each thread of a
 // block as a fiber with its own stack; __syncthreads() switches back to the scheduler
