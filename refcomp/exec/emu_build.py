@@ -130,15 +130,14 @@ def _source_excerpt(text: str, line: int, radius: int = 3) -> str:
 def run_gxx(args: list[str], text: str, what: str, library: bool = True, background: bool = False,
             counted: bool = True) -> None:
     """Run g++; on failure raise RefcompError with its message and the source around the error.
-    Counted as an optimised build (`background`), a library, or else a precompiled header."""
+    Unless not `counted` (the grid runner's object), counted as an optimised build (`background`),
+    a library, or else a precompiled header."""
     global _gxx_runs, _pch_runs, _optimized_runs
-    if not counted:
-        pass
-    elif background:
+    if counted and background:
         _optimized_runs += 1
-    elif library:
+    elif counted and library:
         _gxx_runs += 1
-    else:
+    elif counted:
         _pch_runs += 1
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode == 0:

@@ -3,10 +3,11 @@
 The same source that nvcc and PyCUDA compile is compiled here with `g++ -include emu_shim.h`, so
 the emulator tests the code refcomp actually emits, not a model of it. One small C++ function per
 KernelSignature is appended to the source; it unpacks a `void**` argument array by the parameter
-ctypes and calls the kernel. The shim's one entry runs it over the grid in the kernel's mode
-(emu_regions.py: plain threads, barrier-free regions, or fibers; see emu_shim.h for the model). Blocks run in
-parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable cores). A library is first
-built quick to compile, and rebuilt optimised once its program keeps running (`OPTIMIZE_ENV`).
+ctypes and calls the kernel. The grid runner's one entry (emu_runtime.cpp) runs it over the grid in
+the kernel's mode (emu_regions.py: plain threads, barrier-free regions, or fibers; see emu_shim.h
+for the model). Blocks run in parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable
+cores). A library is first built quick to compile, and rebuilt optimised once its program keeps
+running (`OPTIMIZE_ENV`).
 
 Sanitizer mode (`REFCOMP_EMU_SANITIZE=1` or `EmulatorBackend(sanitize=True)`) builds the library
 with AddressSanitizer and runs each launch in a child process (emu_asan.py). Building is emu_build.py.
@@ -72,7 +73,8 @@ def clear_memory_cache() -> None:
 
 def _caller(sig: KernelSignature) -> str:
     """C++ function `refcomp_call_<name>(void** args)` for one kernel: unpacks the argument array by
-    the parameters' ctypes and calls the kernel. The shim's `refcomp_emu_launch` runs it over a grid."""
+    the parameters' ctypes and calls the kernel. `refcomp_emu_launch` (emu_runtime.cpp) runs it over
+    a grid."""
     args = ", ".join(
         f"*(const long long*)args[{i}]" if p.ctype == "long long" else f"({p.ctype})args[{i}]"
         for i, p in enumerate(sig.params))
