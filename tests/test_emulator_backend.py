@@ -162,3 +162,47 @@ def test_barrier_kernel_speed(rng):
     elapsed = time.perf_counter() - start
     np.testing.assert_allclose(be.download(out, (1024,), np.float32), x.sum(axis=1), rtol=1e-4, atol=1e-4)
     assert elapsed < 10.0, f"barrier kernel took {elapsed:.2f} s"
+
+
+SCALE = r"""
+// %s
+extern "C" __global__ void %s(const float* __restrict__ x, float* __restrict__ y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;  // %s
+    if (i < n) y[i] = x[i] * %s;
+}
+"""
+
+
+def test_a_kernel_repeated_under_another_name_is_compiled_once_and_runs_as_itself():
+    """Kernels whose definitions differ only in name and comments share one definition in the
+    emulator's build (a deep model repeats its layer's kernels); one that differs in a constant, or
+    holds a string literal, keeps its own; each still computes what its own source says."""
+    names = ("k_a", "k_b", "k_c", "k_d")
+    source = (SCALE % ("first", "k_a", "one", "2.0f") + SCALE % ("second", "k_b", "another comment", "2.0f")
+              + SCALE % ("third", "k_c", "three", "3.0f")
+              + SCALE.replace("// %s\n    if", '(void)"%s";\n    if') % ("fourth", "k_d", "k_d", "2.0f"))
+    kernels = [sig(n, "const float*", "float*", "long long") for n in names]
+    compiled = emulator.emulator_source(source, kernels)
+    assert compiled.count("__global__ void") == 3, "k_b runs k_a's definition; k_c and k_d keep their own"
+    assert "k_a((const float*)args[0]" in compiled.split("refcomp_call_k_b")[1].split("\n")[0]
+    be = EmulatorBackend()
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    for name, factor in zip(names, (2.0, 2.0, 3.0, 2.0)):
+        (got,) = run(be, source, kernels, name, (1, 1, 1), (64, 1, 1), [x], [x.size], ints=(x.size,))
+        np.testing.assert_array_equal(got, x * np.float32(factor))
+
+
+def test_a_repeated_layer_model_defines_each_kernel_once_and_matches_numpy():
+    import refcomp as rc
+    x = rc.input("x", ("B", 16))
+    h = x
+    for _ in range(4):
+        h = (h * 2.0 + 1.0).tanh()
+    prog = rc.compile(h, search=False)
+    source = emulator.emulator_source(prog.source, [k.signature for k in prog.kernels])
+    assert source.count("__global__ void") < len(prog.kernels) / 4
+    feed = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    want = feed.astype(np.float64)
+    for _ in range(4):
+        want = np.tanh(want * 2.0 + 1.0)
+    np.testing.assert_allclose(prog.run({"x": feed}, backend="emulator"), want, rtol=2e-6, atol=2e-6)

@@ -108,3 +108,41 @@ def kernel_modes(source: str, kernels: Sequence[KernelSignature]) -> dict[str, s
     code = _COMMENTS.sub(_blank, source)
     spans = _bodies(code)
     return {k.name: kernel_mode(code, spans, k) for k in kernels}
+
+
+_LINE_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_DEFINITION = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+
+
+def repeated_kernels(source: str, kernels: Sequence[KernelSignature]) -> tuple[str, dict[str, str]]:
+    """(`source` without the kernel definitions that repeat an earlier one's, each kernel's name ->
+    the kernel whose definition it runs). A deep model's program repeats its layer's kernels, which
+    differ only in their names and comments (GPT-2 small's decode step: 45 distinct of 198); g++
+    need compile each once. A definition with a string literal is always kept."""
+    code = _COMMENTS.sub(_blank, source)
+    bodies = _bodies(code)
+    # found in the source (the blanked code has no "C"), outside comments (there the code is blank)
+    heads = {m.group(1): m.start() for m in _DEFINITION.finditer(source) if code[m.start()] != " "}
+    first: dict = {}
+    runs, cuts = {}, []
+    for k in kernels:
+        runs[k.name] = k.name
+        if k.name not in heads or k.name not in bodies:
+            continue
+        start, end = heads[k.name], bodies[k.name][1] + 1
+        text = source[start:end]
+        if '"' in text.replace('extern "C"', "", 1):
+            continue
+        plain = " ".join(_LINE_COMMENTS.sub(" ", re.sub(rf"\b{k.name}\b", "KERNEL", text)).split())
+        key = (tuple(p.ctype for p in k.params), k.uses_barrier, plain)
+        if key in first:
+            runs[k.name] = first[key]
+            cuts.append((start, end))
+        else:
+            first[key] = k.name
+    pieces, at = [], 0
+    for start, end in sorted(cuts):
+        name = _DEFINITION.match(source, start).group(1)
+        pieces.append(source[at:start] + f"/* {name}: runs {runs[name]}, defined above */")
+        at = end
+    return "".join(pieces) + source[at:], runs

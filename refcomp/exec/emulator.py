@@ -1,13 +1,14 @@
 """Host emulator backend: compiles the generated CUDA source with g++ and runs kernels on the CPU.
 
 The same source that nvcc and PyCUDA compile is compiled here with `g++ -include emu_shim.h`, so
-the emulator tests the code refcomp actually emits, not a model of it. One small C++ function per
-KernelSignature is appended to the source; it unpacks a `void**` argument array by the parameter
-ctypes and calls the kernel. The grid runner's one entry (emu_runtime.cpp) runs it over the grid in
-the kernel's mode (emu_regions.py: plain threads, barrier-free regions, or fibers; see emu_shim.h
-for the model). Blocks run in parallel on `REFCOMP_EMU_THREADS` worker threads (default: the usable
-cores). A library is first built quick to compile, and rebuilt optimised once its program keeps
-running (`OPTIMIZE_ENV`).
+the emulator tests the code refcomp actually emits, not a model of it (a kernel repeated under
+another name, as a deep model's layers repeat theirs, is compiled once: emulator_source). One
+small C++ function per KernelSignature is appended to the source; it unpacks a `void**` argument
+array by the parameter ctypes and calls the kernel. The grid runner's one entry (emu_runtime.cpp)
+runs it over the grid in the kernel's mode (emu_regions.py: plain threads, barrier-free regions, or
+fibers; see emu_shim.h for the model). Blocks run in parallel on `REFCOMP_EMU_THREADS` worker
+threads (default: the usable cores). A library is first built quick to compile, and rebuilt
+optimised once its program keeps running (`OPTIMIZE_ENV`).
 
 Sanitizer mode (`REFCOMP_EMU_SANITIZE=1` or `EmulatorBackend(sanitize=True)`) builds the library
 with AddressSanitizer and runs each launch in a child process (emu_asan.py). Building is emu_build.py.
@@ -30,7 +31,7 @@ from refcomp.reference.limits import host_memory_bytes
 from .emu_asan import launch_sanitized
 from .emu_build import (FAST_FLAGS, SANITIZE_FLAGS, SHIM_PATH, compile_library, fast_flags, gxx_invocations,
                         gxx_path, library_cached, load_library, memory_cache, optimized, shim_bytes)
-from .emu_regions import MODE_CODES, kernel_modes
+from .emu_regions import MODE_CODES, kernel_modes, repeated_kernels
 
 SANITIZE_ENV = "REFCOMP_EMU_SANITIZE"
 THREADS_ENV = "REFCOMP_EMU_THREADS"  # read by the shim at each launch
@@ -71,20 +72,28 @@ def clear_memory_cache() -> None:
     _building.clear()
 
 
-def _caller(sig: KernelSignature) -> str:
+def _caller(sig: KernelSignature, runs: str | None = None) -> str:
     """C++ function `refcomp_call_<name>(void** args)` for one kernel: unpacks the argument array by
-    the parameters' ctypes and calls the kernel. `refcomp_emu_launch` (emu_runtime.cpp) runs it over
-    a grid."""
+    the parameters' ctypes and calls the kernel (or `runs`, the kernel whose definition it shares).
+    `refcomp_emu_launch` (emu_runtime.cpp) runs it over a grid."""
     args = ", ".join(
         f"*(const long long*)args[{i}]" if p.ctype == "long long" else f"({p.ctype})args[{i}]"
         for i, p in enumerate(sig.params))
     return (f"EMU_EXPORT void refcomp_call_{sig.name}(void* p) {{ void** args = (void**)p; (void)args; "
-            f"{sig.name}({args}); }}\n")
+            f"{runs or sig.name}({args}); }}\n")
 
 
-def callers(kernels: Sequence[KernelSignature]) -> str:
+def callers(kernels: Sequence[KernelSignature], runs: dict[str, str] | None = None) -> str:
     """The entry points appended to a translation unit for the emulator (one `_caller` a kernel)."""
-    return "\n// ---- emulator entry points ----\n" + "".join(_caller(k) for k in kernels)
+    runs = runs or {}
+    return "\n// ---- emulator entry points ----\n" + "".join(_caller(k, runs.get(k.name)) for k in kernels)
+
+
+def emulator_source(source: str, kernels: Sequence[KernelSignature]) -> str:
+    """What g++ compiles for the emulator: `source`, each repeated kernel defined once
+    (emu_regions.repeated_kernels), and the entry points."""
+    compiled, runs = repeated_kernels(source, kernels)
+    return compiled.rstrip() + "\n" + callers(kernels, runs)
 
 
 def mode_code(sig: KernelSignature, mode: str | None = None) -> int:
@@ -237,7 +246,7 @@ class EmulatorBackend:
         if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
             raise RefcompError(f"kernel names must be distinct C identifiers, got {names}")
         modes = kernel_modes(source, kernels)
-        full = source.rstrip() + "\n" + callers(kernels)
+        full = emulator_source(source, kernels)
         gxx = gxx_path()
         flags = SANITIZE_FLAGS if self.sanitize else fast_flags(gxx, FAST_FLAGS)
         key = cache.cache_key("emu-v2", shim_bytes(), full, *flags, cache.tool_version(gxx))
