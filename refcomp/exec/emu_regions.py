@@ -143,6 +143,6 @@ def repeated_kernels(source: str, kernels: Sequence[KernelSignature]) -> tuple[s
     pieces, at = [], 0
     for start, end in sorted(cuts):
         name = _DEFINITION.match(source, start).group(1)
-        pieces.append(source[at:start] + f"/* {name}: runs {runs[name]}, defined above */")
+        pieces.append(source[at:start] + f"/* {name}: the same definition as {runs[name]} */")
         at = end
     return "".join(pieces) + source[at:], runs
