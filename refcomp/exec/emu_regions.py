@@ -16,6 +16,7 @@ A kernel without the markers that calls `__syncthreads()` (hand-written CUDA) ru
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -104,13 +105,19 @@ def kernel_mode(code: str, spans: dict[str, tuple[int, int]], sig: KernelSignatu
     return REGIONS
 
 
-def kernel_modes(source: str, kernels: Sequence[KernelSignature]) -> dict[str, str]:
+@functools.lru_cache(maxsize=4)
+def _parsed(source: str) -> tuple[str, dict[str, tuple[int, int]]]:
+    """The source with comments and strings blanked, and its kernels' body spans: read once for the
+    modes and the repeated definitions of one load."""
     code = _COMMENTS.sub(_blank, source)
-    spans = _bodies(code)
+    return code, _bodies(code)
+
+
+def kernel_modes(source: str, kernels: Sequence[KernelSignature]) -> dict[str, str]:
+    code, spans = _parsed(source)
     return {k.name: kernel_mode(code, spans, k) for k in kernels}
 
 
-_LINE_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _DEFINITION = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 
 
@@ -119,8 +126,7 @@ def repeated_kernels(source: str, kernels: Sequence[KernelSignature]) -> tuple[s
     the kernel whose definition it runs). A deep model's program repeats its layer's kernels, which
     differ only in their names and comments (GPT-2 small's decode step: 45 distinct of 198); g++
     need compile each once. A definition with a string literal is always kept."""
-    code = _COMMENTS.sub(_blank, source)
-    bodies = _bodies(code)
+    code, bodies = _parsed(source)
     # found in the source (the blanked code has no "C"), outside comments (there the code is blank)
     heads = {m.group(1): m.start() for m in _DEFINITION.finditer(source) if code[m.start()] != " "}
     first: dict = {}
@@ -130,10 +136,9 @@ def repeated_kernels(source: str, kernels: Sequence[KernelSignature]) -> tuple[s
         if k.name not in heads or k.name not in bodies:
             continue
         start, end = heads[k.name], bodies[k.name][1] + 1
-        text = source[start:end]
-        if '"' in text.replace('extern "C"', "", 1):
-            continue
-        plain = " ".join(_LINE_COMMENTS.sub(" ", re.sub(rf"\b{k.name}\b", "KERNEL", text)).split())
+        if '"' in source[start:end].replace('extern "C"', "", 1):
+            continue  # without string literals, the blanked code is the source less its comments
+        plain = " ".join(re.sub(rf"\b{k.name}\b", "KERNEL", code[start:end]).split())
         key = (tuple(p.ctype for p in k.params), k.uses_barrier, plain)
         if key in first:
             runs[k.name] = first[key]
