@@ -63,6 +63,7 @@ def serve_command(args) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
+        sock.listen(128)  # before the address is printed: a client that reads it may connect at once
     except OSError as e:
         raise RefcompError(f"serve: cannot listen on {args.host}:{args.port}: {e.strerror}") from None
     host, port = sock.getsockname()[:2]
