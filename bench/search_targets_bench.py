@@ -1,7 +1,8 @@
 """The search's targets (the open issue's "targets" table), with today's figures beside them.
 
 Each compile is timed in a child process with `rc.compile(..., cache=False)`, so every figure is the
-first compile in a fresh process (imports done, the graph built, nothing searched yet); a child also
+first compile in a fresh process (imports done, the graph built, nothing searched yet; the compiler's
+own import, which `import refcomp` leaves to the first rc.compile, is timed apart); a child also
 reports its program's kernels, their kinds and the modeled bytes against the minimum (computed as
 refcomp/search/explain.py's cost_table does), and, where asked, nvcc's registers and spills for
 sm_90. The emulator rows run in this process, warm (one untimed run first, which builds the library).
@@ -89,9 +90,13 @@ GRAPHS = {"gpt2": lambda: gpt2_graph(1), "gpt2_x12": lambda: gpt2_graph(STACK_DE
 # --- one compile in a fresh process ----------------------------------------------------------------
 def child_main(graph: str, hint: dict, want_nvcc: bool) -> None:
     outputs, _ = GRAPHS[graph]()
+    # `import refcomp` loads the compiler on first use (issue 32.2); the issue's compile figure was taken
+    # when it loaded everything, so the compiler's import is timed apart, and reported beside
     started = time.perf_counter()
+    import refcomp.compiler  # noqa: F401
+    imported = time.perf_counter()
     prog = rc.compile(outputs, dims_hint=hint or None, cache=False)
-    info = {"compile_s": time.perf_counter() - started, **describe(prog)}
+    info = {"compile_s": time.perf_counter() - imported, "import_s": imported - started, **describe(prog)}
     if want_nvcc:
         info.update(nvcc_resources(prog.source))
     print(json.dumps(info))
@@ -233,18 +238,23 @@ def bench_compile(args):
     --label NAME`."""
     from numpy_workload import in_fresh_process as numpy_workload_s
 
-    times, numpy_times = [], []
+    times, imports, numpy_times = [], [], []
     for _ in range(args.repeats):
         numpy_times.append(numpy_workload_s())
-        times.append(in_child("gpt2", LARGE)["compile_s"])
+        child = in_child("gpt2", LARGE)
+        times.append(child["compile_s"])
+        imports.append(child["import_s"] + child["compile_s"])
     median, numpy_median = statistics.median(times), statistics.median(numpy_times)
+    with_import = statistics.median(imports)
     ratio = median / numpy_median
     return [
         row("gpt2 B=8 T=128", f"compile s, median of {len(times)}", median, "<= 0.3 s", median <= 0.3,
             f"{median:.3f}"),
         row("gpt2 B=8 T=128", "compile s / NumPy workload's", ratio, f"<= {NUMPY_RATIO_TARGET}",
             ratio <= NUMPY_RATIO_TARGET, f"{ratio:.2f} ({median:.3f} / {numpy_median:.3f} s)"),
-    ], {"compile_s": times, "numpy_workload_s": numpy_times}
+        row("gpt2 B=8 T=128", "the same with the compiler's import", with_import, "<= 0.3 s",
+            with_import <= 0.3, f"{with_import:.3f}"),
+    ], {"compile_s": times, "with_import_s": imports, "numpy_workload_s": numpy_times}
 
 
 def decode_mlp():
