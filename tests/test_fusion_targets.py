@@ -66,7 +66,7 @@ def test_incremental_partition_matches_a_full_one():
     from refcomp import fuzz
     from refcomp.search.cost import binding_for
     from refcomp.search.fusion import Graph
-    from refcomp.search.search import _descend, moves_of
+    from refcomp.search.moves import descend, moves_of
     descended = 0
     for index in range(10):
         outputs = fuzz.generate(7, index).build("")
@@ -76,7 +76,7 @@ def test_incremental_partition_matches_a_full_one():
         groups = ev.partition(sched)
         cost = ev.total(sched, groups)
         moves = moves_of(graph, ev, sched, groups, cost, set(), FUSION, math.inf)
-        result = _descend(graph, ev, sched, cost, groups, [], moves, set(), math.inf)
+        result = descend(graph, ev, sched, cost, groups, [], moves, set(), math.inf)
         if result is None:
             continue
         descended += 1

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from .evaluate import Evaluator
 from .fusion_rules import CLEANUP, FUSION
-from .search import SearchResult, apply_move, moves_of, where_in
+from .moves import apply_move, moves_of, where_in
+from .search import SearchResult
 from .schedule import Schedule
 
 
