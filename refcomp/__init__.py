@@ -20,7 +20,7 @@ _ATTRIBUTES = {
         ".errors",
     ),
     **dict.fromkeys(("BoolTensor", "Tensor", "constant", "input"), ".ops.tensor"),
-    **dict.fromkeys(("cat", "concat", "stack"), ".ops.movement"),
+    **dict.fromkeys(("cat", "concat", "stack"), ".ops.joining"),
     **dict.fromkeys(("fmod", "maximum", "minimum", "where"), ".ops.elementwise"),
     "einsum": ".ops.linalg",
     **dict.fromkeys(

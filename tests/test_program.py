@@ -91,6 +91,14 @@ def test_tensor_repr_shows_the_user_op():
     assert repr(x + 1.0) == "<Tensor add (B, 32) float32>"
 
 
+def test_joins_name_their_nodes_after_the_join():
+    """concat is made of pads and adds; its nodes still carry its own name (kernel names, comments)."""
+    x, y = rc.input("x", (2, 3)), rc.input("y", (2, 3))
+    assert repr(rc.concat([x, y])) == "<Tensor concat (4, 3) float32>"
+    assert repr(rc.cat([x, y], 1)) == "<Tensor cat (2, 6) float32>"
+    assert repr(rc.stack([x, y])) == "<Tensor stack (2, 2, 3) float32>"
+
+
 # --- program files -----------------------------------------------------------------------------
 def test_a_saved_program_runs_without_search_and_refuses_what_the_original_refuses(tmp_path, monkeypatch):
     prog = rc.compile(_block(), cache=False)

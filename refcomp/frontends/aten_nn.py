@@ -13,7 +13,7 @@ from ..ops import nn
 from ..ops.core import iota
 from ..ops.creation import full
 from ..ops.elementwise import where
-from ..ops.movement import cat
+from ..ops.joining import cat
 from ..ops.functions import bmm as rc_bmm, mm as rc_mm
 from ..ops.pooling import avg_pool, max_pool
 from ..symbolic.dims import prod

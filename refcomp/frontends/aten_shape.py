@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 
 from ..ops import nn
-from ..ops.movement import cat as rc_cat
+from ..ops.joining import cat as rc_cat
 from ..symbolic.dims import dim
 from .aten_values import IntValue, address_view, addresses, indexed, selected, sliced, squeezed, unsqueezed
 from .onnx_positions import gather_elements

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.core import constant
-from ..ops.movement import concat as rc_concat
+from ..ops.joining import concat as rc_concat
 from ..ops.nn import embedding
 from ..symbolic.dims import dim, dims_equal, idiv, prod
 from .onnx_ops_core import BOOL, FLOAT, INT_TYPES, Value, op, type_name

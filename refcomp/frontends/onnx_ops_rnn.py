@@ -8,7 +8,7 @@ directions forward, reverse and bidirectional, and layout 0 (sequence first) or 
 """
 from __future__ import annotations
 
-from ..ops.movement import stack
+from ..ops.joining import stack
 from ..ops.tensor import Tensor, constant
 from .onnx_ops_core import float_value, op
 

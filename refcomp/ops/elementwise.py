@@ -14,7 +14,7 @@ import numbers
 from ..errors import ShapeError
 from .provenance import user_op
 from .core import TensorCore, broadcast, broadcast_shape, is_boolean, keep_bool, lift
-from .movement import stack
+from .joining import stack
 from .primitives import make_node
 
 LOG2_E = 1.4426950408889634

@@ -1,7 +1,7 @@
 """Movement ops: they change how a node is read, never what is stored, so they create no nodes.
 
 Every method here returns a Tensor on the same node with a new `ViewStack` (except `contiguous`,
-which deliberately materialises, and `concat`, which adds padded views).
+which deliberately materialises; joining tensors is `joining.py`).
 """
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import sympy
 
 from ..errors import ShapeError
 from ..symbolic.dims import Dim, dim, dims_equal, prod
-from ..symbolic.dims import dim as make_dim  # where a parameter is PyTorch's dim=
-from .provenance import user_op
 from .core import TensorCore, is_boolean, is_integer, keep_bool, lift
+from .joining import concat
 from .primitives import make_node
 
 
@@ -385,13 +384,6 @@ def _symbolic_bound(value, default: Dim, n: Dim) -> Dim:
     return dim(n + value) if isinstance(value, int) and value < 0 else value
 
 
-def _sequence(tensors, what: str) -> list:
-    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
-        raise ShapeError(f"{what} takes a list of tensors, got {type(tensors).__name__}")
-    return list(tensors)
-
-
-@user_op
 def _is_int_list(item) -> bool:
     """A list (or 1-D NumPy array) of ints used as an index."""
     if isinstance(item, np.ndarray):
@@ -401,48 +393,3 @@ def _is_int_list(item) -> bool:
         and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item)
         and bool(item)
     )
-
-
-def concat(tensors, dim: int = 0, *, axis=None):
-    """torch.cat (also rc.cat; NumPy's axis= too): join along an existing axis, each part padded to the
-    full length and the parts added."""
-    tensors = [lift(t) for t in _sequence(tensors, "concat")]
-    if not tensors:
-        raise ShapeError("concat needs at least one tensor")
-    axis = tensors[0]._axis(_dim_or_axis(dim, axis, "concat"))
-    for t in tensors[1:]:
-        if t.ndim != tensors[0].ndim or any(
-            not dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis
-        ):
-            raise ShapeError(
-                f"concat along axis {axis}: {t.label} does not match {tensors[0].label} off that axis"
-            )
-    total = make_dim(sum(t.shape[axis] for t in tensors))
-    out, before = None, 0
-    for t in tensors:
-        widths = [(0, 0)] * t.ndim
-        widths[axis] = (before, make_dim(total - before - t.shape[axis]))
-        part = t.pad(widths)
-        out = part if out is None else out + part
-        before = make_dim(before + t.shape[axis])
-    return keep_bool(out, *tensors)
-
-
-@user_op
-def cat(tensors, dim: int = 0, *, axis=None):
-    return concat(tensors, dim, axis=axis)
-
-
-@user_op
-def stack(tensors, dim: int = 0, *, axis=None):
-    tensors = [lift(t) for t in _sequence(tensors, "stack")]
-    if not tensors:
-        raise ShapeError("stack needs at least one tensor")
-    axis = tensors[0]._axis(_dim_or_axis(dim, axis, "stack"), tensors[0].ndim + 1)
-    return concat([t.unsqueeze(axis) for t in tensors], axis)
-
-
-def _dim_or_axis(dim, axis, who: str):
-    if axis is not None and dim != 0:
-        raise ShapeError(f"{who}: give dim= or axis=, not both")
-    return dim if axis is None else axis

@@ -19,7 +19,7 @@ from ..symbolic.view import contiguous_strides
 from . import return_types
 from .core import as_requested, iota, is_integer, keep_bool, lift, widest_integer
 from .elementwise import where
-from .movement import concat
+from .joining import concat
 from .primitives import make_node
 
 

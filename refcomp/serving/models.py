@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import RefcompError
 from ..ops import nn
 from ..ops.core import input as rc_input
-from ..ops.movement import cat
+from ..ops.joining import cat
 
 
 class ModelError(RefcompError):
