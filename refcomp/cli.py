@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        from .cli_run import UsageError
+        from .cli_select import UsageError
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -64,7 +64,8 @@ def _compile_target(args):
 
 def _spmd_target(args):
     """rc.spmd.compile of TARGET on --mesh dp=2,tp=4 with --shard NAME=dp,-,- (- or none: whole)."""
-    from .cli_run import UsageError, load_target, parse_dims
+    from .cli_run import load_target, parse_dims
+    from .cli_select import UsageError
     from .spmd import Mesh, compile as compile_spmd
     mesh = Mesh(parse_dims(args.mesh, "--mesh"))
     shardings = {}
@@ -98,7 +99,7 @@ def _explain(args) -> int:
         return 0
     explorer = getattr(program, "explorer", None)
     if explorer is None:
-        from .cli_run import UsageError
+        from .cli_select import UsageError
         raise UsageError("--html needs Program.explorer, which this version of refcomp does not have yet")
     explorer(args.html)
     print(f"wrote {args.html}")

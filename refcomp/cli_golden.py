@@ -24,13 +24,13 @@ def _golden_options(parser: argparse.ArgumentParser) -> None:
 
 def _chosen(args, names, what: str = "golden case"):
     """The case names --case and -k select (None: all), refused with a suggestion when they select none."""
-    from .cli_run import choose_names
+    from .cli_select import choose_names
     return choose_names(list(names), args.cases, args.keywords, what)
 
 
 def _with_golden_dir(args, run: Callable[[], int]) -> int:
     """Run with $REFCOMP_GOLDEN_DIR set from --golden-dir (restored after); an unknown case exits 2."""
-    from .cli_run import UsageError
+    from .cli_select import UsageError
     from .golden import UnknownCaseError
     old = os.environ.get("REFCOMP_GOLDEN_DIR")
     if args.golden_dir:
@@ -48,7 +48,7 @@ def _with_golden_dir(args, run: Callable[[], int]) -> int:
 
 def _golden_check(args) -> int:
     from . import golden
-    from .cli_run import UsageError
+    from .cli_select import UsageError
     if args.dir is not None:
         return _golden_check_dir(args)
     if args.backend is not None or args.no_search:
@@ -81,7 +81,7 @@ def _golden_check(args) -> int:
 def _golden_check_dir(args) -> int:
     """`golden check --dir DIR`: the user's own cases (refcomp.user_golden)."""
     from . import user_golden
-    from .cli_run import UsageError
+    from .cli_select import UsageError
     if args.oracle or args.golden_dir:
         raise UsageError("--oracle and --golden-dir apply to refcomp's own golden cases, not to --dir")
     precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)

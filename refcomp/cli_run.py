@@ -8,7 +8,6 @@ user can make here raise `UsageError`, which the command line prints as one line
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import re
 import sys
@@ -17,21 +16,18 @@ import traceback
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from . import golden
+from .cli_select import UsageError, did_you_mean
 from .errors import RefcompError
 from .measure import CHECK_DIM_CAP, make_feeds
 from .ops.graph import flatten_outputs, symbols_of, toposort
 from .progress import stage
 
 UNBOUND_DIM = CHECK_DIM_CAP  # a symbol left out of --dims (random feeds): small, so the reference stays quick
-
-
-class UsageError(RefcompError):
-    """A mistake on the command line (a missing file, a bad --dims): reported in one line, exit 2."""
 
 
 # --- targets -------------------------------------------------------------------------------------
@@ -53,105 +49,6 @@ def load_target(text: str) -> Target:
         raise UsageError(f"{text!r} is neither FILE.py:FUNCTION nor a golden case{did_you_mean(text, cases)} "
                          f"(see `refcomp golden list`)")
     return Target(cases[text].build(), cases[text])
-
-
-# --- case names: suggestions and -k expressions --------------------------------------------------
-def did_you_mean(word: str, names: Iterable[str]) -> str:
-    """`; did you mean 'nn_layer_norm'?` for the closest names (difflib), or "" when none is close."""
-    close = [repr(n) for n in difflib.get_close_matches(word, list(names), n=3, cutoff=0.6)]
-    return (
-        f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
-        if close
-        else ""
-    )
-
-
-def parse_keywords(expression: str):
-    """pytest's -k grammar, parsed (never eval'd) into a tree: ("word", w), ("not", t), ("and", a, b),
-    ("or", a, b); `not` binds tightest, then `and`, then `or`; parentheses group."""
-    tokens = re.findall(r"\(|\)|[^\s()]+", expression)
-    position = 0
-
-    def fail(why: str):
-        raise UsageError(f"-k {expression!r}: {why} (words, not, and, or and parentheses, as pytest's -k)")
-
-    def take(expected: Optional[str] = None) -> Optional[str]:
-        """The next token (the `expected` one only), consumed; None at the end or on another token."""
-        nonlocal position
-        token = tokens[position] if position < len(tokens) else None
-        if token is None or (expected is not None and token != expected):
-            return None
-        position += 1
-        return token
-
-    def either():
-        tree = both()
-        while take("or"):
-            tree = ("or", tree, both())
-        return tree
-
-    def both():
-        tree = single()
-        while take("and"):
-            tree = ("and", tree, single())
-        return tree
-
-    def single():
-        token = take()
-        if token is None:
-            fail("a word is missing at the end")
-        if token == "not":
-            return ("not", single())
-        if token == "(":
-            tree = either()
-            if take(")") is None:
-                fail("a '(' is not closed")
-            return tree
-        if token in (")", "and", "or"):
-            fail(f"{token!r} where a word belongs")
-        return ("word", token.lower())
-
-    tree = either()
-    if position < len(tokens):
-        fail(f"{tokens[position]!r} after a complete expression")
-    return tree
-
-
-def keyword_match(tree, name: str) -> bool:
-    """Whether `name` satisfies the parsed -k expression (each word a case-insensitive substring)."""
-    kind = tree[0]
-    if kind == "word":
-        return tree[1] in name.lower()
-    if kind == "not":
-        return not keyword_match(tree[1], name)
-    first = keyword_match(tree[1], name)
-    return (
-        (first and keyword_match(tree[2], name)) if kind == "and" else (first or keyword_match(tree[2], name))
-    )
-
-
-def _words(tree) -> list[str]:
-    return [tree[1]] if tree[0] == "word" else [w for sub in tree[1:] for w in _words(sub)]
-
-
-def choose_names(names: Sequence[str], exact: Optional[Sequence[str]], keywords: Optional[Sequence[str]],
-                 what: str = "golden case") -> Optional[list[str]]:
-    """The names `--case NAME` (exact, repeatable) and `-k EXPR` (repeatable; a name matching any
-    expression) select, in `names`' order; None when neither is given (every case). A name or an
-    expression that selects nothing is a UsageError that suggests the closest names."""
-    if not exact and not keywords:
-        return None
-    unknown = [n for n in exact or () if n not in names]
-    if unknown:
-        raise UsageError(f"no {what} named {', '.join(map(repr, unknown))}{did_you_mean(unknown[0], names)}")
-    trees = [parse_keywords(expression) for expression in keywords or ()]
-    for expression, tree in zip(keywords or (), trees):
-        if not any(keyword_match(tree, n) for n in names):
-            missing = [w for w in _words(tree) if not any(w in n.lower() for n in names)]
-            hint = did_you_mean(missing[0], names) if missing else ""
-            raise UsageError(f"-k {expression!r} matches no {what}{hint}")
-    chosen = set(exact or ())
-    return [n for n in names if n in chosen or any(keyword_match(t, n) for t in trees)]
 
 
 def call_in_file(path: str, func: str):

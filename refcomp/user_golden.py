@@ -23,7 +23,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from . import golden
-from .cli_run import UsageError, call_in_file, did_you_mean, graph_symbols, named, storage_of
+from .cli_run import call_in_file, graph_symbols, named, storage_of
+from .cli_select import UsageError, did_you_mean
 from .exec.backends import default_backend
 from .measure import make_feeds
 from .ops.tensor import Tensor

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import refcomp as rc
-from refcomp import cli_run, progress
+from refcomp import cli_run, cli_select, progress
 from refcomp.cli import main
 from refcomp.exec.program import Program
 
@@ -262,8 +262,8 @@ def test_k_selects_as_pytest_does(expression, want):
         "sym_layer_norm_linear",
         "sym_softmax",
     ]
-    assert cli_run.choose_names(names, None, [expression]) == want
-    assert cli_run.choose_names(names, ["sym_softmax"], [expression, "prim"]) == [
+    assert cli_select.choose_names(names, None, [expression]) == want
+    assert cli_select.choose_names(names, ["sym_softmax"], [expression, "prim"]) == [
         n for n in names if n in want or n == "sym_softmax" or "prim" in n
     ]  # --case and every -k: any of them
 
@@ -272,8 +272,65 @@ def test_k_selects_as_pytest_does(expression, want):
     "expression", ["", "a and", "(a", "a)", "and a", "a b", "not", "__import__('os').system('x')"]
 )
 def test_a_malformed_k_is_a_usage_error_never_code(expression):
-    with pytest.raises(cli_run.UsageError, match="-k "):
-        cli_run.choose_names(["a", "b"], None, [expression])
+    with pytest.raises(cli_select.UsageError, match="-k "):
+        cli_select.choose_names(["a", "b"], None, [expression])
+
+
+def _random_k(rng, words) -> str:
+    """Half the time a token soup (mostly malformed), else a well-formed expression: operands joined by
+    and/or, each behind a few `not`s and opening parentheses, closed at random."""
+    if rng.random() < 0.5:
+        soup = list(words) + ["not", "and", "or", "(", ")"]
+        return " ".join(rng.choice(soup, size=int(rng.integers(1, 10))))
+    out, depth = [], 0
+    for k in range(int(rng.integers(1, 7))):
+        out += [str(rng.choice(["and", "or"]))] if k else []
+        opens = int(rng.integers(0, 3))
+        out += ["not"] * int(rng.integers(0, 3)) + ["("] * opens + [str(rng.choice(words))]
+        depth += opens
+        closes = int(rng.integers(0, depth + 1))
+        out += [")"] * closes
+        depth -= closes
+    return " ".join(out + [")"] * depth)
+
+
+def test_k_agrees_with_pytests_own_parser_on_random_expressions():
+    """The oracle is pytest's -k (its Expression, with the keyword matcher's case-insensitive
+    substring test): random expressions, well-formed or not, must parse alike and match alike."""
+    from _pytest.mark.expression import Expression
+
+    rng = np.random.default_rng(3)
+    names = ["alpha_beta", "beta", "Gamma_alpha", "delta"]
+    words = ["alpha", "beta", "gamma", "delta", "zeta"]
+    valid = malformed = 0
+    for _ in range(3000):
+        expression = _random_k(rng, words)
+        try:
+            theirs = Expression.compile(expression)
+        except SyntaxError:  # pytest's parse error
+            with pytest.raises(cli_select.UsageError, match="-k "):
+                cli_select.parse_keywords(expression)
+            malformed += 1
+            continue
+        steps = cli_select.parse_keywords(expression)
+        for name in names:
+            want = theirs.evaluate(lambda word, name=name: word.lower() in name.lower())
+            assert cli_select.keyword_match(steps, name) == want, (expression, name)
+        valid += 1
+    assert valid > 1000 and malformed > 1000, (valid, malformed)
+
+
+@pytest.mark.parametrize(
+    "expression, want",
+    [
+        ("(" * 5000 + "prim" + ")" * 5000, ["prim_add", "prim_exp"]),
+        ("not " * 5001 + "prim", ["sym_softmax"]),
+        (" and ".join(["prim"] * 5000 + ["exp"]), ["prim_exp"]),
+        (" or ".join(["nothing"] * 5000 + ["soft"]), ["sym_softmax"]),
+    ],
+)
+def test_k_expressions_thousands_deep_are_matched_without_recursion(expression, want):
+    assert cli_select.choose_names(["prim_add", "prim_exp", "sym_softmax"], None, [expression]) == want
 
 
 def test_golden_list_and_check_take_k(capsys):

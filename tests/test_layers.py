@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "refcomp"
 # nothing of refcomp; version (the version string program files carry) neither. The reference sits right
 # above ops: frontends fold constants with it and
 # executors bind dims with it. exec runs what it is given and imports nothing of search; pipeline
-# (lowering, pricing, assembly) is where the two meet. cli_run and user_golden are the command
-# line's own modules, under cli.
+# (lowering, pricing, assembly) is where the two meet. cli_select, cli_run and user_golden are the
+# command line's own modules, under cli.
 LAYERS = [
     "progress",
     "version",
@@ -43,6 +43,7 @@ LAYERS = [
     "onnx_backend",
     "torch_backend",
     "fuzz",
+    "cli_select",
     "cli_run",
     "cli_generate",
     "cli_serve",
