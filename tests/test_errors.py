@@ -344,3 +344,41 @@ def test_bad_evaluate_arguments():
         rc.evaluate({"a": x, "b": 1.0}, {"x": ones(3)})
     with raises(rc.RefcompError, "output 1", "str"):
         rc.evaluate([x, "y"], {"x": ones(3)})
+
+
+# Sizes PyTorch refuses (the oracle: torch raises on the same call), refcomp refuses with a ShapeError
+# naming the problem: a negative dimension once made a tensor of shape (2, -1), and a non-finite arange
+# end an OverflowError from deep inside.
+REFUSED_LIKE_TORCH = [
+    ("zeros(2, -1)", "negative dimension"),
+    ("ones(-1)", "negative dimension"),
+    ("full((2, -3), 1.0)", "negative dimension"),
+    ("eye(-1)", "negative"),
+    ("rand(2, -2)", "negative dimension"),
+    ("randn(-2)", "negative dimension"),
+    ("arange(0, float('inf'))", "finite"),
+    ("arange(float('-inf'), 0)", "finite"),
+    ("arange(0, float('nan'))", "finite"),
+    ("arange(0, 5, float('nan'))", "NaN"),
+]
+
+
+@pytest.mark.parametrize("call, fragment", REFUSED_LIKE_TORCH)
+def test_sizes_pytorch_refuses_are_shape_errors(call, fragment):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(Exception):
+        eval(f"torch.{call}", {"torch": torch})  # noqa: S307  (a literal of this test, not input)
+    with raises(rc.ShapeError, fragment):
+        eval(f"rc.{call}", {"rc": rc})  # noqa: S307
+
+
+def test_expand_refuses_a_negative_size_other_than_minus_one():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.zeros(1, 3).expand(-2, 3)
+    with raises(rc.ShapeError, "negative dimension"):
+        rc.input("x", (1, 3)).expand(-2, 3)
+    np.testing.assert_array_equal(  # -1 keeps the axis, as torch's expand
+        rc.evaluate(rc.input("y", (1, 3)).expand(2, -1), {"y": np.arange(3, dtype=np.float32)[None]}),
+        torch.arange(3.0)[None].expand(2, -1).numpy(),
+    )

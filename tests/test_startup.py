@@ -13,6 +13,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import refcomp as rc
@@ -62,6 +63,45 @@ def test_the_first_tensor_loads_the_ops_but_not_the_compiler():
     loaded = _modules_after("import refcomp as rc\nrc.input('x', (2, 3)).exp()")
     assert "refcomp.ops.tensor" in loaded and "sympy" in loaded
     assert not loaded & {"refcomp.compiler", "jinja2", "onnx", "torch"}
+
+
+# Builders that take no tensor, each as the first call of a fresh interpreter (the lazy names load
+# only the builder's own module), with NumPy's value: `rc.zeros(3)` once raised AttributeError there,
+# the Tensor class not yet loaded.
+FIRST_CALLS = {
+    "rc.zeros((2, 3))": np.zeros((2, 3)),
+    "rc.ones(3)": np.ones(3),
+    "rc.full((2,), 1.5)": np.full((2,), 1.5),
+    "rc.arange(5)": np.arange(5),
+    "rc.eye(3)": np.eye(3),
+    "rc.linspace(0, 1, 5)": np.linspace(0, 1, 5),
+    "rc.constant(2.5)": np.float64(2.5),
+    "rc.where(rc.arange(4) > 1, 1.0, -1.0)": np.where(np.arange(4) > 1, 1.0, -1.0),
+    "rc.maximum(rc.arange(3), 1.0)": np.maximum(np.arange(3), 1.0),
+    "rc.cat([rc.ones(2), rc.zeros(1)])": np.array([1.0, 1.0, 0.0]),
+    "rc.atan2(rc.ones(1), rc.ones(1))": np.arctan2(np.ones(1), np.ones(1)),
+    "rc.rand(4, generator=rc.Generator().manual_seed(0)).shape": (4,),
+}
+
+
+def test_each_builder_works_as_a_processs_first_call():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    probes = {
+        code: subprocess.Popen(
+            [sys.executable, "-c", "import refcomp as rc, json\n"
+             f"v = {code}\n"
+             "print(json.dumps(list(v) if isinstance(v, tuple) else rc.evaluate(v, {}).tolist()))"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for code in FIRST_CALLS
+    }  # all at once: each is mostly the import of NumPy and SymPy
+    for code, proc in probes.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"{code} as the first call: {err.strip().splitlines()[-1:]}"
+        got, want = json.loads(out.strip().splitlines()[-1]), FIRST_CALLS[code]
+        if isinstance(want, tuple):
+            assert tuple(got) == want, code
+        else:
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, err_msg=code)
 
 
 def test_every_public_name_resolves():

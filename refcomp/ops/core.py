@@ -4,8 +4,8 @@ Nothing is computed here. This module holds what every user method builds on: th
 shape, `lift` (a number becomes a Constant), broadcasting, constants, iota and inputs. The methods
 users call (`exp`, `softmax`, `conv2d`, ...) live in mixins above it (`movement`, `elementwise`,
 `reductions`), and `tensor.Tensor` joins them. Builders here return that full class through
-`TensorCore.full`, which `ops.tensor` sets once `Tensor` is defined: the core never imports the methods
-built on it, so the ops package imports in one direction.
+`tensor_classes()`, which `ops.tensor` sets once `Tensor` is defined: the core imports the methods
+built on it only when a builder runs before anything else loaded them.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def widest_integer(t):
 
 def is_boolean(value) -> bool:
     """A tensor PyTorch would type torch.bool (a comparison, a logical operation, `.bool()`)."""
-    return isinstance(value, TensorCore._boolean)
+    return isinstance(value, tensor_classes()[1])
 
 
 def keep_bool(out, *sources):
@@ -76,6 +76,17 @@ def keep_bool(out, *sources):
 
 def format_shape(shape: Sequence[Dim]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def tensor_classes() -> tuple[type, type]:
+    """(Tensor, BoolTensor), which `ops.tensor` sets on TensorCore when it is imported. A builder may
+    run before anything imported it (`rc.zeros(3)` as a process's first call: `import refcomp` loads
+    the ops module of each name on first use), and then imports it here."""
+    try:
+        return TensorCore.full, TensorCore._boolean
+    except AttributeError:
+        from . import tensor  # noqa: F401  (defines and sets both)
+        return TensorCore.full, TensorCore._boolean
 
 
 class TensorCore:
@@ -88,14 +99,14 @@ class TensorCore:
 
     @staticmethod
     def from_node(node: Node) -> "TensorCore":
-        return TensorCore.full(Edge(node, ViewStack.of_buffer(node.shape)))
+        return tensor_classes()[0](Edge(node, ViewStack.of_buffer(node.shape)))
 
     def with_views(self, views: ViewStack) -> "TensorCore":
         return type(self)(Edge(self.edge.node, views))  # a view of a boolean tensor is boolean
 
     def _as_bool(self) -> "TensorCore":
         """The same 0/1 values, flagged as PyTorch's bool (see ops.tensor.BoolTensor)."""
-        return TensorCore._boolean(self.edge)
+        return tensor_classes()[1](self.edge)
 
     @property
     def node(self) -> Node:
@@ -156,7 +167,7 @@ class TensorCore:
             return self if is_boolean(self) else self.ne(0)
         name = dtype_name(dtype, f"{self.label}.to")
         if name == self.dtype:
-            return TensorCore.full(self.edge) if is_boolean(self) else self
+            return tensor_classes()[0](self.edge) if is_boolean(self) else self
         return TensorCore.from_node(make_node("Cast", (self.edge,), to=name))
 
     def half(self) -> "TensorCore":

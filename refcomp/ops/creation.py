@@ -144,6 +144,8 @@ def arange(start=0, end=None, step=1, *, dtype=None):
         return _typed(_ramp(count, start, step, is_integer_dtype(dtype)), dtype)
     if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in args) or step == 0:
         raise ShapeError(f"arange{args}: start, end and step must be numbers, step non-zero")
+    if not (math.isfinite(start) and math.isfinite(end)) or math.isnan(step):  # as PyTorch
+        raise ShapeError(f"arange{args}: start and end must be finite, and step a number (not NaN)")
     if is_integer_dtype(dtype) and not all(isinstance(v, numbers.Integral) for v in args):
         raise ShapeError(f"arange{args}: an integer dtype needs integer start, end and step here")
     if all(isinstance(v, numbers.Integral) for v in args):

@@ -31,6 +31,8 @@ class MovementMixin:
             return self
         if len(shape) < self.ndim:
             raise ShapeError(f"cannot broadcast {self.label} to fewer axes {shape}")
+        if any(type(n) is int and n < 0 for n in shape):  # as PyTorch: zeros(2, -1), expand(-2, 3)
+            raise ShapeError(f"cannot broadcast {self.label} to {shape}: a negative dimension")
         t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
         for axis, (old, new) in enumerate(zip(t.shape, shape)):
             if not (dims_equal(old, new) or dims_equal(old, 1)):
