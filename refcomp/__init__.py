@@ -16,7 +16,8 @@ from .ops import names as _names
 # name -> the submodule that defines it under that name
 _ATTRIBUTES = {
     **dict.fromkeys(
-        ("AllocationError", "BindingError", "CacheError", "FeedError", "RefcompError", "ShapeError"),
+        ("AllocationError", "BindingError", "CacheError", "FeedError", "RefcompError", "ShapeError",
+         "UnsupportedError"),
         ".errors",
     ),
     **dict.fromkeys(("BoolTensor", "Tensor", "constant", "input"), ".ops.tensor"),
@@ -135,6 +136,7 @@ __all__ = [
     "FeedError",
     "AllocationError",
     "CacheError",
+    "UnsupportedError",
     "serving",
 ]
 

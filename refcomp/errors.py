@@ -34,3 +34,8 @@ class CacheError(RefcompError):
 class KVCacheError(RefcompError):
     """A paged KV pool cannot do what was asked: it is full, or a sequence, page or slot is not one it
     holds."""
+
+
+class UnsupportedError(RefcompError, AttributeError):
+    """A name refcomp's Tensor does not have (a PyTorch method it does not provide, say). Also an
+    AttributeError, so `hasattr` and `getattr(t, name, default)` behave as Python's do."""

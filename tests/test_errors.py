@@ -382,3 +382,21 @@ def test_expand_refuses_a_negative_size_other_than_minus_one():
         rc.evaluate(rc.input("y", (1, 3)).expand(2, -1), {"y": np.arange(3, dtype=np.float32)[None]}),
         torch.arange(3.0)[None].expand(2, -1).numpy(),
     )
+
+
+def test_a_pytorch_method_refcomp_lacks_is_an_unsupported_error_naming_it():
+    """Every public name of torch.Tensor that refcomp's Tensor lacks (the oracle: torch's own list):
+    a RefcompError that is also an AttributeError, so hasattr and getattr's default still work."""
+    torch = pytest.importorskip("torch")
+    x = rc.input("x", (3, 4))
+    missing = [n for n in dir(torch.Tensor) if not n.startswith("_") and not hasattr(x, n)]
+    assert {"item", "numpy", "backward", "zero_"} <= set(missing)
+    for name in missing:
+        with raises(rc.UnsupportedError, f"no {name!r}", "input 'x'"):
+            getattr(x, name)
+        assert getattr(x, name, None) is None
+    with raises(rc.UnsupportedError, "rc.evaluate"):
+        x.item()
+    with pytest.raises(AttributeError) as private:
+        x._no_such_thing  # noqa: B018  (private names stay Python's own AttributeError)
+    assert not isinstance(private.value, rc.RefcompError)

@@ -5,6 +5,7 @@ its methods only from the primitives in `primitives.OPS` and the core's builders
 """
 from __future__ import annotations
 
+from ..errors import UnsupportedError
 from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
 from .linalg import LinalgMixin
@@ -36,6 +37,25 @@ class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, Lina
              TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
+
+    def __getattr__(self, name: str):
+        """Reached only for a name the class lacks: a public one is an UnsupportedError that says what
+        to do instead (Python's protocols and private names stay plain AttributeErrors)."""
+        if name.startswith("_") or name == "edge":
+            raise AttributeError(name)
+        raise UnsupportedError(f"{self.label}: refcomp's Tensor has no {name!r}{_instead(name)}")
+
+
+def _instead(name: str) -> str:
+    """What a PyTorch user reaching for `name` can do in refcomp."""
+    if name in ("item", "tolist", "numpy", "cpu", "cuda", "detach", "data", "storage", "data_ptr"):
+        return ("; a refcomp Tensor is a value in a graph, not data: rc.evaluate(t, feeds) or "
+                "rc.compile(t).run(feeds) returns its array")
+    if name in ("backward", "grad", "requires_grad", "requires_grad_", "retain_grad"):
+        return "; refcomp compiles inference graphs and has no autograd"
+    if name.endswith("_"):
+        return f"; refcomp's tensors are immutable: use the out-of-place {name[:-1]!r} where it exists"
+    return " (docs/api.md lists the PyTorch methods refcomp has)"
 
 
 class BoolTensor(Tensor):
