@@ -17,6 +17,7 @@ from .creation import size_of, full
 from .elementwise import fmod, where
 
 LOG10_2 = math.log10(2.0)
+FINITE_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 def negative_sign_bit(x):
@@ -158,6 +159,95 @@ class TorchMethodsMixin:
             return where(lift(mask), float(value != 0), self)._as_bool()
         return where(lift(mask), value, self)
 
+
+    # --- more of PyTorch's methods: each from the ones above ----------------------------------------
+    def frac(self):
+        """x - trunc(x): the fractional part with the sign of x (an infinity gives NaN, as PyTorch)."""
+        return self - self.trunc()
+
+    def fmod(self, other):
+        """The C remainder: the sign of the dividend (rc.fmod)."""
+        return fmod(self, other)
+
+    def remainder(self, other):
+        """Python's and PyTorch's modulus: the sign of the divisor, as `%`."""
+        return self % other
+
+    def where(self, condition, other):
+        """torch.Tensor.where: this tensor where `condition` holds, else `other`."""
+        return where(condition, self, other)
+
+    def logit(self, eps=None):
+        """log(p / (1 - p)); with `eps`, p is first clamped to [eps, 1 - eps], as PyTorch does."""
+        p = self if eps is None else self.clamp(eps, 1.0 - eps)
+        return (p / (1.0 - p)).log()
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """NaN, inf and -inf replaced: by 0 and the dtype's largest and lowest finite values unless
+        given (integers and booleans are returned as they are, as PyTorch does)."""
+        if is_integer(self) or is_boolean(self):
+            return self
+        big = FINITE_MAX[self.dtype]
+        out = where(self.isnan(), float(nan), self)
+        out = where(out.eq(math.inf), big if posinf is None else float(posinf), out)
+        return where(out.eq(-math.inf), -big if neginf is None else float(neginf), out)
+
+    def nansum(self, dim=None, keepdim=False, *, dtype=None):
+        """The sum with NaNs counted as 0."""
+        kept = self if is_integer(self) or is_boolean(self) else where(self.isnan(), 0.0, self)
+        return kept.sum(dim, keepdim, dtype=dtype)
+
+    def count_nonzero(self, dim=None):
+        """How many elements are not 0 (NaN is not 0), over `dim` (every axis when None): int64."""
+        return self.ne(0.0).sum(dim).long()
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        """torch.Tensor.norm, the vector p-norm over `dim` (every element when None): 2 or "fro",
+        1, inf (the largest magnitude), -inf (the smallest), 0 (the count of non-zeros) and any other
+        real p, as (sum |x|^p)^(1/p). The nuclear norm ("nuc") is not here."""
+        axes = tuple(range(self.ndim)) if dim is None else dim
+        if p in ("fro", 2):
+            return (self * self).sum(axes, keepdim).sqrt()
+        if isinstance(p, str) or not isinstance(p, (int, float)) or isinstance(p, bool) or math.isnan(p):
+            raise ShapeError(f"norm of {self.label}: p must be a number or 'fro', got {p!r}")
+        magnitude = self.abs()
+        if p == math.inf:
+            return magnitude.amax(axes, keepdim)
+        if p == -math.inf:
+            return magnitude.amin(axes, keepdim)
+        if p == 0:
+            return self.ne(0.0).sum(axes, keepdim).float()
+        if p == 1:
+            return magnitude.sum(axes, keepdim)
+        return (magnitude ** float(p)).sum(axes, keepdim) ** (1.0 / p)
+
+    def mm(self, mat2):
+        """A matrix product of two matrices (2-D); `matmul` takes batches and vectors."""
+        mat2 = lift(mat2)
+        if self.ndim != 2 or mat2.ndim != 2:
+            raise ShapeError(f"mm of {self.label} and {mat2.label}: both must be 2-D (matmul takes batches)")
+        return self @ mat2
+
+    def narrow(self, dim, start, length):
+        """torch.narrow: `length` elements of axis `dim` from `start` (a negative start counts from the
+        end of an axis of known length)."""
+        axis = self._axis(dim)
+        n = self.shape[axis]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length)):
+            raise ShapeError(
+                f"narrow of {self.label}: start and length must be ints, got {start!r}, {length!r}"
+            )
+        if start < 0 and isinstance(n, int):
+            start += n
+        if length < 0 or start < 0 or (isinstance(n, int) and start + length > n):
+            raise ShapeError(f"narrow of {self.label}: {length} elements from {start} do not fit axis {axis} "
+                             f"of length {n}")
+        return self[(slice(None),) * axis + (slice(start, start + length),)]
+
+    def tile(self, dims):
+        """torch.tile: `repeat` with `dims` given leading 1s up to this tensor's rank."""
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        return self.repeat(*((1,) * (self.ndim - len(dims)) + dims))
 
     # --- about the tensor, and copies ---------------------------------------------------------------
     def size(self, dim=None):
