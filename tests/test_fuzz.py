@@ -174,6 +174,20 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "var_torch",
     }  # issue 28's calls
     assert len(torch_api & set(coverage)) >= 4, sorted(torch_api & set(coverage))
+    torch_methods = {
+        "nan_to_num",
+        "tile",
+        "nansum",
+        "logit",
+        "norm",
+        "narrow",
+        "frac",
+        "remainder",
+        "where_method",
+        "where_compared",
+        "count_nonzero",
+    }  # the methods added after issue 28 (fuzz/torch_steps.py: step_torch_methods)
+    assert len(torch_methods & set(coverage)) >= 8, sorted(torch_methods & set(coverage))
 
 
 def test_random_graphs_match_the_reference_with_and_without_search():

@@ -179,6 +179,7 @@ class Generator(BasicSteps, EdgeSteps, ModelSteps, ServingSteps, TorchSteps, Vie
             ("einsum", 0.3),
             ("torch_math", 0.5),
             ("torch_api", 2.0),
+            ("torch_methods", 1.0),
             ("storage", 0.4),
             ("exact", 1.5),
             ("combine", 1),

@@ -1,8 +1,11 @@
 """Generator steps for calls written the PyTorch way (issue 28): split and chunk pieces, clamp with number
 or tensor bounds, rc.tril/triu, max/min along a dim (the named pair's values, and its indices on exact
 values), var/std with a positional dim (PyTorch's correction 1), and random draws with fixed seeds.
-Mixed into `generator.Generator`, whose helpers (`pick`, `choice`, `emit`) they use."""
+`step_torch_methods` draws the methods added after issue 28 (frac ... tile). Mixed into
+`generator.Generator`, whose helpers (`pick`, `choice`, `emit`) they use."""
 from __future__ import annotations
+
+import math
 
 from .graph import max_extent
 
@@ -104,3 +107,45 @@ class TorchSteps:
                 "random_dropout",
             ),
         ]
+
+    def step_torch_methods(self) -> None:
+        """frac, fmod, remainder, where on a comparison and count_nonzero (discontinuous: on exact values
+        only), nan_to_num, nansum, norm, narrow, tile, logit and where on isfinite."""
+        v = self.pick(lambda v: len(v.shape) >= 1)
+        if v is None:
+            return self.step_unary()
+        n, nd = v.name, len(v.shape)
+        top = max(abs(v.lo), abs(v.hi))
+        axis = int(self.rng.integers(-nd, nd))
+        extent = float(max_extent(v.shape[axis]))
+        options = [
+            (f"{n}.nan_to_num()", v.lo, v.hi, v.exact, "nan_to_num"),
+            (f"{n}.tile(({int(self.rng.integers(1, 4))},))", v.lo, v.hi, v.exact, "tile"),
+            (f"{n}.nansum({axis})", extent * min(v.lo, 0.0), extent * max(v.hi, 0.0), False, "nansum"),
+            (f"{n}.sigmoid().logit(eps=1e-3)", -7.0, 7.0, False, "logit"),
+            (f"{n}.where({n}.isfinite(), 0.5)", min(v.lo, 0.5), max(v.hi, 0.5), v.exact, "where_method"),
+        ]
+        p = self.choice([1, 2, "math.inf"])
+        reach = {1: extent, 2: math.sqrt(extent), "math.inf": 1.0}[p]
+        options.append((f"{n}.norm({p}, {axis})", 0.0, top * reach, False, "norm"))
+        known = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 2]
+        if known:
+            k = self.choice(known)
+            length = v.shape[k]
+            start = int(self.rng.integers(-length + 1, length))
+            size = int(self.rng.integers(1, length - (start % length) + 1))
+            options.append((f"{n}.narrow({k}, {start}, {size})", v.lo, v.hi, v.exact, "narrow"))
+        if v.exact:
+            c = self.choice([2.5, -1.5, 3.0])
+            options += [
+                (f"{n}.frac()", -1.0 if v.lo < 0 else 0.0, 1.0 if v.hi > 0 else 0.0, True, "frac"),
+                (f"{n}.remainder({c})", min(c, 0.0), max(c, 0.0), True, "remainder"),
+                (f"{n}.fmod({c})", -abs(c) if v.lo < 0 else 0.0, abs(c) if v.hi > 0 else 0.0, True, "fmod"),
+                (f"{n}.where({n} > {c}, {-c})", min(v.lo, -c), max(v.hi, -c), True, "where_compared"),
+                (f"{n}.count_nonzero({axis}).float()", 0.0, extent, True, "count_nonzero"),
+            ]
+        expr, lo, hi, exact, op = options[int(self.rng.integers(len(options)))]
+        out = self.emit(expr, lo, hi, exact, op)
+        if out is not None:
+            self.tame(out)
+
