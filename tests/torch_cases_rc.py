@@ -141,6 +141,8 @@ case(
     X,
     exact=True,
 )
+refusal("rc.where", lambda c: rc.where(c > 0), "torch.nonzero", "where(condition, input, other)", inputs=(X,))
+refusal("rc.constant", lambda: rc.constant([0.0, 2.0]), "one number", "rc.input")
 for name in ("maximum", "minimum", "fmod", "atan2"):
     case(
         f"rc.{name}",

@@ -314,8 +314,16 @@ def lift(value, like: "TensorCore | None" = None) -> TensorCore:
 
 
 def constant(value) -> TensorCore:
+    """One number (or a dim) as a scalar tensor."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
     if isinstance(value, sympy.Expr):
         value = int(value) if value.is_Integer else value
+    elif not isinstance(value, numbers.Real):
+        raise ShapeError(
+            f"constant takes one number, got {type(value).__name__} {str(value)[:60]}: an array enters a "
+            f"graph as an rc.input, fed at run time"
+        )
     return TensorCore.from_node(
         make_node("Constant", value=value if isinstance(value, sympy.Expr) else float(value))
     )

@@ -296,9 +296,17 @@ def _ordered(a, b):
     return a_ok * (1.0 - lift(b).isnan())
 
 
+_MISSING = object()  # where(condition) alone: PyTorch's nonzero form
+
+
 @user_op
-def where(cond, a, b):
+def where(cond, a=_MISSING, b=_MISSING):
     """a where `cond` is non-zero, else b (np.where): the Where primitive after broadcasting."""
+    if a is _MISSING or b is _MISSING:
+        raise ShapeError(
+            "where(condition) alone is torch.nonzero's tuple of indices, whose length depends on the data: "
+            "a graph is built before its data, so give where(condition, input, other)"
+        )
     cond = lift(cond)
     a = lift(a, like=b if isinstance(b, TensorCore) else None)
     b = lift(b, like=a)
