@@ -1,5 +1,5 @@
-"""frac ... tile (their values against torch: tests/torch_cases_methods.py): what torch refuses is a
-ShapeError, and count_nonzero is int64 as torch's."""
+"""frac ... tile (their values against torch: tests/torch_cases_methods.py) and conv's named paddings:
+what torch refuses is a ShapeError, and count_nonzero is int64 as torch's."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,3 +33,13 @@ def test_what_torch_refuses_is_a_shape_error(call, fragment):
         eval(call, {"x": torch.zeros(3, 4)})  # noqa: S307
     with pytest.raises(rc.ShapeError, match=fragment):
         eval(call, {"x": rc.input("x", (3, 4))})  # noqa: S307
+
+
+@pytest.mark.parametrize("kwargs", [{"padding": "same", "stride": 2}, {"padding": "full"}])
+def test_a_named_padding_torch_refuses_is_a_shape_error(kwargs):
+    x, w = np.zeros((1, 2, 5, 5), np.float32), np.zeros((3, 2, 3, 3), np.float32)
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), **kwargs)
+    with pytest.raises(rc.ShapeError, match="padding"):
+        rc.nn.conv2d(rc.input("x", x.shape), rc.input("w", w.shape), **kwargs)
+

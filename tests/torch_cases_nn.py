@@ -141,6 +141,11 @@ for d in (1, 2, 3):
     same(
         f"conv{d}d", (None, 2, 1, 1, 2), inputs=(x, w), rtol=1e-5, atol=1e-5
     )  # bias, stride, padding, dilation, groups
+    same(f"conv{d}d", kwargs={"padding": "same"}, inputs=(x, a(6, 4, *(2,) * d), b), rtol=1e-5, atol=1e-5,
+         emulate=d == 2)  # an even kernel: the odd padding element at the end, as PyTorch
+    same(f"conv{d}d", kwargs={"padding": "same", "dilation": 2, "groups": 2}, inputs=(x, w), rtol=1e-5,
+         atol=1e-5)
+    same(f"conv{d}d", kwargs={"padding": "valid"}, inputs=(x, a(6, 4, *(3,) * d)), rtol=1e-5, atol=1e-5)
     same(f"conv_transpose{d}d", (None, 2, 1, 1), inputs=(x, a(4, 3, *(3,) * d)), rtol=1e-5, atol=1e-5)
     same(
         f"conv_transpose{d}d",

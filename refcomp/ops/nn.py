@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedError
 from .dtypes import DTYPES
 from ..symbolic.dims import dim, dims_equal, prod
 from .activations import (
@@ -152,6 +152,8 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
         raise ShapeError(
             f"{who}: {c_out} output channels of {weight.label} do not split into {groups} groups"
         )
+    if isinstance(padding, str):
+        padding = _named_padding(padding, kernel, stride, dilation, who)
     win = windows(
         x,
         kernel,
@@ -186,6 +188,24 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
         out = (win * kern).sum(-1)
     out = out.to(dtype).reshape((n, c_out) + outs)
     return out if bias is None else out + lift(bias).reshape((1, c_out) + (1,) * d)
+
+
+def _named_padding(padding: str, kernel: tuple, stride, dilation, who: str):
+    """PyTorch's padding="valid" (none) and "same" (an output as long as the input, stride 1): the
+    dilated kernel's extent less one, split with the odd element at the end, as PyTorch pads."""
+    if padding == "valid":
+        return 0
+    if padding != "same":
+        raise ShapeError(
+            f"{who}: padding must be 'valid', 'same', ints or (begin, end) pairs, got {padding!r}"
+        )
+    d = len(kernel)
+    if any(s != 1 for s in per_axis(stride, d, f"{who} stride", 1)):
+        raise ShapeError(f"{who}: padding='same' needs stride 1, as in PyTorch")
+    if not all(isinstance(k, int) for k in kernel):
+        raise ShapeError(f"{who}: padding='same' needs the kernel's size, not {kernel}")
+    totals = [step * (k - 1) for step, k in zip(per_axis(dilation, d, f"{who} dilation", 1), kernel)]
+    return tuple((total // 2, total - total // 2) for total in totals)
 
 
 @user_op
@@ -403,3 +423,10 @@ __all__ = [
     "log_softmax",
     "dropout",
 ]
+
+
+def __getattr__(name: str):
+    """A name rc.nn lacks (torch.nn.functional has many more): an UnsupportedError that says so."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    raise UnsupportedError(f"rc.nn has no {name!r} (docs/api.md lists the torch.nn.functional names it has)")
