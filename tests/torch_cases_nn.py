@@ -289,3 +289,50 @@ P, Y = a(5, lo=0, hi=1, values=(0.0, 0.3, 1.0, 0.9, 0.5)), a(5, lo=0, hi=1)
 for args in ((), (None, None, None, "sum"), (None, None, None, "none")):
     same("binary_cross_entropy", args, inputs=(P, Y), rtol=1e-6, atol=1e-6)
 same("binary_cross_entropy", inputs=(P, Y, a(5, lo=0, hi=2)), rtol=1e-6, atol=1e-6)
+
+# normalisations over channels, adaptive pooling, similarities, gated and plain activations, losses
+IMG, CH = a(2, 6, 5, 4), a(6)
+same("batch_norm", inputs=(IMG, a(6), a(6, lo=0.5, hi=2.0), CH, CH), rtol=1e-5, atol=1e-5, emulate=True)
+same("batch_norm", (None, None, None, None, True), inputs=(IMG,), rtol=1e-5, atol=1e-5)  # batch statistics
+refusal("nn.batch_norm", lambda x, m, v: nn.batch_norm(x, m, v, training=True), "in place",
+        inputs=(IMG, a(6), a(6, lo=0.5, hi=2.0)))
+case("nn.group_norm", lambda x, w, b: nn.group_norm(x, 3, w, b), lambda x, w, b: F.group_norm(x, 3, w, b),
+     IMG, CH, CH, rtol=1e-5, atol=1e-5, emulate=True)
+same("group_norm", (2,), inputs=(a(2, 4, 7),), rtol=1e-5, atol=1e-5)
+same("instance_norm", kwargs={"eps": 1e-3}, inputs=(IMG,), rtol=1e-5, atol=1e-5)
+refusal("nn.instance_norm", lambda x, m, v: nn.instance_norm(x, m, v), "running", inputs=(IMG, CH, CH))
+for d, size in ((1, 4), (2, (3, 2)), (2, 1), (2, (None, 3)), (3, (2, 3, 2))):
+    same(f"adaptive_avg_pool{d}d", (size,), inputs=(a(2, 3, *(7, 5, 4)[:d], edges=d == 1),), rtol=1e-6,
+         emulate=d == 2 and size == 1)
+same("cosine_similarity", inputs=(a(4, 6), a(4, 6)), rtol=1e-5, atol=1e-6)
+same("cosine_similarity", (0, 1e-3), inputs=(a(4, 6), a(1, 6, lo=-1e-3, hi=1e-3)), rtol=1e-5, atol=1e-6)
+same("pairwise_distance", inputs=(a(4, 6), a(4, 6)), rtol=1e-5)
+same("pairwise_distance", (1.0, 1e-6, True), inputs=(a(4, 6), a(6)), rtol=1e-5)
+for name in ("tanh", "sigmoid"):
+    same(name, inputs=(V,), rtol=2e-6, atol=1e-7)
+same("glu", inputs=(a(3, 8, edges=True),), rtol=2e-6)
+same("glu", (0,), inputs=(a(4, 3),), rtol=2e-6)
+P, Q = a(4, 5, lo=-4, hi=4), a(4, 5, lo=-4, hi=4)
+for name in ("mse_loss", "l1_loss"):
+    same(name, inputs=(P, Q), rtol=1e-6, emulate=name == "mse_loss")
+    same(name, kwargs={"reduction": "none"}, inputs=(P, Q), rtol=1e-6)
+    same(name, kwargs={"weight": None, "reduction": "sum"}, inputs=(P, Q), rtol=1e-6)
+    case(f"nn.{name}", lambda x, y, w, n=name: getattr(nn, n)(x, y, weight=w),
+         lambda x, y, w, n=name: getattr(F, n)(x, y, weight=w), P, Q, a(4, 5, lo=0, hi=2), rtol=1e-6)
+same("smooth_l1_loss", inputs=(P, Q), rtol=1e-6)
+same("smooth_l1_loss", kwargs={"beta": 0.5, "reduction": "none"}, inputs=(P, Q), rtol=1e-6)
+same("smooth_l1_loss", kwargs={"beta": 0.0}, inputs=(P, Q), rtol=1e-6)
+same("huber_loss", inputs=(P, Q), rtol=1e-6)
+same("huber_loss", ("sum", 2.0), inputs=(P, Q), rtol=1e-6)
+same("huber_loss", kwargs={"weight": None, "delta": 0.5, "reduction": "none"}, inputs=(P, Q), rtol=1e-6)
+LOGITS, PROB = a(4, 5, lo=-30, hi=30, edges=True), a(4, 5, lo=0, hi=1)
+same("binary_cross_entropy_with_logits", inputs=(LOGITS, PROB), rtol=1e-6)
+same("binary_cross_entropy_with_logits", kwargs={"reduction": "none"}, inputs=(LOGITS, PROB), rtol=1e-6)
+case("nn.binary_cross_entropy_with_logits",
+     lambda x, t, w: nn.binary_cross_entropy_with_logits(x, t, pos_weight=w),
+     lambda x, t, w: F.binary_cross_entropy_with_logits(x, t, pos_weight=w), a(4, 5), PROB, a(5, lo=0, hi=3),
+     rtol=1e-6)
+LOGP = a(4, 5, lo=-5, hi=0)
+same("kl_div", inputs=(LOGP, a(4, 5, values=(0.0,) * 5 + (0.25,) * 15)), rtol=1e-6)
+same("kl_div", kwargs={"reduction": "batchmean"}, inputs=(LOGP, PROB), rtol=1e-6)
+same("kl_div", kwargs={"reduction": "none", "log_target": True}, inputs=(LOGP, LOGP), rtol=1e-6)

@@ -98,6 +98,28 @@ def softsign(x):
 
 
 @user_op
+def tanh(input):
+    return lift(input).tanh()
+
+
+@user_op
+def sigmoid(input):
+    return lift(input).sigmoid()
+
+
+@user_op
+def glu(input, dim: int = -1):
+    """The gated linear unit: the first half of `dim` times the sigmoid of the second."""
+    x = lift(input)
+    axis = x._axis(dim)
+    n = x.shape[axis]
+    if not isinstance(n, int) or n % 2:
+        raise ShapeError(f"glu of {x.label}: axis {axis} must have an even length, not {n}")
+    first, second = x.split(n // 2, axis)
+    return first * second.sigmoid()
+
+
+@user_op
 def gelu(input, *, approximate: str = "none"):
     return lift(input).gelu(approximate)
 

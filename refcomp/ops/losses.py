@@ -13,6 +13,7 @@ import math
 import numbers
 
 from ..errors import ShapeError
+from ..symbolic.dims import dims_equal
 from .core import TensorCore, computed_in_float32, iota, is_integer, lift
 from .elementwise import where
 from .primitives import make_node
@@ -132,3 +133,93 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     _check("binary_cross_entropy", reduction, size_average, reduce)
     loss = -(t * p.log().maximum(-100.0) + (1.0 - t) * (1.0 - p).log().maximum(-100.0))
     return _reduced(loss if weight is None else loss * weight, reduction, "binary_cross_entropy")
+
+
+# --- elementwise losses of an input and a target (broadcast), reduced as `reduction` says -------------
+def _difference(who: str, input, target, reduction, size_average=None, reduce=None):
+    _check(who, reduction, size_average, reduce)
+    return lift(input) - lift(target)
+
+
+def _weighted(loss, weight):
+    return loss if weight is None else loss * weight
+
+
+def _weight_averaged(loss, weight, reduction: str, who: str):
+    """mse_loss's and l1_loss's `weight`, of the loss's own shape: their mean is then divided by the
+    weights' sum, not the count (PyTorch's)."""
+    if weight is None:
+        return _reduced(loss, reduction, who)
+    weight = lift(weight)
+    if weight.ndim != loss.ndim or not all(dims_equal(a, b) for a, b in zip(weight.shape, loss.shape)):
+        raise ShapeError(f"{who}: the weight {weight.label} must have the input's shape {loss.shape}")
+    if reduction == "mean":
+        return (loss * weight).sum() / weight.sum()
+    return _reduced(loss * weight, reduction, who)
+
+
+@user_op
+@computed_in_float32
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
+    d = _difference("mse_loss", input, target, reduction, size_average, reduce)
+    return _weight_averaged(d * d, weight, reduction, "mse_loss")
+
+
+@user_op
+@computed_in_float32
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
+    d = _difference("l1_loss", input, target, reduction, size_average, reduce)
+    return _weight_averaged(d.abs(), weight, reduction, "l1_loss")
+
+
+@user_op
+@computed_in_float32
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta = 0: the L1 loss), as PyTorch."""
+    d = _difference("smooth_l1_loss", input, target, reduction, size_average, reduce).abs()
+    if not isinstance(beta, numbers.Real) or beta < 0:
+        raise ShapeError(f"smooth_l1_loss: beta must be a non-negative number, got {beta!r}")
+    loss = d if beta == 0 else where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduced(loss, reduction, "smooth_l1_loss")
+
+
+@user_op
+@computed_in_float32
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)."""
+    d = _difference("huber_loss", input, target, reduction).abs()
+    if not isinstance(delta, numbers.Real) or delta <= 0:
+        raise ShapeError(f"huber_loss: delta must be a positive number, got {delta!r}")
+    loss = where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    return _reduced(_weighted(loss, weight), reduction, "huber_loss")
+
+
+@user_op
+@computed_in_float32
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction: str = "mean", pos_weight=None):
+    """(1 - t) x - w_p log sigmoid(x), w_p = 1 + (pos_weight - 1) t: PyTorch's form, finite for every
+    finite logit."""
+    x, t = lift(input), lift(target)
+    _check("binary_cross_entropy_with_logits", reduction, size_average, reduce)
+    log_sigmoid = -(-x).relu() - (-x.abs()).exp().log1p()  # -softplus(-x), without overflow
+    if pos_weight is not None:
+        log_sigmoid = log_sigmoid * ((lift(pos_weight) - 1.0) * t + 1.0)
+    loss = _weighted((1.0 - t) * x - log_sigmoid, weight)
+    return _reduced(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+@user_op
+@computed_in_float32
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
+    """target (log target - input), with 0 where the target is 0 (or exp(target) (target - input) for a
+    log target); reduction "batchmean" divides the sum by the batch, "mean" by every element."""
+    x, t = lift(input), lift(target)
+    _check("kl_div", "mean" if reduction == "batchmean" else reduction, size_average, reduce)
+    if log_target:
+        loss = t.exp() * (t - x)
+    else:
+        loss = where(t.eq(0.0), 0.0, t * t.log()) - t * x
+    if reduction == "batchmean":
+        return loss.sum() / (x.shape[0] if x.ndim else 1)
+    return _reduced(loss, reduction, "kl_div")

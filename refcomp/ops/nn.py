@@ -33,18 +33,25 @@ from .activations import (
     softmin,
     softplus,
     softsign,
+    glu,
+    sigmoid,
+    tanh,
 )
 from .attention import scaled_dot_product_attention
 from .random_tensors import dropout
-from .losses import binary_cross_entropy, cross_entropy, one_hot
+from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,
+                     kl_div, l1_loss, mse_loss, one_hot, smooth_l1_loss)
+from .normalization import batch_norm, group_norm, instance_norm
 from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
 from .elementwise import where
 from .tensor import Tensor, iota, lift
 from .core import computed_in_float32, widened
-from .pooling import (avg_pool1d, avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d,
-                      max_unpool2d, max_unpool3d)
+from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d, avg_pool2d,
+                      avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d,
+                      max_unpool3d)
+from .similarity import cosine_similarity, pairwise_distance
 from .windows import window_pads, per_axis, require_ndim, windows
 
 
@@ -422,6 +429,23 @@ __all__ = [
     "softmax",
     "log_softmax",
     "dropout",
+    "batch_norm",
+    "group_norm",
+    "instance_norm",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "cosine_similarity",
+    "pairwise_distance",
+    "glu",
+    "sigmoid",
+    "tanh",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
 ]
 
 
