@@ -186,8 +186,14 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "where_method",
         "where_compared",
         "count_nonzero",
-    }  # the methods added after issue 28 (fuzz/torch_steps.py: step_torch_methods)
-    assert len(torch_methods & set(coverage)) >= 8, sorted(torch_methods & set(coverage))
+        "mse_loss",
+        "huber_loss",
+        "cosine_similarity",
+        "group_norm",
+        "adaptive_avg_pool",
+        "glu",
+    }  # the methods and rc.nn functions added after issue 28 (fuzz/torch_steps.py: step_torch_methods)
+    assert len(torch_methods & set(coverage)) >= 12, sorted(torch_methods & set(coverage))
 
 
 def test_random_graphs_match_the_reference_with_and_without_search():

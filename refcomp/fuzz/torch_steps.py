@@ -110,7 +110,8 @@ class TorchSteps:
 
     def step_torch_methods(self) -> None:
         """frac, fmod, remainder, where on a comparison and count_nonzero (discontinuous: on exact values
-        only), nan_to_num, nansum, norm, narrow, tile, logit and where on isfinite."""
+        only), nan_to_num, nansum, norm, narrow, tile, logit and where on isfinite; and rc.nn's mse_loss,
+        huber_loss, cosine_similarity, group_norm, adaptive_avg_pool1d and glu."""
         v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return self.step_unary()
@@ -128,6 +129,22 @@ class TorchSteps:
         p = self.choice([1, 2, "math.inf"])
         reach = {1: extent, 2: math.sqrt(extent), "math.inf": 1.0}[p]
         options.append((f"{n}.norm({p}, {axis})", 0.0, top * reach, False, "norm"))
+        spread = v.hi - v.lo
+        options += [  # rc.nn's additions, each with a tolerance-friendly eps where a norm is divided by
+            (f"rc.nn.mse_loss({n}, {n} * 0.5, reduction='none')", 0.0, 0.25 * top * top, False, "mse_loss"),
+            (f"rc.nn.huber_loss({n}, {n} * 0.25, reduction='none')", 0.0, 0.75 * top, False, "huber_loss"),
+            (f"rc.nn.cosine_similarity({n}, {n} + 1.0, -1, eps=1.0)", -1.0, 1.0, False, "cosine_similarity"),
+        ]
+        if nd >= 2:
+            options.append((f"rc.nn.group_norm({n}, 1, eps=1.0)", -spread, spread, False, "group_norm"))
+        last = v.shape[-1]
+        if isinstance(last, int) and last >= 2 and nd in (2, 3):
+            size = int(self.rng.integers(1, last + 2))
+            pooled = f"rc.nn.adaptive_avg_pool1d({n}, {size})"
+            options.append((pooled, v.lo, v.hi, False, "adaptive_avg_pool"))
+        if isinstance(last, int) and last >= 2 and nd >= 2:
+            if last % 2 == 0:
+                options.append((f"rc.nn.glu({n})", min(v.lo, 0.0), max(v.hi, 0.0), False, "glu"))
         known = [a for a, d in enumerate(v.shape) if isinstance(d, int) and d >= 2]
         if known:
             k = self.choice(known)
