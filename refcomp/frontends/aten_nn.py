@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from ..ops import nn
 from ..ops.core import iota
@@ -15,7 +14,7 @@ from ..ops.creation import full
 from ..ops.elementwise import where
 from ..ops.joining import cat
 from ..ops.functions import bmm as rc_bmm, mm as rc_mm
-from ..ops.pooling import avg_pool, max_pool
+from ..ops.pooling import adaptive_avg_pool as nn_adaptive_avg_pool, avg_pool, max_pool
 from ..symbolic.dims import prod
 from .aten_values import Unavailable
 
@@ -139,30 +138,7 @@ def avg_pool_(ctx, x, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def adaptive_avg_pool(ctx, x, output_size):
-    """Output cell i averages input cells floor(i n / m) .. ceil((i + 1) n / m) - 1 along each axis
-    (n in, m out): a pool where m divides n, else a contraction with each axis' averaging matrix."""
-    x = ctx.tensor(x)
-    d = len(output_size)
-    sizes = x.shape[-d:]
-    if not all(isinstance(n, int) for n in sizes):
-        raise ctx.error(f"adaptive pooling needs known spatial sizes, not {sizes}")
-    if all(n % m == 0 for n, m in zip(sizes, output_size)):
-        kernel = tuple(n // m for n, m in zip(sizes, output_size))
-        batched = x.reshape((1, -1) + tuple(sizes)) if x.ndim != d + 2 else x  # (C, *spatial) as one sample
-        return avg_pool(batched, kernel, kernel, [(0, 0)] * d).reshape(
-            tuple(x.shape[:-d]) + tuple(output_size)
-        )
-    out = x
-    for k, (n, m) in enumerate(zip(sizes, output_size)):
-        matrix = np.zeros((m, n), np.float32)
-        for i in range(m):
-            lo, hi = (i * n) // m, -((-(i + 1) * n) // m)
-            matrix[i, lo:hi] = 1.0 / (hi - lo)
-        axis = x.ndim - d + k
-        weight = ctx.importer.static_weight(matrix)
-        moved = out.transpose(axis, -1)
-        out = (moved @ weight.transpose(0, 1)).transpose(axis, -1)
-    return out
+    return nn_adaptive_avg_pool(ctx.tensor(x), tuple(output_size))
 
 
 def adaptive_max_pool(ctx, x, output_size):
@@ -214,29 +190,16 @@ def native_group_norm(ctx, x, weight, bias, n, c, hxw, groups, eps):
     """(out, mean, rstd): statistics per (sample, group) over its channels and positions."""
     x = ctx.tensor(x)
     grouped = x.reshape(x.shape[0], groups, -1)
-    mean = grouped.mean(-1, keepdim=True)
-    rstd = (grouped.var(-1, correction=0, keepdim=True) + eps).rsqrt()
-    out = ((grouped - mean) * rstd).reshape(x.shape)
-    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    if weight is not None:
-        out = out * ctx.tensor(weight).reshape(channel)
-    if bias is not None:
-        out = out + ctx.tensor(bias).reshape(channel)
-    return out, mean.reshape(x.shape[0], groups), rstd.reshape(x.shape[0], groups)
+    mean = grouped.mean(-1)
+    rstd = (grouped.var(-1, correction=0) + eps).rsqrt()
+    return nn.group_norm(x, groups, _maybe(ctx, weight), _maybe(ctx, bias), eps), mean, rstd
 
 
 def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
     """(x - mean) / sqrt(var + eps) * weight + bias per channel (axis 1), from the running statistics;
     ATen's two other results (the saved statistics) are empty in inference."""
-    x = ctx.tensor(x)
-    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    out = (x - ctx.tensor(running_mean).reshape(channel)) * (
-        ctx.tensor(running_var).reshape(channel) + eps
-    ).rsqrt()
-    if weight is not None:
-        out = out * ctx.tensor(weight).reshape(channel)
-    if bias is not None:
-        out = out + ctx.tensor(bias).reshape(channel)
+    out = nn.batch_norm(ctx.tensor(x), ctx.tensor(running_mean), ctx.tensor(running_var), _maybe(ctx, weight),
+                        _maybe(ctx, bias), eps=eps)
     return out, full((0,), 0.0), full((0,), 0.0)
 
 
@@ -245,15 +208,8 @@ def batch_norm_batch_statistics(ctx, x, weight, bias, training=True, momentum=0.
     the batch and positions, as InstanceNorm needs in inference too; (out, mean, rstd), statistics (C,)."""
     x = ctx.tensor(x)
     axes = (0,) + tuple(range(2, x.ndim))
-    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    mean = x.mean(axes, keepdim=True)
-    rstd = (x.var(axes, correction=0, keepdim=True) + eps).rsqrt()
-    out = (x - mean) * rstd
-    if weight is not None:
-        out = out * ctx.tensor(weight).reshape(channel)
-    if bias is not None:
-        out = out + ctx.tensor(bias).reshape(channel)
-    return out, mean.reshape(x.shape[1]), rstd.reshape(x.shape[1])
+    out = nn.batch_norm(x, None, None, _maybe(ctx, weight), _maybe(ctx, bias), training=True, eps=eps)
+    return out, x.mean(axes), (x.var(axes, correction=0) + eps).rsqrt()
 
 
 def batch_norm_legit(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):

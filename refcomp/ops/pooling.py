@@ -206,38 +206,47 @@ def _max_unpool_nd(d: int):
     return user_op(unpool)
 
 
+def adaptive_avg_pool(x, output_size: tuple, who: str = "adaptive_avg_pool"):
+    """Each output position averages input positions [floor(o L / O), ceil((o + 1) L / O)) of each of
+    the last len(output_size) axes (PyTorch's windows; None keeps an axis): a pool where each output
+    size divides its input's, else per axis a sum under the windows' mask (so an inf stays in its own
+    window) divided by each window's count. Sizes must be known."""
+    x, d = lift(x), len(output_size)
+    if x.ndim not in (d + 1, d + 2):
+        raise ShapeError(f"{who} of {x.label}: the input must be (N, C, *{d} spatial) or (C, ...)")
+    spatial, sizes = tuple(x.shape[-d:]), []
+    for n, wanted in zip(spatial, output_size):
+        wanted = n if wanted is None else wanted
+        if not (isinstance(n, int) and isinstance(wanted, int)) or isinstance(wanted, bool) or wanted < 1:
+            raise ShapeError(f"{who} of {x.label}: sizes must be known and positive, got {n} -> {wanted!r}")
+        sizes.append(wanted)
+    if all(n % m == 0 for n, m in zip(spatial, sizes)):
+        kernel = tuple(n // m for n, m in zip(spatial, sizes))
+        batched = x.reshape((1, -1) + spatial) if x.ndim != d + 2 else x  # (C, *spatial) as one sample
+        pooled = avg_pool(batched, kernel, kernel, [(0, 0)] * d, who=who)
+        return pooled.reshape(tuple(x.shape[:-d]) + tuple(sizes))
+    out = x
+    for k, (n, wanted) in enumerate(zip(spatial, sizes)):
+        axis = x.ndim - d + k
+        o, j = iota((wanted, n), 0), iota((wanted, n), 1)
+        # floor(o n / O) <= j < ceil((o + 1) n / O), in products of integers (exact; no division)
+        window = ((j + 1.0) * wanted > o * n) * (j * wanted < (o + 1.0) * n)
+        rows = out.transpose(axis, -1).unsqueeze(-2)  # (..., 1, L) against the (O, L) windows
+        out = (where(window, rows, 0.0).sum(-1) / window.sum(1)).transpose(axis, -1)
+    return out
+
+
 def _adaptive_avg_pool_nd(d: int):
     def pool(input, output_size):
-        """Each output position averages input positions [floor(o L / O), ceil((o + 1) L / O)) of each of
-        the last d axes (PyTorch's windows): a sum under the window's mask, then a division by its
-        count. Sizes must be known; an output size of None keeps the axis."""
         who = f"adaptive_avg_pool{d}d"
-        x = lift(input)
-        if x.ndim not in (d + 1, d + 2):
-            raise ShapeError(f"{who} of {x.label}: the input must be (N, C, *{d} spatial) or (C, ...)")
         single = isinstance(output_size, int) or output_size is None
         sizes = (output_size,) * d if single else tuple(output_size)
         if len(sizes) != d:
-            raise ShapeError(f"{who} of {x.label}: give {d} output sizes, got {output_size!r}")
-        out = x
-        for k, wanted in enumerate(sizes):
-            axis = x.ndim - d + k
-            n = x.shape[axis]
-            wanted = n if wanted is None else wanted
-            if not (isinstance(n, int) and isinstance(wanted, int)) or isinstance(wanted, bool) or wanted < 1:
-                raise ShapeError(
-                    f"{who} of {x.label}: sizes must be known and positive, got {n} -> {wanted!r}"
-                )
-            o, j = iota((wanted, n), 0), iota((wanted, n), 1)
-            # floor(o n / O) <= j < ceil((o + 1) n / O), in products of integers (exact; no division)
-            window = ((j + 1.0) * wanted > o * n) * (j * wanted < (o + 1.0) * n)
-            # a masked sum, not a product with the 0/1 matrix: an inf outside a window stays out of it
-            rows = out.transpose(axis, -1).unsqueeze(-2)  # (..., 1, L) against the (O, L) windows
-            moved = where(window, rows, 0.0).sum(-1) / window.sum(1)
-            out = moved.transpose(axis, -1)
-        return out
+            raise ShapeError(f"{who}: give {d} output sizes, got {output_size!r}")
+        return adaptive_avg_pool(input, sizes, who)
 
     pool.__name__ = pool.__qualname__ = f"adaptive_avg_pool{d}d"
+    pool.__doc__ = f"torch.nn.functional.adaptive_avg_pool{d}d (see adaptive_avg_pool)."
     return user_op(computed_in_float32(pool))
 
 
@@ -259,6 +268,7 @@ __all__ = [
     "max_unpool1d",
     "max_unpool2d",
     "max_unpool3d",
+    "adaptive_avg_pool",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool3d",
