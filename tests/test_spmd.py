@@ -241,8 +241,9 @@ def test_random_graphs_with_random_shardings_match_the_reference():
     assert on_emulator.mismatches == [], on_emulator.mismatches[0]
     assert on_emulator.compared >= 20
     moved = check_sharded(
-        20, 10, rc.Mesh({"tp": 4}), backend="numpy"
-    )  # outputs laid out anew: splits move between dims
+        20, 13, rc.Mesh({"tp": 4}), backend="numpy"
+    )  # outputs laid out anew: splits move between dims (seed 13: 3 all-to-alls since the generator's
+    # torch_methods step moved the draws)
     assert moved.mismatches == [], moved.mismatches[0]
     assert moved.collectives["AllToAll"] >= 2, moved.collectives
 
