@@ -409,3 +409,14 @@ def test_a_torch_nn_functional_name_rc_nn_lacks_is_an_unsupported_error():
     for name in missing:
         with raises(rc.UnsupportedError, f"rc.nn has no {name!r}"):
             getattr(rc.nn, name)
+
+
+@pytest.mark.parametrize("shape", [None, 3.5, {2: 3}])
+def test_an_input_shape_that_is_no_sequence_is_a_shape_error(shape):
+    with raises(rc.ShapeError, "input 'x'", "tuple of dims"):
+        rc.input("x", shape)
+
+
+def test_an_input_shape_may_be_any_sequence_of_dims():
+    assert rc.input("x", np.array([2, 3])).shape == (2, 3)
+    assert rc.input("y", [2, "B"]).shape[0] == 2

@@ -364,7 +364,9 @@ def input(name: str, shape: Sequence, dtype: str = "float32", sharding=None, ran
     dtype = dtype_name(dtype, f"input {name!r}")
     if isinstance(shape, (int, str)):
         shape = (shape,)
-    dims = tuple(dim(n) for n in shape)
+    if not hasattr(shape, "__iter__") or isinstance(shape, dict):
+        raise ShapeError(f"input {name!r}: the shape must be a tuple of dims (ints or names), got {shape!r}")
+    dims = tuple(dim(n.item() if isinstance(n, np.integer) else n) for n in shape)
     for n in dims:
         if not isinstance(n, int) and not isinstance(n, sympy.Symbol):
             raise ShapeError(
