@@ -180,6 +180,8 @@ def test_pages_outside_the_pool_and_bad_requests_are_refused(family):
         ([[1, 999]], "token ids"),
         ([[1]] * 300, "batch"),
         ([["a"]], "token ids"),
+        ([1, 2, 3], "token ids"),  # a flat list is no list of prompts
+        ([[1.5]], "token ids"),  # ids are ints, not numbers rounded down
     ):
         with pytest.raises(EngineError, match=match):
             engine.generate(bad, 2)
@@ -189,3 +191,7 @@ def test_pages_outside_the_pool_and_bad_requests_are_refused(family):
         engine.generate([[1]], 2, sampling={"temperature": 1.0})
     with pytest.raises(EngineError, match="stop_token_ids"):
         engine.generate([[1]], 2, stop_token_ids=["x"])
+    for kwargs, match in (({"page_size": 0}, "page_size"), ({"pages": "8"}, "pages"),
+                          ({"backend": "tpu"}, "unknown backend")):
+        with pytest.raises(EngineError, match=match):  # before anything divides by or runs on them
+            Engine(model, **{"pages": 8, "page_size": 4, **kwargs})

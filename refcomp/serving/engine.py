@@ -18,6 +18,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from ..errors import RefcompError
+from ..exec.backends import BACKENDS
 from ..ops.core import input as rc_input
 from .kv_cache import PagedKVPool
 from .models import Decoder
@@ -67,8 +68,12 @@ class Engine:
         # tensor parallel (serving/parallel.py): the step programs compiled on `mesh`; backend "mpi" runs
         # one process per device, each stage on device_backend; another backend, a simulated mesh
         self.mesh, self.device_backend = mesh, device_backend
-        if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
-            raise EngineError(f"Engine: prefill_chunk must be an int >= 1, got {prefill_chunk!r}")
+        for what, value in (("prefill_chunk", prefill_chunk), ("pages", pages), ("page_size", page_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise EngineError(f"Engine: {what} must be an int >= 1, got {value!r}")
+        known = BACKENDS + (("mpi",) if mesh is not None else ())
+        if backend is not None and backend not in known:
+            raise EngineError(f"Engine: unknown backend {backend!r}: choose one of {known} (or None)")
         # scratch pages take the padding of a batched prefill chunk (one chunk's worth; bigger
         # batches are prefilled in groups that fit)
         self.pool = PagedKVPool(pages, page_size, s.layers, s.kv_heads, s.head_dim,
@@ -177,12 +182,13 @@ class Engine:
             raise EngineError("generate: the engine is already generating (finish or close the stream first)")
         seqs = []
         for i, (prompt, setting) in enumerate(zip(prompts, settings)):
-            try:
-                tokens = [int(t) for t in np.asarray(prompt).reshape(-1)]
-            except (TypeError, ValueError):
+            ids = np.asarray(prompt) if isinstance(prompt, (Sequence, np.ndarray)) else None
+            if ids is None or isinstance(prompt, (str, bytes)) or ids.ndim != 1 or (
+                    ids.size and ids.dtype.kind not in "iu"):
                 raise EngineError(
-                    f"generate: prompt {i} must be a list of token ids, got {prompt!r}"
-                ) from None
+                    f"generate: prompt {i} must be a list of token ids (ints), got {str(prompt)[:80]}"
+                )
+            tokens = [int(t) for t in ids]
             if setting is not None and not isinstance(setting, Sampling):
                 raise EngineError(
                     f"generate: sampling must be a serving.sampling.Sampling (or a list of them), "
