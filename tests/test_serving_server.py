@@ -142,6 +142,13 @@ def test_bad_requests_get_openais_errors_and_the_server_keeps_serving(client, li
     status, body = post(live, b'{"model": "tiny-gpt2", "prompt": [1,')
     assert status == 400 and body["error"]["type"] == "invalid_request_error"
     assert "could not parse the JSON body" in body["error"]["message"]
+    for extra, param in (({"top_k": 1.5}, "top_k"), ({"top_k": -5}, "top_k"),
+                         ({"repetition_penalty": 0}, "repetition_penalty")):  # vLLM's extensions
+        request = {"model": NAME, "prompt": [1], "max_tokens": 2, **extra}
+        status, body = post(live, json.dumps(request).encode())
+        assert status == 400 and body["error"]["param"] == param
+    status, body = post(live, b"[" * 100_000 + b"]" * 100_000)  # nested past the parser's recursion
+    assert status == 400 and "could not parse the JSON body" in body["error"]["message"]
     status, body = post(live, b'["not", "an", "object"]')
     assert status == 400 and set(body["error"]) == {"message", "type", "param", "code"}
     ok = client.completions.create(model=NAME, prompt=[1], max_tokens=1, temperature=0, echo=False, best_of=1,
@@ -151,6 +158,10 @@ def test_bad_requests_get_openais_errors_and_the_server_keeps_serving(client, li
     assert status == 400 and body["error"]["param"] == "model"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-4")
+    # vLLM's top_k is read: the one most likely token, whatever the temperature, is the greedy choice
+    one = client.completions.create(model=NAME, prompt=[4, 5], max_tokens=3, temperature=1.5,
+                                    extra_body={"top_k": 1, "seed": 7})
+    assert ids(one.choices[0].text) == alone((4, 5), 3)
     # still serving, every page back
     done = client.completions.create(model=NAME, prompt=[4, 5], max_tokens=3, temperature=0)
     assert ids(done.choices[0].text) == alone((4, 5), 3)

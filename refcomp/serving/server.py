@@ -141,9 +141,13 @@ class Service:
                 raise APIError(400, f"{total} tokens need more than the server's KV pool of "
                                f"{self.pool.num_pages * self.pool.page_size} tokens", "max_tokens",
                                "context_length_exceeded")
+        candidates = self.worker.scheduler.engine.candidates
+        top_k = _number(body, "top_k", 0, int, -1, candidates)  # vLLM's extensions: -1 and 0 are off
         sampling = Sampling(
             float(_number(body, "temperature", 1.0, (int, float), 0, 2)),
+            top_k=max(top_k, 0),
             top_p=float(_number(body, "top_p", 1.0, (int, float), 1e-9, 1)),
+            repetition_penalty=float(_number(body, "repetition_penalty", 1.0, (int, float), 1e-9, 1e9)),
             seed=int(_number(body, "seed", 0, int, -2 ** 63, 2 ** 64 - 1)) % 2 ** 24,  # the generator's range
         )
         stream = body.get("stream") or False
@@ -179,7 +183,7 @@ def create_app(worker: Worker, model_name: str) -> Starlette:
         try:
             try:
                 body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past reason
                 raise APIError(400, "We could not parse the JSON body of your request. (HINT: This likely "
                                "means you aren't using your HTTP library correctly. The OpenAI API expects "
                                "a JSON payload, but what was sent was not valid JSON.)") from None
