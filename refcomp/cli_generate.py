@@ -19,7 +19,7 @@ def _model(args):
         fields = json.loads(Path(args.config).read_text())
         import transformers
         config = transformers.AutoConfig.for_model(**fields)
-    except (OSError, ValueError, TypeError, KeyError) as e:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
         raise RefcompError(f"generate: --config {args.config}: {e}") from None
     return from_transformers(config, args.weights)
 

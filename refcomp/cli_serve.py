@@ -28,7 +28,7 @@ def load_model(args):
         raise RefcompError(
             "serve: reading a transformers config needs transformers (the [models] extra)"
         ) from None
-    except (OSError, ValueError, TypeError, KeyError) as e:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
         raise RefcompError(f"serve: {config}: {e}") from None
     return from_transformers(config, weights)
 

@@ -137,6 +137,8 @@ DAMAGE = {
     "directory": lambda lib: (lib.unlink(), (lib / "inner").mkdir(parents=True)),
     "stamp missing": lambda lib: lib.with_name(lib.name + ".stamp").unlink(),
     "stamp garbage": lambda lib: lib.with_name(lib.name + ".stamp").write_bytes(b"\xff{not json"),
+    "stamp nested past recursion": lambda lib: lib.with_name(lib.name + ".stamp").write_bytes(
+        b"[" * 100_000 + b"]" * 100_000),
     "stamp is a directory": lambda lib: (lib.with_name(lib.name + ".stamp").unlink(),
                                          lib.with_name(lib.name + ".stamp").mkdir()),
     "another compiler": _other_compiler,

@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from refcomp.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +49,15 @@ def test_refcomp_generate_refuses_bad_arguments(capsys):
     assert "top_k" in capsys.readouterr().err
     assert main(["generate", "--backend", "numpy", "--weights", "w.safetensors"]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json", "[" * 100_000 + "]" * 100_000])
+def test_refcomp_generate_refuses_a_config_that_is_no_object(tmp_path, capsys, text):
+    config = tmp_path / "config.json"
+    config.write_text(text)
+    argv = ["generate", "--backend", "numpy", "--weights", "w.safetensors", "--config", str(config)]
+    assert main(argv) == 2
+    assert f"--config {config}" in capsys.readouterr().err
 
 
 def test_the_example_runs(capsys):

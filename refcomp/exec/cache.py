@@ -157,7 +157,7 @@ def _vouched(target: Path, meta: dict[str, str]) -> bool:
     try:
         stamp = json.loads(_stamp(target).read_text())  # stamp first: it is written last
         return stamp == {"mac": mac(target.read_bytes()), **meta}
-    except (OSError, ValueError):  # missing, a directory, garbage, not UTF-8
+    except (OSError, ValueError, RecursionError):  # missing, a directory, garbage, not UTF-8, nested deep
         return False
 
 

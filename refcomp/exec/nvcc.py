@@ -135,7 +135,7 @@ def _read_report(target: Path) -> NvccReport | None:
         data = json.loads(target.read_text())
         kernels = {k: KernelResources(**v) for k, v in data["kernels"].items()}
         return NvccReport(data["arch"], kernels, data["log"], cached=True)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
