@@ -228,6 +228,9 @@ add("aten.mean.default", case(lambda x: A.mean.default(x), f(3, 4)))
 add("aten.var.correction", case(lambda x: A.var.correction(x, [1], correction=0, keepdim=True), f(3, 4)),
     case(lambda x: A.var.correction(x, None), f(3, 4)))
 add("aten.var.dim", case(lambda x: A.var.dim(x, [0], False), f(3, 4)))
+add("aten.var_mean.correction",
+    case(lambda x: A.var_mean.correction(x, [1], correction=0, keepdim=True), f(3, 4)),
+    case(lambda x: A.var_mean.correction(x, None), f(3, 4, special=True)))
 add(
     "aten.amax.default",
     case(lambda x: A.amax.default(x, [1]), f(3, 4, special=True)),

@@ -44,6 +44,11 @@ def var(ctx, x, axis=None, correction=None, keepdim=False):
     return ctx.tensor(x).var(_dims(axis), correction=int(correction), keepdim=keepdim)
 
 
+def var_mean(ctx, x, axis=None, correction=None, keepdim=False):
+    """(var, mean): torch.var_mean and std_mean (whose square root ATen takes after it)."""
+    return var(ctx, x, axis, correction, keepdim), mean(ctx, x, axis, keepdim)
+
+
 def var_unbiased(ctx, x, axis=None, unbiased=True, keepdim=False):
     """var.dim: the older form, unbiased meaning correction 1."""
     return ctx.tensor(x).var(_dims(axis), correction=1 if unbiased else 0, keepdim=keepdim)

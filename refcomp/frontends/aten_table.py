@@ -350,6 +350,7 @@ ROWS = [
     Row("aten.mean.default", r.mean, ""),
     Row("aten.var.correction", r.var, "correction None is 1"),
     Row("aten.var.dim", r.var_unbiased, "unbiased"),
+    Row("aten.var_mean.correction", r.var_mean, "(var, mean); correction None is 1"),
     Row("aten.amax.default", r.amax, "NaN propagates", ints=m.first_bound),
     Row("aten.amin.default", r.amin, "NaN propagates", ints=m.first_bound),
     Row("aten.max.dim", r.extreme_dim("max"), "(values, indices of the first maximum)", ints=r.pair_bound),
