@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from ..errors import ShapeError
-from .core import lift
+from .core import computed_in_float32, lift
 from .elementwise import where
 from .provenance import user_op
 
@@ -24,24 +24,28 @@ def _negative_part_expm1(x):
 
 
 @user_op
+@computed_in_float32
 def leaky_relu(x, negative_slope: float = 0.01):
     x = lift(x)
     return x.relu() + negative_slope * x.minimum(0.0)
 
 
 @user_op
+@computed_in_float32
 def elu(x, alpha: float = 1.0):
     x = lift(x)
     return x.relu() + alpha * _negative_part_expm1(x)
 
 
 @user_op
+@computed_in_float32
 def selu(x):
     x = lift(x)
     return SELU_SCALE * (x.relu() + SELU_ALPHA * _negative_part_expm1(x))
 
 
 @user_op
+@computed_in_float32
 def celu(x, alpha: float = 1.0):
     if alpha == 0.0:
         raise ShapeError("celu: alpha must be non-zero (it divides x)")
@@ -50,6 +54,7 @@ def celu(x, alpha: float = 1.0):
 
 
 @user_op
+@computed_in_float32
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's linear tail)."""
     x = lift(x)
@@ -59,6 +64,7 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
 
 
 @user_op
+@computed_in_float32
 def mish(x):
     x = lift(x)
     return x * softplus(x).tanh()
@@ -75,23 +81,27 @@ def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
 
 
 @user_op
+@computed_in_float32
 def hardsigmoid(x):
     return relu6(lift(x) + 3.0) * (1.0 / 6.0)
 
 
 @user_op
+@computed_in_float32
 def hardswish(x):
     x = lift(x)
     return x * hardsigmoid(x)
 
 
 @user_op
+@computed_in_float32
 def logsigmoid(x):
     """log(sigmoid(x)) = -softplus(-x), finite for every finite x."""
     return -softplus(-lift(x))
 
 
 @user_op
+@computed_in_float32
 def softsign(x):
     x = lift(x)
     return x / (1.0 + x.abs())
@@ -108,6 +118,7 @@ def sigmoid(input):
 
 
 @user_op
+@computed_in_float32
 def glu(input, dim: int = -1):
     """The gated linear unit: the first half of `dim` times the sigmoid of the second."""
     x = lift(input)

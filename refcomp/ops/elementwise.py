@@ -13,7 +13,7 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import TensorCore, broadcast, broadcast_shape, is_boolean, keep_bool, lift
+from .core import TensorCore, broadcast, broadcast_shape, computed_in_float32, is_boolean, keep_bool, lift
 from .joining import stack
 from .primitives import make_node
 
@@ -158,15 +158,19 @@ class ElementwiseMixin:
     def reciprocal(self):
         return self._unary("Recip")
 
+    @computed_in_float32
     def exp(self):
         return (self * LOG2_E).exp2()
 
+    @computed_in_float32
     def log(self):
         return self.log2() * LN_2
 
+    @computed_in_float32
     def cos(self):
         return (self + math.pi / 2).sin()
 
+    @computed_in_float32
     def rsqrt(self):
         return self.sqrt().reciprocal()
 
@@ -194,9 +198,11 @@ class ElementwiseMixin:
 
     clip = clamp
 
+    @computed_in_float32
     def sigmoid(self):
         return 1.0 / (1.0 + (-self).exp())
 
+    @computed_in_float32
     def gelu(self, approximate: str = "none"):
         """GELU, x * Phi(x). `approximate="none"` (PyTorch's default) is the exact x/2 * erfc(-x/sqrt 2),
         which keeps erfc's relative accuracy in the negative tail where 1 + erf(x/sqrt 2) would cancel;
@@ -208,6 +214,7 @@ class ElementwiseMixin:
             return 0.5 * self * (self * (-1.0 / math.sqrt(2.0))).erfc()
         raise ShapeError(f"gelu of {self.label}: approximate must be 'tanh' or 'none', got {approximate!r}")
 
+    @computed_in_float32
     def silu(self):
         return self * self.sigmoid()
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .core import constant, lift
+from .core import computed_in_float32, constant, lift
 from .elementwise import fmod, where
 
 TANH_MAX_REL_ERROR = 5e-7
@@ -50,6 +50,7 @@ ERFC_CHEBYSHEV = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 
 class SpecialMixin:
     __slots__ = ()
 
+    @computed_in_float32
     def expm1(self):
         """exp(x) - 1, accurate near 0: a Taylor series on |x| < 0.5, exp(x) - 1 elsewhere.
 
@@ -59,6 +60,7 @@ class SpecialMixin:
         """
         return where(self.abs() < 0.5, self * _horner(self, EXPM1_TAYLOR), self.exp() - 1.0)
 
+    @computed_in_float32
     def log1p(self):
         """log(1 + x), accurate near 0: 2 atanh(s) with s = x / (2 + x) on |x| < 0.5, log(1 + x) elsewhere.
 
@@ -68,6 +70,7 @@ class SpecialMixin:
         s = self / (2.0 + self)
         return where(self.abs() < 0.5, 2.0 * s * _horner(s * s, ATANH_TAYLOR), (1.0 + self).log())
 
+    @computed_in_float32
     def tanh(self):
         """tanh with a small relative error everywhere: -expm1(-2|x|) / (2 + expm1(-2|x|)), signed.
 
@@ -79,12 +82,14 @@ class SpecialMixin:
         nonzero = (self < 0.0) + (self > 0.0)
         return where(nonzero, where(self < 0.0, -magnitude, magnitude), self)
 
+    @computed_in_float32
     def erf(self):
         """The error function: a 13-term Taylor series on |x| <= 1, 1 - erfc(|x|) (signed) above."""
         a = self.abs()
         tail = _erfc_tail(a)
         return where(a > 1.0, where(self < 0.0, tail - 1.0, 1.0 - tail), _erf_series(self))
 
+    @computed_in_float32
     def erfc(self):
         """1 - erf(x), with a small relative error in the right tail (erfc(9) is 4e-37, not 0).
 

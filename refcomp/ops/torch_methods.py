@@ -12,7 +12,7 @@ import math
 
 from ..errors import ShapeError
 from ..symbolic.dims import prod
-from .core import is_boolean, is_integer, lift
+from .core import computed_in_float32, is_boolean, is_integer, lift
 from .creation import size_of, full
 from .elementwise import fmod, where
 
@@ -89,6 +89,7 @@ class TorchMethodsMixin:
     def neg(self):
         return -self
 
+    @computed_in_float32
     def log10(self):
         return self.log2() * LOG10_2
 
@@ -116,6 +117,7 @@ class TorchMethodsMixin:
         magnitude = self.abs()
         return where(negative_sign_bit(lift(other)), -magnitude, magnitude)
 
+    @computed_in_float32
     def logaddexp(self, other):
         """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); equal infinities give themselves."""
         other = lift(other)
@@ -177,6 +179,7 @@ class TorchMethodsMixin:
         """torch.Tensor.where: this tensor where `condition` holds, else `other`."""
         return where(condition, self, other)
 
+    @computed_in_float32
     def logit(self, eps=None):
         """log(p / (1 - p)); with `eps`, p is first clamped to [eps, 1 - eps], as PyTorch does."""
         p = self if eps is None else self.clamp(eps, 1.0 - eps)

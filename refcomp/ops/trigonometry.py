@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .core import lift
+from .core import computed_in_float32, lift
 from .elementwise import where
 from .torch_methods import negative_sign_bit
 
@@ -46,45 +46,55 @@ def atan2(y, x):
 class TrigonometryMixin:
     __slots__ = ()
 
+    @computed_in_float32
     def tan(self):
         return self.sin() / self.cos()
 
+    @computed_in_float32
     def atan(self):
         return _atan_of_magnitude(self.abs()).copysign(self)
 
+    @computed_in_float32
     def asin(self):
         """atan(x / sqrt((1 - x)(1 + x))): +-pi/2 at +-1, NaN beyond."""
         return (self / ((1.0 - self) * (1.0 + self)).sqrt()).atan()
 
+    @computed_in_float32
     def acos(self):
         """2 atan(sqrt((1 - x) / (1 + x))): accurate near 1 (0 there), pi at -1, NaN beyond."""
         return 2.0 * _atan_of_magnitude(((1.0 - self) / (1.0 + self)).sqrt())
 
+    @computed_in_float32
     def arctan2(self, other):
         return atan2(self, other)
 
+    @computed_in_float32
     def sinh(self):
         """(e + e / (e + 1)) / 2 with e = expm1(|x|), signed; exp(|x| - log 2) where that would overflow."""
         a = self.abs()
         e = a.expm1()
         return where(a > 20.0, (a - LN_2).exp(), 0.5 * (e + e / (e + 1.0))).copysign(self)
 
+    @computed_in_float32
     def cosh(self):
         a = self.abs()
         return where(a > 20.0, (a - LN_2).exp(), 0.5 * (a.exp() + (-a).exp()))
 
+    @computed_in_float32
     def asinh(self):
         """log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), signed; log(|x|) + log 2 past 1e8."""
         a = self.abs()
         small = (a + a * a / (1.0 + (1.0 + a * a).sqrt())).log1p()
         return where(a > HUGE, a.log() + LN_2, small).copysign(self)
 
+    @computed_in_float32
     def acosh(self):
         """log1p((x - 1) + sqrt((x - 1)(x + 1))); log(x) + log 2 past 1e8; NaN below 1."""
         t = self - 1.0
         inside = where(self > HUGE, self.log() + LN_2, (t + (t * (self + 1.0)).sqrt()).log1p())
         return where(self < 1.0, math.nan, inside)
 
+    @computed_in_float32
     def atanh(self):
         """log1p(2|x| / (1 - |x|)) / 2, signed (log1p's argument is never near -1): +-inf at +-1, NaN
         beyond."""
