@@ -217,3 +217,15 @@ def test_unary_composites_round_once(name, dtype):
     out = getattr(rc.nn, name)(g) if functional is not None else getattr(g, name)()
     want = rounded_once(functional or (lambda t: getattr(t, name)()), dtype, x)
     check(out, {"x": x}, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("call", ["x ** 2.5", "x ** y", "x ** -1.5", "x.lerp(y, 0.3)", "x.round(decimals=1)"])
+def test_powers_lerp_and_rounding_to_decimals_round_once(call, dtype):
+    rng = np.random.default_rng(len(call))
+    x, y = rng.uniform(0.1, 10, 64).astype(np.float32), rng.uniform(-3, 3, 64).astype(np.float32)
+    gx, gy = rc.input("x", (64,), dtype), rc.input("y", (64,), dtype)
+    out = eval(call, {"x": gx, "y": gy})  # noqa: S307  (the literals above)
+    feeds = {"x": x, "y": y} if "y" in call else {"x": x}
+    want = rounded_once(lambda a, b: eval(call, {"x": a, "y": b}), dtype, x, y)  # noqa: S307
+    check(out, feeds, want, dtype)

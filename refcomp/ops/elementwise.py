@@ -70,9 +70,11 @@ class ElementwiseMixin:
     def __rmod__(self, other):
         return lift(other, like=self) % self
 
+    @computed_in_float32
     def __pow__(self, exponent):
         return power(self, exponent)
 
+    @computed_in_float32
     def __rpow__(self, base):
         return power(base, self)
 

@@ -102,6 +102,7 @@ class TorchMethodsMixin:
         """Toward zero: ceil below 0, floor above (-0.5 gives -0.0, as in NumPy)."""
         return where(self < 0.0, self.ceil(), self.floor())
 
+    @computed_in_float32
     def round(self, decimals: int = 0):
         """Half to even, as torch.round and np.round; `decimals` scales by 10^decimals first."""
         if decimals:
@@ -124,6 +125,7 @@ class TorchMethodsMixin:
         top = self.maximum(other)
         return where(self.eq(other), self + math.log(2.0), top + (-(self - other).abs()).exp().log1p())
 
+    @computed_in_float32
     def lerp(self, end, weight):
         """start + weight (end - start), computed from the nearer end as PyTorch does (exact at both ends)."""
         end, weight = lift(end), lift(weight)
