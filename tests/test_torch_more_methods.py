@@ -43,3 +43,16 @@ def test_a_named_padding_torch_refuses_is_a_shape_error(kwargs):
     with pytest.raises(rc.ShapeError, match="padding"):
         rc.nn.conv2d(rc.input("x", x.shape), rc.input("w", w.shape), **kwargs)
 
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("call", ["x.sign()", "x.relu()", "x.trunc()", "x.floor()", "x.ceil()", "x.round()",
+                                  "x.copysign(x - 1)", "x.copysign(-1.0)", "x.abs()", "x.clamp(-1, 3)"])
+def test_integer_tensors_keep_torchs_result_type(call, dtype):
+    """An integer tensor's floor, sign or relu is an integer tensor, its copysign a float one (these
+    were float32 where torch keeps the integers)."""
+    x = np.array([-7, -1, 0, 2, 9], dtype)
+    out = eval(call, {"x": rc.input("x", (5,), dtype)})  # noqa: S307  (the literals above)
+    want = eval(call, {"x": torch.tensor(x)})  # noqa: S307
+    assert out.dtype == str(want.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(rc.evaluate(out, {"x": x}), want.numpy())

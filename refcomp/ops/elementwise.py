@@ -13,7 +13,8 @@ import numbers
 
 from ..errors import ShapeError
 from .provenance import user_op
-from .core import TensorCore, broadcast, broadcast_shape, computed_in_float32, is_boolean, keep_bool, lift
+from .core import (TensorCore, broadcast, broadcast_shape, computed_in_float32, is_boolean, is_integer,
+                   keep_bool, lift)
 from .joining import stack
 from .primitives import make_node
 
@@ -188,7 +189,7 @@ class ElementwiseMixin:
         return self.maximum(-self)
 
     def relu(self):
-        return self.maximum(0.0)
+        return self.maximum(0 if is_integer(self) else 0.0)  # an integer tensor stays one
 
     def clamp(self, min=None, max=None):
         """torch.clamp: maximum with min, then minimum with max (numbers or tensors), so min > max gives

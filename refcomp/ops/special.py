@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .core import computed_in_float32, constant, lift
+from .core import computed_in_float32, constant, is_integer, lift
 from .elementwise import fmod, where
 
 TANH_MAX_REL_ERROR = 5e-7
@@ -105,12 +105,14 @@ class SpecialMixin:
         fmod and the subtraction are exact in float32, so this is exact; where the remainder is 0
         (integers, every |x| >= 2^23, +-0.0) or NaN (+-inf, NaN) the answer is x itself.
         """
+        if is_integer(self):
+            return self  # an integer tensor is its own floor, of its own type (PyTorch's)
         frac = fmod(self, 1.0)
         return where((frac < 0.0) + (frac > 0.0), (self - frac) - (frac < 0.0), self)
 
     def ceil(self):
         """The smallest integer >= x: -floor(-x) (so ceil(-0.5) is -0.0, as in NumPy)."""
-        return -((-self).floor())
+        return self if is_integer(self) else -((-self).floor())
 
 
 def _erf_series(x):

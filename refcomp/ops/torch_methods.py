@@ -95,16 +95,20 @@ class TorchMethodsMixin:
 
     # --- rounding -------------------------------------------------------------------------------
     def sign(self):
-        """-1, 0 or 1; NaN gives 0, as in PyTorch (NumPy gives NaN)."""
+        """-1, 0 or 1 (of an integer tensor's own type); NaN gives 0, as in PyTorch (NumPy gives NaN)."""
+        if is_integer(self):
+            return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
         return (self > 0.0) - (self < 0.0)
 
     def trunc(self):
-        """Toward zero: ceil below 0, floor above (-0.5 gives -0.0, as in NumPy)."""
-        return where(self < 0.0, self.ceil(), self.floor())
+        """Toward zero: ceil below 0, floor above (-0.5 gives -0.0, as in NumPy); integers stay."""
+        return self if is_integer(self) else where(self < 0.0, self.ceil(), self.floor())
 
     @computed_in_float32
     def round(self, decimals: int = 0):
         """Half to even, as torch.round and np.round; `decimals` scales by 10^decimals first."""
+        if is_integer(self) and not decimals:
+            return self
         if decimals:
             scale = 10.0 ** decimals
             return (self * scale).round() / scale
@@ -115,7 +119,8 @@ class TorchMethodsMixin:
 
     # --- two operands -----------------------------------------------------------------------------
     def copysign(self, other):
-        magnitude = self.abs()
+        """|x| with the sign of `other` (-0.0 counts as negative); a float result, as PyTorch's."""
+        magnitude = (self.float() if is_integer(self) else self).abs()
         return where(negative_sign_bit(lift(other)), -magnitude, magnitude)
 
     @computed_in_float32
