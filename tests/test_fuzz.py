@@ -422,3 +422,17 @@ def test_the_cost_model_counts_fuzzed_programs_as_the_profiler_does():
     total = fuzz.run(6, 5, 6, progress=True, shrink_failures=False, out=out, jobs=1, timeout=120, model=True)
     assert total.errors == [] and total.mismatches == [], out.getvalue()
     assert total.model_checked == total.kernels["search"] + total.kernels["plain"] > 6
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--replay", "abc"], "SEED:INDEX"),
+    (["--count", "1", "--per-program", "0"], "--per-program"),
+    (["--count", "0"], "--count"),
+    (["--modes", "bogus", "--count", "1"], "--modes"),
+])
+def test_cli_refuses_bad_arguments_in_one_line(argv, said, capsys):
+    """A ValueError traceback (a malformed --replay, --per-program 0) or a silent no-op (--modes
+    bogus) before; argparse's one-line error and exit status 2 now."""
+    with pytest.raises(SystemExit) as exited:
+        fuzz.main(argv)
+    assert exited.value.code == 2 and said in capsys.readouterr().err

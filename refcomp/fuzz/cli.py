@@ -263,11 +263,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--backend", default="numpy", help="with --mesh: each device's executor (numpy or emulator)"
     )
     args = parser.parse_args(argv)
+    for flag, value in (("--count", args.count), ("--per-program", args.per_program), ("--jobs", args.jobs)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or any(m not in ("search", "plain") for m in modes):
+        parser.error(f"--modes takes search and/or plain, comma-separated, got {args.modes!r}")
+    replay = args.replay.split(":") if args.replay else None
+    if replay and (len(replay) != 2 or not all(p.isdigit() for p in replay)):
+        parser.error(f"--replay takes SEED:INDEX (two non-negative ints), got {args.replay!r}")
     if args.mesh:
         return _run_sharded(args)
-    modes = tuple(m for m in args.modes.split(",") if m)
-    if args.replay:
-        seed, index = (int(x) for x in args.replay.split(":"))
+    if replay:
+        seed, index = (int(x) for x in replay)
         graph = generate(seed, index, () if args.known_bugs else tuple(KNOWN_BUGS))
         bindings = bindings_for(seed, index // args.per_program)
         print(f"# seed {seed}, graph {index}, bindings {bindings}\n{graph.code()}")
