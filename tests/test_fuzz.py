@@ -192,6 +192,7 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "group_norm",
         "adaptive_avg_pool",
         "glu",
+        "index_tensor",
     }  # the methods and rc.nn functions added after issue 28 (fuzz/torch_steps.py: step_torch_methods)
     assert len(torch_methods & set(coverage)) >= 12, sorted(torch_methods & set(coverage))
 

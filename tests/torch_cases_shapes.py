@@ -133,10 +133,18 @@ case(
 for index in ((slice(None), slice(None, None, 2)), (Ellipsis, -1), (slice(1, None), None, 0)):
     case("Tensor.x[1, 2:5, None, ...]", lambda x, i=index: x[i], lambda t, i=index: t[i], X, exact=True)
 case("Tensor.x[ids]", lambda x, i: x[i], lambda t, i: t[i], X, a(2, 2, ids=True, high=3), exact=True)
+ANY_AXIS = (((slice(None), "ids"), a(3, ids=True, high=4)), ((Ellipsis, "ids"), a(2, 2, ids=True, high=5)),
+            ((1, "ids"), a(1, 2, ids=True, high=4)), (("ids", slice(1, None)), a(2, ids=True, high=3)))
+for where, ids in ANY_AXIS:
+    case("Tensor.x[ids]", lambda x, i, w=where: x[tuple(i if p == "ids" else p for p in w)],
+         lambda t, i, w=where: t[tuple(i if p == "ids" else p for p in w)], X, ids, exact=True,
+         emulate=where[0] is Ellipsis)  # ids along any axis, of any shape: PyTorch's placement
+
 for index in ((slice(None), [3, 0]), (1, [3, 2, 0]), (Ellipsis, [1, 3]), [0, 2, 2], (slice(None), [2, 0, 2])):
     case("Tensor.x[..., [2, 0, 2], ...]", lambda x, i=index: x[i], lambda t, i=index: t[i], X, exact=True)
 refusal(
-    "Tensor.x[..., [2, 0, 2], ...]", lambda x: x[[0, 1], [0, 1]], "one list of ints at a time", inputs=(X,)
+    "Tensor.x[..., [2, 0, 2], ...]", lambda x: x[[0, 1], [0, 1]], "one list or tensor of ints at a time",
+    inputs=(X,)
 )
 refusal("Tensor.x[..., [2, 0, 2], ...]", lambda x: x[x > 0], "boolean mask", inputs=(X,))
 

@@ -111,7 +111,8 @@ class TorchSteps:
     def step_torch_methods(self) -> None:
         """frac, fmod, remainder, where on a comparison and count_nonzero (discontinuous: on exact values
         only), nan_to_num, nansum, norm, narrow, tile, logit and where on isfinite; and rc.nn's mse_loss,
-        huber_loss, cosine_similarity, group_norm, adaptive_avg_pool1d and glu."""
+        huber_loss, cosine_similarity, group_norm, adaptive_avg_pool1d and glu; and x[:, ids] along any
+        axis."""
         v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return self.step_unary()
@@ -152,6 +153,11 @@ class TorchSteps:
             start = int(self.rng.integers(-length + 1, length))
             size = int(self.rng.integers(1, length - (start % length) + 1))
             options.append((f"{n}.narrow({k}, {start}, {size})", v.lo, v.hi, v.exact, "narrow"))
+
+            def indexed(k=k, length=length):  # its ids input is made only when this option is drawn
+                ids = self.new_input(self.choice([(2,), (1, 3), ()]), "ids", length)
+                return f"{n}[{':, ' * k}{ids.name}]"
+            options.append((indexed, v.lo, v.hi, v.exact, "index_tensor"))
         if v.exact:
             c = self.choice([2.5, -1.5, 3.0])
             options += [
@@ -162,7 +168,7 @@ class TorchSteps:
                 (f"{n}.count_nonzero({axis}).float()", 0.0, extent, True, "count_nonzero"),
             ]
         expr, lo, hi, exact, op = options[int(self.rng.integers(len(options)))]
-        out = self.emit(expr, lo, hi, exact, op)
+        out = self.emit(expr() if callable(expr) else expr, lo, hi, exact, op)
         if out is not None:
             self.tame(out)
 

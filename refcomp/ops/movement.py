@@ -208,7 +208,14 @@ class MovementMixin:
                 f"which a graph cannot have; use rc.where or masked_fill"
             )
         index = index if isinstance(index, tuple) else (index,)
-        lists = [k for k, i in enumerate(index) if _is_int_list(i)]
+        lists = [k for k, i in enumerate(index) if _is_int_list(i) or isinstance(i, TensorCore)]
+        if len(lists) > 1:
+            raise ShapeError(
+                f"indexing {self.label}: one list or tensor of ints at a time (several index lists "
+                f"broadcast together, which refcomp does not do)"
+            )
+        if lists and isinstance(index[lists[0]], TensorCore):
+            return self._index_with_ids(index, lists[0])
         if lists:
             return self._index_with_list(index, lists)
         ellipses = [
@@ -249,17 +256,10 @@ class MovementMixin:
                 )
         return self.with_views(views).reshape(tuple(shape_out))
 
-    def _index_with_list(self, index: tuple, lists: list):
-        """x[..., [2, 0, 2], ...]: one list of ints picks entries along its axis (NumPy's and PyTorch's
-        advanced indexing with one list): the other indices first, then a strided slice when the
-        picks step evenly, else the picked entries concatenated."""
-        if len(lists) > 1:
-            raise ShapeError(
-                f"indexing {self.label}: one list of ints at a time (several index lists broadcast "
-                f"together, which refcomp does not do)"
-            )
-        k = lists[0]
-        picks = [int(i) for i in index[k]]
+    def _picked_axis(self, index: tuple, k: int):
+        """(this tensor indexed with everything but index[k], which is kept whole, and the axis of
+        that result index[k] picks along). Ints index first, as basic indexing: PyTorch's order, so
+        x[1, :, ids] is (3, 2) for a (2, 3, 4) x, where NumPy would put the picked axis first."""
         rest = self[index[:k] + (slice(None),) + index[k + 1:]]
         before = index[:k]
         if any(i is Ellipsis for i in before):  # positions after an ellipsis count from the end
@@ -270,6 +270,30 @@ class MovementMixin:
             )
         else:
             axis = sum(1 for i in before if not (isinstance(i, numbers.Integral) and not isinstance(i, bool)))
+        return rest, axis
+
+    def _index_with_ids(self, index: tuple, k: int):
+        """x[..., ids, ...]: an integer tensor picks entries along its axis, which its shape replaces
+        (ids outside the axis are refused at run time, as index_select's are)."""
+        ids = index[k]
+        if not is_integer(ids):
+            raise ShapeError(
+                f"indexing {self.label} with {ids.label}: index tensors must be integers (.long() makes "
+                f"float positions ids)"
+            )
+        rest, axis = self._picked_axis(index, k)
+        if ids.ndim == 1:
+            return rest.index_select(axis, ids)
+        picked = rest.index_select(axis, ids.reshape((prod(ids.shape),)))
+        return picked.reshape(tuple(rest.shape[:axis]) + tuple(ids.shape) + tuple(rest.shape[axis + 1:]))
+
+    def _index_with_list(self, index: tuple, lists: list):
+        """x[..., [2, 0, 2], ...]: one list of ints picks entries along its axis (NumPy's and PyTorch's
+        advanced indexing with one list): the other indices first, then a strided slice when the
+        picks step evenly, else the picked entries concatenated."""
+        k = lists[0]
+        picks = [int(i) for i in index[k]]
+        rest, axis = self._picked_axis(index, k)
         n = rest.shape[axis]
         if isinstance(n, int):
             bad = [i for i in picks if not -n <= i < n]
