@@ -356,8 +356,10 @@ def test_misused_builders_say_what_they_expected():
         rc.concat(None)
     with raises(rc.ShapeError, "border value must be a number", "Tensor"):
         x.pad([(1, 1), (0, 0)], value=x)
+    with raises(rc.ShapeError, "indexing input 'x'", "index tensors must be integers"):
+        x[x]  # a float tensor: positions are ids only once made integers
     with raises(rc.ShapeError, "indexing input 'x'", "only ints, slices"):
-        x[x]
+        x["a"]
     with raises(rc.ShapeError, "correction must be a non-negative int"):
         x.var(1, correction=0.5)
     with raises(rc.ShapeError, "reshape of input 'x'", "not integer arithmetic on dims"):
