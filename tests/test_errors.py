@@ -420,3 +420,13 @@ def test_an_input_shape_that_is_no_sequence_is_a_shape_error(shape):
 def test_an_input_shape_may_be_any_sequence_of_dims():
     assert rc.input("x", np.array([2, 3])).shape == (2, 3)
     assert rc.input("y", [2, "B"]).shape[0] == 2
+
+
+@pytest.mark.parametrize("op", ["<<", ">>"])
+def test_bit_shifts_are_refused_saying_why(op):
+    """A TypeError from Python ('unsupported operand') before: no operator was defined."""
+    env = {"x": rc.input("x", (3,), "int32")}
+    with raises(rc.ShapeError, "bit shift", "input 'x'"):
+        eval(f"x {op} 1", env)  # noqa: S307  (the literal operators above)
+    with raises(rc.ShapeError, "bit shift"):
+        eval(f"1 {op} x", env)  # noqa: S307

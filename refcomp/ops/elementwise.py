@@ -117,15 +117,23 @@ class ElementwiseMixin:
     __ne__ = ne
     __hash__ = object.__hash__
 
-    # --- PyTorch's operators on booleans: & | ^ ~ (refcomp has no integer tensors for bitwise ones) ---
+    # --- PyTorch's operators on booleans: & | ^ ~ (refcomp's integers do arithmetic, not bits) ---
     def _boolean_operands(self, other, op: str):
         other = lift(other) if not isinstance(other, bool) else other
         if not is_boolean(self) or not (isinstance(other, bool) or is_boolean(other)):
             raise ShapeError(
                 f"{op} of {self.label}: PyTorch's bitwise operators need booleans (comparisons, .bool()) "
-                f"here, as refcomp has no integer tensors"
+                f"here; refcomp's integer tensors do arithmetic, not bitwise operations"
             )
         return float(other) if isinstance(other, bool) else other
+
+    def _shift(self, other):
+        raise ShapeError(
+            f"a bit shift of {self.label}: refcomp's integer tensors do arithmetic, not bitwise operations "
+            f"(multiply or floor-divide by a power of two instead)"
+        )
+
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _shift
 
     def __and__(self, other):
         return self.logical_and(self._boolean_operands(other, "&"))
