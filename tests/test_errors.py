@@ -430,3 +430,17 @@ def test_bit_shifts_are_refused_saying_why(op):
         eval(f"x {op} 1", env)  # noqa: S307  (the literal operators above)
     with raises(rc.ShapeError, "bit shift"):
         eval(f"1 {op} x", env)  # noqa: S307
+
+
+def test_python_reads_of_a_lazy_value_say_so_and_len_is_torchs():
+    """float(t), int(t), t as a list index and a format spec were TypeErrors from Python; len(t) too,
+    where torch gives the first axis's length."""
+    torch = pytest.importorskip("torch")
+    x = rc.input("x", (3, 4))
+    assert len(x) == len(torch.zeros(3, 4)) == 3
+    for read in (float, int, complex, lambda t: [1, 2][t], lambda t: format(t, ".2f")):
+        with raises(rc.ShapeError, "input 'x'", "lazy", "rc.evaluate"):
+            read(x)
+    with raises(rc.ShapeError, "len()", "known length"):
+        len(rc.input("s", ("B", 4)))
+    assert f"{x}" == repr(x)

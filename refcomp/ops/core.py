@@ -151,6 +151,25 @@ class TensorCore:
             f"{self.label} is lazy and has no truth value; use rc.where or a comparison inside the graph"
         )
 
+    def _no_value(self, *_):
+        """float(t), int(t), a list index or a format spec: PyTorch reads a one-element tensor's value,
+        which a graph has only once run."""
+        raise ShapeError(
+            f"{self.label} is lazy and has no value to read yet: rc.evaluate(t, feeds) or "
+            f"rc.compile(t).run(feeds) returns its array"
+        )
+
+    __float__ = __int__ = __index__ = __complex__ = _no_value
+
+    def __format__(self, spec: str) -> str:
+        return repr(self) if not spec else self._no_value()
+
+    def __len__(self) -> int:
+        """torch's len(t): the first axis's length (known, not a symbol, whose value comes at run time)."""
+        if not self.shape or not isinstance(self.shape[0], int):
+            raise ShapeError(f"len() of {self.label}: it needs a first axis of known length")
+        return self.shape[0]
+
     # --- building primitive nodes ------------------------------------------------------------
     def _require_float(self, what: str) -> None:
         """For composites whose formula holds for float types only (a float32 one: 16-bit types widen)."""
