@@ -31,6 +31,7 @@ MODULES = (
     "torch_cases_nn",
     "torch_cases_random",
     "torch_cases_methods",
+    "torch_cases_aliases",
 )
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"

@@ -111,8 +111,8 @@ class TorchSteps:
     def step_torch_methods(self) -> None:
         """frac, fmod, remainder, where on a comparison and count_nonzero (discontinuous: on exact values
         only), nan_to_num, nansum, norm, narrow, tile, logit and where on isfinite; and rc.nn's mse_loss,
-        huber_loss, cosine_similarity, group_norm, adaptive_avg_pool1d and glu; and x[:, ids] along any
-        axis."""
+        huber_loss, cosine_similarity, group_norm, adaptive_avg_pool1d and glu; x[:, ids] along any
+        axis; fmax, nanmean, addcmul and diff."""
         v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return self.step_unary()
@@ -136,6 +136,14 @@ class TorchSteps:
             (f"rc.nn.huber_loss({n}, {n} * 0.25, reduction='none')", 0.0, 0.75 * top, False, "huber_loss"),
             (f"rc.nn.cosine_similarity({n}, {n} + 1.0, -1, eps=1.0)", -1.0, 1.0, False, "cosine_similarity"),
         ]
+        options += [  # ops/torch_aliases.py's methods made of others
+            (f"{n}.fmax({n}.flip(-1))", v.lo, v.hi, v.exact, "fmax"),
+            (f"{n}.nanmean({axis})", v.lo, v.hi, False, "nanmean"),
+            (f"{n}.addcmul({n}, {n}, value=0.25)", v.lo - 0.25 * top * top, v.hi + 0.25 * top * top, False,
+             "addcmul"),
+        ]
+        if isinstance(v.shape[axis], int) and v.shape[axis] >= 2:
+            options.append((f"{n}.diff(1, {axis})", -spread, spread, False, "diff"))
         if nd >= 2:
             options.append((f"rc.nn.group_norm({n}, 1, eps=1.0)", -spread, spread, False, "group_norm"))
         last = v.shape[-1]

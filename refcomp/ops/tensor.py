@@ -9,6 +9,7 @@ from ..errors import UnsupportedError
 from .core import DTYPES, TensorCore, broadcast, broadcast_shape, constant, format_shape, input, iota, lift
 from .elementwise import ElementwiseMixin
 from .linalg import LinalgMixin
+from .torch_aliases import TorchAliasesMixin
 from .torch_methods import TorchMethodsMixin
 from .torch_shapes import TorchShapesMixin
 from .trigonometry import TrigonometryMixin
@@ -34,7 +35,7 @@ __all__ = [
 
 
 class Tensor(MovementMixin, ElementwiseMixin, SpecialMixin, ReductionMixin, LinalgMixin, TorchMethodsMixin,
-             TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin, TensorCore):
+             TorchShapesMixin, TrigonometryMixin, SortingMixin, RandomMixin, TorchAliasesMixin, TensorCore):
     __slots__ = ("edge",)
     __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
 
@@ -124,6 +125,7 @@ def _record_provenance(cls: type) -> None:
         TrigonometryMixin,
         SortingMixin,
         RandomMixin,
+        TorchAliasesMixin,
     ):
         for attr, value in vars(mixin).items():
             name = OPERATORS.get(attr, None if attr.startswith("_") else attr)
