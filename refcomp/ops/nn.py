@@ -40,7 +40,7 @@ from .attention import scaled_dot_product_attention
 from .random_tensors import dropout
 from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,
                      kl_div, l1_loss, mse_loss, one_hot, smooth_l1_loss)
-from .normalization import batch_norm, group_norm, instance_norm
+from .normalization import batch_norm, group_norm, instance_norm, normalised
 from .conv_transpose import conv_transpose as _conv_transpose
 from .primitives import SHORT_REDUCE, make_node
 from .provenance import user_op
@@ -77,8 +77,7 @@ def layer_norm(input, normalized_shape=None, weight=None, bias=None, eps: float 
             )
         normalized_shape, weight, bias, eps = None, normalized_shape, weight, eps if bias is None else bias
     axes = _normalized_axes(x, normalized_shape, "layer_norm")
-    centred = x - x.mean(axes, keepdim=True)
-    out = centred * ((centred * centred).mean(axes, keepdim=True) + eps).rsqrt()
+    out = normalised(x, axes, eps)
     if weight is not None:
         out = out * weight
     return out if bias is None else out + bias

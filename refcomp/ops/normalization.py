@@ -20,9 +20,9 @@ def _channels(x, who: str):
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)  # a per-channel tensor's broadcast shape
 
 
-def _normalised(x, axes: tuple, eps: float):
-    mean = x.mean(axes, keepdim=True)
-    centred = x - mean
+def normalised(x, axes: tuple, eps: float):
+    """(x - mean) / sqrt(biased variance + eps) over `axes`: what layer_norm and these share."""
+    centred = x - x.mean(axes, keepdim=True)
     return centred * ((centred * centred).mean(axes, keepdim=True) + eps).rsqrt()
 
 
@@ -46,7 +46,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 f"batch_norm of {x.label}: training=True updates running_mean and running_var in place, "
                 f"which a graph cannot do; pass None for both to normalise by the batch's statistics"
             )
-        return _affine(_normalised(x, (0,) + tuple(range(2, x.ndim)), eps), weight, bias, shape)
+        return _affine(normalised(x, (0,) + tuple(range(2, x.ndim)), eps), weight, bias, shape)
     if running_mean is None or running_var is None:
         raise ShapeError(
             f"batch_norm of {x.label}: inference (training=False) needs running_mean and running_var"
@@ -68,7 +68,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
             f"group_norm of {x.label}: {channels} channels do not split into {num_groups!r} groups"
         )
     grouped = x.reshape((x.shape[0], num_groups, -1))
-    return _affine(_normalised(grouped, (2,), eps).reshape(x.shape), weight, bias, shape)
+    return _affine(normalised(grouped, (2,), eps).reshape(x.shape), weight, bias, shape)
 
 
 @user_op
@@ -85,4 +85,4 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         )
     if x.ndim < 3:
         raise ShapeError(f"instance_norm of {x.label}: the input must have a spatial axis, (N, C, L, ...)")
-    return _affine(_normalised(x, tuple(range(2, x.ndim)), eps), weight, bias, shape)
+    return _affine(normalised(x, tuple(range(2, x.ndim)), eps), weight, bias, shape)

@@ -28,8 +28,6 @@ def _alias(target: str):
 class TorchAliasesMixin:
     __slots__ = ()
 
-    locals().update({name: _alias(target) for name, target in ALIASES.items()})
-
     def true_divide(self, other):
         return self.div(other)
 
@@ -151,3 +149,8 @@ class TorchAliasesMixin:
         if beta == 0:
             return product
         return (self if beta == 1 else self * beta) + product
+
+
+for _name, _target in ALIASES.items():  # (set after the class: a class body's locals() is no namespace)
+    setattr(TorchAliasesMixin, _name, _alias(_target))
+
