@@ -331,12 +331,14 @@ class ModelSteps:
             wt = self.new_input((cout, c, k, k))
             bias = f", {self.new_input((cout,)).name}" if self.chance(0.5) else ""
             bound = c * k * k * v.bound * 2 + 2
+            same = stride == 1 and pad == 1 and k == 2  # PyTorch's asymmetric "same" (one more at the end)
+            padding = "'same'" if same else pad
             out = self.emit(
-                f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={pad})",
+                f"rc.nn.conv2d({n}, {wt.name}{bias}, stride={stride}, padding={padding})",
                 -bound,
                 bound,
                 False,
-                "conv2d",
+                "conv2d_same" if same else "conv2d",
             )
         elif op == "conv_transpose":
             cout, stride = self.choice([1, 2]), self.choice([1, 2])
