@@ -139,6 +139,18 @@ def _new_lanes(
         return Lanes(
             {"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight
         )
+    if launch.mode == "columns":  # a block per 32 outputs, i across each warp; warp w takes r = w, w + rows, ...
+        blocks, rows = -(-work // WARP), launch.block // WARP
+        if scope == "single":  # the first warp stores
+            q, weight = _pick(blocks, sample)
+            i = q[:, None] * WARP + lane
+            return Lanes({"i": i}, i < work, blocks, weight)
+        steps = -(-extent // rows)
+        q, weight = _pick(blocks * rows * steps, sample)
+        block, warp, step = q // (rows * steps), (q // steps) % rows, q % steps
+        i = block[:, None] * WARP + lane
+        r = np.broadcast_to((step * rows + warp)[:, None], i.shape)
+        return Lanes({"i": i, "r": r}, (i < work) & (r < extent), blocks * rows * steps, weight)
     if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
         block_sym = "row" if kind == "row" else "i"
         if scope == "single":  # thread 0 alone
@@ -252,13 +264,11 @@ def _distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
     return (u[:, 0] >= 0) + np.count_nonzero((u[:, 1:] != u[:, :-1]) & (u[:, 1:] >= 0), axis=1)
 
 
-def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
-    """Global requests and sectors of one launch (every request, or `sample` of each access's)."""
+def _access_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int]):
+    """(access, requests, sectors) of each global access of one launch."""
     plan = kernel.plan
     if plan is None:
         raise AccessModelError(f"kernel {kernel.name} has no access plan (a program loaded from a file)")
-    totals = dict(global_load_requests=0.0, global_load_sectors=0.0, global_store_requests=0.0,
-                  global_store_sectors=0.0)
     lanes_of: dict[str, tuple[tuple, Lanes, dict]] = {}
     itemsize = {f"in{k}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.reads)}
     itemsize["out0"] = DTYPES[kernel.output.dtype].itemsize
@@ -285,11 +295,27 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
                 lanes.weight * float((per_row > 0).sum()),
                 lanes.weight * float(per_row.sum()),
             )
-        requests, sectors = _COUNTED[counted]
+        yield (access, *_COUNTED[counted])
+
+
+def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
+    """Global requests and sectors of one launch (every request, or `sample` of each access's)."""
+    totals = dict(global_load_requests=0.0, global_load_sectors=0.0, global_store_requests=0.0,
+                  global_store_sectors=0.0)
+    for access, requests, sectors in _access_counts(kernel, bindings, sample):
         kind = "store" if access.store else "load"
         totals[f"global_{kind}_requests"] += requests
         totals[f"global_{kind}_sectors"] += sectors
     return MemoryCounts(**totals)
+
+
+def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> dict[str, float]:
+    """Bytes of sectors each buffer parameter ("in0", ..., "out0") moves in one launch, loads and stores
+    together: the L2 model asks how often each buffer is touched again (search.cost.dram_bytes)."""
+    moved: dict[str, float] = {}
+    for access, _, sectors in _access_counts(kernel, bindings, sample):
+        moved[access.buffer] = moved.get(access.buffer, 0.0) + SECTOR * sectors
+    return moved
 
 
 # Each access's requests and sectors on its lanes, under the index definitions of its kernel: the
@@ -325,6 +351,18 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
                             shared_store_requests=work * phases * per_phase_stores,
                             shared_store_wavefronts=work * phases * store_waves,
                             barriers=work * phases * barriers)
+    if launch.mode == "columns":  # each warp stores its partials; the tree halves down to one warp
+        blocks, warps, steps = -(-work // WARP), launch.block // WARP, int(math.log2(launch.block // WARP))
+        tree_warps = sum(warps >> (s + 1) for s in range(steps))
+        waves = 2 if any(not DTYPES[n.dtype].is_float for n in kernel.nodes if n.op.kind == REDUCE) else 1
+        # the storing warp reads its totals for the outputs it has: an 8-byte read of at most 16 is one wavefront
+        last = work - (blocks - 1) * WARP
+        totals = (blocks - 1) * waves + (1 if last <= WARP // waves else waves)
+        return MemoryCounts(shared_load_requests=blocks * (2 * tree_warps + 1),
+                            shared_load_wavefronts=blocks * 2 * tree_warps * waves + totals,
+                            shared_store_requests=blocks * (warps + tree_warps),
+                            shared_store_wavefronts=blocks * (warps + tree_warps) * waves,
+                            barriers=blocks * warps * (1 + steps))
     if launch.mode == "tiles":
         return _matmul_shared(kernel, bindings)
     return MemoryCounts()

@@ -25,7 +25,7 @@ from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from . import render_c
 from .emit import KernelBody, ProgramNames, Unfusable
-from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel
+from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel, lines_read_by
 from .statistics import reads_match, row_statistics
 from .sums import long_chain, loop_fields
 
@@ -90,13 +90,6 @@ def row_kernel(name: str, output: Node, row_reduces: Sequence[Node], names, inli
         epilogue=epilogue,
         extent=lambda b: b.printer.int(extent),
     )
-
-
-def lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
-    """The index declarations (`const long long o1 = ...;`) whose variable some text reads: the matmul
-    declares them in each barrier-free region that needs them (nvcc warns about unused ones)."""
-    text = "\n".join(texts)
-    return [line for line in lines if re.search(rf"\b{line.split()[3]}\b", text)]
 
 
 def same_edge(a, b) -> bool:

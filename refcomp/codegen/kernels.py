@@ -55,7 +55,7 @@ class Launch:
     """How a kernel is launched, as a function of the bound dims.
 
     grid_stride: threads loop over `work` elements; block_per_output: one block per element of
-    `work`; tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
+    `work`; columns: one block per 32 neighbouring elements of `work`, a warp's lanes across them; tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
     `extra` = (N, batch).
     """
     mode: str
@@ -77,6 +77,8 @@ class Launch:
             return (math.ceil(n / t), math.ceil(work / t), batch), (t, t, 1)
         if self.mode == "block_per_output":
             return (work, 1, 1), (self.block, 1, 1)
+        if self.mode == "columns":
+            return (-(-work // WARP_OUTPUTS), 1, 1), (self.block, 1, 1)
         return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
 
 @dataclass
@@ -288,6 +290,23 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
     )
 
 
+# A reduction's strategies: "thread", a thread per output looping over the reduced axis; "block", a
+# block per output whose threads stride over it; "columns", a block per 32 neighbouring outputs, each
+# warp's lanes across them and the warps striding over the axis (a sum over an outer axis, such as
+# split-K's partial sums or paged attention's sum over pages, read coalesced with a block's threads).
+REDUCE_TEMPLATES = {"thread": "reduce_thread.cu.j2", "block": "reduce_block.cu.j2", "columns": "reduce_columns.cu.j2"}
+REDUCE_LAUNCHES = {"thread": "grid_stride", "block": "block_per_output", "columns": "columns"}
+REDUCE_STRIDE = {"thread": lambda block: 1, "block": lambda block: block, "columns": lambda block: block // WARP_OUTPUTS}
+WARP_OUTPUTS = 32  # outputs of a "columns" block: one warp's lanes
+
+
+def lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """The index declarations (`const long long o1 = ...;`) whose variable some text reads: the matmul
+    declares them in each barrier-free region that needs them (nvcc warns about unused ones)."""
+    text = "\n".join(texts)
+    return [line for line in lines if re.search(rf"\b{line.split()[3]}\b", text)]
+
+
 def default_reduce_strategy(extent: Dim) -> str:
     """A whole block per output for a known, long axis; else one thread per output."""
     return "block" if isinstance(extent, int) and extent >= BLOCK_REDUCE_MIN_EXTENT else "thread"
@@ -309,8 +328,8 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     value = body.value_at(src, idx[:axis] + [r] + idx[axis:])
     loop_statements, body.statements = body.statements, []
     body.scope = (
-        "single" if strategy == "block" else "body"
-    )  # thread 0 of the block, or every output's thread
+        "body" if strategy == "thread" else "single"
+    )  # every output's thread, or the block's thread (or first warp) that stores
     result, written = "total", node
     if epilogue is not None:
         if len(epilogue.shape) != len(node.shape) or not all(
@@ -325,7 +344,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     body.access("out0", output_axes[1], store=True)
     size = prod(node.shape)
     reduction = loop_fields(
-        names, node, loop_statements, value, ("mine", "other"), block if strategy == "block" else 1
+        names, node, loop_statements, value, ("mine", "other"), REDUCE_STRIDE[strategy](block)
     )
     common = dict(
         reduction=reduction,
@@ -335,19 +354,21 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         comment_extra=f", reducing axis {axis}",
     )
     nodes = (node,) + (() if epilogue is None else (epilogue,))
-    if strategy == "block":
+    if strategy != "thread":
         return finish_kernel(
             name,
             "reduce",
-            "reduce_block.cu.j2",
+            REDUCE_TEMPLATES[strategy],
             body,
             written,
             nodes,
-            Launch("block_per_output", size, block),
+            Launch(REDUCE_LAUNCHES[strategy], size, block),
             True,
             render=render,
             loop_extent=extent,
             block=block,
+            size=lambda b: b.printer.int(size),
+            store_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), epilogue_statements + [result])),
             tree_combine=reduction["tree"],
             **common,
         )

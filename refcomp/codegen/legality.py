@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ops.primitives import Node
-from .access import AccessModelError, MemoryCounts, global_counts
+from .access import AccessModelError, MemoryCounts, buffer_bytes, global_counts
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
 from .online import online_softmax, streamed_scores
 from .statistics import row_statistics
 from .sums import COMPENSATION_FLOPS, long_chain
-from .kernels import BLOCK, TILE, Kernel, default_reduce_strategy
+from .kernels import BLOCK, REDUCE_STRIDE, TILE, WARP_OUTPUTS, Kernel, default_reduce_strategy
 from .lower import TEMPLATE_ONLY, Group, kernel_for_group, materialise_outputs, retarget
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "TEMPLATE_ONLY",
     "retarget",
     "AccessModelError",
+    "buffer_bytes",
     "global_counts",
     "MemoryCounts",
     "Kernel",
@@ -45,6 +46,8 @@ __all__ = [
     "MAX_INLINED_VALUES",
     "SHORT_REDUCE",
     "default_reduce_strategy",
+    "REDUCE_STRIDE",
+    "WARP_OUTPUTS",
     "COMPENSATION_FLOPS",
     "long_chain",
 ]

@@ -20,6 +20,8 @@ from .online import softmax_matmul_kernel
 from .kernels import (
     BLOCK,
     READ_LINE,
+    REDUCE_LAUNCHES,
+    REDUCE_TEMPLATES,
     TILE,
     Kernel,
     default_reduce_strategy,
@@ -107,18 +109,17 @@ def retarget(kernel: Kernel, params: dict) -> Kernel:
 
 
 def _restrategised(kernel: Kernel, strategy: str) -> Kernel:
-    """A reduction as `reduce_kernel` builds it for the other strategy: the same accesses, but what
-    follows the loop (the epilogue, the store) runs on thread 0 of each output's block ("single")
-    instead of on each output's thread ("body"), from the other template, launch and barrier use."""
-    block = strategy == "block"
-    if block == (kernel.launch.mode == "block_per_output"):
+    """A reduction as `reduce_kernel` builds it for another strategy: the same accesses, but what
+    follows the loop (the epilogue, the store) runs on each output's thread ("body") or on the
+    block's storing thread or warp ("single"), from the other template, launch and barrier use."""
+    mode = REDUCE_LAUNCHES[strategy]
+    if mode == kernel.launch.mode:
         return kernel
-    after = "single" if block else "body"
+    after = "body" if strategy == "thread" else "single"
     accesses = tuple(a if a.scope == "loop" else replace(a, scope=after) for a in kernel.plan.accesses)
-    template = "reduce_block.cu.j2" if block else "reduce_thread.cu.j2"
-    return replace(kernel, launch=replace(kernel.launch, mode="block_per_output" if block else "grid_stride"),
-                   signature=replace(kernel.signature, uses_barrier=block),
-                   plan=replace(kernel.plan, accesses=accesses, template=template))
+    return replace(kernel, launch=replace(kernel.launch, mode=mode),
+                   signature=replace(kernel.signature, uses_barrier=strategy != "thread"),
+                   plan=replace(kernel.plan, accesses=accesses, template=REDUCE_TEMPLATES[strategy]))
 
 
 def kernel_for_group(

@@ -111,6 +111,7 @@ class BatchResult:
     )  # error type -> (mode, binding) pairs refused as the reference refused
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     rules: dict = field(default_factory=dict)  # search rule -> how often the searched programs applied it
+    launches: dict = field(default_factory=dict)  # launch mode (columns, tiles, ...) -> searched kernels with it
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
     model_checked: int = 0  # kernels whose memory-model counts were compared with the profiler's
@@ -164,6 +165,9 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             )
             continue
         result.kernels[mode] = len(prog.kernels)
+        if mode == "search":
+            for kernel in prog.kernels:
+                result.launches[kernel.launch.mode] = result.launches.get(kernel.launch.mode, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
             if step.copies:  # a move fired at the same node of every copy of a repeated layer

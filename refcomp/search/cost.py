@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from ..codegen.legality import AccessModelError, Kernel, global_counts
+from ..codegen.legality import AccessModelError, Kernel, buffer_bytes
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
@@ -71,18 +71,33 @@ def roofline(name: str, kind: str, nbytes: int, flops: int, threads: int, profil
     return KernelCost(name, kind, int(nbytes), int(flops), int(threads), profile.launch_s + busy / occupancy)
 
 
-def dram_bytes(l2_bytes: float, footprint: float, profile: DeviceProfile) -> float:
-    """What reaches DRAM of the sectors a kernel requests: every byte of its buffers once while they
-    fit in L2 (re-reads hit); past that, re-reads miss in the proportion the L2 cannot hold."""
-    if footprint <= profile.l2_bytes:
-        return min(l2_bytes, footprint)
-    return min(l2_bytes, footprint + (l2_bytes - footprint) * (1 - profile.l2_bytes / footprint))
+def dram_bytes(moved: Mapping[str, float], footprints: Mapping[str, float], profile: DeviceProfile) -> float:
+    """What reaches DRAM of the sectors a kernel requests (`moved`: bytes per buffer; `footprints`: each
+    buffer's size). Each buffer's bytes come from DRAM once, and a re-read hits while the bytes the
+    kernel touches between two reads of one line fit in L2. Spread evenly over the launch, a buffer
+    of F bytes read R bytes' worth among T requested in all is read again after T F / R bytes, which
+    touch at most the kernel's whole footprint: past the L2's size S its re-reads miss in proportion
+    1 - S / distance. So a small table every warp consults (a block table, a matmul's few rows of A)
+    stays in L2 while a large operand streams past it."""
+    requested, footprint = sum(moved.values()), sum(footprints.values())
+    dram = 0.0
+    for buffer, touched in moved.items():
+        size = footprints.get(buffer, touched)
+        if touched <= size:
+            dram += touched
+            continue
+        distance = min(footprint, requested * size / touched)
+        missed = 0.0 if distance <= profile.l2_bytes else 1 - profile.l2_bytes / distance
+        dram += size + (touched - size) * missed
+    return dram
 
 
-def access_cost(coarse: KernelCost, l2_bytes: float, footprint: float, profile: DeviceProfile) -> KernelCost:
+def access_cost(coarse: KernelCost, moved: Mapping[str, float], footprints: Mapping[str, float],
+                profile: DeviceProfile) -> KernelCost:
     """A kernel priced from its memory accesses (codegen.access): the larger of DRAM time, L2 time
     and compute time, scaled by occupancy, plus the launch; flops and threads from the graph."""
-    dram = dram_bytes(l2_bytes, footprint, profile)
+    l2_bytes = sum(moved.values())
+    dram = dram_bytes(moved, footprints, profile)
     occupancy = min(1.0, max(coarse.threads, 1) / profile.resident_threads)
     busy = max(dram / profile.bandwidth, l2_bytes / profile.l2_bandwidth, coarse.flops / profile.flops)
     return KernelCost(coarse.name, coarse.kind, int(dram), coarse.flops, coarse.threads,
@@ -99,11 +114,12 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
     if kernel.plan is None:
         return coarse
     try:
-        counts = global_counts(kernel, bindings, sample)
+        moved = buffer_bytes(kernel, bindings, sample)
     except AccessModelError:  # an index the model cannot evaluate: the graph's estimate stands
         return coarse
-    footprint = sum(stored_bytes(n, bindings) for n in kernel.reads + (kernel.output,))
-    return access_cost(coarse, counts.global_bytes, footprint, profile)
+    footprints = {f"in{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.reads)}
+    footprints["out0"] = stored_bytes(kernel.output, bindings)
+    return access_cost(coarse, moved, footprints, profile)
 
 
 def minimum_bytes(

@@ -16,6 +16,8 @@ from ..codegen.legality import (
     MAX_INLINED_VALUES,
     SHORT_REDUCE,
     Group,
+    REDUCE_STRIDE,
+    WARP_OUTPUTS,
     ProgramNames,
     default_reduce_strategy,
     long_chain,
@@ -226,13 +228,15 @@ def group_cost(
         flops = points * ops * phases
         extent = reduce.srcs[0].shape[reduce.attrs["axis"]]
         strategy = sched.param(root.id, "strategy") or default_reduce_strategy(extent)
-        block_per_row = group.kind == "row" or strategy == "block"
-        if long_chain(extent, block if block_per_row else 1):  # each thread's long sums are compensated
+        if group.kind == "row":
+            strategy = "block"
+        if long_chain(extent, REDUCE_STRIDE[strategy](block)):  # each thread's long sums are compensated
             sums = (reduce.op.name == "SumReduce") + sum(
                 1 for n in group.members if n.id in sched.row and n.op.name == "SumReduce"
             )
             flops += COMPENSATION_FLOPS * points * sums
-        threads = rows * block if block_per_row else rows
+        threads = {"thread": rows, "block": rows * block,
+                   "columns": -(-rows // WARP_OUTPUTS) * block}[strategy]
     else:
         points = count(root.shape)
         flops, threads = points * ops, points

@@ -39,10 +39,10 @@ class Param:
 KERNEL_PARAMS = (
     Param(
         "strategy",
-        "a reduction's threads: one per output or a block per output (unset: by the extent, "
-        "default_reduce_strategy)",
+        "a reduction's threads: one per output, a block per output, or a block per 32 neighbouring "
+        "outputs with a warp across them (unset: by the extent, default_reduce_strategy)",
         None,
-        {"reduce": ("thread", "block")},
+        {"reduce": ("thread", "block", "columns")},
         moves_memory=True,
     ),
     Param(

@@ -14,6 +14,8 @@ under the cost model. Everything is priced on one `DeviceProfile`, which the res
 """
 from __future__ import annotations
 
+import itertools
+
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
@@ -302,22 +304,23 @@ def _tune(graph: Graph, ev: Evaluator, sched: Schedule, groups: dict, trace: lis
 
     The choices change how threads walk memory (a thread or a block per output, the tile edge), which
     only the kernel's own index expressions show, so each choice is priced on the kernel built for
-    it (`access_cost`). A kernel's cost reads only its own parameters, so each is priced on a
-    schedule holding just those (a schedule with every kernel's parameters would be rebuilt per
+    it (`access_cost`). The parameters are tried together (at most six combinations a kernel): one
+    at a time, the LM head's wide tile looked dearer until B's loads walked K, and it kept the
+    narrow tile at 1.4x the time. A kernel's cost reads only its own parameters, so each is priced on
+    a schedule holding just those (a schedule with every kernel's parameters would be rebuilt per
     choice: quadratic)."""
     chosen: dict = {}
     for root_id, group in groups.items():
         tuned = [p for p in KERNEL_PARAMS if group.kind in p.choices]
-        mine = {p.name: sched.param(root_id, p.name) for p in tuned}
-        for p in tuned:
-            choices = p.choices[group.kind]
-            def priced(value):
-                alone = replace(sched, params=()).with_params(
-                    {(root_id, n): v for n, v in {**mine, p.name: value}.items()}
-                )
-                return (ev.access_cost if p.moves_memory else ev.cost)(alone, group).time_s
-            mine[p.name] = min(choices, key=lambda v: (priced(v), choices.index(v)))
-        chosen.update({(root_id, name): value for name, value in mine.items()})
+        price = ev.access_cost if any(p.moves_memory for p in tuned) else ev.cost
+        def priced(values):
+            alone = replace(sched, params=()).with_params(
+                {(root_id, p.name): v for p, v in zip(tuned, values)}
+            )
+            return price(alone, group).time_s
+        combinations = list(itertools.product(*(p.choices[group.kind] for p in tuned)))
+        best = min(range(len(combinations)), key=lambda i: (priced(combinations[i]), i))
+        chosen.update({(root_id, p.name): v for p, v in zip(tuned, combinations[best])})
     sched = sched.with_params(chosen)
     trace.append(Step("tune_schedules", f"{len(groups)} kernel(s)", ev.total(sched, groups), len(groups)))
     return sched, groups
