@@ -18,7 +18,8 @@ REDUCTIONS = {
     "sum": (lambda z: z.sum(0), lambda a: a.astype(np.float64).sum(0)),
     "amax_exp": (lambda z: (z.amax(0) + 1.0).exp(), lambda a: np.exp(a.astype(np.float64).max(0) + 1.0)),
     "inner_axis": (lambda z: z.sum(2), lambda a: a.astype(np.float64).sum(2)),
-    "int64": (lambda z: (z * 10).long().sum(0), lambda a: np.trunc(a * np.float32(10)).astype(np.int64).sum(0)),
+    "int64": (lambda z: (z * 10).long().sum(0),
+              lambda a: np.trunc(a * np.float32(10)).astype(np.int64).sum(0)),
     "float64": (lambda z: z.double().sum(0) * 2, lambda a: a.astype(np.float64).sum(0) * 2),
 }
 
@@ -79,7 +80,8 @@ def test_tune_tries_a_matmuls_parameters_together():
     times = {}
     for tile in (16, 32):
         for along_k in (False, True):
-            sched = result.schedule.with_params({(group.root.id, "tile"): tile, (group.root.id, "b_along_k"): along_k})
+            params = {(group.root.id, "tile"): tile, (group.root.id, "b_along_k"): along_k}
+            sched = result.schedule.with_params(params)
             times[tile, along_k] = program_for_schedule(x @ w.T, result, sched).kernels[0].cost.time_s
     assert prog.kernels[0].cost.time_s == pytest.approx(min(times.values()), rel=1e-6)
     assert min(times.values()) < min(times[16, False], times[32, False])

@@ -139,7 +139,7 @@ def _new_lanes(
         return Lanes(
             {"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight
         )
-    if launch.mode == "columns":  # a block per 32 outputs, i across each warp; warp w takes r = w, w + rows, ...
+    if launch.mode == "columns":  # a block per 32 outputs, i across each warp; warp w takes r = w, w + rows..
         blocks, rows = -(-work // WARP), launch.block // WARP
         if scope == "single":  # the first warp stores
             q, weight = _pick(blocks, sample)
@@ -309,7 +309,8 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
     return MemoryCounts(**totals)
 
 
-def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> dict[str, float]:
+def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
+                 sample: Optional[int] = None) -> dict[str, float]:
     """Bytes of sectors each buffer parameter ("in0", ..., "out0") moves in one launch, loads and stores
     together: the L2 model asks how often each buffer is touched again (search.cost.dram_bytes)."""
     moved: dict[str, float] = {}
@@ -355,7 +356,7 @@ def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
         blocks, warps, steps = -(-work // WARP), launch.block // WARP, int(math.log2(launch.block // WARP))
         tree_warps = sum(warps >> (s + 1) for s in range(steps))
         waves = 2 if any(not DTYPES[n.dtype].is_float for n in kernel.nodes if n.op.kind == REDUCE) else 1
-        # the storing warp reads its totals for the outputs it has: an 8-byte read of at most 16 is one wavefront
+        # the storing warp reads the totals of its outputs (8 bytes each: 16 or fewer are one wavefront)
         last = work - (blocks - 1) * WARP
         totals = (blocks - 1) * waves + (1 if last <= WARP // waves else waves)
         return MemoryCounts(shared_load_requests=blocks * (2 * tree_warps + 1),

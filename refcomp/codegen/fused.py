@@ -12,7 +12,6 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 """
 from __future__ import annotations
 
-import re
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence

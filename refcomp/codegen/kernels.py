@@ -55,7 +55,8 @@ class Launch:
     """How a kernel is launched, as a function of the bound dims.
 
     grid_stride: threads loop over `work` elements; block_per_output: one block per element of
-    `work`; columns: one block per 32 neighbouring elements of `work`, a warp's lanes across them; tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
+    `work`; columns: one block per 32 neighbouring elements of `work`, a warp's lanes across them;
+    tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
     `extra` = (N, batch).
     """
     mode: str
@@ -294,9 +295,11 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
 # block per output whose threads stride over it; "columns", a block per 32 neighbouring outputs, each
 # warp's lanes across them and the warps striding over the axis (a sum over an outer axis, such as
 # split-K's partial sums or paged attention's sum over pages, read coalesced with a block's threads).
-REDUCE_TEMPLATES = {"thread": "reduce_thread.cu.j2", "block": "reduce_block.cu.j2", "columns": "reduce_columns.cu.j2"}
+REDUCE_TEMPLATES = {s: f"reduce_{s}.cu.j2" for s in ("thread", "block", "columns")}
 REDUCE_LAUNCHES = {"thread": "grid_stride", "block": "block_per_output", "columns": "columns"}
-REDUCE_STRIDE = {"thread": lambda block: 1, "block": lambda block: block, "columns": lambda block: block // WARP_OUTPUTS}
+REDUCE_STRIDE = {  # how many of a block's threads share one output's values
+    "thread": lambda block: 1, "block": lambda block: block, "columns": lambda block: block // WARP_OUTPUTS
+}
 WARP_OUTPUTS = 32  # outputs of a "columns" block: one warp's lanes
 
 
@@ -368,7 +371,9 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
             loop_extent=extent,
             block=block,
             size=lambda b: b.printer.int(size),
-            store_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), epilogue_statements + [result])),
+            store_index_lines=Late(
+                lambda b: lines_read_by(b.used_index_lines(), epilogue_statements + [result])
+            ),
             tree_combine=reduction["tree"],
             **common,
         )

@@ -111,7 +111,7 @@ class BatchResult:
     )  # error type -> (mode, binding) pairs refused as the reference refused
     kernels: dict = field(default_factory=dict)  # mode -> total kernels
     rules: dict = field(default_factory=dict)  # search rule -> how often the searched programs applied it
-    launches: dict = field(default_factory=dict)  # launch mode (columns, tiles, ...) -> searched kernels with it
+    launches: dict = field(default_factory=dict)  # launch mode (columns, tiles, ...) -> searched kernels
     seconds: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)  # generator move -> how many lines used it
     model_checked: int = 0  # kernels whose memory-model counts were compared with the profiler's

@@ -142,8 +142,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
             "[fuzz] search rules applied: " + ", ".join(f"{k} {v}" for k, v in sorted(total.rules.items())),
             file=out,
         )
-        print("[fuzz] searched kernels by launch: " + ", ".join(f"{k} {v}" for k, v in sorted(total.launches.items())),
-              file=out)
+        launches = ", ".join(f"{k} {v}" for k, v in sorted(total.launches.items()))
+        print(f"[fuzz] searched kernels by launch: {launches}", file=out)
         print(
             "[fuzz] moves: "
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items(), key=lambda kv: -kv[1])),
@@ -193,7 +193,8 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
     total.compared += res.compared
     total.model_checked += res.model_checked
     total.minimum_checked += res.minimum_checked
-    for counts, more in ((total.kernels, res.kernels), (total.rules, res.rules), (total.launches, res.launches)):
+    for counts, more in ((total.kernels, res.kernels), (total.rules, res.rules),
+                         (total.launches, res.launches)):
         for k, v in more.items():
             counts[k] = counts.get(k, 0) + v
     for g in graphs:
