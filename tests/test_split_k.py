@@ -156,3 +156,31 @@ def test_a_greedy_tokens_argmax_over_a_vocabulary_is_split_and_exact():
     np.testing.assert_array_equal(got["min"][[0, 2]], feeds["x"][[0, 2]].min(-1))
     monkeypatch_free = rc.compile(outputs, cache=False, dims_hint={"B": 3}, search=False)
     assert prog.cost.time_s < sum(k.cost.time_s for k in monkeypatch_free.kernels)
+
+
+@pytest.mark.parametrize("shape", ["reshaped", "round_trip"])
+def test_the_chunk_sum_takes_a_residual_through_a_view_as_its_epilogue(shape):
+    """GPT-2's MLP output at batch 32: (x @ W + b) + r, the chunk sum (B, 1, 768). The chunk sum applies
+    the bias and the residual before its store, one kernel fewer than a separate residual kernel:
+    an epilogue may hold the reduction's elements in another shape (axes of extent 1 dropped:
+    "reshaped"), and reads the sum at its own row once a reshape's div/mod tower, bound to a variable,
+    is replaced by its definition ("round_trip", (B, 1, 768) -> (B, 768) -> (B, 1, 768) as the decode
+    step's residual stream: codegen.emit._scalar)."""
+    x, w = rc.input("x", ("B", 1, 3072)), rc.input("w", (3072, 768))
+    b, r = rc.input("b", (768,)), rc.input("r", ("B", 768))
+    y = (x @ w + b).reshape(("B", 768)) + r
+    if shape == "round_trip":
+        y = y.reshape(("B", 1, 768)) + r.unsqueeze(1)
+    prog = rc.compile(y, dims_hint={"B": 32}, cache=False)
+    assert [s.rule for s in prog.search.trace if s.rule == "split_k"] == ["split_k"]
+    assert len(prog.kernels) == 2, prog.explain()  # the chunks; their sum with bias and residual
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((5, 1, 3072)).astype(np.float32),
+             "w": (rng.standard_normal((3072, 768)) / 55).astype(np.float32),
+             "b": rng.standard_normal(768).astype(np.float32),
+             "r": rng.standard_normal((5, 768)).astype(np.float32)}
+    f = {k: v.astype(np.float64) for k, v in feeds.items()}
+    want = (f["x"] @ f["w"] + f["b"]).reshape(5, 768) + f["r"]
+    if shape == "round_trip":
+        want = want.reshape(5, 1, 768) + f["r"][:, None]
+    np.testing.assert_allclose(prog.run(feeds, backend="emulator"), want, **golden.FLOAT32_TOLERANCE)

@@ -289,9 +289,10 @@ class KernelBody:
             flat = sum(
                 (a * s for a, s in zip(self.flat_axes[0], contiguous_strides(node.shape))), sympy.Integer(0)
             )
-        flat = sympy.sympify(flat).xreplace(
+        bound = {u: e for u, e in self.definitions.items() if u in self._bound.values()}
+        flat = sympy.sympify(flat).xreplace(bound).xreplace(
             {expr: sym for sym, _, expr in self._index_lines}
-        )  # unravelled i -> o_k
+        )  # a bound tower uN -> its definition; unravelled i -> o_k
         if valid is not sympy.true or expand(flat - expected) != 0:
             raise Unfusable(
                 f"{node.op.name}#{node.id} is read at {flat}, not at this row's position {expected}"

@@ -335,13 +335,12 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     )  # every output's thread, or the block's thread (or first warp) that stores
     result, written = "total", node
     if epilogue is not None:
-        if len(epilogue.shape) != len(node.shape) or not all(
-            a == b for a, b in zip(epilogue.shape, node.shape)
-        ):
+        at = _same_elements_at(epilogue.shape, node.shape, idx)
+        if at is None:
             raise Unfusable(f"epilogue {epilogue.op.name}#{epilogue.id} does not have the reduction's shape")
-        body.flat_axes = output_axes
+        body.flat_axes = output_axes if at is idx else None
         body.scalars[node.id] = ("total", linear_of(idx, node.shape))
-        result = render_c.node_expr(epilogue, *[body.value_at(s, idx) for s in epilogue.srcs])
+        result = render_c.node_expr(epilogue, *[body.value_at(s, at) for s in epilogue.srcs])
         written = epilogue
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)
@@ -391,6 +390,20 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         size=lambda b: b.printer.int(size),
         **common,
     )
+
+
+def _same_elements_at(shape, reduced_shape, idx):
+    """The index into `shape` of the reduction's output element at `idx`: `idx` itself when the shapes
+    are equal, else when they differ only by axes of extent 1 (a reshape to (B, 768) of a (B, 1, 768)
+    sum: the same elements in the same order), the non-unit axes' indices with 0 on its unit axes.
+    None when the elements differ."""
+    if len(shape) == len(reduced_shape) and all(a == b for a, b in zip(shape, reduced_shape)):
+        return idx
+    kept = [(d, i) for d, i in zip(reduced_shape, idx) if d != 1]
+    if [d for d in shape if d != 1] != [d for d, _ in kept]:
+        return None
+    lanes = iter(i for _, i in kept)
+    return [sympy.Integer(0) if d == 1 else next(lanes) for d in shape]
 
 
 def prelude(kernels: Sequence[Kernel]) -> str:

@@ -113,8 +113,19 @@ class ServingSteps:
         )
         if scores is None:
             return
-        weights = self.emit(f"{scores.name}.softmax(1)", 0.0, 1.0, False, "paged_softmax")
-        if weights is not None:
-            self.emit(
-                f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention"
-            )
+        if size == 2:  # normalised weights, then their sum of values
+            weights = self.emit(f"{scores.name}.softmax(1)", 0.0, 1.0, False, "paged_softmax")
+            if weights is not None:
+                self.emit(
+                    f"({weights.name}.unsqueeze(-1) * {values.name}).sum(1)", lo, hi, False, "paged_attention"
+                )
+            return
+        # pages of 4: the softmax's numerators, summed against the values with a column of ones beside
+        # them (the same contraction sums the denominator), then divided, as serving's decode step does
+        # (no extra random draw: the pool's page size chooses)
+        shifted = f"({scores.name} - {scores.name}.amax(1, keepdim=True))"
+        numerators = self.emit(f"{shifted}.exp()", 0.0, 1.0, False, "paged_softmax")
+        if numerators is not None:
+            summed = (f"({numerators.name}.unsqueeze(-1) * rc.cat([{values.name}, "
+                      f"rc.ones_like({values.name}[..., :1])], -1)).sum(1)")
+            self.emit(f"{summed}[..., :{width}] / {summed}[..., {width}:]", lo, hi, False, "paged_attention")

@@ -17,7 +17,9 @@ import math
 
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.core import input as rc_input, iota
+from ..ops.creation import full
 from ..ops.elementwise import where
+from ..ops.joining import cat
 from .kv_cache import PagedKVPool, gather_pages, write_slots
 from .models import Decoder
 
@@ -74,9 +76,11 @@ def paged_attention(q, k, v, mask, page_size: int):
     the rules `online_softmax` and `stream_scores` take into one FlashAttention kernel (the pages
     looked up inside it; GPT-2 small, B=8, C=64: 130 -> 32 us a layer, modeled). One query (decode)
     sums the values page by page and then over the pages: a batched matmul per page and a short sum,
-    which the search tiles. The same online kernel would have one row per query head, B * heads *
-    hd threads (9 % of the device at B=32), and model slower than the five kernels it replaces
-    (docs/serving.md): decode needs the key axis split across blocks (flash-decoding)."""
+    which the search tiles, normalising last (a column of ones beside the values sums the softmax's
+    numerators in the same contraction, so its denominator needs no kernel). The same online kernel
+    would have one row per query head, B * heads * hd threads (9 % of the device at B=32), and model
+    slower than the kernels it replaces (docs/serving.md): decode needs the key axis split across
+    blocks (flash-decoding)."""
     b, heads, c, hd = q.shape
     kv_heads, width = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -89,9 +93,15 @@ def paged_attention(q, k, v, mask, page_size: int):
         weights = where(rows, scores * (1.0 / math.sqrt(hd)), -math.inf).softmax(-1)
         return (weights @ v).reshape((b, heads, c, hd))
     scores = scores.reshape((b, kv_heads, group, c, width)) * (1.0 / math.sqrt(hd))
-    weights = where(mask.unsqueeze(1), scores, -math.inf).softmax(-1)  # (B, kv_heads, group, C, width)
+    masked = where(mask.unsqueeze(1), scores, -math.inf)  # (B, kv_heads, group, C, width)
+    weights = (masked - masked.amax(-1, keepdim=True)).exp()  # the softmax's numerators
     per_page = weights.reshape((b, kv_heads, group * c, pages, page_size)).permute(0, 1, 3, 2, 4)
-    out = (per_page @ v.reshape((b, kv_heads, pages, page_size, hd))).sum(2)  # (B, kv_heads, group * C, hd)
+    # a column of ones beside each value: the same contraction sums the numerators (the softmax's
+    # denominator), so no kernel of its own computes it
+    v_pages = v.reshape((b, kv_heads, pages, page_size, hd))
+    ones = full((b, kv_heads, pages, page_size, 1), 1.0, dtype=v.dtype)
+    summed = (per_page @ cat([v_pages, ones], -1)).sum(2)  # (B, kv_heads, group * C, hd + 1)
+    out = summed[..., :hd] / summed[..., hd:]
     return out.reshape((b, heads, c, hd))
 
 
