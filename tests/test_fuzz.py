@@ -219,6 +219,7 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
     assert total.rules.get(TIED, 0) > 0, f"no move was tied across repeated layers: {total.rules}"
+    assert total.rules.get("join_views", 0) > 0, f"no join of neighbours read as one view: {total.rules}"
     assert total.launches.get("columns", 0) > 0, (
         f"the search chose no block per 32 outputs (reduce_columns.cu.j2): {total.launches}"
     )

@@ -206,3 +206,36 @@ def test_one_decode_program_serves_every_batch_and_cache_length():
         )  # whole pages, in order
         np.testing.assert_allclose(s, [pool.k[0][page_slots].astype(np.float64).sum()], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pool.k[0][pool.slots("a", 0, 4)].reshape(-1), np.repeat(np.arange(4.0), 2))
+
+
+def test_a_layers_keys_and_values_sit_side_by_side_and_store_in_place():
+    """pool.kv[l] is (slots, 2, Hkv, D); pool.k[l] and pool.v[l] are its halves, so storing either half
+    or the whole array keeps the three in step."""
+    pool = PagedKVPool(num_pages=2, page_size=2, n_layers=2, n_kv_heads=1, head_dim=3)
+    assert pool.kv[1].shape == pool.kv_shape == (4, 2, 1, 3) and pool.k[1].shape == pool.shape == (4, 1, 3)
+    k, v = RNG.standard_normal((2, 4, 1, 3)).astype(np.float32)
+    pool.store(1, k=k)
+    pool.store(1, v=v)
+    np.testing.assert_array_equal(pool.kv[1][:, 0], k)
+    np.testing.assert_array_equal(pool.kv[1][:, 1], v)
+    both = RNG.standard_normal(pool.kv_shape).astype(np.float32)
+    pool.store(1, kv=both)
+    np.testing.assert_array_equal(pool.k[1], both[:, 0])
+    np.testing.assert_array_equal(pool.v[1], both[:, 1])
+    assert set(pool.feeds()) == {"kv_kv0", "kv_kv1"}
+    with pytest.raises(KVCacheError, match="shape"):
+        pool.store(0, kv=np.zeros((4, 1, 3)))
+
+
+def test_a_gpt2_decode_step_writes_keys_and_values_with_one_scatter_a_layer():
+    """The stacked k and v rows are a view of the q/k/v matmul's output (rule join_views), so each
+    layer's write is one Scatter kernel and nothing is copied before it."""
+    from refcomp.serving.models import random_gpt2
+    from refcomp.serving.programs import step_graph
+    from refcomp.serving.sampling import greedy_graph
+    model = random_gpt2(layers=2, d_model=32, heads=2, vocab=64, positions=64)
+    pool = PagedKVPool(8, 4, 2, 2, 16, scratch_pages=1)
+    prog = rc.compile(step_graph(model, pool, 1, greedy_graph), dims_hint={"B": 2, "NP": 2}, cache=False)
+    assert [k.kind for k in prog.kernels].count("scatter") == 2
+    assert "join_views" in [s.rule for s in prog.search.trace]
+    assert not any("stack" in k.ops for k in prog.kernels if k.kind != "scatter")

@@ -27,10 +27,11 @@ from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 import refcomp as rc
-from refcomp.ops.primitives import ELEMENTWISE, OPS
+from refcomp.ops.primitives import ELEMENTWISE, OPS, Edge
 from refcomp.search.rewrite import count_compute_nodes
 from refcomp.search.pattern import Apply, Const, Rule, Var, ops
 from refcomp.search.rules import ALGEBRA, RULES_BY_NAME
+from refcomp.symbolic.view import View, ViewStack
 
 from rule_harness import (
     Case,
@@ -216,6 +217,39 @@ def drop_copy_cases(draw):
     )
 
 
+def _part(t, axis: int, lo: int, hi=None):
+    """t[..., lo:hi, ...] on `axis` (hi None: the single index lo, the axis dropped)."""
+    where = slice(lo, hi) if hi is not None else lo
+    return t[(slice(None),) * axis + (where,)]
+
+
+@st.composite
+def join_views_cases(draw):
+    """Joins of neighbouring slices of one viewed tensor (cat at a split, three parts, a stack of two
+    rows at any distance) where the rule fires, and decoys it must leave or join correctly (parts in
+    the wrong order, a slice joined with a padded read of another tensor)."""
+    shape = list(draw(shapes(max_axes=2)))
+    shape.insert(draw(st.integers(0, len(shape))), draw(st.integers(3, 6)))
+    x = _input("x", tuple(shape))
+    a, _ = draw(views(x, masks=False))
+    axes = [k for k, d in enumerate(a.shape) if isinstance(d, int) and d >= 3]
+    if not axes:
+        a, axes = x, [k for k, d in enumerate(x.shape) if isinstance(d, int) and d >= 3]
+    t = draw(st.sampled_from(axes))
+    n = a.shape[t]
+    m = draw(st.integers(1, n - 1))
+    i, j = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+    outputs = [
+        rc.cat([_part(a, t, 0, m), _part(a, t, m, n)], t) * 2.0,
+        rc.stack([_part(a, t, i), _part(a, t, j)], draw(st.integers(0, a.ndim - 1))),
+        rc.cat([_part(a, t, m, n), _part(a, t, 0, m)], t),  # out of order: joined only where affine
+        rc.cat([_part(a, t, 0, m), (_part(a, t, m, n) * 0.5)], t),  # one part computed: no join
+    ]
+    if n >= 4:
+        outputs.append(rc.cat([_part(a, t, 0, 1), _part(a, t, 1, 3), _part(a, t, 3, n)], t) + 1.0)
+    return Case(outputs, {"x": (-3.0, 3.0, False)}, draw(binding_pairs()), draw(st.integers(0, 2**16)))
+
+
 # name -> (strategy, tolerances by precision): each tolerance is what the rule's soundness states
 RULE_CASES = {
     "add_zero": (add_zero_cases, exact()),  # -0.0 + 0.0 = +0.0 compares equal
@@ -250,6 +284,7 @@ RULE_CASES = {
         {"float32": dict(rtol=4 * EPS32, atol=4 * EPS32), "float64": dict(rtol=4 * EPS32, atol=8 * EPS32)},
     ),
     "drop_copy": (drop_copy_cases, exact()),
+    "join_views": (join_views_cases, exact()),  # the same elements, read through one view
 }
 
 
@@ -322,6 +357,25 @@ class _AcrossPads(Apply):
         return self.bind_node(edge.node, bound, ctx, through=edge) if edge.node.op.name in self.ops else None
 
 
+class _UnmaskedFirst(Apply):
+    """(WRONGLY) a stack of two rows of one node as the first row read twice: its mask dropped, whatever
+    the second row reads (a row stacked is read with stride 0 along the new axis, so this stays inside
+    the buffer; it is right only where both rows are one)."""
+
+    def bind_node(self, node, bound, ctx, through=None):
+        if node.op.name != "Add":
+            return None
+        first, second = node.srcs
+        if first.node is not second.node or first.node.op.literal or first.views.top.mask is None:
+            return None
+        top = first.views.top
+        if not all(lo == 0 and hi == n or (hi == lo + 1 and s == 0)
+                   for (lo, hi), n, s in zip(top.mask, top.shape, top.strides)):
+            return None
+        unmasked = ViewStack(first.views.views[:-1] + (View(top.shape, top.strides, top.offset),))
+        return {"joined": Edge(first.node, unmasked)}
+
+
 Add, Mul, Recip, Log2, Exp2 = ops("Add", "Mul", "Recip", "Log2", "Exp2")
 x, a, b = Var("x"), Var("a"), Var("b")
 WRONG_RULES = {
@@ -330,6 +384,8 @@ WRONG_RULES = {
     "log2_exp2": Rule("log2_exp2_across_pads", Log2(_AcrossPads(frozenset({"Exp2"}), (x,))), x,
                       "none (WRONG across a pad)"),
     "recip_recip": Rule("recip_is_identity", Recip(x), x, "none (WRONG)"),
+    "join_views": Rule("join_any_two_reads", _UnmaskedFirst(frozenset({"Add"}), (a, b)), Var("joined"),
+                       "none (WRONG unless the parts are neighbours in one view)"),
 }
 
 

@@ -77,6 +77,14 @@ class ViewSteps:
             others = [w for w in self.vars if w is not v and len(w.shape) == nd and
                       all(str(a) == str(b) for i, (a, b) in enumerate(zip(w.shape, v.shape)) if i != axis)]
             other = self.choice(others) if others else None
+            extent = v.shape[axis]
+            if other is None and isinstance(extent, int) and extent >= 2:
+                # v's two halves joined again: neighbouring reads of one node, which the rule
+                # join_views reads through one view (no extra random draw: the extent decides)
+                half = extent // 2
+                parts = f"{n}.narrow({axis}, 0, {half}), {n}.narrow({axis}, {half}, {extent - half})"
+                self.emit(f"rc.concat([{parts}], {axis})", v.lo, v.hi, v.exact, "concat")
+                return
             o = other.name if other is not None else f"{n}.flip({axis})"
             lo = min(v.lo, other.lo) if other is not None else v.lo
             hi = max(v.hi, other.hi) if other is not None else v.hi

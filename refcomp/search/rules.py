@@ -10,11 +10,14 @@ Fusion and schedule rules (which change kernels, not values) are in `fusion_rule
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
+import sympy
 
 from ..ops.primitives import BINARY, OPS, TERNARY, UNARY, Edge, Node, make_node
-from ..symbolic.view import ViewStack
-from .pattern import Const, Context, Rule, Var, any_of, ops, unshared
+from ..symbolic.view import View, ViewStack
+from .pattern import Apply, Const, Context, Rule, Var, any_of, ops, unshared
 
 __all__ = ["ALGEBRA", "RULES_BY_NAME", "Context", "Rule"]
 
@@ -64,5 +67,66 @@ ALGEBRA: list[Rule] = [
          "exact: a copy reads the same values through the same view (program outputs are made dense "
          "again after the search)"),
 ]
+
+
+
+def _same(a, b) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def joined_view(first: Edge, second: Edge) -> Optional[Edge]:
+    """One read of a node equal to `first + second` when the two are padded reads of that node side by
+    side along one axis (a join, `cat` or `stack`, of neighbouring views: k and v sliced from one q/k/v
+    matmul), or None. Each reads the node where its mask holds and 0 elsewhere; the masks are
+    neighbouring ranges [lo, m) and [m, hi) of one axis (full on the others), and the two reads are
+    one affine view there: the same strides on every other axis, and an offset and stride of the join
+    axis that fit both parts (checked at each part's two ends, which settles an affine function).
+    The joined read keeps the mask [lo, hi): three parts join two at a time."""
+    if first.node is not second.node or first.node.op.literal:
+        return None
+    below, (a, b) = first.views.views[:-1], (first.views.top, second.views.top)
+    if below != second.views.views[:-1] or not all(_same(x, y) for x, y in zip(a.shape, b.shape)):
+        return None
+    split = [k for k, (ra, rb, n) in enumerate(zip(a.ranges(), b.ranges(), a.shape))
+             if not (_same(ra[0], 0) and _same(ra[1], n) and _same(rb[0], 0) and _same(rb[1], n))]
+    if len(split) != 1:
+        return None
+    (t,) = split
+    if _same(a.ranges()[t][0], b.ranges()[t][1]):
+        a, b = b, a  # a is the part before b
+    (lo, m), (m_b, hi) = a.ranges()[t], b.ranges()[t]
+    others = [(x, y) for k, (x, y) in enumerate(zip(a.strides, b.strides)) if k != t]
+    if not _same(m, m_b) or not all(_same(x, y) for x, y in others):
+        return None
+    at = lambda view, i: view.offset + view.strides[t] * i  # noqa: E731 (the join axis's part of the index)
+    stride = a.strides[t] if not _same(m - lo, 1) else at(b, m) - at(a, lo)
+    offset = at(a, lo) - stride * lo
+    ends = [(a, lo), (a, m - 1), (b, m), (b, hi - 1)]
+    if not all(_same(at(view, i), offset + stride * i) for view, i in ends):
+        return None
+    strides = tuple(stride if k == t else x for k, x in enumerate(a.strides))
+    ranges = tuple((lo, hi) if k == t else r for k, r in enumerate(a.ranges()))
+    return Edge(first.node, ViewStack(below + (View(a.shape, strides, offset).with_mask(ranges),)))
+
+
+class _Join(Apply):
+    """add(a, b) where a and b are padded reads of one node side by side (`joined_view`): binds `joined`."""
+
+    def bind_node(self, node, bound, ctx, through=None):
+        matched = super().bind_node(node, bound, ctx, through)
+        if matched is None or through is not None:
+            return None
+        joined = joined_view(*node.srcs)
+        return None if joined is None else {**matched, "joined": joined}
+
+    def __str__(self):
+        return "add(a, b) of neighbouring padded reads of one node"
+
+
+ALGEBRA.append(
+    Rule("join_views", _Join(frozenset({"Add"}), (a, b)), Var("joined"),
+         "exact: each element of the join is the element its part reads (the other part reads a padded "
+         "0 there, and x + 0.0 is x, -0.0 included up to its sign), now read through one view"),
+)
 
 RULES_BY_NAME = {r.name: r for r in ALGEBRA}

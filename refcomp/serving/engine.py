@@ -242,7 +242,7 @@ class Engine:
         """Keep a step's written pool arrays; each sequence now caches its chunk's tokens too."""
         pool = self.pool
         for layer in range(pool.n_layers):
-            pool.store(layer, out[pool.input_name(layer, "k")], out[pool.input_name(layer, "v")])
+            pool.store(layer, kv=out[pool.input_name(layer, "kv")])
         for q, n in zip(seqs, counts):
             q.cached += n
 

@@ -1,12 +1,14 @@
 """The paged KV cache: a host-side pool of fixed-size pages, its allocator, and the graph pieces that
 read and write it.
 
-Layout. Each layer has a K and a V array shaped (num_pages * page_size, n_kv_heads, head_dim): a flat
-array of *slots*, slot `page * page_size + offset` holding one token's keys (or values) for every
-KV head. Page p is rows [p * page_size, (p + 1) * page_size). Flat slots make both directions one
-primitive each: a write is a Scatter of N rows at N slot ids (`write_slots`, through index_copy,
-which writes only those rows, in the pool's own buffer), and a read is a Gather of whole pages by
-a block table (`gather_pages`), the pool viewed as (num_pages, page_size * Hkv * D) rows.
+Layout. Each layer has one array shaped (num_pages * page_size, 2, n_kv_heads, head_dim): a flat
+array of *slots*, slot `page * page_size + offset` holding one token's keys for every KV head and,
+beside them, its values (`kv[l]`; `k[l]` and `v[l]` are views of its halves). Page p is rows
+[p * page_size, (p + 1) * page_size). Flat slots make both directions one primitive each: a write
+is a Scatter of N rows at N slot ids (`write_slots`, through index_copy, which writes only those
+rows, in the pool's own buffer: keys and values together), and a read is a Gather of whole pages by
+a block table (`gather_pages`), the pool viewed as (num_pages, page_size * row) rows. The helpers
+take either a (slots, Hkv, D) array or the (slots, 2, Hkv, D) one.
 
 Sequences own pages through block tables: `allocate(seq, n)` reserves room for n more tokens (taking
 pages from the free list, lowest id first, so runs are deterministic), `free(seq)` returns them.
@@ -47,7 +49,7 @@ def _count(value, what: str, low: int = 0) -> int:
 
 
 class PagedKVPool:
-    """K and V arrays for every layer, in pages, with a free list and per-sequence block tables."""
+    """Every layer's keys and values, in pages, with a free list and per-sequence block tables."""
 
     def __init__(self, num_pages: int, page_size: int, n_layers: int, n_kv_heads: int, head_dim: int,
                  dtype: str = "float32", scratch_pages: int = 0, name: str = "kv"):
@@ -60,12 +62,12 @@ class PagedKVPool:
         self.dtype, self.name = dtype_name(dtype, "PagedKVPool's dtype"), name
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise KVCacheError(f"a KV pool holds float32, float16 or bfloat16 values, not {self.dtype}")
-        shape = self.shape
         numpy_type = (
             np.float16 if self.dtype == "float16" else np.float32
         )  # what its feeds take (bfloat16: float32 values)
-        self.k = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
-        self.v = [np.zeros(shape, numpy_type) for _ in range(self.n_layers)]
+        self.kv = [np.zeros(self.kv_shape, numpy_type) for _ in range(self.n_layers)]
+        self.k = [kv[:, 0] for kv in self.kv]  # views: a layer's keys and values side by side in slots
+        self.v = [kv[:, 1] for kv in self.kv]
         self._free = list(range(self.num_pages))  # kept sorted: the lowest free page is taken first
         self._tables: dict = {}
         self._lengths: dict = {}
@@ -83,40 +85,50 @@ class PagedKVPool:
 
     @property
     def shape(self) -> tuple:
+        """A layer's K (or V) array: (slots, n_kv_heads, head_dim)."""
         return (self.slots_total, self.n_kv_heads, self.head_dim)
 
+    @property
+    def kv_shape(self) -> tuple:
+        """A layer's K and V side by side, (slots, 2, n_kv_heads, head_dim): what the serving programs
+        read and write, so one Scatter writes a token's keys and values together."""
+        return (self.slots_total, 2, self.n_kv_heads, self.head_dim)
+
     def input_name(self, layer: int, which: str) -> str:
-        """The feed name of a layer's K ("k") or V ("v") array: `kv_k3`."""
+        """The feed name of a layer's K ("k"), V ("v") or both ("kv") array: `kv_k3`, `kv_kv3`."""
         self._layer(layer)
-        if which not in ("k", "v"):
-            raise KVCacheError(f"which must be 'k' or 'v', got {which!r}")
+        if which not in ("k", "v", "kv"):
+            raise KVCacheError(f"which must be 'k', 'v' or 'kv', got {which!r}")
         return f"{self.name}_{which}{layer}"
 
     def input(self, layer: int, which: str):
-        """The rc.input that reads a layer's K or V array (a static shape: the pool never grows)."""
-        return rc_input(self.input_name(layer, which), self.shape, self.dtype)
+        """The rc.input that reads a layer's K, V or KV array (a static shape: the pool never grows)."""
+        shape = self.kv_shape if which == "kv" else self.shape
+        return rc_input(self.input_name(layer, which), shape, self.dtype)
 
     def feeds(self) -> dict:
-        """Every layer's K and V arrays by feed name."""
-        out = {}
-        for layer in range(self.n_layers):
-            out[self.input_name(layer, "k")] = self.k[layer]
-            out[self.input_name(layer, "v")] = self.v[layer]
-        return out
+        """Every layer's KV array by feed name (the inputs of the serving programs)."""
+        return {self.input_name(layer, "kv"): self.kv[layer] for layer in range(self.n_layers)}
 
-    def store(self, layer: int, k: Optional[np.ndarray] = None, v: Optional[np.ndarray] = None) -> None:
-        """Keep a program's updated K and V arrays of `layer` (what write_slots returned) as the pool's."""
+    def store(self, layer: int, k: Optional[np.ndarray] = None, v: Optional[np.ndarray] = None,
+              kv: Optional[np.ndarray] = None) -> None:
+        """Keep a program's updated arrays of `layer` (what write_slots returned) as the pool's: the whole
+        KV array, or its K or V half."""
         self._layer(layer)
-        for which, new, arrays in (("k", k, self.k), ("v", v, self.v)):
+        for which, new, shape in (("kv", kv, self.kv_shape), ("k", k, self.shape), ("v", v, self.shape)):
             if new is None:
                 continue
             new = np.asarray(new)
-            if new.shape != self.shape:
+            if new.shape != shape:
                 raise KVCacheError(
-                    f"{self.input_name(layer, which)}: an update must have the pool's shape {self.shape}, "
+                    f"{self.input_name(layer, which)}: an update must have the pool's shape {shape}, "
                     f"got {new.shape}"
                 )
-            arrays[layer] = new.astype(arrays[layer].dtype, copy=False)
+            if which == "kv":
+                self.kv[layer] = new.astype(self.kv[layer].dtype, copy=False)
+                self.k[layer], self.v[layer] = self.kv[layer][:, 0], self.kv[layer][:, 1]
+            else:
+                self.kv[layer][:, 0 if which == "k" else 1] = new
 
     def _layer(self, layer: int) -> int:
         if (
@@ -274,9 +286,10 @@ class PagedKVPool:
 # --- graph pieces -------------------------------------------------------------------------------------
 def _pool_tensor(pool, what: str):
     pool = lift(pool)
-    if pool.ndim != 3:
+    if pool.ndim not in (3, 4):
         raise KVCacheError(
-            f"{what}: the pool {pool.label} must be (slots, n_kv_heads, head_dim), got {tuple(pool.shape)}"
+            f"{what}: the pool {pool.label} must be (slots, n_kv_heads, head_dim) or (slots, 2, n_kv_heads, "
+            f"head_dim), got {tuple(pool.shape)}"
         )
     return pool
 
@@ -289,8 +302,9 @@ def _int_ids(ids, what: str):
 
 
 def gather_pages(pool, block_table, page_size: int, length=None, lengths=None):
-    """Each sequence's cached keys (or values) in token order, (B, L, Hkv, D): the pages its block
-    table (int32 (B, P)) names, read by one Gather (ids checked at run time against the pool's pages),
+    """Each sequence's cached rows in token order, (B, L, *row) (row: (Hkv, D), or (2, Hkv, D) for a
+    KV array): the pages its block table (int32 (B, P)) names, read by one Gather (ids checked at
+    run time against the pool's pages),
     L = P * page_size, or the first `length` positions (an int or a dim name such as "T").
     Positions at or past a sequence's own length hold stale data (another sequence's, NaN even):
     given `lengths` ((B,) float), they read as 0, by a select, so that `p @ v` with p = 0 there
@@ -302,16 +316,16 @@ def gather_pages(pool, block_table, page_size: int, length=None, lengths=None):
         raise KVCacheError(
             f"gather_pages: the block table {table.label} must be (B, pages), got {tuple(table.shape)}"
         )
-    slots, heads, dim = pool.shape
+    slots, row = pool.shape[0], tuple(pool.shape[1:])
     if isinstance(slots, int) and slots % page_size:
         raise KVCacheError(f"gather_pages: the pool's {slots} slots are not whole pages of {page_size}")
-    pages = pool.reshape((slots // page_size, page_size * heads * dim))
+    pages = pool.reshape((slots // page_size, page_size * prod(row)))
     b, p = table.shape
-    out = pages.index_select(0, table).reshape((b, p * page_size, heads, dim))
+    out = pages.index_select(0, table).reshape((b, p * page_size) + row)
     out = out if length is None else out[:, :length]
     if lengths is None:
         return out
-    held = context_mask(lengths, out.shape[1]).reshape((b, out.shape[1], 1, 1))
+    held = context_mask(lengths, out.shape[1]).reshape((b, out.shape[1]) + (1,) * len(row))
     return where(held, out, 0.0)
 
 
@@ -323,9 +337,9 @@ def gather_slots(pool, slots):
 
 def write_slots(pool, slots, new):
     """The pool with the rows at `slots` replaced by `new`: slots int32 of shape S (any, e.g. (B, C)),
-    new (*S, Hkv, D). One Scatter (index_copy along the slots): the kernel writes only those rows,
-    into the pool's own buffer when the pool is an input nothing else reads. Ids outside the pool
-    or repeated are refused at run time on every backend."""
+    new (*S, *row), row the pool's (Hkv, D) or (2, Hkv, D). One Scatter (index_copy along the
+    slots): the kernel writes only those rows, into the pool's own buffer when the pool is an input
+    nothing else reads. Ids outside the pool or repeated are refused at run time on every backend."""
     pool = _pool_tensor(pool, "write_slots")
     slots = _int_ids(slots, "write_slots' slots")
     new = lift(new)
@@ -333,7 +347,7 @@ def write_slots(pool, slots, new):
     if new.ndim != len(want) or not all(dims_equal(a, b) for a, b in zip(new.shape, want)):
         raise KVCacheError(
             f"write_slots: {new.label} must have shape {want} (the slots' shape, then the pool's "
-            f"heads and head_dim), got {tuple(new.shape)}"
+            f"row), got {tuple(new.shape)}"
         )
     flat = slots.reshape((prod(slots.shape),)) if slots.ndim != 1 else slots
     rows = new.reshape((flat.shape[0],) + tuple(pool.shape[1:]))

@@ -19,7 +19,7 @@ from ..ops.attention import scaled_dot_product_attention
 from ..ops.core import input as rc_input, iota
 from ..ops.creation import full
 from ..ops.elementwise import where
-from ..ops.joining import cat
+from ..ops.joining import cat, stack
 from .kv_cache import PagedKVPool, gather_pages, write_slots
 from .models import Decoder
 
@@ -47,12 +47,12 @@ def step_graph(model: Decoder, pool: PagedKVPool, chunk, chooser=None) -> dict:
     def attend(layer, q, k, v):
         """q (B, heads, C, hd); k, v (B, kv_heads, C, hd): write the chunk's keys and values into
         their slots, then attend over the sequence's pages (the chunk's own positions included)."""
-        read = []
-        for which, rows in (("k", k), ("v", v)):
-            written = write_slots(pool.input(layer, which), slots, rows.permute(0, 2, 1, 3))
-            new[pool.input_name(layer, which)] = written
-            read.append(gather_pages(written, table, pool.page_size, lengths=lengths).permute(0, 2, 1, 3))
-        return paged_attention(q, read[0], read[1], mask, pool.page_size)
+        rows = stack([k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)], 2)  # (B, C, 2, kv_heads, hd)
+        written = write_slots(pool.input(layer, "kv"), slots, rows)  # one Scatter: keys and values
+        new[pool.input_name(layer, "kv")] = written
+        read = gather_pages(written, table, pool.page_size, lengths=lengths)  # (B, NP * S, 2, kv_heads, hd)
+        keys, values = (read[:, :, which].permute(0, 2, 1, 3) for which in (0, 1))
+        return paged_attention(q, keys, values, mask, pool.page_size)
 
     h = model.hidden(ids, positions, attend)  # (B, C, d)
     if chunk == 1:
