@@ -272,7 +272,8 @@ def bench_decode(args):
     import refcomp.search.search as search_module
     y = decode_mlp()
     split = rc.compile(y, cache=False)
-    keep, search_module.split_skinny = search_module.split_skinny, lambda edges, count, price: (edges, [])
+    keep = search_module.split_skinny
+    search_module.split_skinny = lambda edges, count, price, *threads: (edges, [])
     try:
         whole = rc.compile(y, cache=False)
     finally:
