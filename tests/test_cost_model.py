@@ -15,7 +15,7 @@ import pytest
 
 import refcomp as rc
 from refcomp import golden
-from refcomp.codegen.access import memory_counts
+from refcomp.codegen.shared_access import memory_counts
 from refcomp.search.cost import H200, kernel_cost
 from refcomp.exec.profile import model_disagreements
 from cuda_cases import CASES, compiled, sliced

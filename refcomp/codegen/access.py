@@ -11,14 +11,14 @@ warp request hold, evaluates the index expressions on them with NumPy at concret
 Counting every request is exact (it is what the emulator profiler, exec/profile.py, measures) and
 cheap for small programs; for large ones `sample` evaluates that many requests per access, evenly
 spread, and scales. The shared-memory traffic and barriers of the templates' block reductions and
-matmul tiles are fixed by the templates and counted here in closed form (or on the tile's lanes).
-Buffers are taken 256-byte aligned, as cudaMalloc places them.
+matmul tiles are fixed by the templates and counted in closed form (or on the tile's lanes) by
+`shared_access.py`, which adds them up with these in `memory_counts`. Buffers are taken 256-byte
+aligned, as cudaMalloc places them.
 """
 from __future__ import annotations
 
 import functools
-import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Mapping, Optional
 
 import numpy as np
@@ -26,7 +26,6 @@ import sympy
 
 from ..errors import RefcompError
 from ..ops.dtypes import DTYPES
-from ..ops.primitives import REDUCE
 from ..symbolic.dims import evaluate_dim, idiv, imod
 from .kernels import Kernel
 
@@ -37,7 +36,6 @@ class AccessModelError(RefcompError):
 
 WARP = 32
 SECTOR = 32  # bytes
-WORD = 4  # bytes per shared-memory element (the templates' tiles are float32) and per bank
 
 
 @dataclass(frozen=True)
@@ -324,141 +322,3 @@ def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
 # on the order (all but B's tile loads) is counted once for both.
 _COUNTED: dict = {}
 MAX_COUNTED = 1 << 16
-
-
-def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
-    """Shared memory and barriers of the templates, which the index expressions do not touch."""
-    launch = kernel.launch
-    work = evaluate_dim(launch.work, bindings)
-    if launch.mode == "block_per_output":  # the block-wide tree over partial[block]
-        warps, steps = launch.block // WARP, int(math.log2(launch.block))
-        tree_warps = sum(
-            -(-(launch.block >> (s + 1)) // WARP) for s in range(steps)
-        )  # threads below each stride
-        phases = kernel.plan.block_reductions
-        per_phase_loads = 2 * tree_warps + (
-            warps if kernel.kind == "row" else 1
-        )  # red = partial[0] / total = partial[0]
-        per_phase_stores = warps + tree_warps
-        load_waves, store_waves = per_phase_loads, per_phase_stores
-        if any(n.op.kind == REDUCE and not DTYPES[n.dtype].is_float for n in kernel.nodes):
-            # 8-byte partials (double, long long): a request of more than 16 lanes spans 64 words, two
-            # wavefronts; the tree's requests shrink below that as its stride halves
-            tree_waves = sum(_eight_byte_waves(launch.block >> (s + 1)) for s in range(steps))
-            load_waves, store_waves = 2 * tree_waves + 1, _eight_byte_waves(launch.block) + tree_waves
-        barriers = warps * (1 + steps + (1 if kernel.kind == "row" else 0))
-        return MemoryCounts(shared_load_requests=work * phases * per_phase_loads,
-                            shared_load_wavefronts=work * phases * load_waves,
-                            shared_store_requests=work * phases * per_phase_stores,
-                            shared_store_wavefronts=work * phases * store_waves,
-                            barriers=work * phases * barriers)
-    if launch.mode == "columns":  # each warp stores its partials; the tree halves down to one warp
-        blocks, warps, steps = -(-work // WARP), launch.block // WARP, int(math.log2(launch.block // WARP))
-        tree_warps = sum(warps >> (s + 1) for s in range(steps))
-        waves = 2 if any(not DTYPES[n.dtype].is_float for n in kernel.nodes if n.op.kind == REDUCE) else 1
-        # the storing warp reads the totals of its outputs (8 bytes each: 16 or fewer are one wavefront)
-        last = work - (blocks - 1) * WARP
-        totals = (blocks - 1) * waves + (1 if last <= WARP // waves else waves)
-        return MemoryCounts(shared_load_requests=blocks * (2 * tree_warps + 1),
-                            shared_load_wavefronts=blocks * 2 * tree_warps * waves + totals,
-                            shared_store_requests=blocks * (warps + tree_warps),
-                            shared_store_wavefronts=blocks * (warps + tree_warps) * waves,
-                            barriers=blocks * warps * (1 + steps))
-    if launch.mode == "tiles":
-        return _matmul_shared(kernel, bindings)
-    return MemoryCounts()
-
-
-def _eight_byte_waves(threads: int) -> int:
-    """Wavefronts of `threads` consecutive threads each touching one 8-byte element, warp by warp."""
-    full, rest = divmod(threads, WARP)
-    return 2 * full + (0 if rest == 0 else 1 if rest <= WARP // 2 else 2)
-
-
-def _wavefronts(words: np.ndarray) -> int:
-    """The most distinct 4-byte words of one request that share a bank (a broadcast counts once)."""
-    distinct = np.unique(words)
-    return int(np.bincount(distinct % 32, minlength=32).max())
-
-
-def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
-    """The tiles' shared memory, per K step and warp: As[ty][tx] and Bs stored, As[ty][kk] and Bs[kk][tx]
-    read for each kk, two barriers. softmax_matmul.cu.j2 also stores each weight (Ws[ty][tx]), reads its
-    score (Ss[ty][tx]) and its row's scores (Ss[ty][kk], for the maximum), behind a third barrier (and,
-    streaming q k^T, see _streamed_shared). Each prologue phase stores a partial result (As[ty][tx]),
-    reads its row's (As[ty][kk]) and passes two barriers, once per block; a pair (codegen.statistics)
-    also stores and reads a second one in Bs, between the same barriers."""
-    t = kernel.launch.block
-    n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
-    blocks = -(-n // t) * -(-evaluate_dim(kernel.launch.work, bindings) // t) * batch
-    steps = -(-evaluate_dim(kernel.plan.extent, bindings) // t)
-    pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
-    tid = np.arange(t * t)
-    ty, tx = tid // t, tid % t
-    warps = -(-t * t // WARP)
-    own = row = column = b_store = (
-        0  # wavefronts of every warp: [ty][tx], [ty][kk] for all kk, [kk][tx], Bs's store
-    )
-    for w in range(warps):
-        y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
-        own += _wavefronts(y * pitch + x)
-        row += sum(_wavefronts(y * pitch + kk) for kk in range(t))
-        column += sum(_wavefronts(kk * pitch + x) for kk in range(t))
-        b_store += _wavefronts(
-            x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x
-        )  # Bs[tx][ty] or Bs[ty][tx]
-    online = kernel.plan.template == "softmax_matmul.cu.j2"
-    per_step = MemoryCounts(
-        shared_store_requests=2 * warps,
-        shared_store_wavefronts=own + b_store,
-        shared_load_requests=2 * t * warps,
-        shared_load_wavefronts=row + column,
-        barriers=2 * warps,
-    )
-    if online:
-        per_step = per_step + MemoryCounts(
-            shared_store_requests=warps,
-            shared_store_wavefronts=own,
-            shared_load_requests=(t + 1) * warps,
-            shared_load_wavefronts=row + own,
-            barriers=warps,
-        )
-    prologue = MemoryCounts(
-        shared_store_requests=warps,
-        shared_store_wavefronts=own,
-        shared_load_requests=t * warps,
-        shared_load_wavefronts=row,
-        barriers=2 * warps,
-    )
-    second = replace(prologue, barriers=0)  # a pair's second value: Bs[ty][tx] stored, Bs[ty][kk] read
-    streamed = (
-        _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
-    )
-    return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
-            + second.scaled(blocks * kernel.plan.prologue_pairs))
-
-
-def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
-    """Streamed scores: each block stores its rows of Q once (Qs[ty][c t + tx]); each K tile, K's rows
-    (Ks[ty][c t + tx]), then every thread reads Qs[ty][d] and Ks[tx][d] for each d of the depth,
-    behind a fourth barrier."""
-    t, width = kernel.launch.block, kernel.plan.streamed_width
-    depth = kernel.plan.streamed_depth
-    pitch = width + 1
-    tid = np.arange(t * t)
-    ty, tx = tid // t, tid % t
-    warps = -(-t * t // WARP)
-    row_store = dot = 0
-    for w in range(warps):
-        y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
-        row_store += sum(_wavefronts(y * pitch + c * t + x) for c in range(width // t))
-        dot += sum(_wavefronts(y * pitch + d) + _wavefronts(x * pitch + d) for d in range(depth))
-    chunks = width // t
-    return MemoryCounts(shared_store_requests=blocks * warps * chunks * (1 + steps),
-                        shared_store_wavefronts=blocks * row_store * (1 + steps),
-                        shared_load_requests=blocks * steps * warps * 2 * depth,
-                        shared_load_wavefronts=blocks * steps * dot, barriers=blocks * steps * warps)
-
-
-def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
-    return global_counts(kernel, bindings, sample) + shared_counts(kernel, bindings)

@@ -26,7 +26,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..codegen.abi import KernelSignature
-from ..codegen.access import MemoryCounts, memory_counts
+from ..codegen.access import MemoryCounts
+from ..codegen.shared_access import memory_counts
 from ..errors import RefcompError
 from ..ops.graph import input_nodes, toposort
 from ..ops.primitives import GATHER, SCATTER
