@@ -165,13 +165,13 @@ def _new_lanes(
             weight,
         )
     # tiles: blocks (x over N, y over M, z over the batch) of tile x tile threads; warps of 32 linear ids
-    t = launch.block
+    t, slices = launch.block, launch.slices  # slices: threadIdx.z = s takes K tiles s, s + slices, ...
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
     gx, gy = -(-n // t), -(-work // t)
-    warps_per_block = -(-t * t // WARP)
+    warps_per_block = -(-t * t * slices // WARP)
     if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
         extent = evaluate_dim(prologue_extent, bindings)
-    steps = -(-extent // t) if scope in ("a", "b", "kt", "prologue") else 1
+    steps = -(-extent // (t * slices)) if scope in ("a", "b", "kt", "prologue") else 1
     chunks = streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
     count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
@@ -181,8 +181,8 @@ def _new_lanes(
     bx, q = q % gx, q // gx
     by, bz = q % gy, q // gy
     tid = warp[:, None] * WARP + lane
-    ty, tx = tid // t, tid % t
-    k0 = (step * t)[:, None]
+    z, ty, tx = tid // (t * t), tid % (t * t) // t, tid % t
+    k0 = (step[:, None] * slices + z) * t
     values = {"bm": by[:, None] * t + ty, "bn": bx[:, None] * t + tx, "ka": k0 + tx, "kb": k0 + ty,
               "batch": np.broadcast_to(bz[:, None], tid.shape)}
     if scope == "b" and "b" in along_k:  # B's tile loaded with threadIdx.x walking K
@@ -192,7 +192,9 @@ def _new_lanes(
     if scope == "prologue":
         values["r"] = k0 + tx
         return Lanes(values, (tid < t * t) & (k0 + tx < extent), count, weight)
-    return Lanes(values, tid < t * t, count, weight)
+    if scope in ("a", "b"):  # every slice loads its own tiles
+        return Lanes(values, tid < t * t * slices, count, weight)
+    return Lanes(values, tid < t * t, count, weight)  # slice 0 stores
 
 
 # --- index expressions evaluated on the lanes --------------------------------------------------------

@@ -13,7 +13,7 @@ axes are flattened into the tile grid; prologues are inlined into the tile loads
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import sympy
@@ -321,6 +321,20 @@ class TiledContraction:
         )
 
 
+MAX_BLOCK_THREADS = 1024  # CUDA's limit on a block
+
+
+def sliced_problem(template: str, prologue_phases: int, tile: int, slices: int) -> Optional[str]:
+    """Why a matmul cannot split K across its block's threads in `slices` (None: it can). Only the plain
+    template does (the online softmax and the prologue reductions keep a row's state across all of K in
+    one thread), and tile x tile x slices threads must fit one block."""
+    if template != "matmul.cu.j2" or prologue_phases:
+        return "only a plain matmul splits K across its block (no online softmax, no prologue reductions)"
+    if tile * tile * slices > MAX_BLOCK_THREADS:
+        return f"{tile} x {tile} x {slices} threads are more than a block's {MAX_BLOCK_THREADS}"
+    return None
+
+
 def matmul_kernel(
     name: str,
     output: Node,
@@ -332,10 +346,14 @@ def matmul_kernel(
     b_along_k: bool = False,
     prologue: Sequence[Node] = (),
     welford: frozenset = frozenset(),
+    slices: int = 1,
 ) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
-    `welford`: those of them computed in one pass with their row's sum (codegen.statistics)."""
+    `welford`: those of them computed in one pass with their row's sum (codegen.statistics);
+    `slices`: K split across the block's threads (threadIdx.z), their sums added in shared memory."""
+    if slices > 1 and (problem := sliced_problem("matmul.cu.j2", len(prologue), tile, slices)):
+        raise Unfusable(problem)
     tc = TiledContraction.of(reduce, names, inline)
     phases, prologue_extent = tc.prologue(prologue, welford, tile)
     squares = tuple(
@@ -352,6 +370,7 @@ def matmul_kernel(
     )
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
+    fields["launch"] = replace(fields["launch"], slices=slices)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return finish_kernel(
         name,
@@ -365,12 +384,14 @@ def matmul_kernel(
         render=render,
         comment_extra=f", matmul tile {tile}"
         + (", B loaded along K" if b_along_k else "")
+        + (f", K in {slices} slices" if slices > 1 else "")
         + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
         + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
         prologue_extent=prologue_extent,
         prologue_phases=len(phases),
         prologue_pairs=len(squares),
         prologue=phases,
+        slices=slices,
         stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
         prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
         a_statements=a_statements,

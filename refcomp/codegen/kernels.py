@@ -63,10 +63,12 @@ class Launch:
     work: Dim
     block: int = BLOCK
     extra: tuple = ()
+    slices: int = 1  # tiles: the block's threads split K into this many slices (threadIdx.z)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)
-        return f"{self.mode} over {self.work}{extra}, block {self.block}"
+        sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
+        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}"
 
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
@@ -74,8 +76,8 @@ class Launch:
             n, batch = (evaluate_dim(d, bindings) for d in self.extra)
             t = self.block
             if work == 0 or n == 0 or batch == 0:
-                return (0, 0, 0), (t, t, 1)
-            return (math.ceil(n / t), math.ceil(work / t), batch), (t, t, 1)
+                return (0, 0, 0), (t, t, self.slices)
+            return (math.ceil(n / t), math.ceil(work / t), batch), (t, t, self.slices)
         if self.mode == "block_per_output":
             return (work, 1, 1), (self.block, 1, 1)
         if self.mode == "columns":

@@ -14,7 +14,7 @@ from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
-from .fused import matmul_kernel, row_kernel
+from .fused import matmul_kernel, row_kernel, sliced_problem
 from .indexed import gather_kernel, scatter_kernel
 from .online import softmax_matmul_kernel
 from .kernels import (
@@ -90,18 +90,21 @@ class Group:
 # kind of kernel: a kernel analysed once serves every value of them (`retarget`), so the search
 # prices a matmul's tiles and tile loads without analysing it four times, and a reduction's thread
 # and block strategies without analysing it twice.
-TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k"), "reduce": ("strategy",)}
+TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k", "slices"), "reduce": ("strategy",)}
 
 
-def retarget(kernel: Kernel, params: dict) -> Kernel:
-    """An unprinted kernel (render=False) with its template-only parameters set as in `params`."""
+def retarget(kernel: Kernel, params: dict) -> Optional[Kernel]:
+    """An unprinted kernel (render=False) with its template-only parameters set as in `params`, or None
+    when the template cannot take them (K in slices: a plain matmul of at most 1,024 threads a block)."""
     if kernel.kind == "matmul":
         along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
-        tile = params.get("tile", TILE)
+        tile, slices = params.get("tile", TILE), params.get("slices", 1)
+        if slices > 1 and sliced_problem(kernel.plan.template, kernel.plan.prologue_phases, tile, slices):
+            return None
         width = (
             -(-kernel.plan.streamed_depth // tile) * tile
         )  # streamed Q and K rows: whole tiles (online._stream)
-        return replace(kernel, launch=replace(kernel.launch, block=tile),
+        return replace(kernel, launch=replace(kernel.launch, block=tile, slices=slices),
                        plan=replace(kernel.plan, along_k=along_k, streamed_width=width))
     if kernel.kind == "reduce":
         return _restrategised(kernel, params.get("strategy") or default_reduce_strategy(kernel.plan.extent))
@@ -165,10 +168,12 @@ def kernel_for_group(
                 tile=params.get("tile", TILE),
                 render=render,
                 b_along_k=bool(params.get("b_along_k")),
+                slices=params.get("slices", 1),
             )
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
-                             welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue})
+                             welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},
+                             slices=params.get("slices", 1))
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(

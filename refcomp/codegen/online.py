@@ -34,7 +34,7 @@ from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
 from . import render_c
 from .emit import Unfusable
-from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes
+from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes, sliced_problem
 from .kernels import TILE, Kernel, Late, finish_kernel
 
 
@@ -225,9 +225,12 @@ def softmax_matmul_kernel(
     tile: int = TILE,
     render: bool = True,
     b_along_k: bool = False,
+    slices: int = 1,
 ) -> Kernel:
     """With S in `streamed_ids` (see streamed_scores), S = Q K^T is computed in the kernel, a tile of
     keys at a time: the scores are never read from memory (FlashAttention)."""
+    if slices > 1:
+        raise Unfusable(sliced_problem("softmax_matmul.cu.j2", 0, tile, slices))
     parts = online_softmax(reduce)
     if parts is None or not {parts.maximum.id, parts.total.id} <= set(online_ids):
         raise Unfusable(f"{reduce.op.name}#{reduce.id} does not read an online softmax")

@@ -82,10 +82,11 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     streaming q k^T, see _streamed_shared). Each prologue phase stores a partial result (As[ty][tx]),
     reads its row's (As[ty][kk]) and passes two barriers, once per block; a pair (codegen.statistics)
     also stores and reads a second one in Bs, between the same barriers."""
-    t = kernel.launch.block
+    t, slices = kernel.launch.block, kernel.launch.slices
     n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
-    blocks = -(-n // t) * -(-evaluate_dim(kernel.launch.work, bindings) // t) * batch
-    steps = -(-evaluate_dim(kernel.plan.extent, bindings) // t)
+    m = evaluate_dim(kernel.launch.work, bindings)
+    blocks = -(-n // t) * -(-m // t) * batch
+    steps = -(-evaluate_dim(kernel.plan.extent, bindings) // (t * slices)) * slices  # slice-steps of a block
     pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
@@ -128,8 +129,16 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     streamed = (
         _streamed_shared(kernel, blocks, steps) if online and kernel.plan.streamed_width else MemoryCounts()
     )
+    sliced = MemoryCounts()
+    if slices > 1:  # every warp stores its sums in Ps, a barrier, then slice 0's warps with an output read
+        rows_per_warp = max(1, WARP // t)  # each slice's sums (its rows of the tile below M)
+        reading = -(-n // t) * batch * ((m // t) * warps + -(-(m % t) // rows_per_warp))
+        sliced = MemoryCounts(shared_store_requests=blocks * slices * warps,
+                              shared_store_wavefronts=blocks * slices * warps,
+                              barriers=blocks * slices * warps,
+                              shared_load_requests=reading * slices, shared_load_wavefronts=reading * slices)
     return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
-            + second.scaled(blocks * kernel.plan.prologue_pairs))
+            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced)
 
 
 def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:

@@ -219,7 +219,7 @@ def group_cost(
             count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue
         )  # once per row (a bound below)
         flops += _compensation_flops(group, sched, count, tile)
-        threads = -(-m_n // (tile * tile)) * tile * tile
+        threads = -(-m_n // (tile * tile)) * tile * tile * sched.param(root.id, "slices")
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
         points = count(reduce.srcs[0].shape)
