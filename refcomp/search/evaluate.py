@@ -182,9 +182,17 @@ class Evaluator:
             open_params = [p for p in KERNEL_PARAMS if p.moves_memory and group.kind in p.choices
                            and (group.root.id, p.name) not in sched._params]
             options = [sched.with_params({(group.root.id, p.name): v for p, v in zip(open_params, values)})
-                       for values in itertools.product(*(p.choices[group.kind] for p in open_params))]
+                       for values in itertools.product(*(self.choices(sched, group, p) for p in open_params))]
             self.prices[key] = min((self.access_cost(s, group) for s in options), key=lambda c: c.time_s)
         return self.prices[key]
+
+    def choices(self, sched: Schedule, group: Group, param) -> tuple:
+        """The values of `param` worth pricing for this kernel: K in slices only adds threads, so a
+        matmul whose tiles already fill the device (at its own parameters) is priced without them."""
+        values = param.choices[group.kind]
+        if param.name == "slices" and self.cost(sched, group).threads >= self.profile.resident_threads:
+            return values[:1]
+        return values
 
     def _key(self, sched: Schedule, group: Group) -> tuple:
         """The group's structure (see group_structure) and parameters: identical layers of a model

@@ -50,12 +50,9 @@ KERNEL_PARAMS = (
     ),
     Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
     # A plain matmul's K split across its block's threads (threadIdx.z), the slices' sums added in shared
-    # memory: more threads for a matmul of few outputs, with no second kernel. Code generation, the
-    # memory model and the profiler take slices of 4 (tests/test_matmul_slices.py), but the search
-    # offers only 1: with 4 on offer, its greedy descent recomputes GPT-2's layer norms inside the
-    # sliced matmuls and the decode step models slower (1,507 -> 1,521 us); a third opening that fuses
-    # rows first finds 1,436 us but costs the GPT-2 block's first compile 23% (docs/serving.md).
-    Param("slices", "K split across a matmul block's threads (threadIdx.z)", 1, {"matmul": (1,)},
+    # memory: more threads for a matmul of few outputs, with no second kernel (priced only where the
+    # tiles alone leave the device part idle: Evaluator.choices).
+    Param("slices", "K split across a matmul block's threads (threadIdx.z)", 1, {"matmul": (1, 4)},
           moves_memory=True),
     Param(
         "b_along_k",
