@@ -167,8 +167,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
         result.kernels[mode] = len(prog.kernels)
         if mode == "search":
             for kernel in prog.kernels:
-                mode = kernel.launch.mode + (" in K slices" if kernel.launch.slices > 1 else "")
-                result.launches[mode] = result.launches.get(mode, 0) + 1
+                launch = kernel.launch.mode + (" in K slices" if kernel.launch.slices > 1 else "")
+                result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
             if step.copies:  # a move fired at the same node of every copy of a repeated layer
