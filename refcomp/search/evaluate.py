@@ -187,10 +187,10 @@ class Evaluator:
         return self.prices[key]
 
     def choices(self, sched: Schedule, group: Group, param) -> tuple:
-        """The values of `param` worth pricing for this kernel: K in slices only adds threads, so a
-        matmul whose tiles already fill the device (at its own parameters) is priced without them."""
+        """The values of `param` worth pricing for this kernel: a parameter that only adds threads (K in
+        slices) keeps its default where the kernel already fills the device at its own parameters."""
         values = param.choices[group.kind]
-        if param.name == "slices" and self.cost(sched, group).threads >= self.profile.resident_threads:
+        if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]
         return values
 

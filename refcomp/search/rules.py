@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import sympy
 
 from ..ops.primitives import BINARY, OPS, TERNARY, UNARY, Edge, Node, make_node
+from ..symbolic.dims import dims_equal
 from ..symbolic.view import View, ViewStack
 from .pattern import Apply, Const, Context, Rule, Var, any_of, ops, unshared
 
@@ -70,10 +70,6 @@ ALGEBRA: list[Rule] = [
 
 
 
-def _same(a, b) -> bool:
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
-
-
 def joined_view(first: Edge, second: Edge) -> Optional[Edge]:
     """One read of a node equal to `first + second` when the two are padded reads of that node side by
     side along one axis (a join, `cat` or `stack`, of neighbouring views: k and v sliced from one q/k/v
@@ -85,24 +81,25 @@ def joined_view(first: Edge, second: Edge) -> Optional[Edge]:
     if first.node is not second.node or first.node.op.literal:
         return None
     below, (a, b) = first.views.views[:-1], (first.views.top, second.views.top)
-    if below != second.views.views[:-1] or not all(_same(x, y) for x, y in zip(a.shape, b.shape)):
+    if below != second.views.views[:-1] or not all(dims_equal(x, y) for x, y in zip(a.shape, b.shape)):
         return None
+    full = lambda r, n: dims_equal(r[0], 0) and dims_equal(r[1], n)  # noqa: E731
     split = [k for k, (ra, rb, n) in enumerate(zip(a.ranges(), b.ranges(), a.shape))
-             if not (_same(ra[0], 0) and _same(ra[1], n) and _same(rb[0], 0) and _same(rb[1], n))]
+             if not (full(ra, n) and full(rb, n))]
     if len(split) != 1:
         return None
     (t,) = split
-    if _same(a.ranges()[t][0], b.ranges()[t][1]):
+    if dims_equal(a.ranges()[t][0], b.ranges()[t][1]):
         a, b = b, a  # a is the part before b
     (lo, m), (m_b, hi) = a.ranges()[t], b.ranges()[t]
     others = [(x, y) for k, (x, y) in enumerate(zip(a.strides, b.strides)) if k != t]
-    if not _same(m, m_b) or not all(_same(x, y) for x, y in others):
+    if not dims_equal(m, m_b) or not all(dims_equal(x, y) for x, y in others):
         return None
     at = lambda view, i: view.offset + view.strides[t] * i  # noqa: E731 (the join axis's part of the index)
-    stride = a.strides[t] if not _same(m - lo, 1) else at(b, m) - at(a, lo)
+    stride = a.strides[t] if not dims_equal(m - lo, 1) else at(b, m) - at(a, lo)
     offset = at(a, lo) - stride * lo
     ends = [(a, lo), (a, m - 1), (b, m), (b, hi - 1)]
-    if not all(_same(at(view, i), offset + stride * i) for view, i in ends):
+    if not all(dims_equal(at(view, i), offset + stride * i) for view, i in ends):
         return None
     strides = tuple(stride if k == t else x for k, x in enumerate(a.strides))
     ranges = tuple((lo, hi) if k == t else r for k, r in enumerate(a.ranges()))

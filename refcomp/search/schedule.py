@@ -33,6 +33,7 @@ class Param:
     default: object
     choices: dict
     moves_memory: bool = False  # its choices change how threads walk memory: priced on the built kernel
+    adds_threads: bool = False  # its other choices only add threads: not priced where the device is full
 
 
 # Tried in this order, each with the ones before it already chosen.
@@ -53,7 +54,7 @@ KERNEL_PARAMS = (
     # memory: more threads for a matmul of few outputs, with no second kernel (priced only where the
     # tiles alone leave the device part idle: Evaluator.choices).
     Param("slices", "K split across a matmul block's threads (threadIdx.z)", 1, {"matmul": (1, 4)},
-          moves_memory=True),
+          moves_memory=True, adds_threads=True),
     Param(
         "b_along_k",
         "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W in x @ W.T)",
