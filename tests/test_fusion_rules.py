@@ -228,7 +228,7 @@ def test_schedules_are_values_declared_once():
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
     assert one.kernel_params(3) == {
-        "strategy": None, "block": 128, "tile": 16, "slices": 1, "b_along_k": False
+        "strategy": None, "block": 128, "tile": 16, "slices": 1, "splits": 1, "n_tiles": 1, "b_along_k": False
     }
     assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
     assert one.with_params({(3, "block"): None}).params == ()

@@ -24,6 +24,7 @@ PARAM_CTYPES = (
     "double*",
     "const unsigned short*",
     "unsigned short*",
+    "unsigned int*",  # a split online kernel's tickets (atomics only: not a tensor's storage)
     "long long",
 )
 # What backends fill a kernel's output buffers with before it runs, a word at a time, so a missed

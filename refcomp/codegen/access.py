@@ -167,12 +167,15 @@ def _new_lanes(
     # tiles: blocks (x over N, y over M, z over the batch) of tile x tile threads; warps of 32 linear ids
     t, slices = launch.block, launch.slices  # slices: threadIdx.z = s takes K tiles s, s + slices, ...
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
-    gx, gy = -(-n // t), -(-work // t)
+    gx, gy = -(-n // (t * launch.cols)), -(-work // t)  # cols: N tiles a block, B and C per N tile
+    if scope == "q":  # each of a tile's split blocks loads the tile's rows of Q (K's tiles are shared out)
+        gx *= launch.splits
     warps_per_block = -(-t * t * slices // WARP)
     if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
         extent = evaluate_dim(prologue_extent, bindings)
     steps = -(-extent // (t * slices)) if scope in ("a", "b", "kt", "prologue") else 1
-    chunks = streamed_width // t if scope in ("q", "kt") else 1  # streamed Q and K rows: c * t + tx
+    chunks = (streamed_width // t if scope in ("q", "kt")  # streamed Q and K rows: c * t + tx
+              else launch.cols if scope in ("b", "epilogue") else 1)
     count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
     chunk, q = q % chunks, q // chunks
@@ -183,6 +186,10 @@ def _new_lanes(
     tid = warp[:, None] * WARP + lane
     z, ty, tx = tid // (t * t), tid % (t * t) // t, tid % t
     k0 = (step[:, None] * slices + z) * t
+    if scope == "q":
+        bx = bx // launch.splits
+    if scope in ("b", "epilogue"):  # the block's N tile `chunk`
+        bx = bx * launch.cols + chunk
     values = {"bm": by[:, None] * t + ty, "bn": bx[:, None] * t + tx, "ka": k0 + tx, "kb": k0 + ty,
               "batch": np.broadcast_to(bz[:, None], tid.shape)}
     if scope == "b" and "b" in along_k:  # B's tile loaded with threadIdx.x walking K
@@ -306,17 +313,66 @@ def global_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[
         kind = "store" if access.store else "load"
         totals[f"global_{kind}_requests"] += requests
         totals[f"global_{kind}_sectors"] += sectors
+    for store, requests, sectors in _partials(kernel.launch, bindings, sample):
+        kind = "store" if store else "load"
+        totals[f"global_{kind}_requests"] += requests
+        totals[f"global_{kind}_sectors"] += sectors
     return MemoryCounts(**totals)
 
 
 def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
                  sample: Optional[int] = None) -> dict[str, float]:
-    """Bytes of sectors each buffer parameter ("in0", ..., "out0") moves in one launch, loads and stores
-    together: the L2 model asks how often each buffer is touched again (search.cost.dram_bytes)."""
+    """Bytes of sectors each buffer parameter ("in0", ..., "out0", a split kernel's "ws0") moves in one
+    launch, loads and stores together: the L2 model asks how often each buffer is touched again
+    (search.cost.dram_bytes)."""
     moved: dict[str, float] = {}
     for access, _, sectors in _access_counts(kernel, bindings, sample):
         moved[access.buffer] = moved.get(access.buffer, 0.0) + SECTOR * sectors
+    for _, _, sectors in _partials(kernel.launch, bindings, sample):
+        moved["ws0"] = moved.get("ws0", 0.0) + SECTOR * sectors
     return moved
+
+
+def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
+    """(store?, requests, sectors) of each access to the partials (ws0) of an online kernel whose K is
+    split across blocks (softmax_matmul.cu.j2): every block stores its accumulators (threads with an
+    output) and its rows' m and l (threads of column 0); the last block of each tile loads, per split,
+    m (twice: the maximum's pass and the sums' pass), l and the accumulator (threads with an output).
+    The tickets (ws1) take atomics only, which are neither loads nor stores."""
+    if launch.mode != "tiles" or launch.splits == 1:
+        return
+    t, splits, cols = launch.block, launch.splits, launch.cols
+    n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
+    m = evaluate_dim(launch.work, bindings)
+    gx, gy, warps = -(-n // (t * cols)), -(-m // t), -(-t * t // WARP)
+    stats_at = batch * splits * m * n
+    lane = np.arange(WARP, dtype=np.int64)
+    for stores in (True, False):  # a row per (block of a split, warp, N tile); the combine's likewise
+        count = gx * gy * batch * splits * warps * cols
+        q, weight = _pick(count, sample)
+        chunk, q = q % cols, q // cols
+        warp, q = q % warps, q // warps
+        split, q = q % splits, q // splits
+        bx, q = q % gx, q // gx
+        by, bz = q % gy, q // gy
+        tid = warp[:, None] * WARP + lane
+        ty, tx = tid // t, tid % t
+        bm, bn = by[:, None] * t + ty, (bx * cols + chunk)[:, None] * t + tx
+        part = (bz[:, None] * splits + split[:, None]) * m + bm
+        row = (tid < t * t) & (bm < m)
+        output = row & (bn < n)
+        stat = stats_at + (part * gx + bx[:, None]) * 2
+        first = (chunk == 0)[:, None]  # per row, not per N tile: m and l
+        if stores:
+            column_0 = row & (tx == 0) & first
+            sites = [(part * n + bn, output), (stat, column_0), (stat + 1, column_0)]
+        elif cols == 1:  # m in the maximum's pass, then m, l and the accumulator in the sums' pass
+            sites = [(stat, output), (stat, output), (stat + 1, output), (part * n + bn, output)]
+        else:  # m once per row, then per N tile m, l and the accumulator
+            sites = [(stat, row & first), (stat, output), (stat + 1, output), (part * n + bn, output)]
+        for index, active in sites:
+            per_row = _distinct_per_row(index * 4 // SECTOR, active)
+            yield stores, weight * float((per_row > 0).sum()), weight * float(per_row.sum())
 
 
 # Each access's requests and sectors on its lanes, under the index definitions of its kernel: the

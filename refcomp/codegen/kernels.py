@@ -9,14 +9,14 @@ import functools
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 import jinja2
 import sympy
 
-from .abi import KernelSignature
+from .abi import KernelSignature, Param
 from .cprint import comment_text
 from ..ops.primitives import ELEMENTWISE, LEAF, REDUCE, Node
 from ..symbolic.dims import Dim, evaluate_dim, prod
@@ -64,11 +64,26 @@ class Launch:
     block: int = BLOCK
     extra: tuple = ()
     slices: int = 1  # tiles: the block's threads split K into this many slices (threadIdx.z)
+    splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
+    cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)
         sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
-        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}"
+        split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
+        wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
+        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}"
+
+    def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
+        """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
+        holds each block's accumulators, then its rows' m and l per N tile; ws1 (uint32) one ticket per
+        tile, zero before the launch and after it. (0, 0) when K is not split."""
+        if self.splits == 1:
+            return 0, 0
+        n, batch = (evaluate_dim(d, bindings) for d in self.extra)
+        m, t = evaluate_dim(self.work, bindings), self.block
+        tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
+        return batch * self.splits * m * (n + 2 * tiles_n), batch * tiles_m * tiles_n
 
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
@@ -77,7 +92,8 @@ class Launch:
             t = self.block
             if work == 0 or n == 0 or batch == 0:
                 return (0, 0, 0), (t, t, self.slices)
-            return (math.ceil(n / t), math.ceil(work / t), batch), (t, t, self.slices)
+            grid_x = math.ceil(n / (t * self.cols)) * self.splits
+            return (grid_x, math.ceil(work / t), batch), (t, t, self.slices)
         if self.mode == "block_per_output":
             return (work, 1, 1), (self.block, 1, 1)
         if self.mode == "columns":
@@ -115,6 +131,8 @@ class Kernel:
         """Launch arguments: buffers for pointer params, ints for dims."""
         by_ident = {f"in{k}": buffers[n.id] for k, n in enumerate(self.reads)}
         by_ident["out0"] = buffers[self.output.id]
+        if self.launch.splits > 1:  # allocated per launch by the runner (exec.program)
+            by_ident["ws0"], by_ident["ws1"] = buffers[("ws0", self.name)], buffers[("ws1", self.name)]
         out = []
         for p in self.signature.params:
             out.append(by_ident[p.ident] if p.ctype.endswith("*") else bindings[dim_symbols[p.ident].name])
@@ -230,7 +248,7 @@ def finish_kernel(
             node,
             tuple(nodes),
             tuple(body.reads),
-            body.signature(name, ["out0"], uses_barrier, node.dtype),
+            _with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch),
             "",
             launch,
             plan=plan,
@@ -240,7 +258,7 @@ def finish_kernel(
     }  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
-    signature = body.signature(name, ["out0"], uses_barrier, node.dtype)
+    signature = _with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch)
     source = template(tmpl).render(
         name=name,
         params=render_c.parameter_list(signature),
@@ -253,6 +271,15 @@ def finish_kernel(
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
                   user_ops(nodes), plan=plan)
+
+
+def _with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
+    """The signature with a split launch's scratch buffers after out0 (Launch.scratch)."""
+    if launch.splits == 1:
+        return signature
+    at = next(i for i, p in enumerate(signature.params) if p.ident == "out0") + 1
+    scratch = (Param("ws0", "float*"), Param("ws1", "unsigned int*"))
+    return replace(signature, params=signature.params[:at] + scratch + signature.params[at:])
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)

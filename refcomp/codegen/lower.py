@@ -169,7 +169,12 @@ def kernel_for_group(
                 render=render,
                 b_along_k=bool(params.get("b_along_k")),
                 slices=params.get("slices", 1),
+                splits=params.get("splits", 1),
+                n_tiles=params.get("n_tiles", 1),
             )
+        if params.get("splits", 1) > 1 or params.get("n_tiles", 1) > 1:
+            raise Unfusable("only the online-softmax matmul splits K across blocks (its partials combine) "
+                            "or computes several N tiles a block")
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},

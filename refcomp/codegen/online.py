@@ -23,7 +23,8 @@ R reads nothing but L; P is E times R, read at the thread's own (row, k) and row
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import sympy
@@ -169,6 +170,9 @@ def _statistics_rows(parts: OnlineSoftmax, reduce: Node, rows: list, kept: list,
     return mapped, s_axis
 
 
+_READS_MEMORY = re.compile(r"\bin\d+\[|\bu\d+\b")  # a buffer's element, or an index variable's line
+
+
 MAX_STREAMED_DEPTH = 128  # Q's rows and K's tile rows, this long, sit in shared memory (<= 33 KB at tile 32)
 
 
@@ -226,9 +230,15 @@ def softmax_matmul_kernel(
     render: bool = True,
     b_along_k: bool = False,
     slices: int = 1,
+    splits: int = 1,
+    n_tiles: int = 1,
 ) -> Kernel:
     """With S in `streamed_ids` (see streamed_scores), S = Q K^T is computed in the kernel, a tile of
-    keys at a time: the scores are never read from memory (FlashAttention)."""
+    keys at a time: the scores are never read from memory (FlashAttention). With `splits` > 1, K is
+    split across that many blocks per tile, and the last to finish combines their partial maxima, sums
+    and accumulators (flash-decoding: a decode step's few rows get splits x the threads). With `n_tiles`
+    > 1, a block computes that many neighbouring N tiles (at most N's), so the scores, and the K tiles
+    they stream, are computed once for all of them."""
     if slices > 1:
         raise Unfusable(sliced_problem("softmax_matmul.cu.j2", 0, tile, slices))
     parts = online_softmax(reduce)
@@ -317,8 +327,19 @@ def softmax_matmul_kernel(
         + [b_value]
     )
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
+    n = tc.sizes["n"]
+    cols = min(n_tiles, -(-n // tile)) if isinstance(n, int) else n_tiles
+    fields["launch"] = replace(fields["launch"], splits=splits, cols=cols)
+    k_loads = [qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]
+    fields["k_index_lines"] = Late(lambda b: lines_read_by(b.used_index_lines(), k_loads))
+    fields["b_index_lines"] = Late(lambda b: [
+        line for line in lines_read_by(b.used_index_lines(), b_statements + [b_value])
+        if line not in lines_read_by(b.used_index_lines(), k_loads)])
     lines = lambda texts: Late(lambda b: lines_read_by(b.used_index_lines(), texts))  # noqa: E731
     weight_lines = lines(weight_statements + rescale_statements)
+    if splits > 1 and _READS_MEMORY.search("\n".join(rescale_statements + [rescale_value])):
+        raise Unfusable(f"{maximum.op.name}#{maximum.id}: the combine of split partials rescales with "
+                        f"e(m, m') alone, and this softmax's e reads memory")
     return finish_kernel(
         name,
         "matmul",
@@ -349,6 +370,9 @@ def softmax_matmul_kernel(
         total=names.label(total),
         max_identity=render_c.reduce_identity(maximum.op),
         max_combine=render_c.op_expr(maximum.op, "m_new", "Ss[threadIdx.y][kk]"),
+        split_max_combine=render_c.op_expr(maximum.op, "m_new", "m_split"),
+        splits=splits,
+        cols=cols,
         sum_combine=render_c.op_expr(total.op, "l", "w"),
         **fields,
     )

@@ -82,12 +82,13 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     streaming q k^T, see _streamed_shared). Each prologue phase stores a partial result (As[ty][tx]),
     reads its row's (As[ty][kk]) and passes two barriers, once per block; a pair (codegen.statistics)
     also stores and reads a second one in Bs, between the same barriers."""
-    t, slices = kernel.launch.block, kernel.launch.slices
+    t, slices, cols = kernel.launch.block, kernel.launch.slices, kernel.launch.cols
     n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
     m = evaluate_dim(kernel.launch.work, bindings)
-    blocks = -(-n // t) * -(-m // t) * batch
+    blocks = -(-n // (t * cols)) * -(-m // t) * batch
     steps = -(-evaluate_dim(kernel.plan.extent, bindings) // (t * slices)) * slices  # slice-steps of a block
     pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
+    pitch_b = t * cols + 1  # Bs[t][t cols + 1]: cols N tiles side by side (the online template)
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
     warps = -(-t * t // WARP)
@@ -98,16 +99,17 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
         own += _wavefronts(y * pitch + x)
         row += sum(_wavefronts(y * pitch + kk) for kk in range(t))
-        column += sum(_wavefronts(kk * pitch + x) for kk in range(t))
-        b_store += _wavefronts(
-            x * pitch + y if "b" in kernel.plan.along_k else y * pitch + x
-        )  # Bs[tx][ty] or Bs[ty][tx]
+        for c in range(cols):  # Bs[kk][c t + tx]; Bs[tx][c t + ty] or Bs[ty][c t + tx]
+            column += sum(_wavefronts(kk * pitch_b + c * t + x) for kk in range(t))
+            along_k = "b" in kernel.plan.along_k
+            b_store += _wavefronts(x * pitch_b + c * t + y if along_k else y * pitch_b + c * t + x)
     online = kernel.plan.template == "softmax_matmul.cu.j2"
+    w_reads = 1 if cols == 1 else 1 + cols  # As[ty][kk] (Ws: weights) per kk: once, or for l and each tile
     per_step = MemoryCounts(
-        shared_store_requests=2 * warps,
+        shared_store_requests=(1 + cols) * warps,
         shared_store_wavefronts=own + b_store,
-        shared_load_requests=2 * t * warps,
-        shared_load_wavefronts=row + column,
+        shared_load_requests=(w_reads + cols) * t * warps,
+        shared_load_wavefronts=w_reads * row + column,
         barriers=2 * warps,
     )
     if online:
@@ -137,14 +139,20 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
                               shared_store_wavefronts=blocks * slices * warps,
                               barriers=blocks * slices * warps,
                               shared_load_requests=reading * slices, shared_load_wavefronts=reading * slices)
+    split = MemoryCounts()
+    if kernel.launch.splits > 1:  # every block: thread 0 stores its ticket in Last[0], every warp reads it,
+        split_blocks = blocks * kernel.launch.splits  # behind two barriers
+        split = MemoryCounts(shared_store_requests=split_blocks, shared_store_wavefronts=split_blocks,
+                             shared_load_requests=split_blocks * warps,
+                             shared_load_wavefronts=split_blocks * warps, barriers=split_blocks * 2 * warps)
     return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
-            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced)
+            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced + split)
 
 
 def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
-    """Streamed scores: each block stores its rows of Q once (Qs[ty][c t + tx]); each K tile, K's rows
-    (Ks[ty][c t + tx]), then every thread reads Qs[ty][d] and Ks[tx][d] for each d of the depth,
-    behind a fourth barrier."""
+    """Streamed scores: each block stores its rows of Q once (Qs[ty][c t + tx]; each of a tile's split
+    blocks, when K is split across blocks); each K tile, K's rows (Ks[ty][c t + tx]), then every thread
+    reads Qs[ty][d] and Ks[tx][d] for each d of the depth, behind a fourth barrier."""
     t, width = kernel.launch.block, kernel.plan.streamed_width
     depth = kernel.plan.streamed_depth
     pitch = width + 1
@@ -156,9 +164,9 @@ def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
         row_store += sum(_wavefronts(y * pitch + c * t + x) for c in range(width // t))
         dot += sum(_wavefronts(y * pitch + d) + _wavefronts(x * pitch + d) for d in range(depth))
-    chunks = width // t
-    return MemoryCounts(shared_store_requests=blocks * warps * chunks * (1 + steps),
-                        shared_store_wavefronts=blocks * row_store * (1 + steps),
+    chunks, splits = width // t, kernel.launch.splits
+    return MemoryCounts(shared_store_requests=blocks * warps * chunks * (splits + steps),
+                        shared_store_wavefronts=blocks * row_store * (splits + steps),
                         shared_load_requests=blocks * steps * warps * 2 * depth,
                         shared_load_wavefronts=blocks * steps * dot, barriers=blocks * steps * warps)
 

@@ -80,6 +80,8 @@ def _params(kernel: str, params: str) -> tuple[str, list[str]]:
             elem = "float" if elem == "rcp_f32" else elem
             out.append(f"rcp_gptr<{'const ' if const else ''}{elem}> {ident}")
             buffers.append(ident)
+        elif re.match(r"^\s*unsigned int\s*\*", param):  # a split kernel's tickets: atomics only, which
+            out.append(param.strip())  # Nsight counts apart from loads and stores (so neither counts them)
         elif "*" in param:
             raise ProfileError(
                 f"kernel {kernel}: the profile build cannot instrument parameter {param.strip()!r}"

@@ -182,6 +182,11 @@ class Program:
                 buffers[node_id] = self._poisoned(be, self._node_bytes(by_id[node_id], bindings))
         for written, table in self._in_place().items():  # launch order: a chain hands one buffer along
             buffers[written] = buffers[table]
+        for kernel in self.kernels:  # K split across blocks: partials (poisoned) and tickets (zero)
+            partials, tickets = kernel.launch.scratch(bindings)
+            if tickets:
+                buffers[("ws0", kernel.name)] = self._poisoned(be, 4 * partials)
+                buffers[("ws1", kernel.name)] = be.upload(np.zeros(tickets, np.uint32))
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
@@ -204,6 +209,8 @@ class Program:
         }
         sizes.update({f"output {k} ({t.label})": self._node_bytes(n, bindings)
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
+        sizes.update({f"scratch of {k.name} (K split across blocks)": 4 * sum(k.launch.scratch(bindings))
+                      for k in self.kernels if k.launch.splits > 1})
         total = sum(sizes.values()) + plan.peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
             sizes.setdefault(

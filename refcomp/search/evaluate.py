@@ -66,6 +66,10 @@ ACCESS_PRICED = ("reduce", "row", "matmul")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 
 
+_ONLINE_ONLY = ("splits", "n_tiles")  # matmul parameters only the online-softmax template takes
+_TEMPLATE_PARAMS = ("slices",) + _ONLINE_ONLY  # and those only one of the two templates takes
+
+
 class Evaluator:
     """Partitions schedules into kernels and prices them, incrementally where a move allows."""
 
@@ -188,8 +192,14 @@ class Evaluator:
 
     def choices(self, sched: Schedule, group: Group, param) -> tuple:
         """The values of `param` worth pricing for this kernel: a parameter that only adds threads (K in
-        slices) keeps its default where the kernel already fills the device at its own parameters."""
+        slices or in splits) keeps its default where the kernel already fills the device at its own
+        parameters, and where its template cannot take it (slices: a plain matmul; splits: an online
+        softmax's, whose partials combine)."""
         values = param.choices[group.kind]
+        if param.name in _TEMPLATE_PARAMS:
+            online = any(n.id in sched.online for n in group.members)
+            if online != (param.name in _ONLINE_ONLY):
+                return values[:1]
         if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]
         return values

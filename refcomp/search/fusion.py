@@ -20,6 +20,7 @@ from ..codegen.legality import (
     WARP_OUTPUTS,
     ProgramNames,
     default_reduce_strategy,
+    matmul_axes,
     long_chain,
 )
 from ..ops.dtypes import DTYPES
@@ -182,6 +183,20 @@ def group_params(sched: Schedule, group: Group) -> dict:
     return {**told, **sched.kernel_params(group.root.id, group.kind)}
 
 
+def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
+    """The threads an online-softmax matmul launches: every thread of its blocks streams K's and B's
+    tiles, whatever its row, so a decode step's one query row a head (padded to a tile of rows) still
+    has the whole block's threads loading keys and values; times the blocks K is split across."""
+    root = group.root
+    reduce = next(n for n in (root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed)
+    shape = reduce.srcs[0].shape
+    batch, rows, columns = (count(tuple(shape[a] for a in axes)) for axes in matmul_axes(reduce))
+    n_tiles = min(sched.param(root.id, "n_tiles"), -(-columns // tile))
+    keys = count((shape[reduce.attrs["axis"]],))
+    working = min(sched.param(root.id, "splits"), -(-keys // tile))  # splits with keys at this binding
+    return -(-columns // (tile * n_tiles)) * -(-rows // tile) * batch * max(working, 1) * tile * tile
+
+
 def group_cost(
     group: Group, sched: Schedule, count: Callable, profile: DeviceProfile, name: str = ""
 ) -> KernelCost:
@@ -220,6 +235,8 @@ def group_cost(
         )  # once per row (a bound below)
         flops += _compensation_flops(group, sched, count, tile)
         threads = -(-m_n // (tile * tile)) * tile * tile * sched.param(root.id, "slices")
+        if any(n.id in sched.online for n in group.members):
+            threads = _online_threads(group, sched, count, tile)
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
         points = count(reduce.srcs[0].shape)

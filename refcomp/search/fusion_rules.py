@@ -18,10 +18,10 @@ from .schedule import DECISIONS, Schedule
 
 # --- the fusion rules: moves from one schedule to another ------------------------------------
 # A rule reads: name, when it applies (a condition on the graph, the schedule and the node, in words
-# joined by & and ~), what it decides (the node, or its product, into which decisions), soundness.
+# joined by &, | and ~), what it decides (the node, or its product, into which decisions), soundness.
 @dataclass(frozen=True)
 class When:
-    """A condition on (graph, schedule, node); `a & b` and `~a` combine conditions, in order."""
+    """A condition on (graph, schedule, node); `a & b`, `a | b` and `~a` combine conditions, in order."""
 
     test: Callable[[Graph, Schedule, Node], bool]
     text: str
@@ -40,6 +40,10 @@ class When:
             self.own and other.own,
             self if self.own and not other.own else self.lead,
         )
+
+    def __or__(self, other: "When") -> "When":
+        return When(lambda g, s, n: self.test(g, s, n) or other.test(g, s, n),
+                    f"({self.text} or {other.text})", self.own and other.own)
 
     def __invert__(self) -> "When":
         return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}", self.own)
@@ -89,6 +93,10 @@ product_unshared = When(
 matmul_shaped = When(
     lambda g, s, n: matmul_axes(n) is not None, "a matmul (a varies along no N axis, b along no M axis)"
 )
+
+a_matmul = a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped
+MATMUL_SOUND = ("the tile loop sums the same products (in another order: float32 rounding may differ by "
+                "a few ulp, as any matmul)")
 
 
 def _online_parts(g: Graph, s: Schedule, n: Node):
@@ -225,23 +233,25 @@ FUSION: list[FusionRule] = [
         "matmul",
         "SumReduce(Mul(expand a, expand b)) over the contracted axis -> the tiled matmul "
         "template, its product never stored",
-        a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped,
+        a_matmul,
         into("matmul") + into("inline", of=_product),
-        "the tile loop sums the same products (in another order: float32 rounding may differ by a few ulp, "
-        "as any matmul)",
+        MATMUL_SOUND,
     ),
     FusionRule(
         "online_softmax",
         "compute the softmax a matmul reads in the matmul's own pass over K: a running "
         "maximum, the sum rescaled by exp2(c (m - m')) when the maximum grows, the accumulators likewise "
-        "(the attention scores are read once; the max and sum are never stored)",
-        scheduled("matmul") & reads_online_softmax,
-        into("inline", of=lambda n: online_softmax(n).nodes)
+        "(the attention scores are read once; the max and sum are never stored); a contraction not yet "
+        "tiled becomes the tiled matmul in the same move (as a tiled matmul alone a decode step's value "
+        "sum may cost more than it saves, so the two steps one at a time would not be taken)",
+        (scheduled("matmul") | a_matmul) & reads_online_softmax,
+        into("matmul") + into("inline", of=_product)
+        + into("inline", of=lambda n: online_softmax(n).nodes)
         + into("online", of=lambda n: online_softmax(n).statistics),
         "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
         "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
         "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
-        "rounding may differ by a few ulp)",
+        "rounding may differ by a few ulp); and " + MATMUL_SOUND,
     ),
     FusionRule(
         "stream_scores",

@@ -55,6 +55,16 @@ KERNEL_PARAMS = (
     # tiles alone leave the device part idle: Evaluator.choices).
     Param("slices", "K split across a matmul block's threads (threadIdx.z)", 1, {"matmul": (1, 4)},
           moves_memory=True, adds_threads=True),
+    # An online-softmax matmul's K split across blocks, the last of a tile's blocks combining their
+    # partial maxima, sums and accumulators (flash-decoding: one query a head gives a decode step's
+    # attention few rows; priced only where the device is not full, and only for online kernels).
+    Param("splits", "K split across an online-softmax matmul's blocks (flash-decoding)", 1,
+          {"matmul": (1, 4, 16, 64)}, moves_memory=True, adds_threads=True),
+    # An online-softmax matmul's block computing several neighbouring N tiles: the scores (and the K tiles
+    # streamed for them) once for all of them rather than once per N tile (attention's head dim at 64
+    # is four tiles of 16).
+    Param("n_tiles", "N tiles an online-softmax matmul's block computes (at most N's)", 1, {"matmul": (1, 4)},
+          moves_memory=True),
     Param(
         "b_along_k",
         "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W in x @ W.T)",

@@ -17,9 +17,8 @@ import math
 
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.core import input as rc_input, iota
-from ..ops.creation import full
 from ..ops.elementwise import where
-from ..ops.joining import cat, stack
+from ..ops.joining import stack
 from .kv_cache import PagedKVPool, gather_pages, write_slots
 from .models import Decoder
 
@@ -70,39 +69,21 @@ def step_graph(model: Decoder, pool: PagedKVPool, chunk, chooser=None) -> dict:
 def paged_attention(q, k, v, mask, page_size: int):
     """Softmax attention of q (B, heads, C, hd) over k, v (B, kv_heads, NP * page_size, hd) where
     `mask` (B, 1, C, NP * page_size) selects. Each group of heads sharing a key/value head is one
-    batch of queries (no copies of K and V): rows (B, kv_heads, group * C) of scores over the keys.
-
-    A chunk of queries (prefill, C a dim) is softmax(scores) @ v over the whole key axis, the shape
-    the rules `online_softmax` and `stream_scores` take into one FlashAttention kernel (the pages
-    looked up inside it; GPT-2 small, B=8, C=64: 130 -> 32 us a layer, modeled). One query (decode)
-    sums the values page by page and then over the pages: a batched matmul per page and a short sum,
-    which the search tiles, normalising last (a column of ones beside the values sums the softmax's
-    numerators in the same contraction, so its denominator needs no kernel). The same online kernel
-    would have one row per query head, B * heads * hd threads (9 % of the device at B=32), and model
-    slower than the kernels it replaces (docs/serving.md): decode needs the key axis split across
-    blocks (flash-decoding)."""
+    batch of queries (no copies of K and V): rows (B, kv_heads, group * C) of scores over the keys,
+    softmax(scores) @ v over the whole key axis. The rules `online_softmax` and `stream_scores` take
+    that into one FlashAttention kernel, the pages looked up inside it (prefill, GPT-2 small at B=8,
+    C=64: 130 -> 32 us a layer, modeled). Decode (C = 1) has one row a head, so the same kernel
+    splits the keys across blocks and combines their partial softmaxes (flash-decoding, the `splits`
+    parameter), its block computing the head's every value column (`n_tiles`): docs/serving.md."""
     b, heads, c, hd = q.shape
     kv_heads, width = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    pages = width // page_size
     queries = q.reshape((b, kv_heads, group * c, hd))
     scores = queries @ k.transpose(-2, -1)  # (B, kv_heads, group * C, width)
-    if c != 1:
-        rows = mask.unsqueeze(1).expand((b, kv_heads, group, c, width))
-        rows = rows.reshape((b, kv_heads, group * c, width))
-        weights = where(rows, scores * (1.0 / math.sqrt(hd)), -math.inf).softmax(-1)
-        return (weights @ v).reshape((b, heads, c, hd))
-    scores = scores.reshape((b, kv_heads, group, c, width)) * (1.0 / math.sqrt(hd))
-    masked = where(mask.unsqueeze(1), scores, -math.inf)  # (B, kv_heads, group, C, width)
-    weights = (masked - masked.amax(-1, keepdim=True)).exp()  # the softmax's numerators
-    per_page = weights.reshape((b, kv_heads, group * c, pages, page_size)).permute(0, 1, 3, 2, 4)
-    # a column of ones beside each value: the same contraction sums the numerators (the softmax's
-    # denominator), so no kernel of its own computes it
-    v_pages = v.reshape((b, kv_heads, pages, page_size, hd))
-    ones = full((b, kv_heads, pages, page_size, 1), 1.0, dtype=v.dtype)
-    summed = (per_page @ cat([v_pages, ones], -1)).sum(2)  # (B, kv_heads, group * C, hd + 1)
-    out = summed[..., :hd] / summed[..., hd:]
-    return out.reshape((b, heads, c, hd))
+    rows = mask.unsqueeze(1).expand((b, kv_heads, group, c, width))
+    rows = rows.reshape((b, kv_heads, group * c, width))
+    weights = where(rows, scores * (1.0 / math.sqrt(hd)), -math.inf).softmax(-1)
+    return (weights @ v).reshape((b, heads, c, hd))
 
 
 def full_graph(model: Decoder):
