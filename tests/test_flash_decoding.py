@@ -70,9 +70,10 @@ def _program(out, **params):
 def _feeds(rng, b: int, pages: int, d: int, lengths=None):
     t = pages * PAGE
     table = rng.permutation(PAGES)[:pages]  # each row's pages distinct (rolled), so a poisoned key is one
+    lengths = rng.integers(1, t + 1, b) if lengths is None else np.array(lengths)
     feeds = {"q": rng.standard_normal((b, H, 1, d)).astype(np.float32),
              "block_table": np.stack([np.roll(table, r) for r in range(b)]).astype(np.int32),
-             "lengths": (rng.integers(1, t + 1, b) if lengths is None else np.array(lengths)).astype(np.float32),
+             "lengths": lengths.astype(np.float32),
              "pool_k": (3 * rng.standard_normal((PAGES * PAGE, H, d))).astype(np.float32),
              "pool_v": rng.standard_normal((PAGES * PAGE, H, d)).astype(np.float32)}
     return feeds
