@@ -104,15 +104,15 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
             along_k = "b" in kernel.plan.along_k
             b_store += _wavefronts(x * pitch_b + c * t + y if along_k else y * pitch_b + c * t + x)
     online = kernel.plan.template == "softmax_matmul.cu.j2"
-    w_reads = 1 if cols == 1 else 1 + cols  # As[ty][kk] (Ws: weights) per kk: once, or for l and each tile
     per_step = MemoryCounts(
         shared_store_requests=(1 + cols) * warps,
         shared_store_wavefronts=own + b_store,
-        shared_load_requests=(w_reads + cols) * t * warps,
-        shared_load_wavefronts=w_reads * row + column,
+        shared_load_requests=2 * t * warps,
+        shared_load_wavefronts=row + column,
         barriers=2 * warps,
     )
-    if online:
+    accumulated = MemoryCounts()
+    if online:  # the accumulation's reads are made by the rows below M only (_padded_rows_skip)
         per_step = per_step + MemoryCounts(
             shared_store_requests=warps,
             shared_store_wavefronts=own,
@@ -120,6 +120,12 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
             shared_load_wavefronts=row + own,
             barriers=warps,
         )
+        per_step = replace(per_step, shared_load_requests=per_step.shared_load_requests - 2 * t * warps,
+                           shared_load_wavefronts=per_step.shared_load_wavefronts - row - column)
+        tiles_n = -(-n // (t * cols))
+        for valid, tiles in _tile_rows(m, t):
+            accumulated = accumulated + _padded_rows_skip(kernel, valid, pitch, pitch_b).scaled(
+                tiles * tiles_n * batch * steps)
     prologue = MemoryCounts(
         shared_store_requests=warps,
         shared_store_wavefronts=own,
@@ -146,29 +152,56 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
                              shared_load_requests=split_blocks * warps,
                              shared_load_wavefronts=split_blocks * warps, barriers=split_blocks * 2 * warps)
     return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
-            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced + split)
+            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced + split + accumulated)
+
+
+def _tile_rows(m: int, t: int) -> list[tuple[int, int]]:
+    """(rows below M in a tile, how many tiles have that many) over M's tiles."""
+    full, rest = divmod(m, t)
+    return [(t, full)] + ([(rest, 1)] if rest else [])
+
+
+def _padded_rows_skip(kernel: Kernel, valid: int, pitch: int, pitch_b: int) -> MemoryCounts:
+    """One K step's reads that softmax_matmul.cu.j2 makes for the rows below M only, in a tile with
+    `valid` such rows: the accumulation's weights Ws[ty][kk] (once, or for l and each N tile) and B's
+    columns Bs[kk][c t + tx]; streaming, also q . k's Qs[ty][d] and Ks[tx][d]. A warp whose rows are
+    all padding reads nothing, and its requests' wavefronts are those of its active lanes."""
+    t, cols, depth = kernel.launch.block, kernel.launch.cols, kernel.plan.streamed_depth
+    w_reads = 1 if cols == 1 else 1 + cols
+    q_pitch = kernel.plan.streamed_width + 1
+    tid = np.arange(t * t)
+    requests = waves = 0
+    for w in range(-(-t * t // WARP)):
+        y, x = tid[w * WARP:(w + 1) * WARP] // t, tid[w * WARP:(w + 1) * WARP] % t
+        y, x = y[y < valid], x[y < valid]
+        if len(y) == 0:
+            continue
+        requests += (w_reads + cols) * t + (2 * depth if kernel.plan.streamed_width else 0)
+        waves += w_reads * sum(_wavefronts(y * pitch + kk) for kk in range(t))
+        waves += sum(_wavefronts(kk * pitch_b + c * t + x) for c in range(cols) for kk in range(t))
+        if kernel.plan.streamed_width:
+            waves += sum(_wavefronts(y * q_pitch + d) + _wavefronts(x * q_pitch + d) for d in range(depth))
+    return MemoryCounts(shared_load_requests=requests, shared_load_wavefronts=waves)
 
 
 def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
     """Streamed scores: each block stores its rows of Q once (Qs[ty][c t + tx]; each of a tile's split
     blocks, when K is split across blocks); each K tile, K's rows (Ks[ty][c t + tx]), then every thread
-    reads Qs[ty][d] and Ks[tx][d] for each d of the depth, behind a fourth barrier."""
+    of a row below M reads Qs[ty][d] and Ks[tx][d] for each d of the depth (_padded_rows_skip),
+    behind a fourth barrier."""
     t, width = kernel.launch.block, kernel.plan.streamed_width
-    depth = kernel.plan.streamed_depth
     pitch = width + 1
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
     warps = -(-t * t // WARP)
-    row_store = dot = 0
+    row_store = 0
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
         row_store += sum(_wavefronts(y * pitch + c * t + x) for c in range(width // t))
-        dot += sum(_wavefronts(y * pitch + d) + _wavefronts(x * pitch + d) for d in range(depth))
     chunks, splits = width // t, kernel.launch.splits
     return MemoryCounts(shared_store_requests=blocks * warps * chunks * (splits + steps),
                         shared_store_wavefronts=blocks * row_store * (splits + steps),
-                        shared_load_requests=blocks * steps * warps * 2 * depth,
-                        shared_load_wavefronts=blocks * steps * dot, barriers=blocks * steps * warps)
+                        barriers=blocks * steps * warps)
 
 
 def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
