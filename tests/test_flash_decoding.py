@@ -110,6 +110,18 @@ def test_a_split_kernel_over_a_fixed_key_count_and_a_fully_masked_row():
     np.testing.assert_allclose(got[0], want[0], **golden.FLOAT32_TOLERANCE)
 
 
+def test_no_keys_attend_to_zeros_as_the_reference_sums_nothing():
+    """A table of no pages: the contraction over no keys is 0 (the reference's empty sum), not the
+    0 * 1/0 a row's sum of no weights would give."""
+    prog, _ = _program(_paged(8), splits=4)
+    feeds = _feeds(np.random.default_rng(5), 2, 1, 8)
+    feeds["block_table"] = feeds["block_table"][:, :0]
+    got = prog.run(feeds, backend="emulator")
+    want = rc.evaluate(_paged(8), feeds, precision="float64")
+    assert (want == 0).all()
+    np.testing.assert_array_equal(got, want)
+
+
 def test_the_tickets_return_to_zero_so_the_next_launch_combines_again():
     from refcomp.exec.backends import get_backend
 

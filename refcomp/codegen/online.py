@@ -316,7 +316,8 @@ def softmax_matmul_kernel(
     tc.begin("epilogue", conjunction(tc.tile_bound["bm"], tc.tile_bound["bn"]))
     factor = body.value_at(Edge(parts.normaliser, ViewStack.of_buffer(parts.normaliser.shape)),
                            body.unravel(row, parts.normaliser.shape))
-    scaled_statements = body.statements + [render_c.value_decl("scaled", f"acc * {factor}")]
+    # an empty K sums nothing: 0, as the reference's sum over no keys (not 0 * R(0), which is NaN)
+    scaled_statements = body.statements + [render_c.value_decl("scaled", f"K > 0 ? acc * {factor} : 0.0f")]
     epilogue, result = tc.epilogue(output, "scaled")
     epilogue = scaled_statements + epilogue
     streamed = () if scores is None else (scores.srcs[0].node, scores) + chain
