@@ -1,6 +1,6 @@
 """docs/images/serving_decode.png: the explorer page of the decode program of a one-layer GPT-2
 (tiny, so the graph stays legible) over the paged pool, in headless Chromium, after clicking the
-kernel that sums the values page by page.
+attention kernel (it looks the K and V pages up itself).
 
     python scripts/serving_picture.py
 """
@@ -54,7 +54,7 @@ def main() -> None:
         pages = lambda n: n.op.name == "Gather" and n.srcs[0].node.op.name == "Scatter"  # noqa: E731
         reader = [k.name for k in prog.kernels if k.kind != "gather" and any(map(pages, k.reads + k.nodes))][
             -1
-        ]  # the values' sum (it looks the pages up itself: fuse_gather)
+        ]  # attention (it looks the pages up itself: fuse_gather)
         page.locator(f'section.rc-kernel[data-kernel="{reader}"]').click()
         page.locator(
             ".rc-after g.rc-node.rc-selected"
