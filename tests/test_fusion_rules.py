@@ -106,6 +106,17 @@ def _fusion_graphs(name: str) -> dict:
             "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
             "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1),
         }  # P is read twice
+    if name == "tiled_online_softmax":  # one query row a head: the value sum is no tiled matmul yet
+        q = rc.input("q", ("B", 4, 1, 8))
+        k, v = (rc.input(n, ("B", 4, "T", 8)) for n in "kv")
+        row, mask = rc.input("r", ("B", 1, "T")), rc.input("m", ("B", 1, 1, "T")) > 0
+        return {
+            "decode": rc.nn.scaled_dot_product_attention(q, k, v),
+            "decode_masked": rc.nn.scaled_dot_product_attention(q, k, v, mask=mask),
+            "one_row": row.softmax(-1) @ rc.input("u", ("T", 6)),
+            "probabilities_kept": (row.softmax(-1) @ rc.input("z", ("T", 6)))
+            + row.softmax(-1).sum(-1, keepdims=True),
+        }  # P read twice: not online
     if name == "stream_scores":  # each graph its own q, k, v: the search merges equal scores (CSE)
         q, k, v = ([rc.input(f"{n}{i}", ("B", "T", 6)) for i in range(4)] for n in "qkv")
         scores = q[2] @ k[2].transpose(-1, -2)
@@ -172,6 +183,7 @@ FORCE = {
     "matmul_epilogue": ["matmul", "matmul_epilogue", "fuse_elementwise"],
     "reduce_epilogue": ["reduce_epilogue"],
     "online_softmax": ["matmul", "online_softmax", "fuse_elementwise"],
+    "tiled_online_softmax": ["tiled_online_softmax", "stream_scores", "fuse_elementwise"],
     "stream_scores": ["matmul", "online_softmax", "stream_scores", "fuse_elementwise"],
     "prologue_reduce": ["matmul", "fuse_elementwise", "prologue_reduce"],
     "one_pass_statistics": ["matmul", "fuse_elementwise", "prologue_reduce", "one_pass_statistics"],
@@ -201,6 +213,8 @@ def test_fusion_rule_searched_and_forced_matches_reference(name):
         assert (
             sum("softmax computed online" in k.source for k in forced.kernels) == 3
         )  # causal, masked, softmax_matmul
+    if name == "tiled_online_softmax":
+        assert sum("softmax computed online" in k.source for k in forced.kernels) >= 2  # decode and masked
     if name == "stream_scores":
         assert sum("scores streamed" in k.source for k in forced.kernels) >= 2  # causal, masked
     if name == "prologue_reduce":
@@ -228,7 +242,7 @@ def test_schedules_are_values_declared_once():
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))
     assert len({one, Schedule().decide(row={3}).decide(inline={3}).with_params({(3, "block"): 128})}) == 1
     assert one.kernel_params(3) == {
-        "strategy": None, "block": 128, "tile": 16, "slices": 1, "splits": 1, "n_tiles": 1, "b_along_k": False
+        "strategy": None, "block": 128, "tile": 16, "slices": 1, "splits": 1, "n_tiles": 4, "b_along_k": False
     }
     assert one.kernel_params(4) == {p.name: p.default for p in KERNEL_PARAMS}
     assert one.with_params({(3, "block"): None}).params == ()

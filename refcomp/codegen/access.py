@@ -18,7 +18,7 @@ aligned, as cudaMalloc places them.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Mapping, Optional
 
 import numpy as np
@@ -98,7 +98,9 @@ def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: 
     expressions (the search prices many kernels of one launch, at one binding)."""
     plan = kernel.plan
     along_k = plan.along_k if scope == "b" else frozenset()  # only B's tile loads follow it
-    return (kernel.launch, kernel.kind, plan.extent, plan.prologue_extent, plan.streamed_width, along_k,
+    # K split across blocks shares K's tiles out: only Q's rows are loaded once per split block
+    launch = kernel.launch if scope == "q" or kernel.launch.splits == 1 else replace(kernel.launch, splits=1)
+    return (launch, kernel.kind, plan.extent, plan.prologue_extent, plan.streamed_width, along_k,
             scope, tuple(sorted(bindings.items())), sample)
 
 
@@ -337,8 +339,9 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
     """(store?, requests, sectors) of each access to the partials (ws0) of an online kernel whose K is
     split across blocks (softmax_matmul.cu.j2): every block stores its accumulators (threads with an
     output) and its rows' m and l (threads of column 0); the last block of each tile loads, per split,
-    m (twice: the maximum's pass and the sums' pass), l and the accumulator (threads with an output).
-    The tickets (ws1) take atomics only, which are neither loads nor stores."""
+    each row's m (the maximum's pass, threads of a row below M), then per N tile m, l and the
+    accumulator (threads with an output). The tickets (ws1) take atomics only, which are neither loads
+    nor stores."""
     if launch.mode != "tiles" or launch.splits == 1:
         return
     t, splits, cols = launch.block, launch.splits, launch.cols
@@ -366,9 +369,7 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
         if stores:
             column_0 = row & (tx == 0) & first
             sites = [(part * n + bn, output), (stat, column_0), (stat + 1, column_0)]
-        elif cols == 1:  # m in the maximum's pass, then m, l and the accumulator in the sums' pass
-            sites = [(stat, output), (stat, output), (stat + 1, output), (part * n + bn, output)]
-        else:  # m once per row, then per N tile m, l and the accumulator
+        else:  # m once per row (the maximum's pass), then per N tile m, l and the accumulator
             sites = [(stat, row & first), (stat, output), (stat + 1, output), (part * n + bn, output)]
         for index, active in sites:
             per_row = _distinct_per_row(index * 4 // SECTOR, active)

@@ -27,6 +27,7 @@ from .sums import loop_fields
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BLOCK = 256  # threads per block for every template
 TILE = 16  # the edge of the matmul template's square tiles (the search may choose 32)
+N_TILES = 4  # the most N tiles an online-softmax matmul's block computes (the search may choose 1)
 MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most this many blocks
 BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
 
@@ -158,6 +159,7 @@ class AccessPlan:
     streamed_depth: int = 0  # softmax_matmul with streamed scores: the length of q . k
     streamed_width: int = 0  # and the depth padded to whole tiles (Q's and K's rows in shared memory)
     prologue_pairs: int = 0  # matmul: prologue phases that reduce two values in one pass (codegen.statistics)
+    splittable: bool = False  # softmax_matmul: K may be split across blocks (codegen.online)
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ def finish_kernel(
     prologue_extent: Optional[Dim] = None,
     prologue_phases: int = 0,
     prologue_pairs: int = 0,
+    splittable: bool = False,
     **fields,
 ) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
@@ -240,6 +243,7 @@ def finish_kernel(
         prologue_phases,
         *streamed,
         prologue_pairs=prologue_pairs,
+        splittable=splittable,
     )
     if not render:
         return Kernel(
@@ -248,7 +252,7 @@ def finish_kernel(
             node,
             tuple(nodes),
             tuple(body.reads),
-            _with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch),
+            with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch),
             "",
             launch,
             plan=plan,
@@ -258,7 +262,7 @@ def finish_kernel(
     }  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
-    signature = _with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch)
+    signature = with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch)
     source = template(tmpl).render(
         name=name,
         params=render_c.parameter_list(signature),
@@ -273,13 +277,15 @@ def finish_kernel(
                   user_ops(nodes), plan=plan)
 
 
-def _with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
-    """The signature with a split launch's scratch buffers after out0 (Launch.scratch)."""
+def with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
+    """The signature with a split launch's scratch buffers after out0 (Launch.scratch), and without
+    them for a launch that does not split K."""
+    params = tuple(p for p in signature.params if p.ident not in ("ws0", "ws1"))
     if launch.splits == 1:
-        return signature
-    at = next(i for i, p in enumerate(signature.params) if p.ident == "out0") + 1
+        return replace(signature, params=params)
+    at = next(i for i, p in enumerate(params) if p.ident == "out0") + 1
     scratch = (Param("ws0", "float*"), Param("ws1", "unsigned int*"))
-    return replace(signature, params=signature.params[:at] + scratch + signature.params[at:])
+    return replace(signature, params=params[:at] + scratch + params[at:])
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)

@@ -19,7 +19,7 @@ from .fused import matmul_axes
 from .online import online_softmax, streamed_scores
 from .statistics import row_statistics
 from .sums import COMPENSATION_FLOPS, long_chain
-from .kernels import BLOCK, REDUCE_STRIDE, TILE, WARP_OUTPUTS, Kernel, default_reduce_strategy
+from .kernels import BLOCK, N_TILES, REDUCE_STRIDE, TILE, WARP_OUTPUTS, Kernel, default_reduce_strategy
 from .lower import TEMPLATE_ONLY, Group, kernel_for_group, materialise_outputs, retarget
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "materialise_outputs",
     "BLOCK",
     "TILE",
+    "N_TILES",
     "MAX_FUSED_NODES",
     "MAX_INLINED_VALUES",
     "SHORT_REDUCE",

@@ -16,9 +16,10 @@ from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, N
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel, sliced_problem
 from .indexed import gather_kernel, scatter_kernel
-from .online import softmax_matmul_kernel
+from .online import n_tiles_of, softmax_matmul_kernel
 from .kernels import (
     BLOCK,
+    N_TILES,
     READ_LINE,
     REDUCE_LAUNCHES,
     REDUCE_TEMPLATES,
@@ -29,6 +30,7 @@ from .kernels import (
     read_line,
     reduce_kernel,
     user_ops,
+    with_scratch,
 )
 
 
@@ -90,22 +92,30 @@ class Group:
 # kind of kernel: a kernel analysed once serves every value of them (`retarget`), so the search
 # prices a matmul's tiles and tile loads without analysing it four times, and a reduction's thread
 # and block strategies without analysing it twice.
-TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k", "slices"), "reduce": ("strategy",)}
+TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k", "slices", "splits", "n_tiles"), "reduce": ("strategy",)}
 
 
 def retarget(kernel: Kernel, params: dict) -> Optional[Kernel]:
     """An unprinted kernel (render=False) with its template-only parameters set as in `params`, or None
-    when the template cannot take them (K in slices: a plain matmul of at most 1,024 threads a block)."""
+    when the template cannot take them (K in slices: a plain matmul of at most 1,024 threads a block; K
+    split across blocks or several N tiles a block: an online softmax's, split only when its combine
+    reads no memory)."""
     if kernel.kind == "matmul":
         along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
         tile, slices = params.get("tile", TILE), params.get("slices", 1)
+        splits, n_tiles = params.get("splits", 1), params.get("n_tiles", N_TILES)
         if slices > 1 and sliced_problem(kernel.plan.template, kernel.plan.prologue_phases, tile, slices):
+            return None
+        online = kernel.plan.template == "softmax_matmul.cu.j2"
+        if splits > 1 and not (online and kernel.plan.splittable):
             return None
         width = (
             -(-kernel.plan.streamed_depth // tile) * tile
         )  # streamed Q and K rows: whole tiles (online._stream)
-        return replace(kernel, launch=replace(kernel.launch, block=tile, slices=slices),
-                       plan=replace(kernel.plan, along_k=along_k, streamed_width=width))
+        cols = n_tiles_of(kernel.launch.extra[0], tile, n_tiles) if online else 1
+        launch = replace(kernel.launch, block=tile, slices=slices, splits=splits, cols=cols)
+        plan = replace(kernel.plan, along_k=along_k, streamed_width=width)
+        return replace(kernel, launch=launch, plan=plan, signature=with_scratch(kernel.signature, launch))
     if kernel.kind == "reduce":
         return _restrategised(kernel, params.get("strategy") or default_reduce_strategy(kernel.plan.extent))
     return kernel
@@ -170,11 +180,10 @@ def kernel_for_group(
                 b_along_k=bool(params.get("b_along_k")),
                 slices=params.get("slices", 1),
                 splits=params.get("splits", 1),
-                n_tiles=params.get("n_tiles", 1),
+                n_tiles=params.get("n_tiles", N_TILES),
             )
-        if params.get("splits", 1) > 1 or params.get("n_tiles", 1) > 1:
-            raise Unfusable("only the online-softmax matmul splits K across blocks (its partials combine) "
-                            "or computes several N tiles a block")
+        if params.get("splits", 1) > 1:
+            raise Unfusable("only the online-softmax matmul splits K across blocks (its partials combine)")
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},

@@ -36,7 +36,7 @@ from ..symbolic.view import ViewStack
 from . import render_c
 from .emit import Unfusable
 from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes, sliced_problem
-from .kernels import TILE, Kernel, Late, finish_kernel
+from .kernels import N_TILES, TILE, Kernel, Late, finish_kernel
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,11 @@ def _statistics_rows(parts: OnlineSoftmax, reduce: Node, rows: list, kept: list,
     return mapped, s_axis
 
 
+def n_tiles_of(n, tile: int, n_tiles: int) -> int:
+    """The N tiles a block computes: `n_tiles`, at most N's (a symbolic N: `n_tiles`)."""
+    return min(n_tiles, -(-n // tile)) if isinstance(n, int) else n_tiles
+
+
 _READS_MEMORY = re.compile(r"\bin\d+\[|\bu\d+\b")  # a buffer's element, or an index variable's line
 
 
@@ -231,7 +236,7 @@ def softmax_matmul_kernel(
     b_along_k: bool = False,
     slices: int = 1,
     splits: int = 1,
-    n_tiles: int = 1,
+    n_tiles: int = N_TILES,
 ) -> Kernel:
     """With S in `streamed_ids` (see streamed_scores), S = Q K^T is computed in the kernel, a tile of
     keys at a time: the scores are never read from memory (FlashAttention). With `splits` > 1, K is
@@ -328,8 +333,7 @@ def softmax_matmul_kernel(
         + [b_value]
     )
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    n = tc.sizes["n"]
-    cols = min(n_tiles, -(-n // tile)) if isinstance(n, int) else n_tiles
+    cols = n_tiles_of(tc.sizes["n"], tile, n_tiles)
     fields["launch"] = replace(fields["launch"], splits=splits, cols=cols)
     k_loads = [qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]
     fields["k_index_lines"] = Late(lambda b: lines_read_by(b.used_index_lines(), k_loads))
@@ -338,7 +342,8 @@ def softmax_matmul_kernel(
         if line not in lines_read_by(b.used_index_lines(), k_loads)])
     lines = lambda texts: Late(lambda b: lines_read_by(b.used_index_lines(), texts))  # noqa: E731
     weight_lines = lines(weight_statements + rescale_statements)
-    if splits > 1 and _READS_MEMORY.search("\n".join(rescale_statements + [rescale_value])):
+    splittable = not _READS_MEMORY.search("\n".join(rescale_statements + [rescale_value]))
+    if splits > 1 and not splittable:
         raise Unfusable(f"{maximum.op.name}#{maximum.id}: the combine of split partials rescales with "
                         f"e(m, m') alone, and this softmax's e reads memory")
     return finish_kernel(
@@ -374,6 +379,7 @@ def softmax_matmul_kernel(
         split_max_combine=render_c.op_expr(maximum.op, "m_new", "m_split"),
         splits=splits,
         cols=cols,
+        splittable=splittable,
         sum_combine=render_c.op_expr(total.op, "l", "w"),
         **fields,
     )

@@ -163,11 +163,11 @@ def _tile_rows(m: int, t: int) -> list[tuple[int, int]]:
 
 def _padded_rows_skip(kernel: Kernel, valid: int, pitch: int, pitch_b: int) -> MemoryCounts:
     """One K step's reads that softmax_matmul.cu.j2 makes for the rows below M only, in a tile with
-    `valid` such rows: the accumulation's weights Ws[ty][kk] (once, or for l and each N tile) and B's
+    `valid` such rows: the accumulation's weights Ws[ty][kk] (for l and for each N tile) and B's
     columns Bs[kk][c t + tx]; streaming, also q . k's Qs[ty][d] and Ks[tx][d]. A warp whose rows are
     all padding reads nothing, and its requests' wavefronts are those of its active lanes."""
     t, cols, depth = kernel.launch.block, kernel.launch.cols, kernel.plan.streamed_depth
-    w_reads = 1 if cols == 1 else 1 + cols
+    w_reads = 1 + cols  # Ws[ty][kk] for l, then for each N tile's column
     q_pitch = kernel.plan.streamed_width + 1
     tid = np.arange(t * t)
     requests = waves = 0

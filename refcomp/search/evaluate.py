@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 from typing import Mapping, Optional
 
-from ..codegen.legality import MAX_FUSED_NODES, TEMPLATE_ONLY, Group, Unfusable, kernel_for_group, retarget
+from ..codegen.legality import (MAX_FUSED_NODES, TEMPLATE_ONLY, TILE, Group, Unfusable, kernel_for_group,
+                                retarget)
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
-from .fusion import Graph, check_group, group_cost, group_of, group_params, kernel_of
+from .fusion import Graph, check_group, few_rows, group_cost, group_of, group_params, kernel_of, key_tiles
 from .mirror import Mirror
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
@@ -202,6 +203,10 @@ class Evaluator:
                 return values[:1]
         if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]
+        if param.name == "splits":  # few rows only; more splits than K's tiles (of 16) add empty blocks
+            if not few_rows(group, sched, self.count, 32):
+                return values[:1]
+            return tuple(v for v in values if v <= max(1, key_tiles(group, sched, self.count, TILE)))
         return values
 
     def _key(self, sched: Schedule, group: Group) -> tuple:

@@ -188,13 +188,32 @@ def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -
     tiles, whatever its row, so a decode step's one query row a head (padded to a tile of rows) still
     has the whole block's threads loading keys and values; times the blocks K is split across."""
     root = group.root
-    reduce = next(n for n in (root,) + group.members if n.id in sched.matmul and n.id not in sched.streamed)
+    reduce = _online_contraction(group, sched)
     shape = reduce.srcs[0].shape
     batch, rows, columns = (count(tuple(shape[a] for a in axes)) for axes in matmul_axes(reduce))
     n_tiles = min(sched.param(root.id, "n_tiles"), -(-columns // tile))
-    keys = count((shape[reduce.attrs["axis"]],))
-    working = min(sched.param(root.id, "splits"), -(-keys // tile))  # splits with keys at this binding
+    working = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))  # splits with keys
     return -(-columns // (tile * n_tiles)) * -(-rows // tile) * batch * max(working, 1) * tile * tile
+
+
+def _online_contraction(group: Group, sched: Schedule) -> Node:
+    """An online-softmax kernel's contraction over the keys (not the scores it streams)."""
+    kernel = (group.root,) + group.members
+    return next(n for n in kernel if n.id in sched.matmul and n.id not in sched.streamed)
+
+
+def key_tiles(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
+    """The K tiles of an online-softmax kernel at the binding: more splits than this only add blocks
+    with no keys."""
+    reduce = _online_contraction(group, sched)
+    return -(-count((reduce.srcs[0].shape[reduce.attrs["axis"]],)) // tile)
+
+
+def few_rows(group: Group, sched: Schedule, count: Callable, tile: int) -> bool:
+    """Whether an online-softmax kernel's rows fit one tile (decode's query rows, a head's group): only
+    then is splitting K across blocks worth pricing (many rows give the device its blocks already)."""
+    reduce = _online_contraction(group, sched)
+    return count(tuple(reduce.srcs[0].shape[a] for a in matmul_axes(reduce)[1])) <= tile
 
 
 def group_cost(

@@ -18,10 +18,10 @@ from .schedule import DECISIONS, Schedule
 
 # --- the fusion rules: moves from one schedule to another ------------------------------------
 # A rule reads: name, when it applies (a condition on the graph, the schedule and the node, in words
-# joined by &, | and ~), what it decides (the node, or its product, into which decisions), soundness.
+# joined by & and ~), what it decides (the node, or its product, into which decisions), soundness.
 @dataclass(frozen=True)
 class When:
-    """A condition on (graph, schedule, node); `a & b`, `a | b` and `~a` combine conditions, in order."""
+    """A condition on (graph, schedule, node); `a & b` and `~a` combine conditions, in order."""
 
     test: Callable[[Graph, Schedule, Node], bool]
     text: str
@@ -40,10 +40,6 @@ class When:
             self.own and other.own,
             self if self.own and not other.own else self.lead,
         )
-
-    def __or__(self, other: "When") -> "When":
-        return When(lambda g, s, n: self.test(g, s, n) or other.test(g, s, n),
-                    f"({self.text} or {other.text})", self.own and other.own)
 
     def __invert__(self) -> "When":
         return When(lambda g, s, n: not self.test(g, s, n), f"not {self.text}", self.own)
@@ -95,6 +91,12 @@ matmul_shaped = When(
 )
 
 a_matmul = a_sum & ~scheduled("matmul") & ~scheduled("inline") & product_unshared & ~short & matmul_shaped
+ONLINE_SOUND = (
+    "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
+    "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
+    "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
+    "rounding may differ by a few ulp)"
+)
 MATMUL_SOUND = ("the tile loop sums the same products (in another order: float32 rounding may differ by "
                 "a few ulp, as any matmul)")
 
@@ -241,17 +243,11 @@ FUSION: list[FusionRule] = [
         "online_softmax",
         "compute the softmax a matmul reads in the matmul's own pass over K: a running "
         "maximum, the sum rescaled by exp2(c (m - m')) when the maximum grows, the accumulators likewise "
-        "(the attention scores are read once; the max and sum are never stored); a contraction not yet "
-        "tiled becomes the tiled matmul in the same move (as a tiled matmul alone a decode step's value "
-        "sum may cost more than it saves, so the two steps one at a time would not be taken)",
-        (scheduled("matmul") | a_matmul) & reads_online_softmax,
-        into("matmul") + into("inline", of=_product)
-        + into("inline", of=lambda n: online_softmax(n).nodes)
+        "(the attention scores are read once; the max and sum are never stored)",
+        scheduled("matmul") & reads_online_softmax,
+        into("inline", of=lambda n: online_softmax(n).nodes)
         + into("online", of=lambda n: online_softmax(n).statistics),
-        "exp2(c (s - m')) = exp2(c (s - m)) exp2(c (m - m')), so rescaling by the second factor whenever the "
-        "maximum grows gives the reference's sum; for c > 0 a score of -inf weighs 0, so rows that start "
-        "masked are exact; the normaliser R(L) multiplies the sum once instead of every term (float32 "
-        "rounding may differ by a few ulp); and " + MATMUL_SOUND,
+        ONLINE_SOUND,
     ),
     FusionRule(
         "stream_scores",
@@ -297,6 +293,18 @@ FUSION: list[FusionRule] = [
 # Clean-up rules run after the main search has settled: applied early, they would claim reductions
 # that row fusion puts to better use.
 CLEANUP: list[FusionRule] = [
+    FusionRule(
+        "tiled_online_softmax",
+        "make a contraction that reads a softmax along its K axis the tiled matmul and compute that "
+        "softmax in its pass, in one move (a decode step's value sum, one query row a head: as a tiled "
+        "matmul alone it may cost more than the reduction it replaces, so the two moves one at a time "
+        "would not be taken)",
+        a_matmul & reads_online_softmax,
+        into("matmul") + into("inline", of=_product)
+        + into("inline", of=lambda n: online_softmax(n).nodes)
+        + into("online", of=lambda n: online_softmax(n).statistics),
+        ONLINE_SOUND + "; and " + MATMUL_SOUND,
+    ),
     FusionRule(
         "reduce_epilogue",
         "apply a reduction's only reader, an elementwise node of the same shape (a bias, "

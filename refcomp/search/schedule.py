@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
-from ..codegen.legality import BLOCK, TILE
+from ..codegen.legality import BLOCK, N_TILES, TILE
 
 
 def decision(doc: str, codegen: Optional[str] = None):
@@ -62,9 +62,10 @@ KERNEL_PARAMS = (
           {"matmul": (1, 4, 16, 64)}, moves_memory=True, adds_threads=True),
     # An online-softmax matmul's block computing several neighbouring N tiles: the scores (and the K tiles
     # streamed for them) once for all of them rather than once per N tile (attention's head dim at 64
-    # is four tiles of 16).
-    Param("n_tiles", "N tiles an online-softmax matmul's block computes (at most N's)", 1, {"matmul": (1, 4)},
-          moves_memory=True),
+    # is four tiles of 16); one N tile a block only adds blocks, priced where the device is not full.
+    Param("n_tiles", "N tiles an online-softmax matmul's block computes (at most N's)", N_TILES,
+          {"matmul": (N_TILES, 1)},
+          moves_memory=True, adds_threads=True),
     Param(
         "b_along_k",
         "load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K, as W in x @ W.T)",
