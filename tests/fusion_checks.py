@@ -50,9 +50,9 @@ def check_on_emulator(prog, outputs, bindings=RUN_BINDINGS, scales=None):
 RULES = {rule.name: rule for rule in FUSION + CLEANUP}
 
 
-def forced(outputs, rule_names):
-    """The searched program's graph under a schedule that applies `rule_names` wherever they give a
-    valid partition (whatever the cost model prefers), and the set of rules that did apply."""
+def forced_schedule(outputs, rule_names):
+    """(the search result, a schedule of its graph that applies `rule_names` wherever they give a valid
+    partition, whatever the cost model prefers, and the set of rules that did apply)."""
     result = rc.compile(outputs, cache=False).search
     graph, sched, applied = result.graph, Schedule(), set()
     evaluator = Evaluator(graph, result.bindings, H200)
@@ -63,4 +63,10 @@ def forced(outputs, rule_names):
                     moved = RULES[name].apply(graph, sched, node)
                     if evaluator.partition(moved) is not None:
                         sched, applied = moved, applied | {name}
+    return result, sched, applied
+
+
+def forced(outputs, rule_names):
+    """The searched program's graph under the schedule `forced_schedule` gives, and the rules applied."""
+    result, sched, applied = forced_schedule(outputs, rule_names)
     return program_for_schedule(outputs, result, sched), applied

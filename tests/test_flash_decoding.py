@@ -24,12 +24,11 @@ from refcomp.ops.tensor import iota
 from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.search.cost import H200
 from refcomp.search.evaluate import Evaluator
-from refcomp.search.fusion_rules import CLEANUP, FUSION
-from refcomp.search.schedule import Schedule
 from refcomp.serving.kv_cache import gather_pages
 
+from fusion_checks import forced_schedule
+
 H, PAGE, PAGES = 2, 4, 9
-RULES = {r.name: r for r in FUSION + CLEANUP}
 FORCED = ("matmul", "online_softmax", "stream_scores", "fuse_elementwise", "fuse_gather")
 
 
@@ -50,17 +49,8 @@ def _paged(d: int, pages="NP"):
 def _program(out, **params):
     """The program with the attention rules applied wherever they partition, and `params` set on the
     online kernel; that kernel."""
-    result = rc.compile(out, cache=False).search
-    graph, sched = result.graph, Schedule()
-    evaluator = Evaluator(graph, result.bindings, H200)
-    for _ in range(3):
-        for node in graph.compute:
-            for name in FORCED:
-                if RULES[name].applies(graph, sched, node):
-                    moved = RULES[name].apply(graph, sched, node)
-                    if evaluator.partition(moved) is not None:
-                        sched = moved
-    groups = evaluator.partition(sched)
+    result, sched, _ = forced_schedule(out, FORCED)
+    groups = Evaluator(result.graph, result.bindings, H200).partition(sched)
     (root,) = [r for r, g in groups.items() if any(n.id in sched.online for n in g.members)]
     prog = program_for_schedule(out, result, sched.with_params({(root, k): v for k, v in params.items()}))
     (kernel,) = [k for k in prog.kernels if "softmax computed online" in k.source]

@@ -93,6 +93,16 @@ def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
     return picked, weight
 
 
+def _digits(q: np.ndarray, *radices: int) -> list:
+    """The request numbers `q` in mixed radix: one digit per radix, least significant first, then the
+    rest (which block, warp and loop step each request is)."""
+    digits = []
+    for radix in radices:
+        digits.append(q % radix)
+        q = q // radix
+    return digits + [q]
+
+
 def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> tuple:
     """What the lanes of a template loop depend on: the launch and the loop extents, not the index
     expressions (the search prices many kernels of one launch, at one binding)."""
@@ -180,11 +190,7 @@ def _new_lanes(
               else launch.cols if scope in ("b", "epilogue") else 1)
     count = gx * gy * batch * warps_per_block * steps * chunks
     q, weight = _pick(count, sample)
-    chunk, q = q % chunks, q // chunks
-    step, q = q % steps, q // steps
-    warp, q = q % warps_per_block, q // warps_per_block
-    bx, q = q % gx, q // gx
-    by, bz = q % gy, q // gy
+    chunk, step, warp, bx, by, bz = _digits(q, chunks, steps, warps_per_block, gx, gy)
     tid = warp[:, None] * WARP + lane
     z, ty, tx = tid // (t * t), tid % (t * t) // t, tid % t
     k0 = (step[:, None] * slices + z) * t
@@ -353,11 +359,7 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
     for stores in (True, False):  # a row per (block of a split, warp, N tile); the combine's likewise
         count = gx * gy * batch * splits * warps * cols
         q, weight = _pick(count, sample)
-        chunk, q = q % cols, q // cols
-        warp, q = q % warps, q // warps
-        split, q = q % splits, q // splits
-        bx, q = q % gx, q // gx
-        by, bz = q % gy, q // gy
+        chunk, warp, split, bx, by, bz = _digits(q, cols, warps, splits, gx, gy)
         tid = warp[:, None] * WARP + lane
         ty, tx = tid // t, tid % t
         bm, bn = by[:, None] * t + ty, (bx * cols + chunk)[:, None] * t + tx
