@@ -130,6 +130,20 @@ def test_the_tickets_return_to_zero_so_the_next_launch_combines_again():
                                    **golden.FLOAT32_TOLERANCE)
 
 
+def test_the_partials_and_tickets_stay_inside_their_buffers_under_the_sanitizer():
+    from refcomp.exec.emulator import EmulatorBackend
+
+    prog, _ = _program(_paged(40), splits=4, n_tiles=4)
+    feeds = _feeds(np.random.default_rng(2), 3, 9, 40)
+    be = EmulatorBackend(sanitize=True)  # every load and store checked against its buffer's bounds
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for k, grid, block, args in prog.launches(buffers, bindings):
+        module.launch(k.name, grid, block, args)
+    want = rc.evaluate(_paged(40), feeds, precision="float64")
+    np.testing.assert_allclose(prog.download_outputs(be, buffers, bindings), want, **golden.FLOAT32_TOLERANCE)
+
+
 @pytest.mark.parametrize("splits,n_tiles,tile", [(4, 1, 16), (4, 4, 16), (3, 2, 32)])
 def test_split_kernels_agree_with_the_profiler_and_build_with_nvcc(splits, n_tiles, tile):
     from refcomp.exec.nvcc import nvcc_available, nvcc_check
