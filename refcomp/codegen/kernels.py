@@ -6,29 +6,27 @@ its CUDA source and signature, and its launch geometry as a function of the boun
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 import jinja2
 import sympy
 
-from .abi import KernelSignature, Param
+from .abi import KernelSignature
 from .cprint import comment_text
 from ..ops.primitives import ELEMENTWISE, LEAF, REDUCE, Node
-from ..symbolic.dims import Dim, evaluate_dim, prod
+from ..symbolic.dims import Dim, prod
 from . import render_c
 from .emit import Access, KernelBody, Unfusable, linear_of
 from .sums import loop_fields
+from .launch import (  # noqa: F401  (kernels' launch constants, here for their importers)
+    BLOCK, MAX_GRID_STRIDE_BLOCKS, N_TILES, TILE, WARP_OUTPUTS, Launch, with_scratch,
+)
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-BLOCK = 256  # threads per block for every template
-TILE = 16  # the edge of the matmul template's square tiles (the search may choose 32)
-N_TILES = 4  # the most N tiles an online-softmax matmul's block computes (the search may choose 1)
-MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most this many blocks
 BLOCK_REDUCE_MIN_EXTENT = 256  # reduce a known axis this long with a whole block per output
 
 
@@ -50,56 +48,6 @@ def template(name: str) -> jinja2.Template:
                              bytecode_cache=_COMPILED[0] if _COMPILED else None)
     return env.get_template(name)
 
-
-@dataclass(frozen=True)
-class Launch:
-    """How a kernel is launched, as a function of the bound dims.
-
-    grid_stride: threads loop over `work` elements; block_per_output: one block per element of
-    `work`; columns: one block per 32 neighbouring elements of `work`, a warp's lanes across them;
-    tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
-    `extra` = (N, batch).
-    """
-    mode: str
-    work: Dim
-    block: int = BLOCK
-    extra: tuple = ()
-    slices: int = 1  # tiles: the block's threads split K into this many slices (threadIdx.z)
-    splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
-    cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
-
-    def __str__(self) -> str:
-        extra = "".join(f" x {d}" for d in self.extra)
-        sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
-        split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
-        wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
-        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}"
-
-    def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
-        """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
-        holds each block's accumulators, then its rows' m and l per N tile; ws1 (uint32) one ticket per
-        tile, zero before the launch and after it. (0, 0) when K is not split."""
-        if self.splits == 1:
-            return 0, 0
-        n, batch = (evaluate_dim(d, bindings) for d in self.extra)
-        m, t = evaluate_dim(self.work, bindings), self.block
-        tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
-        return batch * self.splits * m * (n + 2 * tiles_n), batch * tiles_m * tiles_n
-
-    def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        work = evaluate_dim(self.work, bindings)
-        if self.mode == "tiles":
-            n, batch = (evaluate_dim(d, bindings) for d in self.extra)
-            t = self.block
-            if work == 0 or n == 0 or batch == 0:
-                return (0, 0, 0), (t, t, self.slices)
-            grid_x = math.ceil(n / (t * self.cols)) * self.splits
-            return (grid_x, math.ceil(work / t), batch), (t, t, self.slices)
-        if self.mode == "block_per_output":
-            return (work, 1, 1), (self.block, 1, 1)
-        if self.mode == "columns":
-            return (-(-work // WARP_OUTPUTS), 1, 1), (self.block, 1, 1)
-        return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
 
 @dataclass
 class Kernel:
@@ -277,17 +225,6 @@ def finish_kernel(
                   user_ops(nodes), plan=plan)
 
 
-def with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
-    """The signature with a split launch's scratch buffers after out0 (Launch.scratch), and without
-    them for a launch that does not split K."""
-    params = tuple(p for p in signature.params if p.ident not in ("ws0", "ws1"))
-    if launch.splits == 1:
-        return replace(signature, params=params)
-    at = next(i for i, p in enumerate(params) if p.ident == "out0") + 1
-    scratch = (Param("ws0", "float*"), Param("ws1", "unsigned int*"))
-    return replace(signature, params=params[:at] + scratch + params[at:])
-
-
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)
 _INDEX_NAME = re.compile(r"\bu\d+\b")
 
@@ -335,7 +272,6 @@ REDUCE_LAUNCHES = {"thread": "grid_stride", "block": "block_per_output", "column
 REDUCE_STRIDE = {  # how many of a block's threads share one output's values
     "thread": lambda block: 1, "block": lambda block: block, "columns": lambda block: block // WARP_OUTPUTS
 }
-WARP_OUTPUTS = 32  # outputs of a "columns" block: one warp's lanes
 
 
 def lines_read_by(lines: Sequence[str], texts: Sequence[str]) -> list[str]:

@@ -1,0 +1,78 @@
+"""How a kernel is launched: its grid and block as functions of the bound dims, and the scratch
+buffers a launch whose K is split across blocks needs beside its parameters."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from .abi import KernelSignature, Param
+from ..symbolic.dims import Dim, evaluate_dim
+
+BLOCK = 256  # threads per block for every template
+TILE = 16  # the edge of the matmul template's square tiles (the search may choose 32)
+N_TILES = 4  # the most N tiles an online-softmax matmul's block computes (the search may choose 1)
+MAX_GRID_STRIDE_BLOCKS = 2048  # grid-stride loops cover any size with at most this many blocks
+WARP_OUTPUTS = 32  # outputs of a "columns" block: one warp's lanes
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a kernel is launched, as a function of the bound dims.
+
+    grid_stride: threads loop over `work` elements; block_per_output: one block per element of
+    `work`; columns: one block per 32 neighbouring elements of `work`, a warp's lanes across them;
+    tiles: a (N/tile, M/tile, batch) grid of tile x tile blocks, with `work` = M and
+    `extra` = (N, batch).
+    """
+    mode: str
+    work: Dim
+    block: int = BLOCK
+    extra: tuple = ()
+    slices: int = 1  # tiles: the block's threads split K into this many slices (threadIdx.z)
+    splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
+    cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
+
+    def __str__(self) -> str:
+        extra = "".join(f" x {d}" for d in self.extra)
+        sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
+        split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
+        wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
+        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}"
+
+    def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
+        """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
+        holds each block's accumulators, then its rows' m and l per N tile; ws1 (uint32) one ticket per
+        tile, zero before the launch and after it. (0, 0) when K is not split."""
+        if self.splits == 1:
+            return 0, 0
+        n, batch = (evaluate_dim(d, bindings) for d in self.extra)
+        m, t = evaluate_dim(self.work, bindings), self.block
+        tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
+        return batch * self.splits * m * (n + 2 * tiles_n), batch * tiles_m * tiles_n
+
+    def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        work = evaluate_dim(self.work, bindings)
+        if self.mode == "tiles":
+            n, batch = (evaluate_dim(d, bindings) for d in self.extra)
+            t = self.block
+            if work == 0 or n == 0 or batch == 0:
+                return (0, 0, 0), (t, t, self.slices)
+            grid_x = math.ceil(n / (t * self.cols)) * self.splits
+            return (grid_x, math.ceil(work / t), batch), (t, t, self.slices)
+        if self.mode == "block_per_output":
+            return (work, 1, 1), (self.block, 1, 1)
+        if self.mode == "columns":
+            return (-(-work // WARP_OUTPUTS), 1, 1), (self.block, 1, 1)
+        return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
+
+
+def with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
+    """The signature with a split launch's scratch buffers after out0 (Launch.scratch), and without
+    them for a launch that does not split K."""
+    params = tuple(p for p in signature.params if p.ident not in ("ws0", "ws1"))
+    if launch.splits == 1:
+        return replace(signature, params=params)
+    at = next(i for i, p in enumerate(params) if p.ident == "out0") + 1
+    scratch = (Param("ws0", "float*"), Param("ws1", "unsigned int*"))
+    return replace(signature, params=params[:at] + scratch + params[at:])
