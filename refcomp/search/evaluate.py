@@ -68,6 +68,7 @@ SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidat
 
 
 _ONLINE_ONLY = ("splits", "n_tiles")  # matmul parameters only the online-softmax template takes
+SPLIT_ROWS = max(PARAMS_BY_NAME["tile"].choices["matmul"])  # K split across blocks: rows fit this tile
 _TEMPLATE_PARAMS = ("slices",) + _ONLINE_ONLY  # and those only one of the two templates takes
 
 
@@ -192,10 +193,11 @@ class Evaluator:
         return self.prices[key]
 
     def choices(self, sched: Schedule, group: Group, param) -> tuple:
-        """The values of `param` worth pricing for this kernel: a parameter that only adds threads (K in
-        slices or in splits) keeps its default where the kernel already fills the device at its own
-        parameters, and where its template cannot take it (slices: a plain matmul; splits: an online
-        softmax's, whose partials combine)."""
+        """The values of `param` worth pricing for this kernel. A parameter keeps its default where the
+        kernel's template cannot take it (slices: a plain matmul's; splits and n_tiles: an online
+        softmax's) and, if its other values only add threads (K in slices or in splits, one N tile a
+        block), where the kernel already fills the device at its own parameters. K is split only for
+        rows that fit the largest tile (decode's), into at most K's tiles at the binding."""
         values = param.choices[group.kind]
         if param.name in _TEMPLATE_PARAMS:
             online = any(n.id in sched.online for n in group.members)
@@ -203,8 +205,8 @@ class Evaluator:
                 return values[:1]
         if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]
-        if param.name == "splits":  # few rows only; more splits than K's tiles (of 16) add empty blocks
-            if not few_rows(group, sched, self.count, 32):
+        if param.name == "splits":  # more splits than K's tiles (of 16) would only add empty blocks
+            if not few_rows(group, sched, self.count, SPLIT_ROWS):
                 return values[:1]
             return tuple(v for v in values if v <= max(1, key_tiles(group, sched, self.count, TILE)))
         return values

@@ -186,7 +186,8 @@ def group_params(sched: Schedule, group: Group) -> dict:
 def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
     """The threads an online-softmax matmul launches: every thread of its blocks streams K's and B's
     tiles, whatever its row, so a decode step's one query row a head (padded to a tile of rows) still
-    has the whole block's threads loading keys and values; times the blocks K is split across."""
+    has the whole block's threads loading keys and values; times the blocks K is split across that
+    have keys at the binding (a split past K's last tile only stores an empty partial)."""
     root = group.root
     reduce = _online_contraction(group, sched)
     shape = reduce.srcs[0].shape
@@ -209,11 +210,11 @@ def key_tiles(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
     return -(-count((reduce.srcs[0].shape[reduce.attrs["axis"]],)) // tile)
 
 
-def few_rows(group: Group, sched: Schedule, count: Callable, tile: int) -> bool:
-    """Whether an online-softmax kernel's rows fit one tile (decode's query rows, a head's group): only
-    then is splitting K across blocks worth pricing (many rows give the device its blocks already)."""
+def few_rows(group: Group, sched: Schedule, count: Callable, rows: int) -> bool:
+    """Whether an online-softmax kernel has at most `rows` rows (decode's query rows, a head's group):
+    only then is splitting K across blocks worth pricing (many rows give the device its blocks already)."""
     reduce = _online_contraction(group, sched)
-    return count(tuple(reduce.srcs[0].shape[a] for a in matmul_axes(reduce)[1])) <= tile
+    return count(tuple(reduce.srcs[0].shape[a] for a in matmul_axes(reduce)[1])) <= rows
 
 
 def group_cost(
