@@ -188,3 +188,18 @@ def test_gpt2_decode_attention_is_one_online_kernel_a_layer(batch):
         assert online.launch.cols * online.launch.block >= 64
     else:  # 12 heads: the keys split across blocks
         assert online.launch.splits > 1
+
+
+def test_a_saved_split_program_loads_split_and_runs_alike(tmp_path):
+    """A saved program keeps the kernel's parameters, so loaded it launches the split kernel again and
+    gives the same values (the serving engine's programs come from the program cache)."""
+    from refcomp.pipeline.load import load_program
+
+    out = _paged(40)
+    prog, kernel = _program(out, splits=4, n_tiles=4)
+    prog.save(tmp_path / "split.json")
+    loaded = load_program(tmp_path / "split.json", out)
+    (again,) = [k for k in loaded.kernels if "softmax computed online" in k.source]
+    assert again.launch == kernel.launch and again.source == kernel.source
+    feeds = _feeds(np.random.default_rng(6), 2, 5, 40)
+    np.testing.assert_array_equal(loaded.run(feeds, backend="emulator"), prog.run(feeds, backend="emulator"))
