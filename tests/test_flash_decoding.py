@@ -112,36 +112,34 @@ def test_no_keys_attend_to_zeros_as_the_reference_sums_nothing():
     np.testing.assert_array_equal(got, want)
 
 
-def test_the_tickets_return_to_zero_so_the_next_launch_combines_again():
-    from refcomp.exec.backends import get_backend
-
-    prog, kernel = _program(_paged(40), splits=4, n_tiles=4)
-    feeds = _feeds(np.random.default_rng(3), 2, 5, 40)
-    be = get_backend("emulator")
+def launch_twice(be, splits: int, n_tiles: int, seed: int) -> None:
+    """The split kernel's program launched twice on backend `be` into the same buffers: after each run
+    every ticket is back at 0 (the second run combines again) and the values are the reference's."""
+    prog, kernel = _program(_paged(40), splits=splits, n_tiles=n_tiles)
+    feeds = _feeds(np.random.default_rng(seed), 3, 9, 40)
+    want = rc.evaluate(_paged(40), feeds, precision="float64")
     bindings, buffers = prog.prepare(be, feeds)
     module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for _ in range(2):  # the second launch reads the tickets the first left
+    for _ in range(2):
         for k, grid, block, args in prog.launches(buffers, bindings):
             module.launch(k.name, grid, block, args)
+        be.synchronize()
         tickets = be.download(buffers[("ws1", kernel.name)], (kernel.launch.scratch(bindings)[1],), np.uint32)
         assert (tickets == 0).all()
         got = prog.download_outputs(be, buffers, bindings)
-        np.testing.assert_allclose(got, rc.evaluate(_paged(40), feeds, precision="float64"),
-                                   **golden.FLOAT32_TOLERANCE)
+        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+
+
+def test_the_tickets_return_to_zero_so_the_next_launch_combines_again():
+    from refcomp.exec.backends import get_backend
+
+    launch_twice(get_backend("emulator"), splits=4, n_tiles=4, seed=3)
 
 
 def test_the_partials_and_tickets_stay_inside_their_buffers_under_the_sanitizer():
     from refcomp.exec.emulator import EmulatorBackend
 
-    prog, _ = _program(_paged(40), splits=4, n_tiles=4)
-    feeds = _feeds(np.random.default_rng(2), 3, 9, 40)
-    be = EmulatorBackend(sanitize=True)  # every load and store checked against its buffer's bounds
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for k, grid, block, args in prog.launches(buffers, bindings):
-        module.launch(k.name, grid, block, args)
-    want = rc.evaluate(_paged(40), feeds, precision="float64")
-    np.testing.assert_allclose(prog.download_outputs(be, buffers, bindings), want, **golden.FLOAT32_TOLERANCE)
+    launch_twice(EmulatorBackend(sanitize=True), splits=4, n_tiles=4, seed=2)  # every access bounds-checked
 
 
 @pytest.mark.parametrize("splits,n_tiles,tile", [(4, 1, 16), (4, 4, 16), (3, 2, 32)])
