@@ -154,20 +154,6 @@ def test_split_kernels_agree_with_the_profiler_and_build_with_nvcc(splits, n_til
     assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
 
 
-def test_only_the_online_template_takes_splits():
-    from refcomp.codegen.emit import Unfusable
-    from refcomp.codegen.lower import kernel_for_group
-
-    x, w = rc.input("x", (4, 32)), rc.input("w", (32, 8))
-    result = rc.compile(x @ w, cache=False).search
-    sched = result.schedule
-    evaluator = Evaluator(result.graph, result.bindings, H200)
-    (group,) = [g for g in evaluator.partition(sched).values() if g.kind == "matmul"]
-    params = {"matmul_ids": sched.matmul, "splits": 4}
-    with pytest.raises(Unfusable, match="only the online-softmax matmul"):
-        kernel_for_group("k", group, result.graph.names, lambda n: n.id in sched.inline, params)
-
-
 @pytest.mark.parametrize("batch", [1, 32])
 def test_gpt2_decode_attention_is_one_online_kernel_a_layer(batch):
     """GPT-2 small's decode step (one layer, context 1,024): the search makes the attention one online

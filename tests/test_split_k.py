@@ -13,6 +13,7 @@ import pytest
 
 import refcomp as rc
 import refcomp.search.search as search_module
+from refcomp.search import evaluate
 from refcomp import golden
 from refcomp.ops.tensor import Tensor
 from refcomp.search.cost import elements
@@ -72,6 +73,13 @@ def test_only_long_float32_contractions_of_less_than_a_tile_of_rows_or_few_outpu
     assert not skinny(half, count)  # partial sums would be rounded to float16
 
 
+@pytest.fixture
+def graph_split_only(monkeypatch):
+    """Only an online softmax splits K across blocks (tests/test_matmul_splits.py): a skinny plain
+    matmul is left to the graph's split, whose rewrite these tests check."""
+    monkeypatch.setitem(evaluate.TAKEN_BY_ONLINE, "splits", (True,))
+
+
 def _decode_step():
     x, w, b = rc.input("x", (1, 768)), rc.input("w", (768, 3072)), rc.input("b", (3072,))
     rng = np.random.default_rng(3)
@@ -81,7 +89,7 @@ def _decode_step():
     return (x @ w + b).gelu(approximate="tanh"), feeds
 
 
-def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
+def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(graph_split_only, monkeypatch):
     y, feeds = _decode_step()
     prog = rc.compile(y, cache=False)
     steps = [s for s in prog.search.trace if s.rule == "split_k"]
@@ -97,7 +105,7 @@ def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(monkeypatch):
     assert prog.cost.time_s < whole.cost.time_s, (prog.cost_summary(), whole.cost_summary())
 
 
-def test_two_chained_skinny_matmuls_are_both_split_and_named_in_the_searched_graph():
+def test_two_chained_skinny_matmuls_are_both_split_and_named_in_the_searched_graph(graph_split_only):
     """The second contraction reads the first's split sum (a rebuilt node): both are split, and the
     trace names each by its number in the searched graph, as explain's "graph after" shows it."""
     x, w1, w2 = rc.input("x", (1, 768)), rc.input("w1", (768, 3072)), rc.input("w2", (3072, 768))
@@ -159,7 +167,7 @@ def test_a_greedy_tokens_argmax_over_a_vocabulary_is_split_and_exact():
 
 
 @pytest.mark.parametrize("shape", ["reshaped", "round_trip"])
-def test_the_chunk_sum_takes_a_residual_through_a_view_as_its_epilogue(shape):
+def test_the_chunk_sum_takes_a_residual_through_a_view_as_its_epilogue(shape, graph_split_only):
     """GPT-2's MLP output at batch 16: (x @ W + b) + r, the chunk sum (B, 1, 768). The chunk sum applies
     the bias and the residual before its store, one kernel fewer than a separate residual kernel:
     an epilogue may hold the reduction's elements in another shape (axes of extent 1 dropped:

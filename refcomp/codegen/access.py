@@ -103,13 +103,18 @@ def _digits(q: np.ndarray, *radices: int) -> list:
     return digits + [q]
 
 
+_PER_SPLIT = ("q", "prologue")  # a matmul's row loads every block of a split tile makes
+
+
 def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> tuple:
     """What the lanes of a template loop depend on: the launch and the loop extents, not the index
     expressions (the search prices many kernels of one launch, at one binding)."""
     plan = kernel.plan
     along_k = plan.along_k if scope == "b" else frozenset()  # only B's tile loads follow it
-    # K split across blocks shares K's tiles out: only Q's rows are loaded once per split block
-    launch = kernel.launch if scope == "q" or kernel.launch.splits == 1 else replace(kernel.launch, splits=1)
+    # K split across blocks shares K's tiles out: only Q's rows, and the prologue's row reductions, are
+    # loaded once per split block
+    shared_out = scope not in _PER_SPLIT and kernel.launch.splits > 1
+    launch = replace(kernel.launch, splits=1) if shared_out else kernel.launch
     return (launch, kernel.kind, plan.extent, plan.prologue_extent, plan.streamed_width, along_k,
             scope, tuple(sorted(bindings.items())), sample)
 
@@ -180,7 +185,7 @@ def _new_lanes(
     t, slices = launch.block, launch.slices  # slices: threadIdx.z = s takes K tiles s, s + slices, ...
     n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
     gx, gy = -(-n // (t * launch.cols)), -(-work // t)  # cols: N tiles a block, B and C per N tile
-    if scope == "q":  # each of a tile's split blocks loads the tile's rows of Q (K's tiles are shared out)
+    if scope in _PER_SPLIT:  # each of a tile's split blocks loads its rows (K's tiles are shared out)
         gx *= launch.splits
     warps_per_block = -(-t * t * slices // WARP)
     if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
@@ -194,7 +199,7 @@ def _new_lanes(
     tid = warp[:, None] * WARP + lane
     z, ty, tx = tid // (t * t), tid % (t * t) // t, tid % t
     k0 = (step[:, None] * slices + z) * t
-    if scope == "q":
+    if scope in _PER_SPLIT:
         bx = bx // launch.splits
     if scope in ("b", "epilogue"):  # the block's N tile `chunk`
         bx = bx * launch.cols + chunk
@@ -342,12 +347,13 @@ def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
 
 
 def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
-    """(store?, requests, sectors) of each access to the partials (ws0) of an online kernel whose K is
-    split across blocks (softmax_matmul.cu.j2): every block stores its accumulators (threads with an
-    output) and its rows' m and l (threads of column 0); the last block of each tile loads, per split,
-    each row's m (the maximum's pass, threads of a row below M), then per N tile m, l and the
-    accumulator (threads with an output). The tickets (ws1) take atomics only, which are neither loads
-    nor stores."""
+    """(store?, requests, sectors) of each access to the partials (ws0) of a matmul whose K is split
+    across blocks: every block stores its accumulators (threads with an output; a sliced block's
+    slice 0) and the last block of each tile loads them per split. An online kernel's blocks
+    (softmax_matmul.cu.j2, `launch.stats`) also store their rows' m and l (threads of column 0), and
+    its last block loads, per split, each row's m (the maximum's pass, threads of a row below M),
+    then per N tile m and l beside the accumulator. The tickets (ws1) take atomics only, which are
+    neither loads nor stores."""
     if launch.mode != "tiles" or launch.splits == 1:
         return
     t, splits, cols = launch.block, launch.splits, launch.cols
@@ -368,7 +374,9 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
         output = row & (bn < n)
         stat = stats_at + (part * gx + bx[:, None]) * 2
         first = (chunk == 0)[:, None]  # per row, not per N tile: m and l
-        if stores:
+        if not launch.stats:
+            sites = [(part * n + bn, output)]
+        elif stores:
             column_0 = row & (tx == 0) & first
             sites = [(part * n + bn, output), (stat, column_0), (stat + 1, column_0)]
         else:  # m once per row (the maximum's pass), then per N tile m, l and the accumulator

@@ -347,11 +347,14 @@ def matmul_kernel(
     prologue: Sequence[Node] = (),
     welford: frozenset = frozenset(),
     slices: int = 1,
+    splits: int = 1,
 ) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
     `welford`: those of them computed in one pass with their row's sum (codegen.statistics);
-    `slices`: K split across the block's threads (threadIdx.z), their sums added in shared memory."""
+    `slices`: K split across the block's threads (threadIdx.z), their sums added in shared memory;
+    `splits`: K split across that many blocks per tile, the last to finish adding their partial sums
+    in split order (split-K in one kernel: a decode step's few rows get splits x the blocks)."""
     if slices > 1 and (problem := sliced_problem("matmul.cu.j2", len(prologue), tile, slices)):
         raise Unfusable(problem)
     tc = TiledContraction.of(reduce, names, inline)
@@ -370,7 +373,7 @@ def matmul_kernel(
     )
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    fields["launch"] = replace(fields["launch"], slices=slices)
+    fields["launch"] = replace(fields["launch"], slices=slices, splits=splits)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return finish_kernel(
         name,
@@ -385,6 +388,7 @@ def matmul_kernel(
         comment_extra=f", matmul tile {tile}"
         + (", B loaded along K" if b_along_k else "")
         + (f", K in {slices} slices" if slices > 1 else "")
+        + (f", K split across {splits} blocks" if splits > 1 else "")
         + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
         + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
         prologue_extent=prologue_extent,
@@ -392,6 +396,7 @@ def matmul_kernel(
         prologue_pairs=len(squares),
         prologue=phases,
         slices=slices,
+        splits=splits,
         stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
         prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
         a_statements=a_statements,

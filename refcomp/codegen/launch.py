@@ -32,6 +32,7 @@ class Launch:
     slices: int = 1  # tiles: the block's threads split K into this many slices (threadIdx.z)
     splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
     cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
+    stats: bool = False  # tiles split across blocks: each block's partials carry its rows' m and l (online)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)
@@ -42,14 +43,15 @@ class Launch:
 
     def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
         """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
-        holds each block's accumulators, then its rows' m and l per N tile; ws1 (uint32) one ticket per
-        tile, zero before the launch and after it. (0, 0) when K is not split."""
+        holds each block's accumulators, then (an online softmax's) its rows' m and l per N tile; ws1
+        (uint32) one ticket per tile, zero before the launch and after it. (0, 0) when K is not split."""
         if self.splits == 1:
             return 0, 0
         n, batch = (evaluate_dim(d, bindings) for d in self.extra)
         m, t = evaluate_dim(self.work, bindings), self.block
         tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
-        return batch * self.splits * m * (n + 2 * tiles_n), batch * tiles_m * tiles_n
+        stats = 2 * tiles_n if self.stats else 0
+        return batch * self.splits * m * (n + stats), batch * tiles_m * tiles_n
 
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)

@@ -97,9 +97,9 @@ TEMPLATE_ONLY = {"matmul": ("tile", "b_along_k", "slices", "splits", "n_tiles"),
 
 def retarget(kernel: Kernel, params: dict) -> Optional[Kernel]:
     """An unprinted kernel (render=False) with its template-only parameters set as in `params`, or None
-    when the template cannot take them (K in slices: a plain matmul of at most 1,024 threads a block; K
-    split across blocks or several N tiles a block: an online softmax's, split only when its combine
-    reads no memory)."""
+    when the template cannot take them (K in slices: a plain matmul of at most 1,024 threads a block;
+    several N tiles a block: an online softmax's; K split across blocks: a plain matmul's, or an online
+    softmax's whose combine reads no memory)."""
     if kernel.kind == "matmul":
         along_k = frozenset({"b"}) if params.get("b_along_k") else frozenset()
         tile, slices = params.get("tile", TILE), params.get("slices", 1)
@@ -107,7 +107,7 @@ def retarget(kernel: Kernel, params: dict) -> Optional[Kernel]:
         if slices > 1 and sliced_problem(kernel.plan.template, kernel.plan.prologue_phases, tile, slices):
             return None
         online = kernel.plan.template == "softmax_matmul.cu.j2"
-        if splits > 1 and not (online and kernel.plan.splittable):
+        if splits > 1 and online and not kernel.plan.splittable:
             return None
         width = (
             -(-kernel.plan.streamed_depth // tile) * tile
@@ -182,12 +182,10 @@ def kernel_for_group(
                 splits=params.get("splits", 1),
                 n_tiles=params.get("n_tiles", N_TILES),
             )
-        if params.get("splits", 1) > 1:
-            raise Unfusable("only the online-softmax matmul splits K across blocks (its partials combine)")
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},
-                             slices=params.get("slices", 1))
+                             slices=params.get("slices", 1), splits=params.get("splits", 1))
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(

@@ -335,7 +335,7 @@ def softmax_matmul_kernel(
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     del fields["load_index_lines"]  # the K (or score) loads and B's, per N tile, take theirs apart
     cols = n_tiles_of(tc.sizes["n"], tile, n_tiles)
-    fields["launch"] = replace(fields["launch"], splits=splits, cols=cols)
+    fields["launch"] = replace(fields["launch"], splits=splits, cols=cols, stats=True)
     k_loads = [qk["k_value"]] + qk["k_statements"] if qk else score_statements + [score]
     fields["k_index_lines"] = Late(lambda b: lines_read_by(b.used_index_lines(), k_loads))
     fields["b_index_lines"] = Late(lambda b: [

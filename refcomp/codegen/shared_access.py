@@ -86,7 +86,8 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     n, batch = (evaluate_dim(d, bindings) for d in kernel.launch.extra)
     m = evaluate_dim(kernel.launch.work, bindings)
     blocks = -(-n // (t * cols)) * -(-m // t) * batch
-    steps = -(-evaluate_dim(kernel.plan.extent, bindings) // (t * slices)) * slices  # slice-steps of a block
+    splits = kernel.launch.splits
+    steps = _slice_steps(evaluate_dim(kernel.plan.extent, bindings), t, slices, splits)  # of a tile's blocks
     pitch = t + 1  # As[t][t + 1]: the padding column keeps a warp's rows on different banks
     pitch_b = t * cols + 1  # Bs[t][t cols + 1]: cols N tiles side by side (the online template)
     tid = np.arange(t * t)
@@ -140,19 +141,30 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     sliced = MemoryCounts()
     if slices > 1:  # every warp stores its sums in Ps, a barrier, then slice 0's warps with an output read
         rows_per_warp = max(1, WARP // t)  # each slice's sums (its rows of the tile below M)
-        reading = -(-n // t) * batch * ((m // t) * warps + -(-(m % t) // rows_per_warp))
-        sliced = MemoryCounts(shared_store_requests=blocks * slices * warps,
-                              shared_store_wavefronts=blocks * slices * warps,
-                              barriers=blocks * slices * warps,
+        reading = -(-n // t) * batch * ((m // t) * warps + -(-(m % t) // rows_per_warp)) * splits
+        sliced = MemoryCounts(shared_store_requests=blocks * splits * slices * warps,
+                              shared_store_wavefronts=blocks * splits * slices * warps,
+                              barriers=blocks * splits * slices * warps,
                               shared_load_requests=reading * slices, shared_load_wavefronts=reading * slices)
     split = MemoryCounts()
-    if kernel.launch.splits > 1:  # every block: thread 0 stores its ticket in Last[0], every warp reads it,
-        split_blocks = blocks * kernel.launch.splits  # behind two barriers
+    if splits > 1:  # every block: thread 0 stores its ticket in Last[0], every warp reads it, behind two
+        split_blocks, all_warps = blocks * splits, warps * slices  # barriers
         split = MemoryCounts(shared_store_requests=split_blocks, shared_store_wavefronts=split_blocks,
-                             shared_load_requests=split_blocks * warps,
-                             shared_load_wavefronts=split_blocks * warps, barriers=split_blocks * 2 * warps)
-    return (streamed + per_step.scaled(blocks * steps) + prologue.scaled(blocks * kernel.plan.prologue_phases)
-            + second.scaled(blocks * kernel.plan.prologue_pairs) + sliced + split + accumulated)
+                             shared_load_requests=split_blocks * all_warps,
+                             shared_load_wavefronts=split_blocks * all_warps,
+                             barriers=split_blocks * 2 * all_warps)
+    each_block = blocks * splits  # every block of a split tile computes the prologue's row reductions
+    return (streamed + per_step.scaled(blocks * steps)
+            + prologue.scaled(each_block * kernel.plan.prologue_phases)
+            + second.scaled(each_block * kernel.plan.prologue_pairs) + sliced + split + accumulated)
+
+
+def _slice_steps(k: int, t: int, slices: int, splits: int) -> int:
+    """Slice-steps of K's loop over a tile's blocks: each of `splits` blocks walks its share of K's
+    tiles (the templates' per_split, whole tiles) in steps of `slices` tiles, every slice stepping."""
+    per_split = -(-(-(-k // t)) // splits) * t
+    shares = (min(per_split, max(k - s * per_split, 0)) for s in range(splits))
+    return sum(-(-share // (t * slices)) for share in shares) * slices
 
 
 def _tile_rows(m: int, t: int) -> list[tuple[int, int]]:

@@ -67,9 +67,9 @@ ACCESS_PRICED = ("reduce", "row", "matmul")
 SEARCH_SAMPLE = 64  # warp requests per access when the search prices a candidate (programs use cost.SAMPLE)
 
 
-_ONLINE_ONLY = ("splits", "n_tiles")  # matmul parameters only the online-softmax template takes
+# The matmul parameters one of the two templates takes: for each, whether an online softmax's does
+TAKEN_BY_ONLINE = {"slices": (False,), "splits": (False, True), "n_tiles": (True,)}
 SPLIT_ROWS = max(PARAMS_BY_NAME["tile"].choices["matmul"])  # K split across blocks: rows fit this tile
-_TEMPLATE_PARAMS = ("slices",) + _ONLINE_ONLY  # and those only one of the two templates takes
 
 
 class Evaluator:
@@ -194,14 +194,14 @@ class Evaluator:
 
     def choices(self, sched: Schedule, group: Group, param) -> tuple:
         """The values of `param` worth pricing for this kernel. A parameter keeps its default where the
-        kernel's template cannot take it (slices: a plain matmul's; splits and n_tiles: an online
-        softmax's) and, if its other values only add threads (K in slices or in splits, one N tile a
-        block), where the kernel already fills the device at its own parameters. K is split only for
-        rows that fit the largest tile (decode's), into at most K's tiles at the binding."""
+        kernel's template cannot take it (slices: a plain matmul's; n_tiles: an online softmax's) and,
+        if its other values only add threads (K in slices or in splits, one N tile a block), where the
+        kernel already fills the device at its own parameters. K is split across blocks only for rows
+        that fit the largest tile (decode's), into at most K's tiles at the binding."""
         values = param.choices[group.kind]
-        if param.name in _TEMPLATE_PARAMS:
+        if param.name in TAKEN_BY_ONLINE:
             online = any(n.id in sched.online for n in group.members)
-            if online != (param.name in _ONLINE_ONLY):
+            if online not in TAKEN_BY_ONLINE[param.name]:
                 return values[:1]
         if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]

@@ -189,7 +189,7 @@ def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -
     has the whole block's threads loading keys and values; times the blocks K is split across that
     have keys at the binding (a split past K's last tile only stores an empty partial)."""
     root = group.root
-    reduce = _online_contraction(group, sched)
+    reduce = _contraction(group, sched)
     shape = reduce.srcs[0].shape
     batch, rows, columns = (count(tuple(shape[a] for a in axes)) for axes in matmul_axes(reduce))
     n_tiles = min(sched.param(root.id, "n_tiles"), -(-columns // tile))
@@ -197,23 +197,24 @@ def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -
     return -(-columns // (tile * n_tiles)) * -(-rows // tile) * batch * max(working, 1) * tile * tile
 
 
-def _online_contraction(group: Group, sched: Schedule) -> Node:
-    """An online-softmax kernel's contraction over the keys (not the scores it streams)."""
+def _contraction(group: Group, sched: Schedule) -> Node:
+    """A matmul kernel's contraction (an online-softmax kernel's over the keys, not the scores it
+    streams)."""
     kernel = (group.root,) + group.members
     return next(n for n in kernel if n.id in sched.matmul and n.id not in sched.streamed)
 
 
 def key_tiles(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
-    """The K tiles of an online-softmax kernel at the binding: more splits than this only add blocks
-    with no keys."""
-    reduce = _online_contraction(group, sched)
+    """The K tiles of a matmul kernel at the binding: more splits than this only add blocks with no
+    keys."""
+    reduce = _contraction(group, sched)
     return -(-count((reduce.srcs[0].shape[reduce.attrs["axis"]],)) // tile)
 
 
 def few_rows(group: Group, sched: Schedule, count: Callable, rows: int) -> bool:
-    """Whether an online-softmax kernel has at most `rows` rows (decode's query rows, a head's group):
-    only then is splitting K across blocks worth pricing (many rows give the device its blocks already)."""
-    reduce = _online_contraction(group, sched)
+    """Whether a matmul kernel has at most `rows` rows (decode's rows, or its query rows a head): only
+    then is splitting K across blocks worth pricing (many rows give the device its blocks already)."""
+    reduce = _contraction(group, sched)
     return count(tuple(reduce.srcs[0].shape[a] for a in matmul_axes(reduce)[1])) <= rows
 
 
@@ -254,7 +255,8 @@ def group_cost(
             count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue
         )  # once per row (a bound below)
         flops += _compensation_flops(group, sched, count, tile)
-        threads = -(-m_n // (tile * tile)) * tile * tile * sched.param(root.id, "slices")
+        working = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))  # splits with K
+        threads = -(-m_n // (tile * tile)) * tile * tile * sched.param(root.id, "slices") * max(working, 1)
         if any(n.id in sched.online for n in group.members):
             threads = _online_threads(group, sched, count, tile)
     elif group.kind in ("reduce", "row"):

@@ -55,10 +55,11 @@ KERNEL_PARAMS = (
     # tiles alone leave the device part idle: Evaluator.choices).
     Param("slices", "K split across a matmul block's threads (threadIdx.z)", 1, {"matmul": (1, 4)},
           moves_memory=True, adds_threads=True),
-    # An online-softmax matmul's K split across blocks, the last of a tile's blocks combining their
-    # partial maxima, sums and accumulators (flash-decoding: one query a head gives a decode step's
-    # attention few rows; priced only where the device is not full, and only for online kernels).
-    Param("splits", "K split across an online-softmax matmul's blocks (flash-decoding)", 1,
+    # A matmul's K split across blocks, the last of a tile's blocks adding their partial sums in split
+    # order (split-K: a decode step's 32 rows against 768 columns fill a tenth of the device), or an
+    # online softmax's combining partial maxima, sums and accumulators (flash-decoding: one query a head
+    # gives a decode step's attention few rows); priced only where the device is not full.
+    Param("splits", "K split across a matmul's blocks (split-K; flash-decoding when online)", 1,
           {"matmul": (1, 4, 16, 64)}, moves_memory=True, adds_threads=True),
     # An online-softmax matmul's block computing several neighbouring N tiles: the scores (and the K tiles
     # streamed for them) once for all of them rather than once per N tile (attention's head dim at 64
