@@ -223,8 +223,14 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert total.launches.get("columns", 0) > 0, (
         f"the search chose no block per 32 outputs (reduce_columns.cu.j2): {total.launches}"
     )
-    assert total.launches.get("tiles in K slices", 0) > 0, f"no matmul split K in slices: {total.launches}"
-    assert total.launches.get("tiles split across blocks", 0) > 0, f"no K split in blocks: {total.launches}"
+    tallied = lambda words: sum(n for launch, n in total.launches.items() if words(launch))  # noqa: E731
+    assert tallied(lambda launch: "in K slices" in launch), f"no matmul split K in slices: {total.launches}"
+    assert tallied(lambda launch: "across blocks" in launch and "online" not in launch), (
+        f"no plain matmul split K across blocks (split-K in one kernel): {total.launches}"
+    )
+    assert tallied(lambda launch: "across blocks (online" in launch), (
+        f"no online softmax split K across blocks (flash-decoding): {total.launches}"
+    )
     assert total.rules.get("split_k", 0) > 0, (
         f"no skinny contraction was split (search/split.py): {total.rules}"
     )

@@ -24,3 +24,13 @@ def test_flash_decoding_on_gpu():
     from test_flash_decoding import launch_twice
 
     launch_twice(get_backend("pycuda"), splits=16, n_tiles=4, seed=4)
+
+
+@pytest.mark.skipif(_reason is not None, reason=f"GPU tests need PyCUDA and a device: {_reason}")
+def test_split_k_matmul_on_gpu():
+    """A plain matmul's K split across 16 blocks (and 4 slices) on the device: the last block adds
+    the partial sums after real fences and a real atomic; twice, the tickets back at 0, against NumPy."""
+    from refcomp.exec.backends import get_backend
+    from test_matmul_splits import launch_twice
+
+    launch_twice(get_backend("pycuda"), splits=16, seed=5)

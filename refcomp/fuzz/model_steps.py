@@ -98,7 +98,8 @@ class ModelSteps:
             kk = max_extent(shape[-2])
             out = self.emit(f"({w.name} @ {n})", -2 * kk * v.bound, 2 * kk * v.bound, False, "matmul_left")
         elif r < 0.34:  # one row by a long concrete K and a wide W (a decoding step): the search may split K
-            kk = 768  # (search/split.py; smaller K are launch-bound, and a split's second kernel never pays)
+            kk = 768  # across blocks (matmul_split.cu.j2) or in the graph (search/split.py; smaller K are
+            # launch-bound)
             x, w = self.new_input((1, kk)), self.new_input((kk, self.choice([2304, 3072])))
             out = self.emit(
                 f"({x.name} @ {w.name})", -2 * kk * x.bound - 2, 2 * kk * x.bound + 2, False, "skinny_matmul"
