@@ -20,7 +20,7 @@ CASE_IDS = [c.name for c in CASES]
 # A slow test (test_golden_slice.py) keeps it so.
 SLICE = ("mixed_storage", "model_tiny_decoder", "sym_slicing", "half_mlp", "nn_conv2d_basic", "prim_gather",
          "hl_where_select", "prim_sin", "prim_sum_reduce", "prim_iota", "sym_reductions", "sym_arange",
-         "sym_conv_pool", "bf16_attention", "half_layer_norm", "nn_embedding", "sym_embedding")
+         "sym_conv_pool", "bf16_attention", "half_layer_norm", "nn_embedding", "sym_embedding", "sym_matmul")
 
 
 def sliced(cases=CASES) -> list:

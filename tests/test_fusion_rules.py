@@ -106,17 +106,18 @@ def _fusion_graphs(name: str) -> dict:
             "other_axis": x.softmax(0).T @ rc.input("u", ("B", 4)),  # the softmax is not over K: not online
             "probabilities_kept": (y.softmax(-1) @ rc.input("z", (6, 6))) + y.softmax(-1),
         }  # P is read twice
-    if name == "tiled_online_softmax":  # one query row a head: the value sum is no tiled matmul yet
+    if name == "tiled_online_softmax":  # one row: the value sum is no tiled matmul yet
         q = rc.input("q", ("B", 4, 1, 8))
         k, v = (rc.input(n, ("B", 4, "T", 8)) for n in "kv")
         row, mask = rc.input("r", ("B", 1, "T")), rc.input("m", ("B", 1, 1, "T")) > 0
+        other = rc.input("r2", ("B", 1, "T"))
         return {
             "decode": rc.nn.scaled_dot_product_attention(q, k, v),
             "decode_masked": rc.nn.scaled_dot_product_attention(q, k, v, mask=mask),
             "one_row": row.softmax(-1) @ rc.input("u", ("T", 6)),
-            "probabilities_kept": (row.softmax(-1) @ rc.input("z", ("T", 6)))
-            + row.softmax(-1).sum(-1, keepdims=True),
-        }  # P read twice: not online
+            "probabilities_kept": (other.softmax(-1) @ rc.input("z", ("T", 6)))
+            + other.softmax(-1).sum(-1, keepdims=True),
+        }  # P read twice: not online (its own rows: the same softmax would be one node, read twice)
     if name == "stream_scores":  # each graph its own q, k, v: the search merges equal scores (CSE)
         q, k, v = ([rc.input(f"{n}{i}", ("B", "T", 6)) for i in range(4)] for n in "qkv")
         scores = q[2] @ k[2].transpose(-1, -2)

@@ -45,6 +45,11 @@ def _forge(path: Path, change, remac: bool = True) -> None:
     path.write_text(json.dumps(data))
 
 
+def _a_view(data) -> dict:
+    """The first view on an edge of a saved graph (the constant's broadcast in `_double`)."""
+    return next(e[1][0] for n in data["nodes"] for e in n["srcs"] if e[1])
+
+
 def _feeds(b=3, d=8):
     return {"x": np.arange(b * d, dtype=np.float32).reshape(b, d)}
 
@@ -188,6 +193,28 @@ def test_a_damaged_file_is_a_program_file_error(tmp_path, text):
 def test_a_malformed_body_is_a_program_file_error(tmp_path, change):
     path = _saved(tmp_path)
     _forge(path, change)
+    with pytest.raises(ProgramFileError):
+        rc.load_program(path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: _a_view(d).update(mask="-1"),
+        lambda d: _a_view(d).update(mask=[["0", "1"]] * 3),  # a mask of another length than the shape
+        lambda d: _a_view(d).update(mask=[["0", "1", "2"]] * len(_a_view(d)["shape"])),  # not pairs
+        lambda d: _a_view(d).update(strides=["1"]),
+        lambda d: _a_view(d).pop("offset"),
+        lambda d: next(e for n in d["nodes"] for e in n["srcs"] if e[1]).__setitem__(1, "B**B"),
+    ],
+)
+def test_a_malformed_view_is_a_program_file_error_before_the_graphs_are_compared(tmp_path, change):
+    """The fuzzer's finding: a view's mask edited to three dims' worth of triples reached the saved
+    graph's comparison with the caller's outputs, and raised a ValueError there."""
+    path = _saved(tmp_path)
+    _forge(path, change)
+    with pytest.raises(ProgramFileError):
+        rc.load_program(path, _double())
     with pytest.raises(ProgramFileError):
         rc.load_program(path)
 

@@ -81,11 +81,12 @@ def graph_split_only(monkeypatch):
 
 
 def _decode_step():
-    x, w, b = rc.input("x", (1, 768)), rc.input("w", (768, 3072)), rc.input("b", (3072,))
+    """GPT-2's MLP output at one row (768 outputs): unsplit, K in slices gives 48 blocks."""
+    x, w, b = rc.input("x", (1, 3072)), rc.input("w", (3072, 768)), rc.input("b", (768,))
     rng = np.random.default_rng(3)
-    feeds = {"x": rng.standard_normal((1, 768)).astype(np.float32),
-             "w": (rng.standard_normal((768, 3072)) * 0.05).astype(np.float32),
-             "b": rng.standard_normal(3072).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((1, 3072)).astype(np.float32),
+             "w": (rng.standard_normal((3072, 768)) * 0.02).astype(np.float32),
+             "b": rng.standard_normal(768).astype(np.float32)}
     return (x @ w + b).gelu(approximate="tanh"), feeds
 
 
@@ -108,16 +109,16 @@ def test_the_search_splits_a_decoding_steps_matmul_where_it_pays(graph_split_onl
 def test_two_chained_skinny_matmuls_are_both_split_and_named_in_the_searched_graph(graph_split_only):
     """The second contraction reads the first's split sum (a rebuilt node): both are split, and the
     trace names each by its number in the searched graph, as explain's "graph after" shows it."""
-    x, w1, w2 = rc.input("x", (1, 768)), rc.input("w1", (768, 3072)), rc.input("w2", (3072, 768))
+    x, w1, w2 = rc.input("x", (1, 16384)), rc.input("w1", (16384, 2048)), rc.input("w2", (2048, 64))
     y = (x @ w1).gelu(approximate="tanh") @ w2
     prog = rc.compile(y, cache=False)
     (step,) = [s for s in prog.search.trace if s.rule == "split_k"]
     sites = step.site.split(", ")
     assert len(sites) == 2 and all(f"{label.split()[0]} (" in prog.explain() for label in sites), step.site
     rng = np.random.default_rng(5)
-    feeds = {"x": rng.standard_normal((1, 768)).astype(np.float32),
-             "w1": (rng.standard_normal((768, 3072)) * 0.05).astype(np.float32),
-             "w2": (rng.standard_normal((3072, 768)) * 0.05).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((1, 16384)).astype(np.float32),
+             "w1": (rng.standard_normal((16384, 2048)) * 0.01).astype(np.float32),
+             "w2": (rng.standard_normal((2048, 64)) * 0.03).astype(np.float32)}
     h = feeds["x"].astype(np.float64) @ feeds["w1"].astype(np.float64)
     gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     np.testing.assert_allclose(

@@ -135,18 +135,31 @@ def _views(views: ViewStack) -> list:
     ]
 
 
+_VIEW_KEYS = {"shape", "strides", "offset", "mask"}
+
+
 def _read_views(views: list, where: str) -> ViewStack:
-    return ViewStack(
-        tuple(
-            View(
-                _shape(v["shape"], where),
-                _shape(v["strides"], where),
-                _parse_dim(v["offset"], where),
-                None if v["mask"] is None else tuple(_shape(r, where) for r in v["mask"]),
-            )
-            for v in views
-        )
-    )
+    if not isinstance(views, list):
+        raise ProgramFileError(f"{where}: an edge's views are not a list")
+    return ViewStack(tuple(_read_view(v, where) for v in views))
+
+
+def _read_view(v, where: str) -> View:
+    """One view, its strides and mask checked against its shape: a stride or a mask's (lo, hi) pair
+    per dim (a file is untrusted input)."""
+    if not isinstance(v, dict) or set(v) != _VIEW_KEYS:
+        raise ProgramFileError(f"{where}: a view is not an object of {sorted(_VIEW_KEYS)}")
+    shape, strides = _shape(v["shape"], where), _shape(v["strides"], where)
+    if len(strides) != len(shape):
+        raise ProgramFileError(f"{where}: a view of {len(shape)} dims has {len(strides)} strides")
+    mask = v["mask"]
+    if mask is not None:
+        if not isinstance(mask, list) or len(mask) != len(shape):
+            raise ProgramFileError(f"{where}: a view of {len(shape)} dims has a mask of another length")
+        mask = tuple(_shape(r, where) for r in mask)
+        if any(len(r) != 2 for r in mask):
+            raise ProgramFileError(f"{where}: a view's mask holds a (lo, hi) pair per dim")
+    return View(shape, strides, _parse_dim(v["offset"], where), mask)
 
 
 # --- writing -----------------------------------------------------------------------------------

@@ -183,18 +183,21 @@ def group_params(sched: Schedule, group: Group) -> dict:
     return {**told, **sched.kernel_params(group.root.id, group.kind)}
 
 
-def _online_threads(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
-    """The threads an online-softmax matmul launches: every thread of its blocks streams K's and B's
-    tiles, whatever its row, so a decode step's one query row a head (padded to a tile of rows) still
-    has the whole block's threads loading keys and values; times the blocks K is split across that
-    have keys at the binding (a split past K's last tile only stores an empty partial)."""
+def _launched_threads(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
+    """The threads a matmul kernel launches: every thread of its blocks loads B's tiles (an online
+    softmax's, K's and V's too), whatever its row, so a decode step's one row (padded to a tile of
+    rows) still has the whole block's threads loading weights; times K's slices, and the blocks K is
+    split across that have K at the binding (a split past K's last tile only stores zeros)."""
     root = group.root
     reduce = _contraction(group, sched)
     shape = reduce.srcs[0].shape
     batch, rows, columns = (count(tuple(shape[a] for a in axes)) for axes in matmul_axes(reduce))
-    n_tiles = min(sched.param(root.id, "n_tiles"), -(-columns // tile))
-    working = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))  # splits with keys
-    return -(-columns // (tile * n_tiles)) * -(-rows // tile) * batch * max(working, 1) * tile * tile
+    online = any(n.id in sched.online for n in group.members)
+    n_tiles = min(sched.param(root.id, "n_tiles"), -(-columns // tile)) if online else 1
+    slices = 1 if online else sched.param(root.id, "slices")
+    working = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))  # splits with K
+    blocks = -(-columns // (tile * n_tiles)) * -(-rows // tile) * batch * max(working, 1)
+    return blocks * tile * tile * slices
 
 
 def _contraction(group: Group, sched: Schedule) -> Node:
@@ -255,10 +258,7 @@ def group_cost(
             count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue
         )  # once per row (a bound below)
         flops += _compensation_flops(group, sched, count, tile)
-        working = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))  # splits with K
-        threads = -(-m_n // (tile * tile)) * tile * tile * sched.param(root.id, "slices") * max(working, 1)
-        if any(n.id in sched.online for n in group.members):
-            threads = _online_threads(group, sched, count, tile)
+        threads = _launched_threads(group, sched, count, tile)
     elif group.kind in ("reduce", "row"):
         reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
         points = count(reduce.srcs[0].shape)
