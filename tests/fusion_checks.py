@@ -70,3 +70,19 @@ def forced(outputs, rule_names):
     """The searched program's graph under the schedule `forced_schedule` gives, and the rules applied."""
     result, sched, applied = forced_schedule(outputs, rule_names)
     return program_for_schedule(outputs, result, sched), applied
+
+
+def launch_split_twice(be, prog, kernel, feeds, want) -> None:
+    """A program whose `kernel` splits K across blocks, launched twice on backend `be` into the same
+    buffers: after each run every ticket is back at 0 (the second run combines again) and the outputs
+    are `want`."""
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for _ in range(2):
+        for k, grid, block, args in prog.launches(buffers, bindings):
+            module.launch(k.name, grid, block, args)
+        be.synchronize()
+        tickets = be.download(buffers[("ws1", kernel.name)], (kernel.launch.scratch(bindings)[1],), np.uint32)
+        assert (tickets == 0).all()
+        got = prog.download_outputs(be, buffers, bindings)
+        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)

@@ -26,7 +26,7 @@ from refcomp.search.cost import H200
 from refcomp.search.evaluate import Evaluator
 from refcomp.serving.kv_cache import gather_pages
 
-from fusion_checks import forced_schedule
+from fusion_checks import forced_schedule, launch_split_twice
 
 H, PAGE, PAGES = 2, 4, 9
 FORCED = ("matmul", "online_softmax", "stream_scores", "fuse_elementwise", "fuse_gather")
@@ -117,17 +117,7 @@ def launch_twice(be, splits: int, n_tiles: int, seed: int) -> None:
     every ticket is back at 0 (the second run combines again) and the values are the reference's."""
     prog, kernel = _program(_paged(40), splits=splits, n_tiles=n_tiles)
     feeds = _feeds(np.random.default_rng(seed), 3, 9, 40)
-    want = rc.evaluate(_paged(40), feeds, precision="float64")
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for _ in range(2):
-        for k, grid, block, args in prog.launches(buffers, bindings):
-            module.launch(k.name, grid, block, args)
-        be.synchronize()
-        tickets = be.download(buffers[("ws1", kernel.name)], (kernel.launch.scratch(bindings)[1],), np.uint32)
-        assert (tickets == 0).all()
-        got = prog.download_outputs(be, buffers, bindings)
-        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+    launch_split_twice(be, prog, kernel, feeds, rc.evaluate(_paged(40), feeds, precision="float64"))
 
 
 def test_the_tickets_return_to_zero_so_the_next_launch_combines_again():

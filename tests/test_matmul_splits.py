@@ -20,7 +20,7 @@ from refcomp.exec.profile import model_disagreements
 from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.search import evaluate
 
-from fusion_checks import forced_schedule
+from fusion_checks import forced_schedule, launch_split_twice
 
 
 def _program(y, dims, rules=None, **params):
@@ -97,16 +97,7 @@ def launch_twice(be, splits: int, seed: int) -> None:
     every ticket is back at 0 (the second run adds the partials again) and the values are NumPy's."""
     prog, kernel = _program(_dense("B", 1000, 70), {"B": 32}, splits=splits, slices=4)
     feeds = _dense_feeds(np.random.default_rng(seed), 7, 1000, 70)
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for _ in range(2):
-        for k, grid, block, args in prog.launches(buffers, bindings):
-            module.launch(k.name, grid, block, args)
-        be.synchronize()
-        tickets = be.download(buffers[("ws1", kernel.name)], (kernel.launch.scratch(bindings)[1],), np.uint32)
-        assert (tickets == 0).all()
-        got = prog.download_outputs(be, buffers, bindings)
-        np.testing.assert_allclose(got, _dense_want(feeds), **golden.FLOAT32_TOLERANCE)
+    launch_split_twice(be, prog, kernel, feeds, _dense_want(feeds))
 
 
 def test_the_tickets_return_to_zero_and_the_partials_stay_in_their_buffers():
