@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 from typing import Mapping, Optional
 
-from ..codegen.legality import (MAX_FUSED_NODES, TEMPLATE_ONLY, TILE, Group, Unfusable, kernel_for_group,
-                                retarget)
+from ..codegen.legality import (BLOCK, MAX_FUSED_NODES, TEMPLATE_ONLY, TILE, Group, Unfusable,
+                                kernel_for_group, retarget)
 from ..ops.primitives import Edge, Node
 from .cost import DeviceProfile, KernelCost, elements, kernel_cost
-from .fusion import Graph, check_group, few_rows, group_cost, group_of, group_params, kernel_of, key_tiles
+from .fusion import (Graph, check_group, few_rows, group_cost, group_of, group_params, kernel_of, key_tiles,
+                     reduced_extent)
 from .mirror import Mirror
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
@@ -205,6 +206,11 @@ class Evaluator:
                 return values[:1]
         if param.adds_threads and self.cost(sched, group).threads >= self.profile.resident_threads:
             return values[:1]
+        if param.name == "block" and group.kind in ("reduce", "row"):  # more threads a row: only where
+            # the device is not full and every thread of the block has a value of the row
+            full = self.cost(sched, group).threads >= self.profile.resident_threads
+            extent = reduced_extent(group, sched, self.count)
+            return tuple(v for v in values if v <= BLOCK or (not full and v <= extent))
         if param.name == "splits":  # more splits than K's tiles (of 16) would only add empty blocks
             if not few_rows(group, sched, self.count, SPLIT_ROWS):
                 return values[:1]

@@ -207,6 +207,18 @@ def _contraction(group: Group, sched: Schedule) -> Node:
     return next(n for n in kernel if n.id in sched.matmul and n.id not in sched.streamed)
 
 
+def _reduction(group: Group, sched: Schedule) -> Node:
+    """A reduction or row kernel's templated reduction."""
+    root = group.root
+    return root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
+
+
+def reduced_extent(group: Group, sched: Schedule, count: Callable) -> int:
+    """The length of the axis a reduction or row kernel reduces, at the binding."""
+    reduce = _reduction(group, sched)
+    return count((reduce.srcs[0].shape[reduce.attrs["axis"]],))
+
+
 def key_tiles(group: Group, sched: Schedule, count: Callable, tile: int) -> int:
     """The K tiles of a matmul kernel at the binding: more splits than this only add blocks with no
     keys."""
@@ -260,7 +272,7 @@ def group_cost(
         flops += _compensation_flops(group, sched, count, tile)
         threads = _launched_threads(group, sched, count, tile)
     elif group.kind in ("reduce", "row"):
-        reduce = root if root.op.kind == REDUCE else next(n for n in group.members if n.id in sched.templated)
+        reduce = _reduction(group, sched)
         points = count(reduce.srcs[0].shape)
         rows = count(reduce.shape)
         phases = 1 + sum(1 for n in group.members if n.id in sched.row)

@@ -46,8 +46,11 @@ KERNEL_PARAMS = (
         {"reduce": ("thread", "block", "columns")},
         moves_memory=True,
     ),
+    # A reduction's or row's block of 512 or 1,024 threads (priced only where the device is not full and
+    # the reduced axis gives every thread a value: a decode step's 32 layer-norm rows of 768)
     Param(
-        "block", "threads per block", BLOCK, {kind: (BLOCK, 128) for kind in ("elementwise", "reduce", "row")}
+        "block", "threads per block", BLOCK,
+        {"elementwise": (BLOCK, 128), **{kind: (BLOCK, 128, 512, 1024) for kind in ("reduce", "row")}},
     ),
     Param("tile", "the edge of the matmul's square tiles", TILE, {"matmul": (TILE, 32)}, moves_memory=True),
     # A plain matmul's K split across its block's threads (threadIdx.z), the slices' sums added in shared
