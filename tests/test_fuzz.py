@@ -231,6 +231,9 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert tallied(lambda launch: "across blocks (online" in launch), (
         f"no online softmax split K across blocks (flash-decoding): {total.launches}"
     )
+    assert tallied(lambda launch: "512+ threads" in launch), (
+        f"no reduction or row of 512 or 1,024 threads a block: {total.launches}"
+    )
     assert total.rules.get("split_k", 0) > 0, (
         f"no skinny contraction was split (search/split.py): {total.rules}"
     )

@@ -169,7 +169,9 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
             for kernel in prog.kernels:
                 launch = (kernel.launch.mode + (" in K slices" if kernel.launch.slices > 1 else "")
                           + (" split across blocks" if kernel.launch.splits > 1 else "")
-                          + (" (online softmax)" if kernel.launch.splits > 1 and kernel.launch.stats else ""))
+                          + (" (online softmax)" if kernel.launch.splits > 1 and kernel.launch.stats else "")
+                          + (" of 512+ threads" if kernel.launch.mode != "tiles" and kernel.launch.block > 256
+                             else ""))
                 result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
