@@ -5,7 +5,8 @@ searched program (the cost model's pick, candidate 0) and every other candidate 
 search kept are checked against the NumPy reference and timed with CUDA events (kernels only,
 cold L2 each round, rounds queued behind a spin kernel: see refcomp/measure.py); measured
 mode's pick is the fastest of the candidates. Also: the achieved bandwidth of a large
-device-to-device copy, to check the H200 profile's 4.3 TB/s.
+device-to-device copy, to check the H200 profile's 4.3 TB/s, and the device time per launch of
+empty kernels back to back, to check its 3 us launch (an estimate until a GPU session measures it).
 
 Runs only where PyCUDA and a CUDA device are usable; elsewhere it prints "skipped: <reason>" and
 exits 0. Sized for a ~5 minute budget: few timed rounds, one failure never loses the others, and
@@ -25,6 +26,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -60,6 +63,63 @@ def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 10) -> dict:
     finally:
         src.free()
         dst.free()
+
+
+# A kernel that does no work (n < 0 at every launch): its launches back to back show what a launch
+# and the gap before the next one cost, the cost model's launch_s (an estimate until measured here).
+_NOTHING_SOURCE = r"""
+__global__ void refcomp_nothing(float* p, int n)
+{
+    if ((int)(blockIdx.x * blockDim.x + threadIdx.x) == n) p[0] = 1.0f;
+}
+"""
+
+
+def launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
+    """Device time per launch of `launches` empty kernels back to back in one stream (132 blocks of
+    256 threads, an H200's SMs once over), queued behind a spin kernel so that Python's launch rate
+    does not show (a round whose spin ended before its last launch was queued is run again with a
+    longer spin), and the host's time per launch call. The median of `repeats` rounds each."""
+    from pycuda.compiler import SourceModule
+
+    from refcomp.exec.pycuda_backend import cuda_driver
+    from refcomp.exec.timing import _spin_function
+
+    drv = cuda_driver()
+    nothing = SourceModule(_NOTHING_SOURCE).get_function("refcomp_nothing")
+    nothing.prepare("Pi")
+    target = drv.mem_alloc(4)
+
+    def round_(spin_s: float) -> tuple[float, float, bool]:
+        _spin_function().prepared_call((1, 1, 1), (1, 1, 1), np.uint64(int(spin_s * 1e9)))
+        spun, start, end = drv.Event(), drv.Event(), drv.Event()
+        spun.record()
+        start.record()
+        began = time.perf_counter()
+        for _ in range(launches):
+            nothing.prepared_call((132, 1, 1), (256, 1, 1), int(target), -1)
+        host = (time.perf_counter() - began) / launches
+        end.record()
+        drained = spun.query()  # the spin was over before the last launch was queued: gaps may show
+        end.synchronize()
+        return start.time_till(end) * 1e-3 / launches, host, drained
+
+    try:
+        round_(0.01)  # warm: the module loaded, the driver's queue primed
+        device, host, spin_s, host_bound = [], [], 0.05, 0
+        for _ in range(repeats):
+            per_launch, per_call, drained = round_(spin_s)
+            while drained and spin_s < 2.0:
+                spin_s = min(2.0, spin_s * 4)
+                per_launch, per_call, drained = round_(spin_s)
+            host_bound += drained
+            device.append(per_launch)
+            host.append(per_call)
+        return {"launches": launches, "device_s_per_launch": statistics.median(device),
+                "host_s_per_launch": statistics.median(host), "host_bound_rounds": host_bound,
+                "profile_launch_s": H200.launch_s, "device_s": device, "host_s": host}
+    finally:
+        target.free()
 
 
 def _timing_json(t) -> dict:
@@ -276,6 +336,18 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - report and go on
         out["copy"] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"copy bandwidth: ERROR {type(exc).__name__}: {exc}", flush=True)
+
+    try:
+        out["launch_gap"] = gap = launch_gap()
+        print(
+            f"empty kernels back to back: {gap['device_s_per_launch'] * 1e6:.2f} us each on the device "
+            f"(queued), {gap['host_s_per_launch'] * 1e6:.2f} us per launch call on the host "
+            f"(profile launch_s {H200.launch_s * 1e6:.1f} us; {gap['host_bound_rounds']} rounds host-bound)",
+            flush=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        out["launch_gap"] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"launch gap: ERROR {type(exc).__name__}: {exc}", flush=True)
 
     rows = []
     for w in WORKLOADS:
