@@ -6,7 +6,8 @@ search kept are checked against the NumPy reference and timed with CUDA events (
 cold L2 each round, rounds queued behind a spin kernel: see refcomp/measure.py); measured
 mode's pick is the fastest of the candidates. Also: the achieved bandwidth of a large
 device-to-device copy, to check the H200 profile's 4.3 TB/s, and the device time per launch of
-empty kernels back to back, to check its 3 us launch (an estimate until a GPU session measures it).
+empty kernels back to back, to check its 3 us launch (an estimate until a GPU session measures it),
+launched one by one and captured in one CUDA graph.
 
 Runs only where PyCUDA and a CUDA device are usable; elsewhere it prints "skipped: <reason>" and
 exits 0. Sized for a ~5 minute budget: few timed rounds, one failure never loses the others, and
@@ -19,6 +20,8 @@ Writes bench/results/gpu.json.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import platform
 import statistics
@@ -75,19 +78,25 @@ __global__ void refcomp_nothing(float* p, int n)
 """
 
 
+@functools.lru_cache(maxsize=None)
+def _nothing_function():
+    from pycuda.compiler import SourceModule
+
+    nothing = SourceModule(_NOTHING_SOURCE).get_function("refcomp_nothing")
+    nothing.prepare("Pi")
+    return nothing
+
+
 def launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
     """Device time per launch of `launches` empty kernels back to back in one stream (132 blocks of
     256 threads, an H200's SMs once over), queued behind a spin kernel so that Python's launch rate
     does not show (a round whose spin ended before its last launch was queued is run again with a
     longer spin), and the host's time per launch call. The median of `repeats` rounds each."""
-    from pycuda.compiler import SourceModule
-
     from refcomp.exec.pycuda_backend import cuda_driver
     from refcomp.exec.timing import _spin_function
 
     drv = cuda_driver()
-    nothing = SourceModule(_NOTHING_SOURCE).get_function("refcomp_nothing")
-    nothing.prepare("Pi")
+    nothing = _nothing_function()
     target = drv.mem_alloc(4)
 
     def round_(spin_s: float) -> tuple[float, float, bool]:
@@ -119,6 +128,56 @@ def launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
                 "host_s_per_launch": statistics.median(host), "host_bound_rounds": host_bound,
                 "profile_launch_s": H200.launch_s, "device_s": device, "host_s": host}
     finally:
+        target.free()
+
+
+def _driver_call():
+    """A caller of libcuda's functions by name through ctypes (PyCUDA binds no stream capture or
+    graph launch), raising on any CUresult but CUDA_SUCCESS."""
+    lib = ctypes.CDLL("libcuda.so.1")
+
+    def call(name: str, *args) -> None:
+        result = getattr(lib, name)(*args)
+        if result != 0:
+            raise RuntimeError(f"{name} returned CUresult {result}")
+    return call
+
+
+def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
+    """Device time per launch of the same empty kernels captured in one CUDA graph and launched with
+    one call (as serving engines launch a decode step), and the host's time per graph launch. The
+    median of `repeats` rounds."""
+    from refcomp.exec.pycuda_backend import cuda_driver
+
+    drv, call = cuda_driver(), _driver_call()
+    nothing, target, stream = _nothing_function(), drv.mem_alloc(4), drv.Stream()
+    handle, graph, runnable = ctypes.c_void_p(stream.handle), ctypes.c_void_p(), ctypes.c_void_p()
+    try:
+        call("cuStreamBeginCapture_v2", handle, ctypes.c_int(2))  # CU_STREAM_CAPTURE_MODE_RELAXED
+        for _ in range(launches):
+            nothing.prepared_async_call((132, 1, 1), (256, 1, 1), stream, int(target), -1)
+        call("cuStreamEndCapture", handle, ctypes.byref(graph))
+        call("cuGraphInstantiateWithFlags", ctypes.byref(runnable), graph, ctypes.c_ulonglong(0))
+        device, host = [], []
+        for r in range(repeats + 1):  # the first launch uploads the graph
+            start, end = drv.Event(), drv.Event()
+            start.record(stream)
+            began = time.perf_counter()
+            call("cuGraphLaunch", runnable, handle)
+            host_s = time.perf_counter() - began
+            end.record(stream)
+            end.synchronize()
+            if r:
+                device.append(start.time_till(end) * 1e-3 / launches)
+                host.append(host_s)
+        return {"launches": launches, "device_s_per_launch": statistics.median(device),
+                "host_s_per_graph_launch": statistics.median(host), "profile_launch_s": H200.launch_s,
+                "device_s": device, "host_s": host}
+    finally:
+        if runnable.value:
+            call("cuGraphExecDestroy", runnable)
+        if graph.value:
+            call("cuGraphDestroy", graph)
         target.free()
 
 
@@ -348,6 +407,16 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - report and go on
         out["launch_gap"] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"launch gap: ERROR {type(exc).__name__}: {exc}", flush=True)
+    try:
+        out["graph_launch_gap"] = gap = graph_launch_gap()
+        print(
+            f"the same in one CUDA graph: {gap['device_s_per_launch'] * 1e6:.2f} us each on the device, "
+            f"{gap['host_s_per_graph_launch'] * 1e6:.1f} us per graph launch on the host",
+            flush=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        out["graph_launch_gap"] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"graph launch gap: ERROR {type(exc).__name__}: {exc}", flush=True)
 
     rows = []
     for w in WORKLOADS:
