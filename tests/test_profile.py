@@ -353,6 +353,22 @@ def test_every_golden_case_profiles(case):
             assert k.counters.shared_store_requests > 0
 
 
+def test_a_float_cast_to_an_index_profiles():
+    """median's kernels look values up at a position computed in float ((long long)x, and
+    (long long)in0[i] straight from memory): the instrumented build converts the counted float and
+    the recording reference alike (the fuzzer's finding: both casts failed to compile), computes the
+    median, and the memory model's counts are the profiler's."""
+    import refcomp as rc
+
+    x = rc.input("x", (3, 7))
+    prog = rc.compile(x.median(-1), cache=False)
+    feeds = {"x": np.random.default_rng(4).standard_normal((3, 7)).astype(np.float32)}
+    p = prog.profile(feeds)
+    want = np.sort(feeds["x"], -1)[:, 3]  # torch's median of 7 values: the 4th smallest
+    np.testing.assert_array_equal(p.outputs[0], want)
+    assert model_disagreements(prog, p) == []
+
+
 def test_example_feeds_profile_a_program():
     prog = compiled("sym_embedding", True)
     feeds, dims = example_feeds(prog)

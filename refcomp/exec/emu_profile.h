@@ -39,7 +39,10 @@ struct rcp_f32 {
     constexpr rcp_f32(unsigned long x) : v((float)x) {}
     constexpr rcp_f32(long long x) : v((float)x) {}
     constexpr rcp_f32(unsigned long long x) : v((float)x) {}
-    explicit constexpr operator float() const { return v; }  // also serves (int)x, (long long)x, if (x)
+    explicit constexpr operator float() const { return v; }
+    // (int)x and (long long)x, as a float's: an explicit conversion must name its type exactly
+    explicit constexpr operator int() const { return (int)v; }
+    explicit constexpr operator long long() const { return (long long)v; }
 };
 static_assert(sizeof(rcp_f32) == 4, "rcp_f32 must have float's layout");
 
@@ -284,6 +287,8 @@ template <class T, int SHARED> struct rcp_ref {
     T* p;
     int site;
     operator V() const { rcp_record(p, site, 0, SHARED); return V(*p); }
+    // (long long)in0[i]: a load, then the value's own conversion (a reference's two would be refused)
+    template <class U> explicit operator U() const { return (U)(V)*this; }
     const rcp_ref& operator=(V v) const { rcp_record(p, site, 1, SHARED); *p = (T)(v); return *this; }
     const rcp_ref& operator=(const rcp_ref& o) const { return *this = (V)o; }
     const rcp_ref& operator+=(V v) const { return *this = (V)*this + v; }
