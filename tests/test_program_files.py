@@ -141,6 +141,34 @@ def test_the_dim_grammar_reads_what_refcomp_writes_and_nothing_else():
             parse_dim(bad)
 
 
+def test_a_dim_reads_back_as_it_was_spelled():
+    """A product of a number and sums, 5*(B + 2)*(T + 2), is one SymPy product of three factors;
+    multiplied left to right it would distribute the 5 first, (5*B + 10)*(T + 2): equal, but spelled
+    apart, so a saved graph read back would no longer be the graph it was saved for."""
+    from refcomp.symbolic.dims import idiv, symbol
+    b, t = symbol("B"), symbol("T")
+    for d in (5 * ((b + 2) * (t + 2)), -((b + 1) * (t + 2)), -5 * ((b + 2) * (t + 2)), 3 * ((b + 1) * t ** 2),
+              idiv(3 * ((b + 1) * t), 2), b - 3 * ((t + 1) * (b + 2)), -(b + 1), -t ** 2):
+        assert str(parse_dim(str(d))) == str(d), d
+
+
+def test_a_padded_views_strides_load_against_the_graph_they_were_saved_for(tmp_path):
+    """The fuzzer's finding (seed 18, graph 70): the output view of a (3, 3, B, T) input padded to
+    (5, 5, B + 2, T + 2) has the stride 5*(B + 2)*(T + 2), which read back spelled differently, so
+    load_program refused the very outputs the program was saved for."""
+    def build():
+        x = rc.input("x", (3, 3, "B", "T"))
+        return {"y": x.pad([(1, 1), (0, 2), (1, 1), (0, 2)], value=-1.0)}
+
+    prog = rc.compile(build(), cache=False)
+    prog.save(tmp_path / "p.json")
+    loaded = rc.load_program(tmp_path / "p.json", build())
+    assert loaded.source == prog.source
+    x = np.arange(3 * 3 * 2 * 4, dtype=np.float32).reshape(3, 3, 2, 4)
+    want = np.pad(x, [(1, 1), (0, 2), (1, 1), (0, 2)], constant_values=-1.0)
+    np.testing.assert_array_equal(loaded.run({"x": x}, backend="emulator")["y"], want)
+
+
 # --- the graph a caller passes -------------------------------------------------------------------
 def test_load_program_refuses_outputs_that_are_not_the_saved_graph(tmp_path):
     path = _saved(tmp_path)

@@ -30,6 +30,17 @@ class DimTextError(ValueError):
     """Text that is not a dim; the caller names the file and place."""
 
 
+class _Factors(list):
+    """A chain of products not yet multiplied: `5*(B + 2)*(T + 2)` is read as SymPy's one product of
+    three factors, as it was printed, where multiplying left to right would distribute the 5 over
+    B + 2 first and give another expression, (5*B + 10)*(T + 2), equal but spelled apart."""
+
+
+def _whole(value):
+    """A value, its chain of products (if any) multiplied out at once."""
+    return sympy.Mul(*value) if isinstance(value, _Factors) else value
+
+
 def _tokens(text: str):
     pos = 0
     text = text.rstrip()
@@ -77,10 +88,13 @@ def parse_dim(text: str, ratio: bool = False):
             ):
                 return
             pending.pop()
-            if top[0] == "neg":
-                values.append(-values.pop())
+            if top[0] == "neg":  # a factor of -1, as SymPy prints -(B + 1)*(T + 2)
+                values.append(_Factors([sympy.Integer(-1), _whole(values.pop())]))
+            elif top[1] == "*":
+                b, a = _whole(values.pop()), values.pop()
+                values.append(_Factors(a + [b]) if isinstance(a, _Factors) else _Factors([a, b]))
             else:
-                b, a = values.pop(), values.pop()
+                b, a = _whole(values.pop()), _whole(values.pop())
                 values.append(_power(a, b, ratio) if top[1] == "**" else binary[top[1]][1](a, b))
 
     tokens = list(_tokens(text))
@@ -122,6 +136,8 @@ def parse_dim(text: str, ratio: bool = False):
             reduce_while(0)
             if not pending or pending[-1][0] != "(":
                 raise DimTextError(f"an unmatched {value!r}")
+            if values:
+                values[-1] = _whole(values[-1])  # a parenthesised product or an argument is one value
             _, call, count = pending.pop()
             if value == ",":
                 if call is None:
@@ -141,5 +157,5 @@ def parse_dim(text: str, ratio: bool = False):
     reduce_while(0)
     if pending or len(values) != 1:
         raise DimTextError("unbalanced parentheses")
-    value = values[0]
+    value = _whole(values[0])
     return int(value) if value.is_Integer else value
