@@ -35,7 +35,7 @@ import refcomp as rc  # noqa: E402
 from refcomp.search.cost import H200  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_bench import graph_launch_gap, launch_gap  # noqa: E402
+from launch_bench import graph_launch_gap, launch_gap, no_gpu  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -64,6 +64,16 @@ def copy_bandwidth(nbytes: int = 2 << 30, repeats: int = 10) -> dict:
     finally:
         src.free()
         dst.free()
+
+
+def _measured(out: dict, key: str, what: str, measure, line) -> None:
+    """out[key] = measure(), with its `line` printed; an error is reported there and the bench goes on."""
+    try:
+        out[key] = result = measure()
+        print(line(result), flush=True)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        out[key] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"{what}: ERROR {type(exc).__name__}: {exc}", flush=True)
 
 
 def _timing_json(t) -> dict:
@@ -239,10 +249,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "gpu.json"), help="JSON output path ('' for none)")
     args = parser.parse_args(argv)
 
-    from refcomp.exec.pycuda_backend import pycuda_unavailable_reason
-    reason = pycuda_unavailable_reason()
-    if reason is not None:
-        print(f"skipped: {reason}")
+    if no_gpu():
         return 0
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -267,41 +274,17 @@ def main(argv=None) -> int:
         },
     }
     print(f"device: {out['device']} (sm_{''.join(map(str, out['compute_capability']))})", flush=True)
-    try:
-        out["copy"] = copy_bandwidth()
-        c = out["copy"]
-        print(
-            f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: "
-            f"{c['bandwidth_Bps'] / 1e12:.2f} TB/s "
-            f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, "
-            f"ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})",
-            flush=True,
-        )
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        out["copy"] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"copy bandwidth: ERROR {type(exc).__name__}: {exc}", flush=True)
-
-    try:
-        out["launch_gap"] = gap = launch_gap()
-        print(
-            f"empty kernels back to back: {gap['device_s_per_launch'] * 1e6:.2f} us each on the device "
-            f"(queued), {gap['host_s_per_launch'] * 1e6:.2f} us per launch call on the host "
-            f"(profile launch_s {H200.launch_s * 1e6:.1f} us; {gap['host_bound_rounds']} rounds host-bound)",
-            flush=True,
-        )
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        out["launch_gap"] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"launch gap: ERROR {type(exc).__name__}: {exc}", flush=True)
-    try:
-        out["graph_launch_gap"] = gap = graph_launch_gap()
-        print(
-            f"the same in one CUDA graph: {gap['device_s_per_launch'] * 1e6:.2f} us each on the device, "
-            f"{gap['host_s_per_graph_launch'] * 1e6:.1f} us per graph launch on the host",
-            flush=True,
-        )
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        out["graph_launch_gap"] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"graph launch gap: ERROR {type(exc).__name__}: {exc}", flush=True)
+    _measured(out, "copy", "copy bandwidth", copy_bandwidth, lambda c: (
+        f"device-to-device copy of {c['bytes_copied'] / 2**30:.0f} GiB: {c['bandwidth_Bps'] / 1e12:.2f} TB/s "
+        f"(bytes read + written; profile {H200.bandwidth / 1e12:.1f} TB/s, "
+        f"ratio {c['bandwidth_Bps'] / H200.bandwidth:.2f})"))
+    _measured(out, "launch_gap", "launch gap", launch_gap, lambda g: (
+        f"empty kernels back to back: {g['device_s_per_launch'] * 1e6:.2f} us each on the device "
+        f"(queued), {g['host_s_per_launch'] * 1e6:.2f} us per launch call on the host "
+        f"(profile launch_s {H200.launch_s * 1e6:.1f} us; {g['host_bound_rounds']} rounds host-bound)"))
+    _measured(out, "graph_launch_gap", "graph launch gap", graph_launch_gap, lambda g: (
+        f"the same in one CUDA graph: {g['device_s_per_launch'] * 1e6:.2f} us each on the device, "
+        f"{g['host_s_per_graph_launch'] * 1e6:.1f} us per graph launch on the host"))
 
     rows = []
     for w in WORKLOADS:

@@ -148,16 +148,22 @@ def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
         target.free()
 
 
+def no_gpu() -> bool:
+    """Whether PyCUDA or a device is missing, printed as "skipped: <reason>" (the bench exits 0)."""
+    from refcomp.exec.pycuda_backend import pycuda_unavailable_reason
+    reason = pycuda_unavailable_reason()
+    if reason is not None:
+        print(f"skipped: {reason}")
+    return reason is not None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launches", type=int, default=2000, help="empty kernels a round")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the median is reported)")
     parser.add_argument("--out", default=str(RESULTS / "launch.json"), help="JSON output path ('' for none)")
     args = parser.parse_args(argv)
-    from refcomp.exec.pycuda_backend import pycuda_unavailable_reason
-    reason = pycuda_unavailable_reason()
-    if reason is not None:
-        print(f"skipped: {reason}")
+    if no_gpu():
         return 0
     out = {"stream": launch_gap(args.launches, args.repeats),
            "graph": graph_launch_gap(args.launches, args.repeats)}
