@@ -6,6 +6,8 @@ and the calls idiv, imod, Max and Min; where a value may be a ratio of dims (a C
 a mean's scale), also `/` and negative powers. Anything else is refused with the reason; nothing is handed
 to `sympy.sympify`, which would run Python. The parser is an operator-precedence loop over a stack,
 so a deeply nested text cannot exhaust Python's recursion, and its size and nesting are bounded.
+A dim reads back as it was printed, not only equal to it: a chain of products is one SymPy product,
+so a program file's graph is the graph it was saved for (exec.saved compares their texts).
 """
 from __future__ import annotations
 
