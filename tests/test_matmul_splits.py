@@ -92,6 +92,24 @@ def test_every_split_block_computes_the_prologues_row_statistics(pair):
     assert model_disagreements(prog, prog.profile(feeds)) == []
 
 
+def test_a_prologue_reads_its_rows_through_a_reshape_that_drops_a_unit_axis():
+    """A decode step's last layer norm: over (B, 1, D), read by the LM head through a reshape to (B, D).
+    The prologue indexes the statistics at (row, 0); before, code generation refused it ("does not
+    reduce the rows") and GPT-2's decode step at batch 1 kept two reduction kernels before the head."""
+    x, w = rc.input("x", ("B", 1, 300)), rc.input("w", (300, 40))
+    y = rc.nn.layer_norm(x, (300,)).reshape(("B", 300)) @ w
+    prog, kernel = _program(y, None, rules=["matmul", "fuse_elementwise", "prologue_reduce"], splits=4)
+    assert kernel.plan.prologue_phases == 2 and len(prog.kernels) == 1
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((3, 1, 300)).astype(np.float32),
+             "w": (rng.standard_normal((300, 40)) / 17).astype(np.float32)}
+    f = {key: v.astype(np.float64) for key, v in feeds.items()}
+    h = (f["x"] - f["x"].mean(-1, keepdims=True)) / np.sqrt(f["x"].var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(prog.run(feeds, backend="emulator"), h.reshape(3, 300) @ f["w"],
+                               **golden.FLOAT32_TOLERANCE)
+    assert model_disagreements(prog, prog.profile(feeds)) == []
+
+
 def launch_twice(be, splits: int, seed: int) -> None:
     """A split matmul's program launched twice on backend `be` into the same buffers: after each run
     every ticket is back at 0 (the second run adds the partials again) and the values are NumPy's."""

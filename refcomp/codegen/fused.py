@@ -240,14 +240,13 @@ class TiledContraction:
             if red.id in welford:
                 continue  # computed with its row's sum
             axis, src_shape = red.attrs["axis"], red.srcs[0].shape
-            if not same_edge(red.shape, [self.shape[a] for a in row_axes]) or (
-                extent is not None and not dims_equal(src_shape[axis], extent)
-            ):
+            own = _rows_of(red.shape, [self.shape[a] for a in row_axes], rows)
+            if own is None or (extent is not None and not dims_equal(src_shape[axis], extent)):
                 raise Unfusable(f"{red.op.name}#{red.id} does not reduce the rows of the matmul's operand a")
             extent = src_shape[axis]
             r = body.index_var("r", extent)
             self.begin("prologue", self.tile_bound["bm"])
-            index = rows[:axis] + [r] + rows[axis:]
+            index = own[:axis] + [r] + own[axis:]
             value = body.value_at(red.srcs[0], index)
             pair = pairs.get(red.id)  # the template reads `pair` (and then `value`) for the one-pass phase
             phase = loop_fields(
@@ -256,10 +255,10 @@ class TiledContraction:
             phase.update(pair=pair, stats=[f"stats{count}"])
             body.scalars[red.id] = (
                 render_c.element(f"stats{count}", "RC_SLOT"),
-                linear_index(rows, red.shape),
+                linear_index(own, red.shape),
             )
             if pair is not None:
-                if not reads_match(pair, index, linear_index(rows, red.shape), body.ranges):
+                if not reads_match(pair, index, linear_index(own, red.shape), body.ranges):
                     raise Unfusable(
                         f"{pair.squares.op.name}#{pair.squares.id} does not read its row's deviations"
                     )
@@ -267,7 +266,7 @@ class TiledContraction:
                 phase["stats"].append(f"stats{count + 1}")
                 body.scalars[pair.squares.id] = (
                     render_c.element(f"stats{count + 1}", "RC_SLOT"),
-                    linear_index(rows, pair.squares.shape),
+                    linear_index(own, pair.squares.shape),
                 )
             count += len(phase["stats"])
             phases.append(phase)
@@ -319,6 +318,20 @@ class TiledContraction:
             n=lambda b: b.printer.int(self.sizes["n"]),
             k=lambda b: b.printer.int(self.shape[self.k_axis]),
         )
+
+
+def _rows_of(reduced_shape, row_shape, rows) -> Optional[list]:
+    """The index, in a prologue reduction's output coordinates, of the matmul row `rows` (indices over
+    `row_shape`), where the two shapes are the same but for axes of extent 1 (a layer norm over
+    (B, 1, D) read by a matmul through a reshape to (B, D)): those axes at 0. None where they differ."""
+    if same_edge(reduced_shape, row_shape):
+        return list(rows)
+    kept = [(d, i) for d, i in zip(row_shape, rows) if d != 1]
+    wanted = [d for d in reduced_shape if d != 1]
+    if len(kept) != len(wanted) or not all(dims_equal(a, d) for a, (d, _) in zip(wanted, kept)):
+        return None
+    picked = iter(i for _, i in kept)
+    return [0 if d == 1 else next(picked) for d in reduced_shape]
 
 
 MAX_BLOCK_THREADS = 1024  # CUDA's limit on a block
