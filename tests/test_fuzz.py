@@ -130,6 +130,7 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "long_sum",
         "index_copy",
         "paged_attention",
+        "paged_projection",
         "long_max",  # split into chunks by the search, exactly
         "int64_wrap",
         "int32_wrap",
@@ -230,6 +231,9 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     )
     assert tallied(lambda launch: "across blocks (online" in launch), (
         f"no online softmax split K across blocks (flash-decoding): {total.launches}"
+    )
+    assert tallied(lambda launch: "carrying a Scatter" in launch), (
+        f"no matmul wrote a Scatter's rows (search/carry.py): {total.launches}"
     )
     assert tallied(lambda launch: "512+ threads" in launch), (
         f"no reduction or row of 512 or 1,024 threads a block: {total.launches}"

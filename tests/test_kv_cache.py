@@ -227,15 +227,19 @@ def test_a_layers_keys_and_values_sit_side_by_side_and_store_in_place():
         pool.store(0, kv=np.zeros((4, 1, 3)))
 
 
-def test_a_gpt2_decode_step_writes_keys_and_values_with_one_scatter_a_layer():
-    """The stacked k and v rows are a view of the q/k/v matmul's output (rule join_views), so each
-    layer's write is one Scatter kernel and nothing is copied before it."""
+def test_a_gpt2_decode_step_writes_keys_and_values_in_its_qkv_matmul():
+    """The stacked k and v rows are a view of the q/k/v matmul's output (rule join_views): columns
+    of it, so each layer's Scatter is written by that matmul as it stores them (search.carry), and
+    nothing is copied before it."""
     from refcomp.serving.models import random_gpt2
     from refcomp.serving.programs import step_graph
     from refcomp.serving.sampling import greedy_graph
     model = random_gpt2(layers=2, d_model=32, heads=2, vocab=64, positions=64)
     pool = PagedKVPool(8, 4, 2, 2, 16, scratch_pages=1)
     prog = rc.compile(step_graph(model, pool, 1, greedy_graph), dims_hint={"B": 2, "NP": 2}, cache=False)
-    assert [k.kind for k in prog.kernels].count("scatter") == 2
+    assert [k.kind for k in prog.kernels].count("scatter") == 0
+    carrying = [k for k in prog.kernels if k.carried]
+    assert len(carrying) == 2 and all(k.kind == "matmul" and len(k.carried) == 1 for k in carrying)
+    assert {k.carried[0].srcs[0].node.attrs["name"] for k in carrying} == {"kv_kv0", "kv_kv1"}
     assert "join_views" in [s.rule for s in prog.search.trace]
-    assert not any("stack" in k.ops for k in prog.kernels if k.kind != "scatter")
+    assert not any("stack" in k.ops for k in prog.kernels)

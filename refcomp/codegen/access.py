@@ -292,6 +292,7 @@ def _access_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional
     lanes_of: dict[str, tuple[tuple, Lanes, dict]] = {}
     itemsize = {f"in{k}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.reads)}
     itemsize["out0"] = DTYPES[kernel.output.dtype].itemsize
+    itemsize.update({f"out{k + 1}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.carried)})
     definitions = frozenset(plan.definitions.items())
     for access in plan.accesses:
         if access.scope not in lanes_of:

@@ -178,6 +178,16 @@ class KernelBody:
         when = conjunction(valid, *self._guards) if self._guards else valid
         self.accesses.append(Access(buffer, sympy.sympify(flat), when, self.scope, store))
 
+    def when(self, valid, build: Callable[[], None]) -> None:
+        """Run `build` (which appends statements and records accesses) inside one `if (valid) { }`
+        statement: its accesses count only where `valid` holds."""
+        outer, self.statements = self.statements, []
+        self._guards.append(valid)
+        build()
+        self._guards.pop()
+        inner, self.statements = self.statements, outer
+        self.statements.append(f"if ({self.printer.cond(valid)}) {{ " + " ".join(inner) + " }")
+
     def load_comments(self) -> list[str]:
         """`in0[o0 * 64 + r] where ...` per load: printed only for a rendered kernel's comment."""
         return [

@@ -24,6 +24,7 @@ from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import contiguous_strides
 from . import render_c
 from .emit import KernelBody, ProgramNames, Unfusable
+from .indexed import carry_rows
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel, lines_read_by
 from .statistics import reads_match, row_statistics
 from .sums import long_chain, loop_fields
@@ -275,9 +276,10 @@ class TiledContraction:
     def out_index(self) -> list:
         return [self.per_axis[a] for a in range(len(self.shape)) if a != self.k_axis]
 
-    def epilogue(self, output: Node, accumulated: str) -> tuple[list[str], str]:
+    def epilogue(self, output: Node, accumulated: str, carried: Sequence[Node] = ()) -> tuple[list[str], str]:
         """Statements and value stored at (bm, bn): the reduction (the C name `accumulated`), or
-        `output`, an elementwise node of the matmul's shape applied to it."""
+        `output`, an elementwise node of the matmul's shape applied to it; each `carried` Scatter's
+        rows written into its table too (out1, out2, ...: indexed.carry_rows)."""
         body, reduce = self.body, self.reduce
         self.begin("epilogue", conjunction(self.tile_bound["bm"], self.tile_bound["bn"]))
         out_idx = self.out_index()
@@ -290,8 +292,10 @@ class TiledContraction:
             result = body.unrolled(output, out_idx)
         else:
             result = render_c.node_expr(output, *[body.value_at(s, out_idx) for s in output.srcs])
-        statements = body.statements
         body.access("out0", linear_index(out_idx, output.shape), store=True)
+        for k, scatter in enumerate(carried):
+            carry_rows(body, scatter, f"out{k + 1}", output, out_idx, result)
+        statements = body.statements
         body.statements, body._guards = [], []
         return statements, result
 
@@ -361,13 +365,16 @@ def matmul_kernel(
     welford: frozenset = frozenset(),
     slices: int = 1,
     splits: int = 1,
+    carried: Sequence[Node] = (),
 ) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
     `welford`: those of them computed in one pass with their row's sum (codegen.statistics);
     `slices`: K split across the block's threads (threadIdx.z), their sums added in shared memory;
     `splits`: K split across that many blocks per tile, the last to finish adding their partial sums
-    in split order (split-K in one kernel: a decode step's few rows get splits x the blocks)."""
+    in split order (split-K in one kernel: a decode step's few rows get splits x the blocks);
+    `carried`: Scatters whose rows are columns of `output`, written into their tables as they are
+    stored (a decode step's keys and values into the KV pool: search.carry)."""
     if slices > 1 and (problem := sliced_problem("matmul.cu.j2", len(prologue), tile, slices)):
         raise Unfusable(problem)
     tc = TiledContraction.of(reduce, names, inline)
@@ -377,12 +384,13 @@ def matmul_kernel(
     )  # computed by the update itself
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
-    epilogue, result = tc.epilogue(output, "acc")
+    epilogue, result = tc.epilogue(output, "acc", carried)
     unread = [n for n in prologue if n.id not in tc.body.scalars_read]
     if unread:
         raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
     nodes = (
         (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
+        + tuple(carried)
     )
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
@@ -403,13 +411,15 @@ def matmul_kernel(
         + (f", K in {slices} slices" if slices > 1 else "")
         + (f", K split across {splits} blocks" if splits > 1 else "")
         + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
-        + (f" ({len(squares)} pair(s) in one pass)" if squares else ""),
+        + (f" ({len(squares)} pair(s) in one pass)" if squares else "")
+        + "".join(f", rows of {tc.body.names.label(s)} -> out{k + 1}" for k, s in enumerate(carried)),
         prologue_extent=prologue_extent,
         prologue_phases=len(phases),
         prologue_pairs=len(squares),
         prologue=phases,
         slices=slices,
         splits=splits,
+        carried=tuple(carried),
         stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
         prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
         a_statements=a_statements,

@@ -4,10 +4,15 @@ data, so the memory model places the rows they touch by a fixed rule (see each b
 kernels.py's finish_kernel, as the other kernel builders are."""
 from __future__ import annotations
 
+from typing import Optional
+
+import sympy
+
 from ..ops.primitives import GATHER, SCATTER, Node
-from ..symbolic.dims import imod, prod
+from ..symbolic.dims import dims_equal, imod, prod
+from ..symbolic.index import conjunction, index_of, less
 from . import render_c
-from .emit import KernelBody
+from .emit import KernelBody, Unfusable, index_symbol
 from .kernels import Kernel, Launch, finish_kernel, linear_of
 
 
@@ -78,3 +83,56 @@ def scatter_kernel(name: str, node: Node, names) -> Kernel:
         column=lambda b: b.printer.int(idx[1]),
         size=lambda b: b.printer.int(size),
     )
+
+
+def carried_columns(scatter: Node, output: Node) -> Optional[int]:
+    """The first column c0 where the Scatter's rows are columns c0 .. c0 + D of `output` read as a
+    (K, N) matrix (its leading axes flattened): source row k, element e is output element
+    k * N + c0 + e, in `output`'s dtype. A decode step's keys and values are such columns of the
+    q/k/v projection, so the matmul that computes them can write them into the pool as it stores
+    them (matmul_kernel's `carried`). None otherwise: the rows need the Scatter's own kernel."""
+    table, _, rows = scatter.srcs
+    if scatter.op.kind != SCATTER or rows.node is not output or scatter.dtype != output.dtype:
+        return None
+    if len(output.shape) < 2 or len(rows.shape) != 2:
+        return None
+    n, width = output.shape[-1], table.shape[1]
+    if not (isinstance(n, int) and isinstance(width, int)):
+        return None
+    if not dims_equal(rows.shape[0], prod(output.shape[:-1])):
+        return None
+    k, e = index_symbol("k"), index_symbol("e")
+    flat, valid = index_of(rows.views, (k, e), {k: rows.shape[0], e: width})
+    c0 = sympy.sympify(flat).subs({k: 0, e: 0})
+    if valid is not sympy.true or not c0.is_Integer or not 0 <= int(c0) <= n - width:
+        return None
+    return int(c0) if sympy.expand(flat - (k * n + c0 + e)) == 0 else None
+
+
+def carry_rows(
+    body: KernelBody, scatter: Node, buffer: str, output: Node, out_idx: list, result: str
+) -> None:
+    """The statement, appended to `body`'s (a matmul's epilogue, at output index `out_idx` whose
+    value is `result`), that also writes the value into the Scatter's table where its rows hold it:
+    output row k's columns c0 .. c0 + D at row id k of the table (`buffer`, its own buffer, as the
+    Scatter kernel writes it). The id is read only for those columns, and guarded as the Scatter
+    kernel's is (Program.bind has refused ids outside the table or repeated before any launch)."""
+    table, ids, _ = scatter.srcs
+    c0 = carried_columns(scatter, output)
+    if c0 is None:
+        raise Unfusable(
+            f"{scatter.op.name}#{scatter.id}'s rows are not columns of {output.op.name}#{output.id}"
+        )
+    width, col, rows = table.shape[1], out_idx[-1], table.shape[0]
+    k = linear_of(out_idx[:-1], output.shape[:-1])
+
+    def write() -> None:
+        id_name = body.int_at(ids, [k])
+        row = body.index_var(id_name)
+        body.definitions[row] = imod(2 * k, rows)  # rows apart, as scatter_kernel models them
+        body.access(buffer, row * width + col - c0, store=True)
+        at = f"{id_name} * {width}LL + {body.printer.int(col - c0)}"
+        body.statements.append(f"if ({id_name} >= 0 && {id_name} < {body.printer.int(rows)}) "
+                               f"{buffer}[{at}] = {render_c.store(scatter.dtype, result)};")
+
+    body.when(conjunction(sympy.Ge(col, c0), less(col, c0 + width)), write)

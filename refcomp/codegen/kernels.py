@@ -62,6 +62,7 @@ class Kernel:
     ops: tuple[str, ...] = ()  # the user-level ops it computes ("layer_norm", "matmul"), in graph order
     cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
+    carried: tuple[Node, ...] = ()  # Scatters it performs too: out1, out2, ... are their tables' buffers
 
     def __repr__(self) -> str:
         cost = (
@@ -80,6 +81,7 @@ class Kernel:
         """Launch arguments: buffers for pointer params, ints for dims."""
         by_ident = {f"in{k}": buffers[n.id] for k, n in enumerate(self.reads)}
         by_ident["out0"] = buffers[self.output.id]
+        by_ident.update({f"out{k + 1}": buffers[s.id] for k, s in enumerate(self.carried)})
         if self.launch.splits > 1:  # allocated per launch by the runner (exec.program)
             by_ident["ws0"], by_ident["ws1"] = buffers[("ws0", self.name)], buffers[("ws1", self.name)]
         out = []
@@ -176,6 +178,7 @@ def finish_kernel(
     prologue_phases: int = 0,
     prologue_pairs: int = 0,
     splittable: bool = False,
+    carried: tuple = (),
     **fields,
 ) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
@@ -193,6 +196,7 @@ def finish_kernel(
         prologue_pairs=prologue_pairs,
         splittable=splittable,
     )
+    outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried))]
     if not render:
         return Kernel(
             name,
@@ -200,17 +204,18 @@ def finish_kernel(
             node,
             tuple(nodes),
             tuple(body.reads),
-            with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch),
+            with_scratch(body.signature(name, outputs, uses_barrier, node.dtype), launch),
             "",
             launch,
             plan=plan,
+            carried=tuple(carried),
         )
     fields = {
         k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()
     }  # after the body
     index_lines = body.used_index_lines()
     fields = {k: v.fn(body) if isinstance(v, Late) else v for k, v in fields.items()}  # after the index lines
-    signature = with_scratch(body.signature(name, ["out0"], uses_barrier, node.dtype), launch)
+    signature = with_scratch(body.signature(name, outputs, uses_barrier, node.dtype), launch)
     source = template(tmpl).render(
         name=name,
         params=render_c.parameter_list(signature),
@@ -222,7 +227,7 @@ def finish_kernel(
     )
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
-                  user_ops(nodes), plan=plan)
+                  user_ops(nodes), plan=plan, carried=tuple(carried))
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)

@@ -86,6 +86,7 @@ class Group:
     reads: tuple[Node, ...]  # nodes whose buffers it reads
     kind: str  # "elementwise", "reduce", "row", "matmul", "gather" or "scatter"
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
+    carried: tuple[Node, ...] = ()  # Scatters of the root's columns its matmul kernel writes (search.carry)
 
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
@@ -166,6 +167,8 @@ def kernel_for_group(
         prologue = [n for n in group.members if n.id in params.get("prologue_ids", ())]
         if online and prologue:
             raise Unfusable("the online-softmax matmul computes no prologue reductions")
+        if online and group.carried:
+            raise Unfusable("the online-softmax matmul writes no Scatter's rows")
         if online:
             return softmax_matmul_kernel(
                 name,
@@ -185,7 +188,8 @@ def kernel_for_group(
         return matmul_kernel(name, root, reduce, names, fused, tile=params.get("tile", TILE), render=render,
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},
-                             slices=params.get("slices", 1), splits=params.get("splits", 1))
+                             slices=params.get("slices", 1), splits=params.get("splits", 1),
+                             carried=group.carried)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(
@@ -215,7 +219,8 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     kernel's name and the node labels and input names its comments show. None when the two groups'
     nodes do not come in the same program order (the comments list them in it): then `group` is
     generated afresh."""
-    pairs = list(zip(like.members + (like.root,) + like.reads, group.members + (group.root,) + group.reads))
+    pairs = list(zip(like.members + (like.root,) + like.carried + like.reads,
+                     group.members + (group.root,) + group.carried + group.reads))
     copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
     if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
         return None
@@ -234,6 +239,7 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
         output=node[kernel.output.id],
         nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
         reads=tuple(node[n.id] for n in kernel.reads),
+        carried=tuple(node[n.id] for n in kernel.carried),
         signature=replace(kernel.signature, name=name),
         source=source,
     )
@@ -248,7 +254,7 @@ def lower_groups(plans: Sequence[tuple], inline: frozenset, names: ProgramNames)
     fused = lambda node: node.id in inline  # noqa: E731
     kernels, first = [], {}
     for k, (group, params, key) in enumerate(plans):
-        name = kernel_name(k, group.members + (group.root,))
+        name = kernel_name(k, group.members + (group.root,) + group.carried)
         kernel = relabelled(first[key][0], first[key][1], group, name, names) if key in first else None
         if kernel is None:
             kernel = kernel_for_group(name, group, names, fused, params)

@@ -47,9 +47,11 @@ def compiled_owners(program) -> dict[int, list[str]]:
     """Compiled node id -> the kernels computing it: the one writing it first, then those recomputing it."""
     owners: dict[int, list[str]] = {}
     for kernel in program.kernels:
-        owners.setdefault(kernel.output.id, []).insert(0, kernel.name)
+        written = (kernel.output,) + kernel.carried
+        for node in written:
+            owners.setdefault(node.id, []).insert(0, kernel.name)
         for node in kernel.nodes:
-            if node is not kernel.output:
+            if node not in written:
                 owners.setdefault(node.id, []).append(kernel.name)
     return owners
 
@@ -73,7 +75,8 @@ def kernel_panel(program, index: int, profiled=None) -> str:
     facts = [("user ops", _user_ops(kernel)), ("launch", _launch(program, kernel)),
              ("computes", ", ".join(esc(node_name(program, n)) for n in kernel.nodes)),
              ("reads", ", ".join(esc(node_name(program, n)) for n in kernel.reads) or "nothing"),
-             ("writes", esc(f"{node_name(program, kernel.output)} {kernel.output.dtype}")),
+             ("writes", ", ".join(esc(f"{node_name(program, n)} {n.dtype}")
+                                  for n in (kernel.output,) + kernel.carried)),
              ("modeled", _modeled(kernel.cost))]
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     lines = kernel.source.count("\n") + 1
@@ -209,7 +212,8 @@ def memory_section(program) -> str:
     bindings = program.cost_bindings
     plan = program.memory_plan(bindings)
     kernels = program.kernels
-    writer = {k.output.id: i for i, k in enumerate(kernels)}
+    writer = {n.id: i for i, k in enumerate(kernels) for n in (k.output,) + k.carried}
+    written = {n.id: n for k in kernels for n in (k.output,) + k.carried}
     readers: dict[int, list[int]] = {}
     for i, k in enumerate(kernels):
         for node in k.reads:
@@ -227,7 +231,7 @@ def memory_section(program) -> str:
     for slot, nbytes in enumerate(plan.slot_bytes):
         out.append(f'<text x="0" y="{30 + row * slot + 15}">slot {slot}</text>')
     for node_id, slot in sorted(plan.slot_of.items(), key=lambda item: writer[item[0]]):
-        node = kernels[writer[node_id]].output
+        node = written[node_id]
         first, last = writer[node_id], max(readers.get(node_id, [writer[node_id]]))
         users = " ".join(esc(kernels[i].name) for i in dict.fromkeys([first] + readers.get(node_id, [])))
         size = DTYPES[node.dtype].itemsize * evaluate_dim(prod(node.shape), bindings)

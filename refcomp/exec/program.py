@@ -102,14 +102,13 @@ class Program:
         known = self._at.get(key)
         if known is None:
             aliases = self._in_place()
-            steps = [
-                (
-                    k.output.id,
-                    [n.id for n in k.reads] + ([aliases[k.output.id]] if k.output.id in aliases else []),
-                )
-                for k in self.kernels
-            ]
-            nbytes = {k.output.id: self._node_bytes(k.output, bindings) for k in self.kernels}
+            steps = []
+            for k in self.kernels:  # a kernel carrying Scatters: its output, then each table handed on
+                tables = [aliases[n.id] for n in (k.output,) + k.carried if n.id in aliases]
+                steps.append((k.output.id, [n.id for n in k.reads] + tables))
+                steps += [(s.id, [aliases[s.id]]) for s in k.carried]
+            written = [n for k in self.kernels for n in (k.output,) + k.carried]
+            nbytes = {n.id: self._node_bytes(n, bindings) for n in written}
             plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
             if len(self._at) >= SIZED_BINDINGS:  # a decode loop binds a new cache length every step
                 del self._at[next(iter(self._at))]
@@ -117,9 +116,11 @@ class Program:
         return known
 
     def _in_place(self) -> dict[int, int]:
-        """Scatter kernels' outputs -> their tables' node ids: each writes its rows into its table's
-        buffer, which the compiler made one nothing else reads (ops.graph.own_scatter_tables)."""
-        return {k.output.id: k.output.srcs[0].node.id for k in self.kernels if k.kind == "scatter"}
+        """Scatters -> their tables' node ids, in launch order: each writes its rows into its table's
+        buffer, which the compiler made one nothing else reads (ops.graph.own_scatter_tables); a
+        Scatter kernel's output, or one a matmul kernel carries (search.carry)."""
+        scatters = [n for k in self.kernels for n in ((k.output,) if k.kind == "scatter" else k.carried)]
+        return {n.id: n.srcs[0].node.id for n in scatters}
 
     def _kept(self) -> set[int]:
         """Nodes with buffers of their own: the outputs, and the tables (through chains of Scatters)

@@ -171,7 +171,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                           + (" split across blocks" if kernel.launch.splits > 1 else "")
                           + (" (online softmax)" if kernel.launch.splits > 1 and kernel.launch.stats else "")
                           + (" of 512+ threads" if kernel.launch.mode != "tiles" and kernel.launch.block > 256
-                             else ""))
+                             else "")
+                          + (" carrying a Scatter" if kernel.carried else ""))
                 result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1

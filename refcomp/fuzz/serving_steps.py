@@ -17,6 +17,7 @@ from .graph import simple_dim
 
 SERVING_RATE = 0.1  # graphs that end with an index_copy or a paged attention step
 LONG_MAX_RATE = 0.3  # of the index_copy ones: a maximum over a row of thousands instead
+PROJECTED_RATE = 0.7  # of the paged attention steps: new rows that are columns of a projection
 LONG_ROWS = (4096, 4800, 5005)  # >= split.MIN_EXTENT, <= graph.MAX_ELEMENTS; 5,005 = 5 x 7 x 11 x 13
 
 
@@ -70,6 +71,24 @@ class ServingSteps:
         else:
             self.emit(f"{row.name}.argmax(-1)", 0.0, float(row.shape[1] - 1), True, "long_max")
 
+    def projected_rows(self, batch, heads: int, width: int):
+        """Now and then the new rows as a decode step makes them: columns of a projection x @ w (the
+        q/k/v matmul's), which the matmul's kernel may write into the pool itself (search/carry.py).
+        Drawn from a stream of its own, so the draws after it are those of earlier runs."""
+        main, self.rng = self.rng, np.random.default_rng([self.graph.seed, self.graph.index, 44])
+        try:
+            if not self.chance(PROJECTED_RATE):
+                return None
+            depth, before, after = self.choice([8, 48, 96]), self.choice([0, 4]), self.choice([0, 2])
+            x = self.new_input((batch, depth))
+            w = self.new_input((depth, before + heads * width + after))
+            bound = depth * max(abs(x.lo), abs(x.hi)) * max(abs(w.lo), abs(w.hi))
+            columns = f"[:, {before}:{before + heads * width}]"
+            return self.emit(f"({x.name} @ {w.name}){columns}.reshape(({batch!r}, {heads}, {width}))",
+                             -bound, bound, False, "paged_projection")
+        finally:
+            self.rng = main
+
     def paged_attention(self) -> None:
         """q (B, H, D) attends over B sequences' pages of a pool (pages * size, H, D) after writing each
         sequence's new row at its slot; the same pool serves as keys and values."""
@@ -90,10 +109,10 @@ class ServingSteps:
         listed = int(self.rng.integers(1, 3))
         table = self.new_input((batch, "T" if size == 4 else listed), "ids", pages)
         q = self.new_input((batch, heads, width))
+        new = self.projected_rows(batch, heads, width) or new
         lo, hi = min(pool.lo, new.lo), max(pool.hi, new.hi)
-        written = self.emit(
-            f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})", lo, hi, True, "paged_write"
-        )
+        write = f"rc.serving.write_slots({pool.name}, {slot_ids.name}, {new.name})"
+        written = self.emit(write, lo, hi, new.exact, "paged_write")
         if written is None:
             return
         # the values from the updated pool; the keys from it too, or from the old pool, whose Gather must

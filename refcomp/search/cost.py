@@ -119,6 +119,7 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
         return coarse
     footprints = {f"in{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.reads)}
     footprints["out0"] = stored_bytes(kernel.output, bindings)
+    footprints.update({f"out{k + 1}": stored_bytes(s, bindings) for k, s in enumerate(kernel.carried)})
     return access_cost(coarse, moved, footprints, profile)
 
 

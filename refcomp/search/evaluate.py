@@ -25,7 +25,7 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
     """What a kernel's code depends on, with node ids abstracted away: each node's op, attributes,
     shape and dtype, each source as a fused node of the group, the k-th buffer it reads, or an inlined
     literal, through its views, and the decisions taken on each node."""
-    nodes = group.members + (group.root,)
+    nodes = group.members + (group.root,) + group.carried
     local = {n.id: k for k, n in enumerate(nodes)}
     buffers = {n.id: k for k, n in enumerate(group.reads)}
 

@@ -64,11 +64,11 @@ class Graph:
 
     @functools.cached_property
     def _overwritten(self) -> frozenset:
-        return frozenset(_buffer_key(n.srcs[0].node) for n in self.nodes if n.op.kind == SCATTER)
+        return frozenset(buffer_key(n.srcs[0].node) for n in self.nodes if n.op.kind == SCATTER)
 
     def overwritten(self, node: Node) -> bool:
         """Whether a Scatter writes `node`'s buffer in place (an Input: any Input of its name)."""
-        return _buffer_key(node) in self._overwritten
+        return buffer_key(node) in self._overwritten
 
     @functools.cached_property
     def copies(self) -> Copies:
@@ -76,7 +76,9 @@ class Graph:
         return find_copies(self.nodes, self.position, self.consumers)
 
 
-def _buffer_key(node: Node) -> tuple:
+def buffer_key(node: Node) -> tuple:
+    """Which buffer holds `node`'s values: an Input's is its name's (every Input of one name reads
+    the one fed array), any other node's its own."""
     return ("input", node.attrs["name"]) if node.op.name == "Input" else ("node", node.id)
 
 

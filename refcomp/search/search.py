@@ -29,6 +29,7 @@ from .fusion import Graph
 from .fusion_rules import CLEANUP, FUSION
 from .moves import apply_move, descend, moves_of, where_in
 from .schedule import KERNEL_PARAMS, Schedule
+from .carry import carry_scatters
 from ..ops.graph import identity_edge, own_scatter_tables, rebuild, structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
@@ -184,7 +185,7 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     trace += [Step(rule.name, where_in(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
-    costs = [ev.cost(sched, g) for g in ordered]
+    ordered, costs = carry_scatters(ordered, [ev.cost(sched, g) for g in ordered], sched, profile)
     candidates = [sched] + [
         s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]
     ]
@@ -310,7 +311,7 @@ def scheduled(graph: Graph, sched: Schedule, bindings, profile: DeviceProfile,
     if groups is None:
         return None
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
-    return ordered, [ev.cost(sched, g) for g in ordered]
+    return carry_scatters(ordered, [ev.cost(sched, g) for g in ordered], sched, profile)
 
 
 def with_schedule(result: SearchResult, sched: Schedule) -> SearchResult:
