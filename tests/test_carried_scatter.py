@@ -204,5 +204,5 @@ def test_a_computed_table_is_updated_in_its_slot_and_the_explorer_shows_the_writ
     plan = prog.memory_plan({"B": 4})
     assert plan.slot_of[scatter.id] == plan.slot_of[scatter.srcs[0].node.id]
     page = prog.explorer()
-    bar = page[page.index(f'data-node="{prog.names.numbers[scatter.id]}"'):]
+    bar = page[page.index(f'class="rc-buffer" data-node="{prog.names.numbers[scatter.id]}"'):]
     assert f"written by {kernel.name}" in bar[:bar.index("</g>")]
