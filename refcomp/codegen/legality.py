@@ -16,6 +16,7 @@ from ..ops.primitives import Node
 from .access import AccessModelError, MemoryCounts, buffer_bytes, global_counts
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
+from .indexed import carried_columns
 from .online import online_softmax, streamed_scores
 from .statistics import row_statistics
 from .sums import COMPENSATION_FLOPS, long_chain
@@ -36,6 +37,7 @@ __all__ = [
     "Group",
     "ProgramNames",
     "matmul_axes",
+    "carried_columns",
     "online_softmax",
     "streamed_scores",
     "row_statistics",

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from ..codegen.indexed import carried_columns
-from ..codegen.legality import Group
+from ..codegen.legality import Group, carried_columns
 from ..ops.primitives import LEAF, SCATTER, Node
 from .cost import DeviceProfile, KernelCost
 from .fusion import buffer_key
