@@ -60,13 +60,20 @@ def storage_of(tensor) -> Optional[str]:
 
 def tolerance(want64: np.ndarray, want32: np.ndarray, storage: Optional[str] = None) -> np.ndarray:
     """Per element: golden's float32 tolerance (its storage tolerance where a 16-bit type is rounded
-    on the way) plus 4x the float32 reference's own error there (unbounded where the float32
-    reference itself overflows)."""
+    on the way), plus 4x the float32 reference's own error there (unbounded where the float32
+    reference itself overflows), plus 2x its largest finite error anywhere in the output.
+
+    The last term is for outputs that float32 cannot compute well anywhere: attention over scores of
+    10,000 (seed 46's graph 100) is off by 2e-3 in most rows whichever way it is rounded, and the
+    float32 reference's worst elements are not the program's. Where float32 is accurate it adds
+    nothing; where it is not, no smaller error could be told from rounding."""
     tol = STORAGE_TOLERANCE[storage] if storage else FLOAT32_TOLERANCE
     rtol, atol = tol["rtol"], tol["atol"]
     with np.errstate(invalid="ignore"):
         own = np.abs(want32.astype(np.float64) - want64)
-    return atol + rtol * np.abs(want64) + 4.0 * np.where(np.isfinite(own), own, np.inf)
+    finite = own[np.isfinite(own)]
+    worst = float(finite.max()) if finite.size else 0.0
+    return atol + rtol * np.abs(want64) + 4.0 * np.where(np.isfinite(own), own, np.inf) + 2.0 * worst
 
 
 def compare(got, want64, want32, storage: Optional[str] = None) -> Optional[str]:
