@@ -206,3 +206,27 @@ def test_a_computed_table_is_updated_in_its_slot_and_the_explorer_shows_the_writ
     page = prog.explorer()
     bar = page[page.index(f'class="rc-buffer" data-node="{prog.names.numbers[scatter.id]}"'):]
     assert f"written by {kernel.name}" in bar[:bar.index("</g>")]
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
+    """Under the emulator's sanitizer (every load and store bounds-checked against its buffer), with
+    the ids at the table's first and last rows."""
+    from refcomp.exec.emulator import EmulatorBackend
+
+    outs = _kv_step()
+    base = rc.compile(outs, dims_hint={"B": 4}, cache=False)
+    root = _carrying(base)[0].output.id
+    prog = program_for_schedule(outs, base.search, base.search.schedule.with_params({(root, "splits"): splits}))
+    feeds = _feeds(3, seed=30 + splits)
+    feeds["slots"] = np.array([TABLE - 1, 0, 17], np.int32)
+    be = EmulatorBackend(sanitize=True)
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for kernel, grid, block, args in prog.launches(buffers, bindings):
+        module.launch(kernel.name, grid, block, args)
+    be.synchronize()
+    got = prog.download_outputs(be, buffers, bindings)
+    q, pool = _want(feeds)
+    np.testing.assert_allclose(got["pool"], pool, **golden.FLOAT32_TOLERANCE)
+    np.testing.assert_allclose(got["q"], q, **golden.FLOAT32_TOLERANCE)
