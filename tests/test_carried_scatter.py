@@ -217,7 +217,8 @@ def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
     outs = _kv_step()
     base = rc.compile(outs, dims_hint={"B": 4}, cache=False)
     root = _carrying(base)[0].output.id
-    prog = program_for_schedule(outs, base.search, base.search.schedule.with_params({(root, "splits"): splits}))
+    sched = base.search.schedule.with_params({(root, "splits"): splits})
+    prog = program_for_schedule(outs, base.search, sched)
     feeds = _feeds(3, seed=30 + splits)
     feeds["slots"] = np.array([TABLE - 1, 0, 17], np.int32)
     be = EmulatorBackend(sanitize=True)
