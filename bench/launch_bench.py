@@ -98,7 +98,7 @@ def launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
         target.free()
 
 
-def _driver_call():
+def driver_call():
     """A caller of libcuda's functions by name through ctypes (PyCUDA binds no stream capture or
     graph launch), raising on any CUresult but CUDA_SUCCESS."""
     lib = ctypes.CDLL("libcuda.so.1")
@@ -116,7 +116,7 @@ def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
     median of `repeats` rounds."""
     from refcomp.exec.pycuda_backend import cuda_driver
 
-    drv, call = cuda_driver(), _driver_call()
+    drv, call = cuda_driver(), driver_call()
     nothing, target, stream = _nothing_function(), drv.mem_alloc(4), drv.Stream()
     handle, graph, runnable = ctypes.c_void_p(stream.handle), ctypes.c_void_p(), ctypes.c_void_p()
     try:

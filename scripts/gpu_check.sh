@@ -41,10 +41,15 @@ tests_status=${PIPESTATUS[0]}
 echo "== GPU benchmark"
 timeout 240 python3 bench/gpu_bench.py 2>&1 | tee "$RESULTS/gpu_bench.log"
 
+echo "== GPT-2 small's decode step on the GPU (issue 30: modeled, measured, as one CUDA graph)"
+timeout 180 python3 bench/decode_gpu_bench.py 2>&1 | tee "$RESULTS/decode_gpu.log"
+
 echo "== GPT-2 block on the GPU"
 timeout 120 python3 examples/gpt2_block.py --backend pycuda 2>&1 | tail -n 20
 
-if [ -n "${OUT:-}" ]; then cp "$RESULTS"/gpu*.json "$RESULTS"/gpu_*.log "$OUT"/ 2>/dev/null; fi
+if [ -n "${OUT:-}" ]; then
+  cp "$RESULTS"/gpu*.json "$RESULTS"/gpu_*.log "$RESULTS"/decode_gpu.* "$RESULTS"/launch.json "$OUT"/ 2>/dev/null
+fi
 echo "== summary"
 tail -n 1 "$RESULTS/gpu_tests.log"
 exit "$tests_status"

@@ -90,7 +90,7 @@ def _flush_buffer():
     return drv.mem_alloc(nbytes), nbytes // 4
 
 
-def _prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]]):
+def prepared_launches(program, feeds: Mapping[str, np.ndarray], dims: Optional[Mapping[str, int]]):
     """Program.run up to the launches (the same binding checks, buffers and launch list), with each
     launch prepared for PyCUDA's low-overhead call; returns (launches, allocations to free)."""
     from pycuda.compiler import SourceModule
@@ -136,7 +136,7 @@ def time_program(
     """
     require_gpu("timing a program")
     drv = cuda_driver()
-    launches, owned = _prepared_launches(program, feeds, dims)
+    launches, owned = prepared_launches(program, feeds, dims)
     try:
         if not launches:
             return Timing(0.0, [0.0] * repeats, [], False, flush_l2)
