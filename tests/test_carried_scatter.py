@@ -68,6 +68,8 @@ def test_the_qkv_matmul_writes_the_rows_into_the_table_and_no_scatter_kernel_run
     (kernel,) = _carrying(prog)
     assert kernel.kind == "matmul" and "scatter" not in [k.kind for k in prog.kernels]
     assert kernel.carried[0].op.name == "Scatter" and "-> out1" in kernel.source
+    step = prog.search.trace[-1]  # explain() shows the fold, its kernel count and time
+    assert step.rule == "carry_scatters" and step.kernels == len(prog.kernels) and "Scatter" in step.site
     for rows in (1, 4, 7):
         _check(prog, _feeds(rows, seed=rows))
     feeds = _feeds(4)

@@ -186,6 +186,11 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     sched, groups = _tune(graph, ev, sched, groups, trace)
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     ordered, costs = carry_scatters(ordered, [ev.cost(sched, g) for g in ordered], sched, profile)
+    carrying = [g for g in ordered if g.carried]
+    if carrying:  # shown in explain(): the kernel count and time after the matmuls took their Scatters
+        label = graph.names.label
+        where = ", ".join(f"{label(s)} by {label(g.root)}" for g in carrying for s in g.carried)
+        trace.append(Step("carry_scatters", where, sum(c.time_s for c in costs), len(ordered)))
     candidates = [sched] + [
         s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]
     ]
