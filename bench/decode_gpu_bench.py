@@ -22,11 +22,9 @@ Writes bench/results/decode_gpu.json.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -40,7 +38,7 @@ import refcomp as rc  # noqa: E402
 from refcomp import golden  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_bench import driver_call, no_gpu  # noqa: E402
+from launch_bench import no_gpu, time_as_graph  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 SMALL = dict(layers=12, d_model=768, heads=12, vocab=50257, positions=1024)  # GPT-2 small
@@ -96,39 +94,20 @@ def checked_run(outputs, program, feeds, backend: str) -> dict:
 def graph_time(program, feeds, repeats: int) -> dict:
     """The step's launches captured in one CUDA graph, launched `repeats` times (after one that uploads
     it): the median device time of a launch of the whole step, and the host's time per launch call."""
-    from refcomp.exec.pycuda_backend import cuda_driver
     from refcomp.exec.timing import prepared_launches
 
-    drv, call = cuda_driver(), driver_call()
     launches, owned = prepared_launches(program, feeds, None)
-    stream = drv.Stream()
-    handle, graph, runnable = ctypes.c_void_p(stream.handle), ctypes.c_void_p(), ctypes.c_void_p()
-    try:
-        call("cuStreamBeginCapture_v2", handle, ctypes.c_int(2))  # CU_STREAM_CAPTURE_MODE_RELAXED
+
+    def enqueue(stream):
         for _, fn, g, b, args in launches:
             fn.prepared_async_call(g, b, stream, *args)
-        call("cuStreamEndCapture", handle, ctypes.byref(graph))
-        call("cuGraphInstantiateWithFlags", ctypes.byref(runnable), graph, ctypes.c_ulonglong(0))
-        device, host = [], []
-        for r in range(repeats + 1):
-            start, end = drv.Event(), drv.Event()
-            start.record(stream)
-            began = time.perf_counter()
-            call("cuGraphLaunch", runnable, handle)
-            host_s = time.perf_counter() - began
-            end.record(stream)
-            end.synchronize()
-            if r:
-                device.append(start.time_till(end) * 1e-3)
-                host.append(host_s)
+
+    try:
+        device, host = time_as_graph(enqueue, repeats)
         return {"median_us": statistics.median(device) * 1e6, "rounds_us": [t * 1e6 for t in device],
                 "host_us_per_launch_call": statistics.median(host) * 1e6, "kernels": len(launches),
                 "l2": "warm (no flush between graph launches)"}
     finally:
-        if runnable.value:
-            call("cuGraphExecDestroy", runnable)
-        if graph.value:
-            call("cuGraphDestroy", graph)
         for buf in owned:
             buf.allocation.free()
 

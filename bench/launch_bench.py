@@ -110,19 +110,18 @@ def driver_call():
     return call
 
 
-def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
-    """Device time per launch of the same empty kernels captured in one CUDA graph and launched with
-    one call (as serving engines launch a decode step), and the host's time per graph launch. The
-    median of `repeats` rounds."""
+def time_as_graph(enqueue, repeats: int) -> tuple[list, list]:
+    """`enqueue(stream)`'s launches captured in one CUDA graph (libcuda's stream capture through ctypes:
+    PyCUDA binds none) and the graph launched `repeats` times after one launch that uploads it: the
+    device seconds of each launch of the whole graph (CUDA events), and the host's seconds per call."""
     from refcomp.exec.pycuda_backend import cuda_driver
 
     drv, call = cuda_driver(), driver_call()
-    nothing, target, stream = _nothing_function(), drv.mem_alloc(4), drv.Stream()
+    stream = drv.Stream()
     handle, graph, runnable = ctypes.c_void_p(stream.handle), ctypes.c_void_p(), ctypes.c_void_p()
     try:
         call("cuStreamBeginCapture_v2", handle, ctypes.c_int(2))  # CU_STREAM_CAPTURE_MODE_RELAXED
-        for _ in range(launches):
-            nothing.prepared_async_call((132, 1, 1), (256, 1, 1), stream, int(target), -1)
+        enqueue(stream)
         call("cuStreamEndCapture", handle, ctypes.byref(graph))
         call("cuGraphInstantiateWithFlags", ctypes.byref(runnable), graph, ctypes.c_ulonglong(0))
         device, host = [], []
@@ -135,16 +134,35 @@ def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
             end.record(stream)
             end.synchronize()
             if r:
-                device.append(start.time_till(end) * 1e-3 / launches)
+                device.append(start.time_till(end) * 1e-3)
                 host.append(host_s)
-        return {"launches": launches, "device_s_per_launch": statistics.median(device),
-                "host_s_per_graph_launch": statistics.median(host), "profile_launch_s": H200.launch_s,
-                "device_s": device, "host_s": host}
+        return device, host
     finally:
         if runnable.value:
             call("cuGraphExecDestroy", runnable)
         if graph.value:
             call("cuGraphDestroy", graph)
+
+
+def graph_launch_gap(launches: int = 2000, repeats: int = 5) -> dict:
+    """Device time per launch of the same empty kernels captured in one CUDA graph and launched with
+    one call (as serving engines launch a decode step), and the host's time per graph launch. The
+    median of `repeats` rounds."""
+    from refcomp.exec.pycuda_backend import cuda_driver
+
+    nothing, target = _nothing_function(), cuda_driver().mem_alloc(4)
+
+    def enqueue(stream):
+        for _ in range(launches):
+            nothing.prepared_async_call((132, 1, 1), (256, 1, 1), stream, int(target), -1)
+
+    try:
+        device, host = time_as_graph(enqueue, repeats)
+        device = [d / launches for d in device]
+        return {"launches": launches, "device_s_per_launch": statistics.median(device),
+                "host_s_per_graph_launch": statistics.median(host), "profile_launch_s": H200.launch_s,
+                "device_s": device, "host_s": host}
+    finally:
         target.free()
 
 
