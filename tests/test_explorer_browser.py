@@ -100,3 +100,38 @@ def test_the_explorer_works_in_chromium(page, tmp_path):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
     assert errors == [], errors
+
+
+def _visible(page, box: str, node) -> bool:
+    """Whether `node`'s box overlaps the visible part of the graph box `box`."""
+    return page.evaluate(
+        """([box, node]) => { const b = document.querySelector(box).getBoundingClientRect();
+             const n = node.getBoundingClientRect();
+             return n.right > b.left && n.left < b.right && n.bottom > b.top && n.top < b.bottom; }""",
+        [box, node.element_handle()],
+    )
+
+
+def test_each_graph_opens_on_its_top_row_and_a_kernel_click_scrolls_to_its_nodes(page, tmp_path):
+    """A decode step's graphs are thousands of pixels wide, their top rows centred: each box opens on
+    its topmost node (not on empty space), and clicking a kernel's panel brings its nodes into view."""
+    from refcomp.serving.kv_cache import PagedKVPool
+    from refcomp.serving.models import random_gpt2
+    from refcomp.serving.programs import step_graph
+    from refcomp.serving.sampling import greedy_graph
+
+    model = random_gpt2(layers=1, d_model=32, heads=2, vocab=64, positions=64)
+    pool = PagedKVPool(8, 4, 1, 2, 16, scratch_pages=1)
+    prog = rc.compile(step_graph(model, pool, 1, greedy_graph), dims_hint={"B": 2, "NP": 2}, cache=False)
+    path = tmp_path / "decode.html"
+    prog.explorer(path)
+    page.goto(path.as_uri())
+    for box in (".rc-after", ".rc-before"):
+        assert page.evaluate(f"document.querySelector('{box} svg').getAttribute('width') > 1500")
+        assert page.evaluate(f"document.querySelector('{box}').scrollLeft") > 0
+        tops = page.locator(f"{box} g.rc-node")
+        ys = [tops.nth(i).bounding_box()["y"] for i in range(tops.count())]
+        assert _visible(page, box, tops.nth(ys.index(min(ys))))
+    last = prog.kernels[-1].name  # the argmax: drawn far from the top row
+    page.locator(f'section.rc-kernel[data-kernel="{last}"]').click()
+    assert _visible(page, ".rc-after", page.locator(".rc-after g.rc-node.rc-selected").first)

@@ -63,10 +63,27 @@ pre { background: #f6f8fa; padding: 6px; overflow: auto; font-size: 12px; cursor
 
 # Click a kernel panel: select that kernel. Click a node: select the kernel that writes it (again: clear).
 # Selecting marks the panel, every node and buffer it computes or touches (data-kernels), and opens its
-# source.
+# source. A drawn graph is often far wider than its box, its top row centred: each box opens on its
+# topmost node, and selecting a kernel's panel scrolls each box to the kernel's first node there.
 SCRIPT = """
 (function () {
   var selected = null;
+  function reveal(box, node) {
+    if (!node) return;
+    var b = node.getBBox();
+    box.scrollLeft = Math.max(0, b.x + b.width / 2 - box.clientWidth / 2);
+    box.scrollTop = Math.max(0, b.y - 20);
+  }
+  function topmost(box) {
+    var nodes = box.querySelectorAll('g.rc-node'), best = null, y = Infinity;
+    for (var i = 0; i < nodes.length; i++) {
+      var b = nodes[i].getBBox();
+      if (b.y < y) { y = b.y; best = nodes[i]; }
+    }
+    return best;
+  }
+  var boxes = document.querySelectorAll('.rc-graph-box');
+  for (var i = 0; i < boxes.length; i++) reveal(boxes[i], topmost(boxes[i]));
   function select(name) {
     var marked = document.querySelectorAll('.rc-selected');
     for (var i = 0; i < marked.length; i++) marked[i].classList.remove('rc-selected');
@@ -95,7 +112,13 @@ panel = panels[k];
       return;
     }
     var kernel = target.closest('.rc-kernel');
-    if (kernel) { select(kernel.getAttribute('data-kernel')); return; }
+    if (kernel) {
+      select(kernel.getAttribute('data-kernel'));
+      for (var b = 0; b < boxes.length; b++) {
+        reveal(boxes[b], boxes[b].querySelector('g.rc-node.rc-selected'));
+      }
+      return;
+    }
     if (target.closest('.rc-graph')) select(null);
   });
 })();
