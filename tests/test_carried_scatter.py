@@ -233,3 +233,62 @@ def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
     q, pool = _want(feeds)
     np.testing.assert_allclose(got["pool"], pool, **golden.FLOAT32_TOLERANCE)
     np.testing.assert_allclose(got["q"], q, **golden.FLOAT32_TOLERANCE)
+
+
+def _rotated_step():
+    """LLaMA's write: the keys rotated (x cos + rotate_half(x) sin) and stacked with the values by an
+    elementwise kernel, whose output is the rows of the table: the Scatter is carried by that kernel."""
+    k, v = rc.input("k", (ROWS, 2, 8)), rc.input("v", (ROWS, 2, 8))
+    cos, sin = rc.input("cos", (ROWS, 1, 8)), rc.input("sin", (ROWS, 1, 8))
+    pool, slots = rc.input("pool", (TABLE, 2, 2, 8)), rc.input("slots", (ROWS,), "int32")
+    rotated = k * cos + rc.cat([-k[..., 4:], k[..., :4]], -1) * sin
+    rows = rc.stack([rotated, v], 1)  # (B, 2, heads, hd)
+    return {"pool": rc.serving.write_slots(pool, slots, rows), "v2": v * 2.0}
+
+
+def _rotated_feeds(rows, seed):
+    rng = np.random.default_rng(seed)
+    f = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+         (("k", (rows, 2, 8)), ("v", (rows, 2, 8)), ("cos", (rows, 1, 8)), ("sin", (rows, 1, 8)),
+          ("pool", (TABLE, 2, 2, 8)))}
+    f["slots"] = rng.permutation(TABLE)[:rows].astype(np.int32)
+    return f
+
+
+def test_an_elementwise_kernel_carries_the_scatter_of_its_output():
+    prog = rc.compile(_rotated_step(), dims_hint={"B": 4}, cache=False)
+    (kernel,) = _carrying(prog)
+    assert kernel.kind == "elementwise" and "scatter" not in [k.kind for k in prog.kernels]
+    for rows in (1, 4):
+        feeds = _rotated_feeds(rows, seed=40 + rows)
+        f = {name: value.astype(np.float64) for name, value in feeds.items() if name != "slots"}
+        rotated = f["k"] * f["cos"] + np.concatenate([-f["k"][..., 4:], f["k"][..., :4]], -1) * f["sin"]
+        want = f["pool"].copy()
+        want[feeds["slots"]] = np.stack([rotated, f["v"]], 1)
+        got = prog.run(feeds, backend="emulator")
+        np.testing.assert_allclose(got["pool"], want, **golden.FLOAT32_TOLERANCE)
+        others = np.setdiff1d(np.arange(TABLE), feeds["slots"])
+        np.testing.assert_array_equal(got["pool"][others], feeds["pool"][others])
+        np.testing.assert_array_equal(got["v2"], feeds["v"] * 2)
+    assert model_disagreements(prog, prog.profile(_rotated_feeds(4, seed=50))) == []
+
+
+def test_an_elementwise_carrier_stays_in_its_buffers_and_builds_with_nvcc():
+    from refcomp.exec.emulator import EmulatorBackend
+    from refcomp.exec.nvcc import nvcc_available, nvcc_check
+
+    prog = rc.compile(_rotated_step(), dims_hint={"B": 4}, cache=False)
+    feeds = _rotated_feeds(3, seed=51)
+    feeds["slots"] = np.array([TABLE - 1, 0, 9], np.int32)
+    be = EmulatorBackend(sanitize=True)
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for kernel, grid, block, args in prog.launches(buffers, bindings):
+        module.launch(kernel.name, grid, block, args)
+    be.synchronize()
+    got, want = prog.download_outputs(be, buffers, bindings), rc.evaluate(_rotated_step(), feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], **golden.FLOAT32_TOLERANCE)
+    if nvcc_available() is not None:
+        pytest.skip(nvcc_available())
+    assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}

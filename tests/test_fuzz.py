@@ -131,6 +131,7 @@ def _assert_the_generator_reaches_every_move(coverage) -> None:
         "index_copy",
         "paged_attention",
         "paged_projection",
+        "paged_rotation",
         "long_max",  # split into chunks by the search, exactly
         "int64_wrap",
         "int32_wrap",

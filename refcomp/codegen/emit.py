@@ -180,7 +180,9 @@ class KernelBody:
 
     def when(self, valid, build: Callable[[], None]) -> None:
         """Run `build` (which appends statements and records accesses) inside one `if (valid) { }`
-        statement: its accesses count only where `valid` holds."""
+        statement: its accesses count only where `valid` holds (no `if` where it always does)."""
+        if valid is sympy.true:
+            return build()
         outer, self.statements = self.statements, []
         self._guards.append(valid)
         build()

@@ -85,46 +85,50 @@ def scatter_kernel(name: str, node: Node, names) -> Kernel:
     )
 
 
-def carried_columns(scatter: Node, output: Node) -> Optional[int]:
-    """The first column c0 where the Scatter's rows are columns c0 .. c0 + D of `output` read as a
-    (K, N) matrix (its leading axes flattened): source row k, element e is output element
-    k * N + c0 + e, in `output`'s dtype. A decode step's keys and values are such columns of the
-    q/k/v projection, so the matmul that computes them can write them into the pool as it stores
-    them (matmul_kernel's `carried`). None otherwise: the rows need the Scatter's own kernel."""
+def carried_columns(scatter: Node, output: Node) -> Optional[tuple[int, int]]:
+    """(p, c0) where the Scatter's rows are columns c0 .. c0 + D of `output` read as a (K, N) matrix,
+    its first p axes flattened into K rows and the rest into N columns: source row k, element e is
+    output element k * N + c0 + e, in `output`'s dtype. A decode step's keys and values are such
+    columns of the q/k/v projection (or, for LLaMA, the whole of the kernel that rotates and stacks
+    them), so the kernel that computes them can write them into the pool as it stores them
+    (`carry_rows`). None otherwise: the rows need the Scatter's own kernel."""
     table, _, rows = scatter.srcs
     if scatter.op.kind != SCATTER or rows.node is not output or scatter.dtype != output.dtype:
         return None
-    if len(output.shape) < 2 or len(rows.shape) != 2:
+    width, shape = table.shape[1], output.shape
+    split = next((p for p in range(1, len(shape)) if dims_equal(prod(shape[:p]), rows.shape[0])), None)
+    if len(rows.shape) != 2 or split is None or not isinstance(width, int):
         return None
-    n, width = output.shape[-1], table.shape[1]
-    if not (isinstance(n, int) and isinstance(width, int)):
-        return None
-    if not dims_equal(rows.shape[0], prod(output.shape[:-1])):
+    n = prod(shape[split:])
+    if not isinstance(n, int):
         return None
     k, e = index_symbol("k"), index_symbol("e")
     flat, valid = index_of(rows.views, (k, e), {k: rows.shape[0], e: width})
     c0 = sympy.sympify(flat).subs({k: 0, e: 0})
     if valid is not sympy.true or not c0.is_Integer or not 0 <= int(c0) <= n - width:
         return None
-    return int(c0) if sympy.expand(flat - (k * n + c0 + e)) == 0 else None
+    return (split, int(c0)) if sympy.expand(flat - (k * n + c0 + e)) == 0 else None
 
 
 def carry_rows(
     body: KernelBody, scatter: Node, buffer: str, output: Node, out_idx: list, result: str
 ) -> None:
-    """The statement, appended to `body`'s (a matmul's epilogue, at output index `out_idx` whose
-    value is `result`), that also writes the value into the Scatter's table where its rows hold it:
-    output row k's columns c0 .. c0 + D at row id k of the table (`buffer`, its own buffer, as the
-    Scatter kernel writes it). The id is read only for those columns, and guarded as the Scatter
-    kernel's is (Program.bind has refused ids outside the table or repeated before any launch)."""
+    """The statement, appended to `body`'s (a matmul's epilogue or an elementwise kernel's, at output
+    index `out_idx` whose value is `result`), that also writes the value into the Scatter's table
+    where its rows hold it: output row k's columns c0 .. c0 + D at row id k of the table (`buffer`,
+    its own buffer, as the Scatter kernel writes it). The id is read only for those columns, and
+    guarded as the Scatter kernel's is (Program.bind has refused ids outside the table or repeated
+    before any launch)."""
     table, ids, _ = scatter.srcs
-    c0 = carried_columns(scatter, output)
-    if c0 is None:
+    found = carried_columns(scatter, output)
+    if found is None:
         raise Unfusable(
             f"{scatter.op.name}#{scatter.id}'s rows are not columns of {output.op.name}#{output.id}"
         )
-    width, col, rows = table.shape[1], out_idx[-1], table.shape[0]
-    k = linear_of(out_idx[:-1], output.shape[:-1])
+    split, c0 = found
+    width, rows = table.shape[1], table.shape[0]
+    k = linear_of(out_idx[:split], output.shape[:split])
+    col = linear_of(out_idx[split:], output.shape[split:])
 
     def write() -> None:
         id_name = body.int_at(ids, [k])

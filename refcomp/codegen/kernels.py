@@ -62,7 +62,7 @@ class Kernel:
     ops: tuple[str, ...] = ()  # the user-level ops it computes ("layer_norm", "matmul"), in graph order
     cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
-    carried: tuple[Node, ...] = ()  # Scatters it performs too: out1, out2, ... are their tables' buffers
+    carried: tuple[Node, ...] = ()  # Scatters it performs too (search.carry): out1, ... their tables' buffers
 
     def __repr__(self) -> str:
         cost = (
@@ -246,12 +246,17 @@ def _drop_unused_indices(source: str) -> str:
 
 
 def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
-                       block: int = BLOCK, render: bool = True) -> Kernel:
+                       block: int = BLOCK, render: bool = True, carried: Sequence[Node] = (),
+                       carry: Optional[Callable] = None) -> Kernel:
+    """`carried`: Scatters whose rows are this output's, each written into its table by
+    `carry(body, scatter, buffer, node, idx, result)` (codegen.indexed.carry_rows) as it is stored."""
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     assert node.op.kind in ELEMENTWISE, node
     result = render_c.node_expr(node, *[body.value_at(src, idx) for src in node.srcs])
     body.access("out0", body.flat_axes[1], store=True)
+    for k, scatter in enumerate(carried):
+        carry(body, scatter, f"out{k + 1}", node, idx, result)
     size = prod(node.shape)
     return finish_kernel(
         name,
@@ -259,10 +264,11 @@ def elementwise_kernel(name: str, node: Node, names, inline: Callable[[Node], bo
         "elementwise.cu.j2",
         body,
         node,
-        (node,),
+        (node,) + tuple(carried),
         Launch("grid_stride", size, block),
         False,
         render=render,
+        carried=tuple(carried),
         result=result,
         size=lambda b: b.printer.int(size),
     )

@@ -15,7 +15,7 @@ from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
 from .fused import matmul_kernel, row_kernel, sliced_problem
-from .indexed import gather_kernel, scatter_kernel
+from .indexed import carry_rows, gather_kernel, scatter_kernel
 from .online import n_tiles_of, softmax_matmul_kernel
 from .kernels import (
     BLOCK,
@@ -86,7 +86,7 @@ class Group:
     reads: tuple[Node, ...]  # nodes whose buffers it reads
     kind: str  # "elementwise", "reduce", "row", "matmul", "gather" or "scatter"
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
-    carried: tuple[Node, ...] = ()  # Scatters of the root's columns its matmul kernel writes (search.carry)
+    carried: tuple[Node, ...] = ()  # Scatters of the root's columns this kernel also writes (search.carry)
 
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
@@ -210,7 +210,8 @@ def kernel_for_group(
         return gather_kernel(name, root, names)
     if group.kind == "scatter":
         return scatter_kernel(name, root, names)
-    return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK), render=render)
+    return elementwise_kernel(name, root, names, fused, params.get("block", BLOCK), render=render,
+                              carried=group.carried, carry=carry_rows)
 
 
 def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: ProgramNames) -> Optional[Kernel]:

@@ -72,13 +72,17 @@ class ServingSteps:
             self.emit(f"{row.name}.argmax(-1)", 0.0, float(row.shape[1] - 1), True, "long_max")
 
     def projected_rows(self, batch, heads: int, width: int):
-        """Now and then the new rows as a decode step makes them: columns of a projection x @ w (the
-        q/k/v matmul's), which the matmul's kernel may write into the pool itself (search/carry.py).
-        Drawn from a stream of its own, so the draws after it are those of earlier runs."""
+        """Now and then the new rows as a decode step makes them: columns of a projection x @ w (GPT-2's
+        q/k/v matmul), or an elementwise function of an input (LLaMA's rotation of the keys), which
+        the kernel computing them may write into the pool itself (search/carry.py). Drawn from a
+        stream of its own, so the draws after it are those of earlier runs."""
         main, self.rng = self.rng, np.random.default_rng([self.graph.seed, self.graph.index, 44])
         try:
             if not self.chance(PROJECTED_RATE):
                 return None
+            if self.chance(0.3):
+                x = self.new_input((batch, heads, width))
+                return self.emit(f"{x.name}.sin() * 1.5", -1.5, 1.5, False, "paged_rotation")
             depth, before, after = self.choice([8, 48, 96]), self.choice([0, 4]), self.choice([0, 2])
             x = self.new_input((batch, depth))
             w = self.new_input((depth, before + heads * width + after))
