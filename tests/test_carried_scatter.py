@@ -63,6 +63,19 @@ def _carrying(prog):
     return [k for k in prog.kernels if k.carried]
 
 
+def _sanitized_run(prog, feeds):
+    """The program's outputs on the emulator with every load and store bounds-checked (AddressSanitizer)."""
+    from refcomp.exec.emulator import EmulatorBackend
+
+    be = EmulatorBackend(sanitize=True)
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for kernel, grid, block, args in prog.launches(buffers, bindings):
+        module.launch(kernel.name, grid, block, args)
+    be.synchronize()
+    return prog.download_outputs(be, buffers, bindings)
+
+
 def test_the_qkv_matmul_writes_the_rows_into_the_table_and_no_scatter_kernel_runs():
     prog = rc.compile(_kv_step(), dims_hint={"B": 4}, cache=False)
     (kernel,) = _carrying(prog)
@@ -214,8 +227,6 @@ def test_a_computed_table_is_updated_in_its_slot_and_the_explorer_shows_the_writ
 def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
     """Under the emulator's sanitizer (every load and store bounds-checked against its buffer), with
     the ids at the table's first and last rows."""
-    from refcomp.exec.emulator import EmulatorBackend
-
     outs = _kv_step()
     base = rc.compile(outs, dims_hint={"B": 4}, cache=False)
     root = _carrying(base)[0].output.id
@@ -223,13 +234,7 @@ def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
     prog = program_for_schedule(outs, base.search, sched)
     feeds = _feeds(3, seed=30 + splits)
     feeds["slots"] = np.array([TABLE - 1, 0, 17], np.int32)
-    be = EmulatorBackend(sanitize=True)
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for kernel, grid, block, args in prog.launches(buffers, bindings):
-        module.launch(kernel.name, grid, block, args)
-    be.synchronize()
-    got = prog.download_outputs(be, buffers, bindings)
+    got = _sanitized_run(prog, feeds)
     q, pool = _want(feeds)
     np.testing.assert_allclose(got["pool"], pool, **golden.FLOAT32_TOLERANCE)
     np.testing.assert_allclose(got["q"], q, **golden.FLOAT32_TOLERANCE)
@@ -274,19 +279,12 @@ def test_an_elementwise_kernel_carries_the_scatter_of_its_output():
 
 
 def test_an_elementwise_carrier_stays_in_its_buffers_and_builds_with_nvcc():
-    from refcomp.exec.emulator import EmulatorBackend
     from refcomp.exec.nvcc import nvcc_available, nvcc_check
 
     prog = rc.compile(_rotated_step(), dims_hint={"B": 4}, cache=False)
     feeds = _rotated_feeds(3, seed=51)
     feeds["slots"] = np.array([TABLE - 1, 0, 9], np.int32)
-    be = EmulatorBackend(sanitize=True)
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for kernel, grid, block, args in prog.launches(buffers, bindings):
-        module.launch(kernel.name, grid, block, args)
-    be.synchronize()
-    got, want = prog.download_outputs(be, buffers, bindings), rc.evaluate(_rotated_step(), feeds)
+    got, want = _sanitized_run(prog, feeds), rc.evaluate(_rotated_step(), feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], **golden.FLOAT32_TOLERANCE)
     if nvcc_available() is not None:
