@@ -104,7 +104,7 @@ def carried_columns(scatter: Node, output: Node) -> Optional[tuple[int, int]]:
         return None
     k, e = index_symbol("k"), index_symbol("e")
     flat, valid = index_of(rows.views, (k, e), {k: rows.shape[0], e: width})
-    c0 = sympy.sympify(flat).subs({k: 0, e: 0})
+    c0 = flat.subs({k: 0, e: 0}) if isinstance(flat, sympy.Basic) else sympy.Integer(flat)
     if valid is not sympy.true or not c0.is_Integer or not 0 <= int(c0) <= n - width:
         return None
     return (split, int(c0)) if sympy.expand(flat - (k * n + c0 + e)) == 0 else None
