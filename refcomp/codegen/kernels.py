@@ -64,6 +64,11 @@ class Kernel:
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
     carried: tuple[Node, ...] = ()  # Scatters it performs too (search.carry): out1, ... their tables' buffers
 
+    @property
+    def written(self) -> tuple[Node, ...]:
+        """The nodes whose buffers it writes: its output, then the Scatters it carries."""
+        return (self.output,) + self.carried
+
     def __repr__(self) -> str:
         cost = (
             ""

@@ -47,11 +47,10 @@ def compiled_owners(program) -> dict[int, list[str]]:
     """Compiled node id -> the kernels computing it: the one writing it first, then those recomputing it."""
     owners: dict[int, list[str]] = {}
     for kernel in program.kernels:
-        written = (kernel.output,) + kernel.carried
-        for node in written:
+        for node in kernel.written:
             owners.setdefault(node.id, []).insert(0, kernel.name)
         for node in kernel.nodes:
-            if node not in written:
+            if node not in kernel.written:
                 owners.setdefault(node.id, []).append(kernel.name)
     return owners
 
@@ -76,7 +75,7 @@ def kernel_panel(program, index: int, profiled=None) -> str:
              ("computes", ", ".join(esc(node_name(program, n)) for n in kernel.nodes)),
              ("reads", ", ".join(esc(node_name(program, n)) for n in kernel.reads) or "nothing"),
              ("writes", ", ".join(esc(f"{node_name(program, n)} {n.dtype}")
-                                  for n in (kernel.output,) + kernel.carried)),
+                                  for n in kernel.written)),
              ("modeled", _modeled(kernel.cost))]
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     lines = kernel.source.count("\n") + 1
@@ -212,8 +211,8 @@ def memory_section(program) -> str:
     bindings = program.cost_bindings
     plan = program.memory_plan(bindings)
     kernels = program.kernels
-    writer = {n.id: i for i, k in enumerate(kernels) for n in (k.output,) + k.carried}
-    written = {n.id: n for k in kernels for n in (k.output,) + k.carried}
+    writer = {n.id: i for i, k in enumerate(kernels) for n in k.written}
+    written = {n.id: n for k in kernels for n in k.written}
     readers: dict[int, list[int]] = {}
     for i, k in enumerate(kernels):
         for node in k.reads:

@@ -104,10 +104,10 @@ class Program:
             aliases = self._in_place()
             steps = []
             for k in self.kernels:  # a kernel carrying Scatters: its output, then each table handed on
-                tables = [aliases[n.id] for n in (k.output,) + k.carried if n.id in aliases]
+                tables = [aliases[n.id] for n in k.written if n.id in aliases]
                 steps.append((k.output.id, [n.id for n in k.reads] + tables))
                 steps += [(s.id, [aliases[s.id]]) for s in k.carried]
-            written = [n for k in self.kernels for n in (k.output,) + k.carried]
+            written = [n for k in self.kernels for n in k.written]
             nbytes = {n.id: self._node_bytes(n, bindings) for n in written}
             plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
             if len(self._at) >= SIZED_BINDINGS:  # a decode loop binds a new cache length every step
