@@ -16,7 +16,7 @@ import numpy as np
 from ..codegen.emit import ProgramNames
 from ..codegen.kernels import Kernel, keep_compiled_templates, prelude
 from ..codegen.memory import MemoryPlan, plan_memory
-from ..errors import RefcompError
+from ..errors import FeedError, RefcompError
 from ..ops.dtypes import DTYPES, from_storage, storage_numpy_type, to_storage
 from ..ops.graph import flatten_outputs, input_nodes, symbols_of, toposort
 from ..ops.primitives import INDEXED, SCATTER, Node
@@ -25,6 +25,7 @@ from ..reference.bindings import bind_dims, check_binding, check_ids, show_bindi
 from ..reference.reference import computed_ids, evaluate, read_edge
 from ..symbolic.dims import check_dim_values, evaluate_dim, prod
 from .backends import get_backend
+from .resident import OnDevice, Resident
 from .saved import write_program
 from .cache import TemplateCache
 
@@ -163,15 +164,22 @@ class Program:
         return arrays, bindings
 
     def allocate(
-        self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]
+        self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int],
+        resident: Optional[Resident] = None,
     ) -> dict[int, object]:
-        """Backend buffers for one run: inputs uploaded, intermediates in the memory plan's slots,
-        outputs on their own; everything written by a kernel starts as NaN, so a missed write shows."""
+        """Backend buffers for one run: inputs uploaded (or, named in `resident`, its held buffers),
+        intermediates in the memory plan's slots, outputs on their own; everything written by a
+        kernel starts as NaN, so a missed write shows."""
         self._check_room(be, arrays, bindings)
         uploaded: dict[str, object] = {}
         for node in self._all_inputs:
-            if node.attrs["name"] not in uploaded:
-                uploaded[node.attrs["name"]] = be.upload(to_storage(arrays[node.attrs["name"]], node.dtype))
+            name = node.attrs["name"]
+            if name in uploaded:
+                continue
+            if resident is not None and name in resident:
+                uploaded[name] = resident.buffer(name, be.name)
+            else:
+                uploaded[name] = be.upload(to_storage(arrays[name], node.dtype))
         buffers: dict[int, object] = {node.id: uploaded[node.attrs["name"]] for node in self._all_inputs}
         plan = self.memory_plan(bindings)
         slots = [self._poisoned(be, n) for n in plan.slot_bytes]
@@ -228,11 +236,36 @@ class Program:
         return buffer
 
     def prepare(
-        self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None
+        self, be, feeds: Mapping[str, object], dims: Optional[Mapping[str, int]] = None,
+        resident: Optional[Resident] = None,
     ) -> tuple[dict, dict]:
         """The bound dims and the backend buffers of one run (checked, uploaded, allocated)."""
-        arrays, bindings = self.bind(feeds, dims)
-        return bindings, self.allocate(be, arrays, bindings)
+        arrays, bindings = self.bind(self._with_resident(feeds, resident), dims)
+        return bindings, self.allocate(be, arrays, bindings, resident)
+
+    def _with_resident(self, feeds: Mapping[str, object], resident: Optional[Resident]) -> Mapping:
+        """The feeds, with a stand-in of each resident array this program reads (binding reads only
+        its shape), after refusing a name both fed and resident, and a resident array that ids are
+        computed from (the runner checks ids on the host before any launch)."""
+        if resident is None:
+            return feeds
+        if not isinstance(resident, Resident):
+            raise RefcompError(f"resident must be an exec.resident.Resident, got {type(resident).__name__}")
+        if not isinstance(feeds, Mapping):
+            return feeds  # bind names the fault
+        held = {n.attrs["name"]: n for n in self._inputs if n.attrs["name"] in resident}
+        both = sorted(set(held).intersection(feeds))
+        if both:
+            raise FeedError(f"input {both[0]!r} is both fed and resident: feed it or hold it, not both")
+        for node in self._user_nodes:
+            if node.op.kind in INDEXED:
+                sources = {n.attrs["name"] for n in input_nodes(toposort([node.srcs[1].node]))}
+                if sources.intersection(held):
+                    raise FeedError(
+                        f"the ids of {node.op.name} are computed from resident input "
+                        f"{sorted(sources.intersection(held))[0]!r}: feed it, so the ids can be checked"
+                    )
+        return {**feeds, **{name: resident.stand_in(name, n.dtype) for name, n in held.items()}}
 
     def launches(self, buffers: Mapping[int, object], bindings: Mapping[str, int]):
         """(kernel, grid, block, args) for each kernel that has work at this binding, in order."""
@@ -263,23 +296,36 @@ class Program:
         feeds: Mapping[str, object],
         backend: Optional[str] = None,
         dims: Optional[Mapping[str, int]] = None,
+        resident: Optional[Resident] = None,
     ):
+        """The outputs for `feeds`. `resident` (exec.resident): arrays already on the backend, read in
+        place of feeds of their names; an output written into one in place comes back as OnDevice."""
         if backend == "numpy":
+            if resident is not None:
+                raise RefcompError("the numpy backend (the reference) reads no resident arrays: feed them")
             return evaluate(self.outputs, feeds, dims)
+        if resident is not None and backend is None:
+            backend = getattr(resident, "backend", None)
         be = get_backend(backend)
-        bindings, buffers = self.prepare(be, feeds, dims)
+        bindings, buffers = self.prepare(be, feeds, dims, resident)
         if be.name not in self._modules:
             self._modules[be.name] = be.load(self.source, [k.signature for k in self.kernels])
         module = self._modules[be.name]
         for kernel, grid, block, args in self.launches(buffers, bindings):
             module.launch(kernel.name, grid, block, args)
         be.synchronize()
-        return self.download_outputs(be, buffers, bindings)
+        return self.download_outputs(be, buffers, bindings, resident)
 
-    def download_outputs(self, be, buffers: Mapping[int, object], bindings: Mapping[str, int]):
-        """The outputs of a run, shaped and nested as the user's outputs were."""
+    def download_outputs(self, be, buffers: Mapping[int, object], bindings: Mapping[str, int],
+                         resident: Optional[Resident] = None):
+        """The outputs of a run, shaped and nested as the user's outputs were (one whose buffer is a
+        resident array's: an OnDevice, left there)."""
         results = []
         for node, tensor in zip(self.output_nodes, self.tensors):  # an identity view may reshape
+            held = None if resident is None else resident.holds(buffers[node.id])
+            if held is not None:
+                results.append(OnDevice(resident, held))
+                continue
             shape = tuple(evaluate_dim(n, bindings) for n in tensor.shape)
             stored = be.download(buffers[node.id], shape, np.dtype(storage_numpy_type(node.dtype)))
             results.append(from_storage(stored, node.dtype))

@@ -135,7 +135,8 @@ def run(count: int, seed: int = 0, per_program: int = 30, modes=("search", "plai
                 if model
                 else ""
             )
-            + f"{total.seconds['total']:.1f} s",
+            + f"{total.resident_runs} runs with the inputs resident ({total.resident_left} outputs left "
+            f"on the device), {total.seconds['total']:.1f} s",
             file=out,
         )
         print(
@@ -193,6 +194,8 @@ def _merge(total: BatchResult, res: BatchResult, graphs, coverage: dict) -> None
     total.compared += res.compared
     total.model_checked += res.model_checked
     total.minimum_checked += res.minimum_checked
+    total.resident_runs += res.resident_runs
+    total.resident_left += res.resident_left
     for counts, more in ((total.kernels, res.kernels), (total.rules, res.rules),
                          (total.launches, res.launches)):
         for k, v in more.items():

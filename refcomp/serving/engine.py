@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import RefcompError
 from ..exec.backends import BACKENDS
+from ..exec.resident import OnDevice, Resident
 from ..ops.core import input as rc_input
 from .kv_cache import PagedKVPool
 from .models import Decoder
@@ -81,6 +82,7 @@ class Engine:
         self.candidates = candidates_for(s.vocab)
         self.compiles = 0
         self._programs = {}
+        self._resident = None  # the weights and the pool on the device, from the first compiled step
         self.stats = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "tokens": 0}
         self.trace = None  # a list to record (kind, prompt indices, logits) of every step into
 
@@ -97,21 +99,45 @@ class Engine:
                     "sampler": {"B": 4}}[kind]
             if self.mesh is not None and kind != "sampler":
                 from .parallel import mesh_step
-                self._programs[kind], self._programs[kind + ".program"] = mesh_step(
+                run, self._programs[kind + ".program"] = mesh_step(
                     outputs, self.model, self.mesh, hint, self.backend, self.device_backend)
+                self._programs[kind] = lambda feeds: run(self._with_host_arrays(feeds))
                 self.compiles += 1
             elif self.backend == "numpy" or (self.mesh is not None and self.device_backend == "numpy"):
                 from ..reference.reference import evaluate
-                self._programs[kind] = lambda feeds: evaluate(outputs, feeds)
+                step = kind != "sampler"
+                self._programs[kind] = lambda feeds: evaluate(
+                    outputs, self._with_host_arrays(feeds) if step else feeds)
             else:
                 from ..compiler import compile as rc_compile
 
                 program = rc_compile(outputs, dims_hint=hint)
                 self.compiles += 1
                 device = self.device_backend if self.mesh is not None else self.backend
-                self._programs[kind] = lambda feeds, p=program: p.run(feeds, backend=device)
+                self._programs[kind] = lambda feeds, p=program: p.run(
+                    feeds, backend=device, resident=self.resident(device))
                 self._programs[kind + ".program"] = program
         return self._programs[kind]
+
+    def _with_host_arrays(self, feeds: dict) -> dict:
+        """A step's feeds with the weights and the pool as host arrays (the reference and the mesh)."""
+        return {**self.model.feeds(), **self.pool.feeds(), **feeds}
+
+    def resident(self, backend: Optional[str] = None) -> Resident:
+        """The weights and the KV pool, uploaded to the device at the first compiled step and kept
+        there (exec/resident.py): a step then sends only its tokens, positions, tables and settings,
+        and its kernels write the new keys and values into the pool where it lies. The pool's host
+        arrays are stale from then on; `sync_pool` reads the device's back into them."""
+        if self._resident is None:
+            self._resident = Resident({**self.model.feeds(), **self.pool.feeds()}, backend)
+        return self._resident
+
+    def sync_pool(self) -> None:
+        """Copy the device's pool into the pool's host arrays (after compiled steps wrote it there)."""
+        if self._resident is not None:
+            for layer in range(self.pool.n_layers):
+                name = self.pool.input_name(layer, "kv")
+                self.pool.store(layer, kv=self._resident.get(name))
 
     def compiled(self, kind: str):
         """The compiled Program of "prefill", "decode" or "sampler" (compiled now if it was not yet;
@@ -225,8 +251,6 @@ class Engine:
         for q, n in zip(seqs, counts):
             pool.allocate(q.key, n)
         feeds = {
-            **self.model.feeds(),
-            **pool.feeds(),
             "ids": ids,
             "positions": positions,
             "cached": np.array(starts, np.float32),
@@ -242,7 +266,14 @@ class Engine:
         """Keep a step's written pool arrays; each sequence now caches its chunk's tokens too."""
         pool = self.pool
         for layer in range(pool.n_layers):
-            pool.store(layer, kv=out[pool.input_name(layer, "kv")])
+            name = pool.input_name(layer, "kv")
+            written = out[name]
+            if isinstance(written, OnDevice):
+                continue  # written in place, where it lies
+            if self._resident is not None:  # (the program wrote a copy of the pool: hold that instead)
+                self._resident.put(name, written)
+            else:
+                pool.store(layer, kv=written)
         for q, n in zip(seqs, counts):
             q.cached += n
 

@@ -264,8 +264,6 @@ class Scheduler:
         seqs = [q for q, _ in rows]
         keys, starts, counts = [q.key for q in seqs], [q.cached for q in seqs], [n for _, n in rows]
         feeds = {
-            **self.engine.model.feeds(),
-            **self.pool.feeds(),
             "ids": ids,
             "positions": positions,
             "cached": np.array(starts, np.float32),
