@@ -9,7 +9,9 @@ sequence 1,023 tokens in, its 1,024th decoded; random weights and pool):
   the whole step and each kernel beside its modeled time;
 * the same launches captured in one CUDA graph (libcuda's stream capture through ctypes, as
   bench/launch_bench.py does) and launched with one call: what the step costs launched as serving
-  engines launch it, the figure the model's 3 us a launch stands in for.
+  engines launch it, the figure the model's 3 us a launch stands in for;
+* whole `Program.run` calls, every array fed beside the weights and the pool held on the device
+  (exec.resident, as the engine holds them): what the runner's host work and copies add to a step.
 
 Runs only where PyCUDA and a CUDA device are usable; elsewhere it prints "skipped: <reason>" and
 exits 0 (`--backend emulator --tiny` runs the first part on the host, as tests/test_decode_gpu_bench.py
@@ -91,6 +93,36 @@ def checked_run(outputs, program, feeds, backend: str) -> dict:
     return {"same_tokens": same, "max_logit_error": error}
 
 
+def held_names(feeds) -> list:
+    """The feeds a serving engine holds on the device (exec.resident): the weights and the pool."""
+    return [name for name, a in feeds.items() if np.asarray(a).dtype.kind == "f"
+            and name not in ("cached", "lengths", "penalty", "seen")]
+
+
+def runner_time(program, feeds, repeats: int, backend: str) -> dict:
+    """Wall-clock time of whole `Program.run` calls (binding, uploads, allocation, launches,
+    downloads): every array fed, beside the weights and the pool held on the device as the engine
+    holds them (exec.resident), the held run's tokens equal to the fed run's."""
+    import time
+    from refcomp.exec.resident import Resident
+
+    held = Resident({name: feeds[name] for name in held_names(feeds)}, backend)
+    step = {name: a for name, a in feeds.items() if name not in held}
+    fed, kept, tokens = [], [], []
+    for _ in range(repeats):
+        for times, run in ((fed, lambda: program.run(feeds, backend=backend)),
+                           (kept, lambda: program.run(step, backend=backend, resident=held))):
+            started = time.perf_counter()
+            got = run()
+            times.append(time.perf_counter() - started)
+            tokens.append(np.asarray(got["token"]))
+    return {"fed_median_ms": statistics.median(fed) * 1e3,
+            "resident_median_ms": statistics.median(kept) * 1e3,
+            "fed_rounds_ms": [t * 1e3 for t in fed], "resident_rounds_ms": [t * 1e3 for t in kept],
+            "same_tokens": all(np.array_equal(t, tokens[0]) for t in tokens),
+            "held_mb": sum(np.asarray(feeds[n]).nbytes for n in held) / 1e6}
+
+
 def graph_time(program, feeds, repeats: int) -> dict:
     """The step's launches captured in one CUDA graph, launched `repeats` times (after one that uploads
     it): the median device time of a launch of the whole step, and the host's time per launch call."""
@@ -124,6 +156,7 @@ def measure(batch: int, context: int, repeats: int) -> dict:
         ("per_kernel", lambda: _per_kernel(program, time_program(program, feeds, repeats=repeats, warmup=1,
                                                                  per_kernel=True))),
         ("graph", lambda: graph_time(program, feeds, repeats)),
+        ("runner", lambda: runner_time(program, feeds, max(3, repeats // 3), "pycuda")),
     ):
         try:  # one failure never loses the others
             row[name] = part()
@@ -159,6 +192,9 @@ def main(argv=None) -> int:
         for batch in args.batches:
             outputs, program, feeds = decode_case(batch, args.context, sizes=TINY if args.tiny else SMALL)
             print(f"batch {batch}: {checked_run(outputs, program, feeds, args.backend)}")
+            runner = runner_time(program, feeds, 3, args.backend)
+            print(f"batch {batch}: Program.run {runner['fed_median_ms']:.1f} ms fed, "
+                  f"{runner['resident_median_ms']:.1f} ms with {runner['held_mb']:.1f} MB held")
         return 0
     if no_gpu():
         return 0
@@ -169,12 +205,13 @@ def main(argv=None) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({"rows": rows}, indent=2) + "\n")
     print(f"{'batch':>5}  {'kernels':>7}  {'modeled us':>10}  {'measured us':>11}  {'as a graph us':>13}  "
-          f"tokens")
+          f"{'run fed ms':>10}  {'run held ms':>11}  tokens")
     for row in rows:
-        shown = [row[k].get("median_us") for k in ("stream", "graph")]
+        shown = [row[k].get(f) for k, f in (("stream", "median_us"), ("graph", "median_us"),
+                                           ("runner", "fed_median_ms"), ("runner", "resident_median_ms"))]
         text = ["-" if v is None else f"{v:.1f}" for v in shown]
         print(f"{row['batch']:>5}  {row['kernels']:>7}  {row['modeled_us']:>10.1f}  {text[0]:>11}  "
-              f"{text[1]:>13}  {row['check'].get('same_tokens', '-')}")
+              f"{text[1]:>13}  {text[2]:>10}  {text[3]:>11}  {row['check'].get('same_tokens', '-')}")
     return 0
 
 

@@ -20,6 +20,10 @@ def test_the_benchs_decode_step_matches_the_reference_on_the_emulator(batch, con
     assert any(k.carried for k in program.kernels)  # the q/k/v matmul writes the pool
     result = bench.checked_run(outputs, program, feeds, "emulator")
     assert result["same_tokens"] and result["max_logit_error"] < 1e-4
+    held = bench.held_names(feeds)
+    assert sorted(held) == sorted(n for n in feeds if n.startswith(("h.", "wte", "wpe", "ln_f", "kv_")))
+    runner = bench.runner_time(program, feeds, 2, "emulator")  # fed and held runs, alternately
+    assert runner["same_tokens"] and len(runner["resident_rounds_ms"]) == 2
 
 
 def test_without_a_gpu_the_bench_says_so_and_exits_0(capsys):
