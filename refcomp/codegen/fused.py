@@ -26,7 +26,7 @@ from . import render_c
 from .emit import KernelBody, ProgramNames, Unfusable
 from .indexed import carry_rows
 from .kernels import BLOCK, TILE, Kernel, Late, Launch, finish_kernel, lines_read_by
-from .statistics import reads_match, row_statistics
+from .statistics import reads_match, row_statistics, stored_statistics
 from .sums import long_chain, loop_fields
 
 
@@ -299,6 +299,22 @@ class TiledContraction:
         body.statements, body._guards = [], []
         return statements, result
 
+    def row_statistics(self, output: Node, nodes: Sequence[Node], carried: int) -> dict:
+        """The template's fields for computing `nodes`, the statistics of the rows of `output` it stores
+        (codegen.statistics.stored_statistics), written to the outputs after the `carried` ones."""
+        n_axes = self.axes[2]
+        out_axes = [a for a in range(len(self.shape)) if a != self.k_axis]
+        row = self.body.index_var("bm") + (0 if self.batch_sym is None else self.batch_sym * self.sizes["m"])
+        stats = None
+        if list(n_axes) == [out_axes[-1]]:
+            stats = stored_statistics(nodes, output, self.out_index(), self.sizes["n"], row, self.body.ranges)
+        if stats is None:
+            raise Unfusable(f"{nodes[0].op.name}#{nodes[0].id}: not the statistics of the rows this matmul "
+                            f"stores, along its N axis")
+        label = self.body.names.label
+        return dict(what=f"{label(stats.total)} and {label(stats.squares)}", sum=f"out{carried + 1}",
+                    squares=f"out{carried + 2}", nodes=(stats.total, stats.squares))
+
     def fields(
         self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str
     ) -> dict:
@@ -366,6 +382,7 @@ def matmul_kernel(
     slices: int = 1,
     splits: int = 1,
     carried: Sequence[Node] = (),
+    row_stats: Sequence[Node] = (),
 ) -> Kernel:
     """`b_along_k`: load B's tiles with threadIdx.x walking K (coalesced when B is contiguous along K);
     `prologue`: per-row reductions the operands read, computed by each block before its tile loop;
@@ -374,7 +391,9 @@ def matmul_kernel(
     `splits`: K split across that many blocks per tile, the last to finish adding their partial sums
     in split order (split-K in one kernel: a decode step's few rows get splits x the blocks);
     `carried`: Scatters whose rows are columns of `output`, written into their tables as they are
-    stored (a decode step's keys and values into the KV pool: search.carry)."""
+    stored (a decode step's keys and values into the KV pool: search.carry);
+    `row_stats`: a layer norm's sum and sum of squared deviations of the rows it stores, reduced as
+    they are stored (matmul_row_stats.cu.j2: search.row_stats)."""
     if slices > 1 and (problem := sliced_problem("matmul.cu.j2", len(prologue), tile, slices)):
         raise Unfusable(problem)
     tc = TiledContraction.of(reduce, names, inline)
@@ -385,16 +404,17 @@ def matmul_kernel(
     a_statements, a_value = tc.operand(0, "a")
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc", carried)
+    stats_fields = tc.row_statistics(output, row_stats, len(carried)) if row_stats else None
     unread = [n for n in prologue if n.id not in tc.body.scalars_read]
     if unread:
         raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
     nodes = (
         (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
-        + tuple(carried)
+        + tuple(carried) + (stats_fields["nodes"] if stats_fields else ())
     )
     loads = a_statements + [a_value] + b_statements + [b_value]
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    fields["launch"] = replace(fields["launch"], slices=slices, splits=splits)
+    fields["launch"] = replace(fields["launch"], slices=slices, splits=splits, row_stats=bool(row_stats))
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return finish_kernel(
         name,
@@ -412,7 +432,8 @@ def matmul_kernel(
         + (f", K split across {splits} blocks" if splits > 1 else "")
         + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
         + (f" ({len(squares)} pair(s) in one pass)" if squares else "")
-        + "".join(f", rows of {tc.body.names.label(s)} -> out{k + 1}" for k, s in enumerate(carried)),
+        + "".join(f", rows of {tc.body.names.label(s)} -> out{k + 1}" for k, s in enumerate(carried))
+        + (f", its rows' {stats_fields['what']}" if stats_fields else ""),
         prologue_extent=prologue_extent,
         prologue_phases=len(phases),
         prologue_pairs=len(squares),
@@ -420,6 +441,8 @@ def matmul_kernel(
         slices=slices,
         splits=splits,
         carried=tuple(carried),
+        statistics=stats_fields["nodes"] if stats_fields else (),
+        row_stats=stats_fields,
         stats_extent=lambda b: b.printer.int(prologue_extent) if phases else "",
         prologue_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), prologue_texts)),
         a_statements=a_statements,

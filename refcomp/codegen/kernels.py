@@ -23,7 +23,7 @@ from . import render_c
 from .emit import Access, KernelBody, Unfusable, linear_of
 from .sums import loop_fields
 from .launch import (  # noqa: F401  (kernels' launch constants, here for their importers)
-    BLOCK, MAX_GRID_STRIDE_BLOCKS, N_TILES, TILE, WARP_OUTPUTS, Launch, with_scratch,
+    BLOCK, MAX_GRID_STRIDE_BLOCKS, N_TILES, SCRATCH, TILE, WARP_OUTPUTS, Launch, with_scratch,
 )
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -63,11 +63,13 @@ class Kernel:
     cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
     carried: tuple[Node, ...] = ()  # Scatters it performs too (search.carry): out1, ... their tables' buffers
+    row_stats: tuple[Node, ...] = ()  # its rows' sum and sum of squared deviations (after the carried outs)
 
     @property
     def written(self) -> tuple[Node, ...]:
-        """The nodes whose buffers it writes: its output, then the Scatters it carries."""
-        return (self.output,) + self.carried
+        """The nodes whose buffers it writes: its output, the Scatters it carries, its rows' statistics
+        (out0, out1, ... in this order)."""
+        return (self.output,) + self.carried + self.row_stats
 
     def __repr__(self) -> str:
         cost = (
@@ -85,10 +87,10 @@ class Kernel:
     ) -> list:
         """Launch arguments: buffers for pointer params, ints for dims."""
         by_ident = {f"in{k}": buffers[n.id] for k, n in enumerate(self.reads)}
-        by_ident["out0"] = buffers[self.output.id]
-        by_ident.update({f"out{k + 1}": buffers[s.id] for k, s in enumerate(self.carried)})
-        if self.launch.splits > 1:  # allocated per launch by the runner (exec.program)
-            by_ident["ws0"], by_ident["ws1"] = buffers[("ws0", self.name)], buffers[("ws1", self.name)]
+        by_ident.update({f"out{k}": buffers[n.id] for k, n in enumerate(self.written)})
+        for ws in SCRATCH:  # allocated per launch by the runner (exec.program)
+            if (ws, self.name) in buffers:
+                by_ident[ws] = buffers[(ws, self.name)]
         out = []
         for p in self.signature.params:
             out.append(by_ident[p.ident] if p.ctype.endswith("*") else bindings[dim_symbols[p.ident].name])
@@ -184,6 +186,7 @@ def finish_kernel(
     prologue_pairs: int = 0,
     splittable: bool = False,
     carried: tuple = (),
+    statistics: tuple = (),
     **fields,
 ) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
@@ -201,7 +204,7 @@ def finish_kernel(
         prologue_pairs=prologue_pairs,
         splittable=splittable,
     )
-    outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried))]
+    outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried) + len(statistics))]
     if not render:
         return Kernel(
             name,
@@ -214,6 +217,7 @@ def finish_kernel(
             launch,
             plan=plan,
             carried=tuple(carried),
+            row_stats=tuple(statistics),
         )
     fields = {
         k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()
@@ -232,7 +236,7 @@ def finish_kernel(
     )
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
-                  user_ops(nodes), plan=plan, carried=tuple(carried))
+                  user_ops(nodes), plan=plan, carried=tuple(carried), row_stats=tuple(statistics))
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)

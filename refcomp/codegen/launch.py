@@ -33,13 +33,15 @@ class Launch:
     splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
     cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
     stats: bool = False  # tiles split across blocks: each block's partials carry its rows' m and l (online)
+    row_stats: bool = False  # tiles: the kernel also reduces its rows' statistics (ws2 partials, ws3 tickets)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)
         sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
         split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
         wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
-        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}"
+        rows = ", its rows' statistics" if self.row_stats else ""
+        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}{rows}"
 
     def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
         """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
@@ -52,6 +54,16 @@ class Launch:
         tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
         stats = 2 * tiles_n if self.stats else 0
         return batch * self.splits * m * (n + stats), batch * tiles_m * tiles_n
+
+    def row_scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
+        """Elements of the scratch of a kernel that reduces its rows' statistics (codegen.row_stats): ws2
+        (float32) a mean and m2 per row and N tile, ws3 (uint32) one ticket per row of tiles, zero
+        before the launch and after it. (0, 0) for any other kernel."""
+        if not self.row_stats:
+            return 0, 0
+        n, batch = (evaluate_dim(d, bindings) for d in self.extra)
+        m, t = evaluate_dim(self.work, bindings), self.block
+        return 2 * batch * m * -(-n // t), batch * -(-m // t)
 
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
@@ -69,12 +81,16 @@ class Launch:
         return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
 
 
+SCRATCH = ("ws0", "ws1", "ws2", "ws3")
+
+
 def with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
-    """The signature with a split launch's scratch buffers after out0 (Launch.scratch), and without
-    them for a launch that does not split K."""
-    params = tuple(p for p in signature.params if p.ident not in ("ws0", "ws1"))
-    if launch.splits == 1:
+    """The signature with its launch's scratch buffers after out0: a split launch's ws0 and ws1
+    (Launch.scratch), a row-statistics kernel's ws2 and ws3 (Launch.row_scratch); none otherwise."""
+    params = tuple(p for p in signature.params if p.ident not in SCRATCH)
+    scratch = ((Param("ws0", "float*"), Param("ws1", "unsigned int*")) if launch.splits > 1 else ()) + (
+        (Param("ws2", "float*"), Param("ws3", "unsigned int*")) if launch.row_stats else ())
+    if not scratch:
         return replace(signature, params=params)
     at = next(i for i, p in enumerate(params) if p.ident == "out0") + 1
-    scratch = (Param("ws0", "float*"), Param("ws1", "unsigned int*"))
     return replace(signature, params=params[:at] + scratch + params[at:])

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ops.primitives import Node
-from .access import AccessModelError, MemoryCounts, buffer_bytes, global_counts
+from .access import AccessModelError, MemoryCounts, global_counts
+from .row_stats_access import buffer_bytes
 from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramNames, Unfusable
 from .fused import matmul_axes
 from .indexed import carried_columns

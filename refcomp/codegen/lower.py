@@ -87,6 +87,7 @@ class Group:
     kind: str  # "elementwise", "reduce", "row", "matmul", "gather" or "scatter"
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
     carried: tuple[Node, ...] = ()  # Scatters of the root's columns this kernel also writes (search.carry)
+    row_stats: tuple[Node, ...] = ()  # its root's rows' sum and sum of squared deviations (search.row_stats)
 
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
@@ -167,8 +168,8 @@ def kernel_for_group(
         prologue = [n for n in group.members if n.id in params.get("prologue_ids", ())]
         if online and prologue:
             raise Unfusable("the online-softmax matmul computes no prologue reductions")
-        if online and group.carried:
-            raise Unfusable("the online-softmax matmul writes no Scatter's rows")
+        if online and (group.carried or group.row_stats):
+            raise Unfusable("the online-softmax matmul writes no Scatter's rows and no row statistics")
         if online:
             return softmax_matmul_kernel(
                 name,
@@ -189,7 +190,7 @@ def kernel_for_group(
                              b_along_k=bool(params.get("b_along_k")), prologue=prologue,
                              welford=frozenset(params.get("welford_ids", ())) & {n.id for n in prologue},
                              slices=params.get("slices", 1), splits=params.get("splits", 1),
-                             carried=group.carried)
+                             carried=group.carried, row_stats=group.row_stats)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
             return reduce_kernel(

@@ -18,6 +18,7 @@ from ..ops.primitives import REDUCE
 from ..symbolic.dims import evaluate_dim
 from .access import WARP, MemoryCounts, global_counts
 from .kernels import Kernel
+from .row_stats_access import row_stats_counts
 
 
 def shared_counts(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
@@ -217,4 +218,15 @@ def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
 
 
 def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
-    return global_counts(kernel, bindings, sample) + shared_counts(kernel, bindings)
+    counts = global_counts(kernel, bindings, sample) + shared_counts(kernel, bindings)
+    if kernel.launch.row_stats:
+        own = _tile_store_wavefronts(kernel.launch.block)
+        counts = counts + row_stats_counts(kernel, bindings, sample, own)
+    return counts
+
+
+def _tile_store_wavefronts(t: int) -> int:
+    """Wavefronts of a block's store of As[ty][tx] (pitch t + 1), warp by warp."""
+    tid = np.arange(t * t)
+    lanes = [tid[w:w + WARP] for w in range(0, t * t, WARP)]
+    return sum(_wavefronts((lane // t) * (t + 1) + lane % t) for lane in lanes)

@@ -31,6 +31,7 @@ import sympy
 from ..ops.primitives import Edge, Node
 from ..symbolic.dims import dims_equal, expand
 from ..symbolic.index import index_of, unravel_within
+from ..symbolic.view import contiguous_strides
 
 RELATIVE_SLACK = 1e-6  # the constants' product may differ from -1/n by float32 rounding of 1/n
 
@@ -115,3 +116,34 @@ def reads_match(stats: RowStatistics, source_index: Sequence, row_position, rang
             return False
         edge = next(e for e in step.srcs if e.constant is None)
     return same(flat_at(edge, idx), row_position)
+
+
+def stored_statistics(nodes: Sequence[Node], output: Node, out_index: Sequence, columns: object,
+                      row: object, ranges) -> Optional[RowStatistics]:
+    """The statistics S and V (`nodes`) of the rows of `output` that a matmul kernel stores, when that
+    kernel may compute them as it stores (the matmul template's row-statistics end): S sums `output`
+    along its last axis, which is the matmul's N axis alone (`out_index[-1]` is the thread's column,
+    `columns` its extent), S's element for the thread's row lies at `row` (the template's batch x M +
+    bm), and V is S's sum of squared deviations (row_statistics, reads_match). None otherwise."""
+    if len(nodes) != 2 or any(n.dtype != "float32" for n in tuple(nodes) + (output,)):
+        return None
+    squares = next((n for n in nodes if row_statistics(n) is not None), None)
+    stats = None if squares is None else row_statistics(squares)
+    if stats is None or stats.total not in nodes or stats.total.srcs[0].node is not output:
+        return None
+    axis = stats.total.attrs["axis"]
+    if axis != len(output.shape) - 1 or not dims_equal(output.shape[axis], columns):
+        return None
+    r = sympy.Symbol("r_stats", integer=True, nonnegative=True)
+    ranges = {**ranges, r: columns}
+    source = list(out_index[:-1]) + [r]
+    rows = list(out_index[:-1])
+    position = sum((i * s for i, s in zip(rows, contiguous_strides(stats.total.shape))), sympy.Integer(0))
+    element = sum((i * s for i, s in zip(source, contiguous_strides(output.shape))), sympy.Integer(0))
+    flat, valid = index_of(stats.total.srcs[0].views, tuple(source), ranges)
+    if valid is not sympy.true or expand(sympy.sympify(flat) - element) != 0:
+        return None  # S reads the row of `output` the thread stores, in order
+    if expand(position - row) != 0 or not reads_match(stats, source, position, ranges):
+        return None
+    return stats
+

@@ -108,6 +108,7 @@ class Program:
                 tables = [aliases[n.id] for n in k.written if n.id in aliases]
                 steps.append((k.output.id, [n.id for n in k.reads] + tables))
                 steps += [(s.id, [aliases[s.id]]) for s in k.carried]
+                steps += [(s.id, [k.output.id] + [n.id for n in k.reads]) for s in k.row_stats]
             written = [n for k in self.kernels for n in k.written]
             nbytes = {n.id: self._node_bytes(n, bindings) for n in written}
             plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
@@ -191,11 +192,12 @@ class Program:
                 buffers[node_id] = self._poisoned(be, self._node_bytes(by_id[node_id], bindings))
         for written, table in self._in_place().items():  # launch order: a chain hands one buffer along
             buffers[written] = buffers[table]
-        for kernel in self.kernels:  # K split across blocks: partials (poisoned) and tickets (zero)
-            partials, tickets = kernel.launch.scratch(bindings)
-            if tickets:
-                buffers[("ws0", kernel.name)] = self._poisoned(be, 4 * partials)
-                buffers[("ws1", kernel.name)] = be.upload(np.zeros(tickets, np.uint32))
+        for kernel in self.kernels:  # split K, rows' statistics: partials (poisoned) and tickets (zero)
+            for (partials, tickets), names in ((kernel.launch.scratch(bindings), ("ws0", "ws1")),
+                                               (kernel.launch.row_scratch(bindings), ("ws2", "ws3"))):
+                if tickets:
+                    buffers[(names[0], kernel.name)] = self._poisoned(be, 4 * partials)
+                    buffers[(names[1], kernel.name)] = be.upload(np.zeros(tickets, np.uint32))
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
@@ -220,6 +222,8 @@ class Program:
                       for k, (n, t) in enumerate(zip(self.output_nodes, self.tensors))})
         sizes.update({f"scratch of {k.name} (K split across blocks)": 4 * sum(k.launch.scratch(bindings))
                       for k in self.kernels if k.launch.splits > 1})
+        sizes.update({f"scratch of {k.name} (its rows' statistics)": 4 * sum(k.launch.row_scratch(bindings))
+                      for k in self.kernels if k.launch.row_stats})
         total = sum(sizes.values()) + plan.peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
             sizes.setdefault(

@@ -118,8 +118,7 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
     except AccessModelError:  # an index the model cannot evaluate: the graph's estimate stands
         return coarse
     footprints = {f"in{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.reads)}
-    footprints["out0"] = stored_bytes(kernel.output, bindings)
-    footprints.update({f"out{k + 1}": stored_bytes(s, bindings) for k, s in enumerate(kernel.carried)})
+    footprints.update({f"out{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.written)})
     return access_cost(coarse, moved, footprints, profile)
 
 

@@ -114,6 +114,11 @@ class Schedule:
         "pass as the row's sum by Welford's update (also prologue)",
         codegen="welford_ids",
     )
+    row_stats: frozenset = decision(
+        "a layer norm's row sum and sum of squared deviations computed by the matmul kernel that stores "
+        "the rows, as it stores them (search.row_stats; never a kernel's root, never inline)",
+        codegen="row_stats_ids",
+    )
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property

@@ -30,6 +30,7 @@ from .fusion_rules import CLEANUP, FUSION
 from .moves import apply_move, descend, moves_of, where_in
 from .schedule import KERNEL_PARAMS, Schedule
 from .carry import carry_scatters
+from .row_stats import carry_row_stats
 from ..ops.graph import identity_edge, own_scatter_tables, rebuild, structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
@@ -184,6 +185,11 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     cost, sched, groups, path = found.best
     trace += [Step(rule.name, where_in(graph, sites), c, k, len(sites) - 1) for rule, sites, c, k in path]
     sched, groups = _tune(graph, ev, sched, groups, trace)
+    sched, groups, moved = carry_row_stats(graph, ev, sched, groups,
+                                           lambda s, some: _tune(graph, ev, s, some, [])[0])
+    if moved:  # shown in explain(): the layer norms whose statistics the matmul before computes
+        trace.append(Step("carry_row_stats", ", ".join(graph.names.label(n) for n in moved),
+                          ev.total(sched, groups), len(groups)))
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     ordered, costs = carry_scatters(ordered, [ev.cost(sched, g) for g in ordered], sched, profile)
     carrying = [g for g in ordered if g.carried]

@@ -1,0 +1,98 @@
+"""The memory model of a matmul kernel's row-statistics end (templates/matmul_row_stats.cu.j2), which
+its index expressions do not show: the partial statistics in ws2, the merge's loads of them, the
+sum and sum of squared deviations stored per row, and the shared memory and barriers of its phases.
+Counted on lanes (global) or in closed form (shared), field by field as the profiler measures them.
+
+Per tile, the block that stored it (a split tile's last) puts each thread's stored value in As
+(threads of slice 0), then each row's thread of column 0 reads the tile's columns of its row and,
+for a row below M, stores its mean and m2; thread 0 draws the row of tiles' ticket into RowLast; the
+last tile of each row of tiles has the rows' threads of column 0 load every tile's mean and m2 and
+store the row's two results. Three barriers a block; a split kernel's blocks also read Last[0] (the
+split ticket) in each phase that asks whether they stored their tile.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..symbolic.dims import evaluate_dim
+from .access import SECTOR, WARP, MemoryCounts, _digits, _distinct_per_row, _pick, buffer_bytes as _tile_bytes
+from .kernels import Kernel
+
+
+def _shape(launch, bindings):
+    t = launch.block
+    n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
+    m = evaluate_dim(launch.work, bindings)
+    return t, n, m, batch, -(-n // t), -(-m // t), -(-t * t // WARP)
+
+
+def row_stats_traffic(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None):
+    """(buffer, store?, requests, sectors) of each global access of the row-statistics end."""
+    launch = kernel.launch
+    if not launch.row_stats:
+        return
+    t, n, m, batch, gx, gy, warps = _shape(launch, bindings)
+    total, squares = (f"out{len(kernel.carried) + k}" for k in (1, 2))
+    lane = np.arange(WARP, dtype=np.int64)
+
+    def lanes(count, *radices):
+        q, weight = _pick(count, sample)
+        digits = _digits(q, warps, *radices)
+        tid = digits[0][:, None] * WARP + lane
+        ty, tx = tid // t, tid % t
+        return weight, digits[1:], (tid < t * t) & (tx == 0), ty
+
+    def counted(buffer, store, weight, index, active):
+        per_row = _distinct_per_row(index * 4 // SECTOR, active)
+        return buffer, store, weight * float((per_row > 0).sum()), weight * float(per_row.sum())
+
+    weight, (bx, by, bz), column_0, ty = lanes(gx * gy * batch * warps, gx, gy)  # each tile's partials
+    bm = by[:, None] * t + ty
+    part = (bz[:, None] * m + bm) * gx + bx[:, None]
+    for offset in (0, 1):
+        yield counted("ws2", True, weight, 2 * part + offset, column_0 & (bm < m))
+    weight, (tile, by, bz), column_0, ty = lanes(gy * batch * warps * gx, gx, gy)  # the merge's loads
+    bm = by[:, None] * t + ty
+    part = (bz[:, None] * m + bm) * gx + tile[:, None]
+    for offset in (0, 1):
+        yield counted("ws2", False, weight, 2 * part + offset, column_0 & (bm < m))
+    weight, (by, bz), column_0, ty = lanes(gy * batch * warps, gy)  # each row's two results
+    bm = by[:, None] * t + ty
+    for buffer in (total, squares):
+        yield counted(buffer, True, weight, bz[:, None] * m + bm, column_0 & (bm < m))
+
+
+def row_stats_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None,
+                     own: int = 0) -> MemoryCounts:
+    """Global and shared counts of the row-statistics end; `own`: the wavefronts of one block's store
+    of As[ty][tx] (shared_access counts it for the tile loads)."""
+    launch = kernel.launch
+    if not launch.row_stats:
+        return MemoryCounts()
+    counts = {"global_load_requests": 0.0, "global_load_sectors": 0.0, "global_store_requests": 0.0,
+              "global_store_sectors": 0.0}
+    for _, store, requests, sectors in row_stats_traffic(kernel, bindings, sample):
+        kind = "store" if store else "load"
+        counts[f"global_{kind}_requests"] += requests
+        counts[f"global_{kind}_sectors"] += sectors
+    t, n, m, batch, gx, gy, warps = _shape(launch, bindings)
+    tiles, blocks = gx * gy * batch, gx * gy * batch * launch.splits
+    all_warps = warps * launch.slices
+    split = launch.splits > 1
+    last_reads = (2 * blocks * all_warps + blocks) if split else 0  # phases B and D, C's thread 0
+    loads = last_reads + warps * n * gy * batch + tiles * all_warps  # + each row's columns, RowLast[0]
+    stores = tiles * warps + tiles  # As[ty][tx], RowLast[0]
+    return MemoryCounts(**counts, shared_load_requests=loads, shared_load_wavefronts=loads,
+                        shared_store_requests=stores, shared_store_wavefronts=tiles * own + tiles,
+                        barriers=3 * blocks * all_warps)
+
+
+def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
+                 sample: Optional[int] = None) -> dict[str, float]:
+    """access.buffer_bytes, with the row-statistics end's traffic (ws2 and the two results) added."""
+    moved = _tile_bytes(kernel, bindings, sample)
+    for buffer, _, _, sectors in row_stats_traffic(kernel, bindings, sample):
+        moved[buffer] = moved.get(buffer, 0.0) + SECTOR * sectors
+    return moved
