@@ -86,3 +86,16 @@ def launch_split_twice(be, prog, kernel, feeds, want) -> None:
         assert (tickets == 0).all()
         got = prog.download_outputs(be, buffers, bindings)
         np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+
+
+def sanitized_run(prog, feeds):
+    """The program's outputs on the emulator with every load and store bounds-checked (AddressSanitizer)."""
+    from refcomp.exec.emulator import EmulatorBackend
+
+    be = EmulatorBackend(sanitize=True)
+    bindings, buffers = prog.prepare(be, feeds)
+    module = be.load(prog.source, [k.signature for k in prog.kernels])
+    for kernel, grid, block, args in prog.launches(buffers, bindings):
+        module.launch(kernel.name, grid, block, args)
+    be.synchronize()
+    return prog.download_outputs(be, buffers, bindings)

@@ -18,6 +18,7 @@ from refcomp import golden
 from refcomp.errors import FeedError
 from refcomp.exec.profile import model_disagreements
 from refcomp.pipeline.assemble import program_for_schedule
+from fusion_checks import sanitized_run
 
 ROWS, D_IN, Q, KV, TABLE = "B", 40, 24, 32, 50
 
@@ -61,19 +62,6 @@ def _check(prog, feeds):
 
 def _carrying(prog):
     return [k for k in prog.kernels if k.carried]
-
-
-def _sanitized_run(prog, feeds):
-    """The program's outputs on the emulator with every load and store bounds-checked (AddressSanitizer)."""
-    from refcomp.exec.emulator import EmulatorBackend
-
-    be = EmulatorBackend(sanitize=True)
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for kernel, grid, block, args in prog.launches(buffers, bindings):
-        module.launch(kernel.name, grid, block, args)
-    be.synchronize()
-    return prog.download_outputs(be, buffers, bindings)
 
 
 def test_the_qkv_matmul_writes_the_rows_into_the_table_and_no_scatter_kernel_runs():
@@ -234,7 +222,7 @@ def test_every_access_of_a_carrying_kernel_stays_in_its_buffers(splits):
     prog = program_for_schedule(outs, base.search, sched)
     feeds = _feeds(3, seed=30 + splits)
     feeds["slots"] = np.array([TABLE - 1, 0, 17], np.int32)
-    got = _sanitized_run(prog, feeds)
+    got = sanitized_run(prog, feeds)
     q, pool = _want(feeds)
     np.testing.assert_allclose(got["pool"], pool, **golden.FLOAT32_TOLERANCE)
     np.testing.assert_allclose(got["q"], q, **golden.FLOAT32_TOLERANCE)
@@ -284,7 +272,7 @@ def test_an_elementwise_carrier_stays_in_its_buffers_and_builds_with_nvcc():
     prog = rc.compile(_rotated_step(), dims_hint={"B": 4}, cache=False)
     feeds = _rotated_feeds(3, seed=51)
     feeds["slots"] = np.array([TABLE - 1, 0, 9], np.int32)
-    got, want = _sanitized_run(prog, feeds), rc.evaluate(_rotated_step(), feeds)
+    got, want = sanitized_run(prog, feeds), rc.evaluate(_rotated_step(), feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], **golden.FLOAT32_TOLERANCE)
     if nvcc_available() is not None:

@@ -49,7 +49,8 @@ class When:
 
 
 def _free(graph: Graph, sched: Schedule, n: Node) -> bool:
-    return (n.id not in sched.inline and n.id not in graph.outputs and bool(graph.consumers[n.id])
+    return (n.id not in sched.inline and n.id not in sched.row_stats and n.id not in graph.outputs
+            and bool(graph.consumers[n.id])
             and not any(c.op.kind in INDEXED for c in graph.consumers[n.id]))
 
 
@@ -80,7 +81,8 @@ table_not_overwritten = When(
 )
 reduction = When(lambda g, s, n: n.op.kind == REDUCE, "a reduction", own=True)
 short = When(lambda g, s, n: short_reduce(n), f"over at most {SHORT_REDUCE} values", own=True)
-free = When(_free, "free (not inline, no output, read only by kernels that can inline it)")
+free = When(_free, "free (not inline, no output, not another kernel's row statistics, read only by "
+                   "kernels that can inline it)")
 a_sum = When(lambda g, s, n: n.op.name == "SumReduce", "a SumReduce", own=True)
 product_unshared = When(
     lambda g, s, n: _product(n).id not in g.outputs and len(g.consumers[_product(n).id]) == 1,
