@@ -239,6 +239,12 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert tallied(lambda launch: "512+ threads" in launch), (
         f"no reduction or row of 512 or 1,024 threads a block: {total.launches}"
     )
+    assert tallied(lambda launch: "rows' statistics" in launch), (
+        f"no matmul computed the statistics of the rows it stores (search/row_stats.py): {total.launches}"
+    )
+    assert total.resident_runs > 0 and total.resident_left > 0, (
+        "no run held its inputs on the backend and left a Scatter's write there (exec/resident.py)"
+    )
     assert total.rules.get("split_k", 0) > 0, (
         f"no skinny contraction was split (search/split.py): {total.rules}"
     )

@@ -182,7 +182,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                           + (" (online softmax)" if kernel.launch.splits > 1 and kernel.launch.stats else "")
                           + (" of 512+ threads" if kernel.launch.mode != "tiles" and kernel.launch.block > 256
                              else "")
-                          + (" carrying a Scatter" if kernel.carried else ""))
+                          + (" carrying a Scatter" if kernel.carried else "")
+                          + (" with its rows' statistics" if kernel.row_stats else ""))
                 result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1

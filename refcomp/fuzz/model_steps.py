@@ -13,6 +13,7 @@ from .graph import max_extent, min_extent, simple_dim, WIDE_ROWS_RATE
 TALL_NORM_RATE = (
     0.35  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
 )
+PROJECTED_NORM_RATE = 0.6  # a layer norm of a residual stream r + x @ w, then a matmul (search/row_stats.py)
 
 
 class ModelSteps:
@@ -30,7 +31,10 @@ class ModelSteps:
         elif op == "log_softmax":
             out = self.emit(f"{n}.log_softmax({axis})", -(v.hi - v.lo) - math.log(extent) - 1, 0.0, False, op)
         elif op == "layer_norm":
-            if self.chance(TALL_NORM_RATE):  # many rows: where the search computes the statistics in one pass
+            projected = self.residual_stream()
+            if projected is not None:  # then a matmul reads the normalised rows, as the block's next one
+                v, n, axis, tall = projected, projected.name, -1, True
+            elif self.chance(TALL_NORM_RATE):  # many rows: the search computes the statistics in one pass
                 v = self.new_input((64, self.choice([16, 32])))
                 n, axis, tall = v.name, -1, True
             # a row of equal values (a clipped or broadcast one) has variance 0, and 1/sqrt(var + eps)
@@ -79,6 +83,23 @@ class ModelSteps:
             )
         if out is not None:
             self.tame(out)
+
+    def residual_stream(self):
+        """Now and then the rows a transformer block normalises: its residual stream r + x @ w at a
+        decode step's few rows, whose statistics the matmul kernel storing them may reduce as it stores
+        them (search/row_stats.py). Drawn from a stream of its own, so the draws after it are those of
+        earlier runs."""
+        main, self.rng = self.rng, np.random.default_rng([self.graph.seed, self.graph.index, 49])
+        try:
+            if not self.chance(PROJECTED_NORM_RATE):
+                return None
+            rows, depth, width = self.choice([32, 32, 5, "B"]), self.choice([32, 48]), self.choice([64, 100])
+            x, w = self.new_input((rows, depth)), self.new_input((depth, width))
+            r = self.new_input((rows, width))
+            bound = depth * max(abs(x.lo), abs(x.hi)) * max(abs(w.lo), abs(w.hi)) + max(abs(r.lo), abs(r.hi))
+            return self.emit(f"({r.name} + {x.name} @ {w.name})", -bound, bound, False, "projected_norm")
+        finally:
+            self.rng = main
 
     def step_matmul(self) -> None:
         v = self.pick(lambda v: len(v.shape) >= 1)
@@ -194,7 +215,7 @@ class ModelSteps:
         float16 or bfloat16, whose squares and sums leave float16's range unless the composite
         accumulates in float32 and rounds once (ops.core.computed_in_float32). It is drawn from a
         stream of its own after the rest, so every other line, output and feed is as before."""
-        side = np.random.default_rng([self.graph.seed, self.graph.index, 16])
+        side = np.random.default_rng([self.graph.seed, self.graph.index, 49])
         if side.random() >= WIDE_ROWS_RATE:
             return None
         main, self.rng = self.rng, side
