@@ -79,7 +79,7 @@ class Lanes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
+def pick_requests(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
     """Which of `count` requests to evaluate (read-only: memoised, the search asks again and again)."""
     if sample is None or count <= sample:
         picked, weight = np.arange(count, dtype=np.int64), 1.0
@@ -93,7 +93,7 @@ def _pick(count: int, sample: Optional[int]) -> tuple[np.ndarray, float]:
     return picked, weight
 
 
-def _digits(q: np.ndarray, *radices: int) -> list:
+def digits_of(q: np.ndarray, *radices: int) -> list:
     """The request numbers `q` in mixed radix: one digit per radix, least significant first, then the
     rest (which block, warp and loop step each request is)."""
     digits = []
@@ -149,7 +149,7 @@ def _new_lanes(
     ):  # i = consecutive 32 per warp; a thread-per-output reduction loops r inside
         warps = -(-work // WARP)
         loops = extent if scope == "loop" else 1
-        q, weight = _pick(warps * loops, sample)
+        q, weight = pick_requests(warps * loops, sample)
         i = (q // loops)[:, None] * WARP + lane
         return Lanes(
             {"i": i, "r": np.broadcast_to((q % loops)[:, None], i.shape)}, i < work, warps * loops, weight
@@ -157,11 +157,11 @@ def _new_lanes(
     if launch.mode == "columns":  # a block per 32 outputs, i across each warp; warp w takes r = w, w + rows..
         blocks, rows = -(-work // WARP), launch.block // WARP
         if scope == "single":  # the first warp stores
-            q, weight = _pick(blocks, sample)
+            q, weight = pick_requests(blocks, sample)
             i = q[:, None] * WARP + lane
             return Lanes({"i": i}, i < work, blocks, weight)
         steps = -(-extent // rows)
-        q, weight = _pick(blocks * rows * steps, sample)
+        q, weight = pick_requests(blocks * rows * steps, sample)
         block, warp, step = q // (rows * steps), (q // steps) % rows, q % steps
         i = block[:, None] * WARP + lane
         r = np.broadcast_to((step * rows + warp)[:, None], i.shape)
@@ -169,11 +169,11 @@ def _new_lanes(
     if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
         block_sym = "row" if kind == "row" else "i"
         if scope == "single":  # thread 0 alone
-            q, weight = _pick(work, sample)
+            q, weight = pick_requests(work, sample)
             active = np.broadcast_to(lane == 0, (len(q), WARP))
             return Lanes({block_sym: np.broadcast_to(q[:, None], active.shape)}, active, work, weight)
         groups = -(-extent // WARP)
-        q, weight = _pick(work * groups, sample)
+        q, weight = pick_requests(work * groups, sample)
         r = (q % groups)[:, None] * WARP + lane
         return Lanes(
             {block_sym: np.broadcast_to((q // groups)[:, None], r.shape), "r": r},
@@ -194,8 +194,8 @@ def _new_lanes(
     chunks = (streamed_width // t if scope in ("q", "kt")  # streamed Q and K rows: c * t + tx
               else launch.cols if scope in ("b", "epilogue") else 1)
     count = gx * gy * batch * warps_per_block * steps * chunks
-    q, weight = _pick(count, sample)
-    chunk, step, warp, bx, by, bz = _digits(q, chunks, steps, warps_per_block, gx, gy)
+    q, weight = pick_requests(count, sample)
+    chunk, step, warp, bx, by, bz = digits_of(q, chunks, steps, warps_per_block, gx, gy)
     tid = warp[:, None] * WARP + lane
     z, ty, tx = tid // (t * t), tid % (t * t) // t, tid % t
     k0 = (step[:, None] * slices + z) * t
@@ -277,7 +277,7 @@ def _evaluate(
     return np.broadcast_to(np.asarray(values[expr]), lanes.active.shape)
 
 
-def _distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
+def distinct_per_row(units: np.ndarray, active: np.ndarray) -> np.ndarray:
     """Per request: how many distinct units (sectors) its active lanes touch."""
     u = np.where(active, units, -1)
     u.sort(axis=1)
@@ -309,7 +309,7 @@ def _access_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional
                 * itemsize[access.buffer]
                 // SECTOR
             )
-            per_row = _distinct_per_row(sectors, active)
+            per_row = distinct_per_row(sectors, active)
             if len(_COUNTED) >= MAX_COUNTED:
                 _COUNTED.clear()
             _COUNTED[counted] = (
@@ -365,8 +365,8 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
     lane = np.arange(WARP, dtype=np.int64)
     for stores in (True, False):  # a row per (block of a split, warp, N tile); the combine's likewise
         count = gx * gy * batch * splits * warps * cols
-        q, weight = _pick(count, sample)
-        chunk, warp, split, bx, by, bz = _digits(q, cols, warps, splits, gx, gy)
+        q, weight = pick_requests(count, sample)
+        chunk, warp, split, bx, by, bz = digits_of(q, cols, warps, splits, gx, gy)
         tid = warp[:, None] * WARP + lane
         ty, tx = tid // t, tid % t
         bm, bn = by[:, None] * t + ty, (bx * cols + chunk)[:, None] * t + tx
@@ -383,7 +383,7 @@ def _partials(launch, bindings: Mapping[str, int], sample: Optional[int]):
         else:  # m once per row (the maximum's pass), then per N tile m, l and the accumulator
             sites = [(stat, row & first), (stat, output), (stat + 1, output), (part * n + bn, output)]
         for index, active in sites:
-            per_row = _distinct_per_row(index * 4 // SECTOR, active)
+            per_row = distinct_per_row(index * 4 // SECTOR, active)
             yield stores, weight * float((per_row > 0).sum()), weight * float(per_row.sum())
 
 

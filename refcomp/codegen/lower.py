@@ -221,8 +221,8 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     kernel's name and the node labels and input names its comments show. None when the two groups'
     nodes do not come in the same program order (the comments list them in it): then `group` is
     generated afresh."""
-    pairs = list(zip(like.members + (like.root,) + like.carried + like.reads,
-                     group.members + (group.root,) + group.carried + group.reads))
+    pairs = list(zip(like.members + (like.root,) + like.carried + like.row_stats + like.reads,
+                     group.members + (group.root,) + group.carried + group.row_stats + group.reads))
     copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
     if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
         return None
@@ -242,6 +242,7 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
         nodes=tuple(node.get(n.id, n) for n in kernel.nodes),
         reads=tuple(node[n.id] for n in kernel.reads),
         carried=tuple(node[n.id] for n in kernel.carried),
+        row_stats=tuple(node[n.id] for n in kernel.row_stats),
         signature=replace(kernel.signature, name=name),
         source=source,
     )

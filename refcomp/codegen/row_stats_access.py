@@ -17,7 +17,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..symbolic.dims import evaluate_dim
-from .access import SECTOR, WARP, MemoryCounts, _digits, _distinct_per_row, _pick, buffer_bytes as _tile_bytes
+from .access import SECTOR, WARP, MemoryCounts, digits_of, distinct_per_row, pick_requests
+from .access import buffer_bytes as tile_bytes
 from .kernels import Kernel
 
 
@@ -38,14 +39,14 @@ def row_stats_traffic(kernel: Kernel, bindings: Mapping[str, int], sample: Optio
     lane = np.arange(WARP, dtype=np.int64)
 
     def lanes(count, *radices):
-        q, weight = _pick(count, sample)
-        digits = _digits(q, warps, *radices)
+        q, weight = pick_requests(count, sample)
+        digits = digits_of(q, warps, *radices)
         tid = digits[0][:, None] * WARP + lane
         ty, tx = tid // t, tid % t
         return weight, digits[1:], (tid < t * t) & (tx == 0), ty
 
     def counted(buffer, store, weight, index, active):
-        per_row = _distinct_per_row(index * 4 // SECTOR, active)
+        per_row = distinct_per_row(index * 4 // SECTOR, active)
         return buffer, store, weight * float((per_row > 0).sum()), weight * float(per_row.sum())
 
     weight, (bx, by, bz), column_0, ty = lanes(gx * gy * batch * warps, gx, gy)  # each tile's partials
@@ -92,7 +93,7 @@ def row_stats_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Option
 def buffer_bytes(kernel: Kernel, bindings: Mapping[str, int],
                  sample: Optional[int] = None) -> dict[str, float]:
     """access.buffer_bytes, with the row-statistics end's traffic (ws2 and the two results) added."""
-    moved = _tile_bytes(kernel, bindings, sample)
+    moved = tile_bytes(kernel, bindings, sample)
     for buffer, _, _, sectors in row_stats_traffic(kernel, bindings, sample):
         moved[buffer] = moved.get(buffer, 0.0) + SECTOR * sectors
     return moved
