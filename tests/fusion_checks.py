@@ -73,19 +73,22 @@ def forced(outputs, rule_names):
 
 
 def launch_split_twice(be, prog, kernel, feeds, want) -> None:
-    """A program whose `kernel` splits K across blocks, launched twice on backend `be` into the same
-    buffers: after each run every ticket is back at 0 (the second run combines again) and the outputs
-    are `want`."""
+    """A program whose `kernel` splits K across blocks or reduces its rows' statistics, launched twice
+    on backend `be` into the same buffers: after each run every ticket (ws1, ws3) is back at 0 (the
+    second run combines again) and the outputs are `want` (a dict: those of the outputs it names)."""
     bindings, buffers = prog.prepare(be, feeds)
     module = be.load(prog.source, [k.signature for k in prog.kernels])
     for _ in range(2):
         for k, grid, block, args in prog.launches(buffers, bindings):
             module.launch(k.name, grid, block, args)
         be.synchronize()
-        tickets = be.download(buffers[("ws1", kernel.name)], (kernel.launch.scratch(bindings)[1],), np.uint32)
-        assert (tickets == 0).all()
+        scratch = (("ws1", kernel.launch.scratch(bindings)), ("ws3", kernel.launch.row_scratch(bindings)))
+        for ws, (_, count) in scratch:
+            if count:
+                assert not be.download(buffers[(ws, kernel.name)], (count,), np.uint32).any(), ws
         got = prog.download_outputs(be, buffers, bindings)
-        np.testing.assert_allclose(got, want, **golden.FLOAT32_TOLERANCE)
+        for name, value in (want.items() if isinstance(want, dict) else ((None, want),)):
+            np.testing.assert_allclose(got if name is None else got[name], value, **golden.FLOAT32_TOLERANCE)
 
 
 def sanitized_run(prog, feeds):

@@ -17,7 +17,7 @@ from refcomp.exec.profile import model_disagreements
 from refcomp.ops.nn import layer_norm
 from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.search.evaluate import Evaluator
-from fusion_checks import sanitized_run
+from fusion_checks import launch_split_twice, sanitized_run
 
 EPS = 1e-5
 
@@ -122,21 +122,10 @@ def test_the_tickets_are_zero_again_for_the_next_launch(small):
     outputs = small[0]
     root = _carrying(base)[0].output.id
     prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params({(root, "splits"): 4}))
-    be = EmulatorBackend()
     feeds = _feeds(40, 200, 300, seed=9)
-    bindings, buffers = prog.prepare(be, feeds)
-    module = be.load(prog.source, [k.signature for k in prog.kernels])
-    for _ in range(2):
-        for kernel, grid, block, args in prog.launches(buffers, bindings):
-            module.launch(kernel.name, grid, block, args)
-        be.synchronize()
-        got = prog.download_outputs(be, buffers, bindings)["y"]
-        np.testing.assert_allclose(got, _want(feeds), **golden.FLOAT32_TOLERANCE)
-    name = _carrying(prog)[0].name
-    tickets = prog.kernels[0].launch.row_scratch(bindings)[1]
-    assert tickets == 3 and not be.download(buffers[("ws3", name)], (tickets,), np.uint32).any()
-    split_tickets = prog.kernels[0].launch.scratch(bindings)[1]
-    assert not be.download(buffers[("ws1", name)], (split_tickets,), np.uint32).any()
+    (kernel,) = _carrying(prog)
+    assert kernel.launch.row_scratch(prog.bind(feeds)[1])[1] == 3  # three rows of tiles' tickets
+    launch_split_twice(EmulatorBackend(), prog, kernel, feeds, {"y": _want(feeds)})
 
 
 @pytest.mark.parametrize("splits", [1, 4])
