@@ -141,7 +141,7 @@ def stored_statistics(nodes: Sequence[Node], output: Node, out_index: Sequence, 
     position = sum((i * s for i, s in zip(rows, contiguous_strides(stats.total.shape))), sympy.Integer(0))
     element = sum((i * s for i, s in zip(source, contiguous_strides(output.shape))), sympy.Integer(0))
     flat, valid = index_of(stats.total.srcs[0].views, tuple(source), ranges)
-    if valid is not sympy.true or expand(sympy.sympify(flat) - element) != 0:
+    if valid is not sympy.true or expand(flat - element) != 0:
         return None  # S reads the row of `output` the thread stores, in order
     if expand(position - row) != 0 or not reads_match(stats, source, position, ranges):
         return None
