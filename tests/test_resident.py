@@ -85,6 +85,10 @@ def test_only_float_arrays_are_held_and_ids_are_never_computed_from_one():
         Resident({}, "numpy")
     with pytest.raises(RefcompError, match="no array named 'q'"):
         Resident({}, "emulator").get("q")
+    with pytest.raises(RefcompError, match="'t' is not a rectangular array"):
+        Resident({"t": [[1.0, 2.0], [3.0]]}, "emulator")
+    with pytest.raises(RefcompError, match="a dict of name -> array"):
+        Resident([np.zeros(2, np.float32)], "emulator")
     table, where = rc.input("table", (6, 2)), rc.input("where", (3,))
     looked_up = table.index_select(0, where.floor().int())
     program = rc.compile(looked_up, cache=False)

@@ -33,6 +33,9 @@ class Resident:
             raise RefcompError("Resident: the numpy backend (the reference) keeps no arrays between runs")
         self._be = get_backend(self.backend)
         self._held: dict[str, tuple] = {}  # name -> (buffer, shape, dtype name)
+        if not isinstance(arrays, Mapping):
+            raise RefcompError(
+                f"Resident: arrays must be a dict of name -> array, got {type(arrays).__name__}")
         for name, array in arrays.items():
             self.put(name, array)
 
@@ -49,7 +52,10 @@ class Resident:
         """Upload `array` as `name` (replacing what was held under that name)."""
         if not isinstance(name, str):
             raise RefcompError(f"Resident: array names are strings, got {name!r}")
-        values = np.asarray(array)
+        try:
+            values = np.asarray(array)
+        except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
+            raise RefcompError(f"Resident: {name!r} is not a rectangular array ({exc})") from None
         dtype = _HELD.get(values.dtype.name)
         if dtype is None:
             raise RefcompError(
