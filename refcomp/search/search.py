@@ -196,7 +196,9 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
     if carrying:  # shown in explain(): the kernel count and time after the matmuls took their Scatters
         label = graph.names.label
         where = ", ".join(f"{label(s)} by {label(g.root)}" for g in carrying for s in g.carried)
-        trace.append(Step("carry_scatters", where, sum(c.time_s for c in costs), len(ordered)))
+        # priced like the steps before it (the kernels' own accesses), so the trace's deltas compare
+        priced = sum(ev.price(sched, g).time_s for g in ordered)
+        trace.append(Step("carry_scatters", where, priced, len(ordered)))
     candidates = [sched] + [
         s for _, s in sorted(found.finalists, key=lambda item: item[0]) if s != found.best[1]
     ]
