@@ -128,7 +128,7 @@ def test_one_pass_statistics_check_the_reads():
     """Deviations of the row read backwards from its mean: the nodes of the pattern, both sums in the
     prologue, but V's terms read X where S does not. Code generation's index check
     (statistics.reads_match) refuses the pair, so the program keeps two passes, and stays right."""
-    import refcomp.codegen.fused as fused
+    import refcomp.codegen.tiled as fused  # the tiled matmul's prologue asks reads_match
     verdicts = []
     check = fused.reads_match
     x, w = rc.input("x", (6, 12)), rc.input("w", (12, 10))

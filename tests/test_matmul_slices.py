@@ -53,7 +53,7 @@ def test_slices_quadruple_the_threads_of_a_skinny_matmul_and_build_with_nvcc():
 def test_only_a_plain_matmul_of_at_most_1024_threads_a_block_is_sliced():
     """Code generation refuses the rest (Unfusable), and the evaluator prices such a choice as
     impossible (codegen.lower.retarget: None)."""
-    from refcomp.codegen.fused import sliced_problem
+    from refcomp.codegen.tiled import sliced_problem
     assert sliced_problem("matmul.cu.j2", 0, 16, 4) is None
     assert "1024" in sliced_problem("matmul.cu.j2", 0, 32, 4)
     assert "plain matmul" in sliced_problem("softmax_matmul.cu.j2", 0, 16, 4)

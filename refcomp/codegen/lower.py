@@ -14,7 +14,8 @@ from ..ops.dtypes import DTYPES
 from ..ops.graph import toposort
 from ..ops.primitives import ELEMENTWISE, GATHER, LEAF, REDUCE, SCATTER, Edge, Node, make_node
 from .emit import ProgramNames, Unfusable
-from .fused import matmul_kernel, row_kernel, sliced_problem
+from .fused import row_kernel
+from .tiled import matmul_kernel, sliced_problem
 from .indexed import carry_rows, gather_kernel, scatter_kernel
 from .online import n_tiles_of, softmax_matmul_kernel
 from .kernels import (

@@ -35,7 +35,9 @@ from ..symbolic.index import conjunction, index_of, less
 from ..symbolic.view import ViewStack
 from . import render_c
 from .emit import Unfusable
-from .fused import TiledContraction, linear_index, lines_read_by, same_edge, matmul_axes, sliced_problem
+from .fused import linear_index, same_edge, matmul_axes
+from .kernels import lines_read_by
+from .tiled import TiledContraction, sliced_problem
 from .kernels import N_TILES, TILE, Kernel, Late, finish_kernel
 
 

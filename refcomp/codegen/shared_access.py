@@ -94,12 +94,10 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
     tid = np.arange(t * t)
     ty, tx = tid // t, tid % t
     warps = -(-t * t // WARP)
-    own = row = column = b_store = (
-        0  # wavefronts of every warp: [ty][tx], [ty][kk] for all kk, [kk][tx], Bs's store
-    )
+    own = _tile_store_wavefronts(t)  # wavefronts of every warp: [ty][tx]
+    row = column = b_store = 0  # [ty][kk] for all kk, [kk][tx], Bs's store
     for w in range(warps):
         y, x = ty[w * WARP:(w + 1) * WARP], tx[w * WARP:(w + 1) * WARP]
-        own += _wavefronts(y * pitch + x)
         row += sum(_wavefronts(y * pitch + kk) for kk in range(t))
         for c in range(cols):  # Bs[kk][c t + tx]; Bs[tx][c t + ty] or Bs[ty][c t + tx]
             column += sum(_wavefronts(kk * pitch_b + c * t + x) for kk in range(t))
@@ -220,7 +218,7 @@ def _streamed_shared(kernel: Kernel, blocks: int, steps: int) -> MemoryCounts:
 def memory_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional[int] = None) -> MemoryCounts:
     counts = global_counts(kernel, bindings, sample) + shared_counts(kernel, bindings)
     if kernel.launch.row_stats:
-        own = _tile_store_wavefronts(kernel.launch.block)
+        own = _tile_store_wavefronts(kernel.launch.block)  # the end stores As[ty][tx] as the tile loads do
         counts = counts + row_stats_counts(kernel, bindings, sample, own)
     return counts
 

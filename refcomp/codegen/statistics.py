@@ -16,7 +16,7 @@ Unlike the one-pass sum of squares minus the squared sum, it does not cancel cat
 the mean is large against the spread: float32 rounding differs from the two passes by a few ulp of
 the row's values, not of their squares.
 
-Soundness, checked here and by the matmul prologue's index analysis (codegen.fused): S and V reduce
+Soundness, checked here and by the matmul prologue's index analysis (codegen.tiled): S and V reduce
 the same extent n along their axis, V's terms are D * D read at the same position, D reads X where S
 does and the mean through Mul-by-constant steps from S at the thread's own row, and the constants
 multiply to -1 / n.

@@ -83,8 +83,9 @@ class Resident:
                 f"input {name!r} takes {node_dtype}, but the resident array is {dtype} "
                 f"(put it as {node_dtype})"
             )
-        return np.broadcast_to(np.zeros((), storage_numpy_type(dtype) if dtype != "bfloat16" else np.float32),
-                               shape)
+        # (a bfloat16 buffer holds uint16 bits, which binding would take for ints: a float32 stand-in)
+        stand_in = np.float32 if dtype == "bfloat16" else storage_numpy_type(dtype)
+        return np.broadcast_to(np.zeros((), stand_in), shape)
 
     def buffer(self, name: str, backend_name: str):
         if backend_name != self.backend:

@@ -48,9 +48,10 @@ class EdgeSteps:
         elif op == "int32":  # 3e9 + k wraps to a negative int32, then back to a small value
             self.emit(f"(({n}.long() + 3000000000).int() + 1294967296).float()", v.lo - 1, v.hi + 1, True,
                       "int32_wrap")
-        else:  # 1e-12 survives in float64 and is subtracted again exactly
-            self.emit(f"(({n}.double() + 1e-12) * 3 - 3e-12).float()", 3 * v.lo - 1e-6, 3 * v.hi + 1e-6, True,
-                      "float64_detour")
+        else:  # 2^-40 survives in float64 and is subtracted again exactly (3 x + 3 2^-40 fits its 53 bits for
+            # |x| < 1,000; 1e-12 did not: 3 x 1e-12 - 3e-12 left 4e-28, which a comparison with 0 told apart)
+            self.emit(f"(({n}.double() + 2**-40) * 3 - 3 * 2**-40).float()", 3 * v.lo - 1e-6, 3 * v.hi + 1e-6,
+                      True, "float64_detour")
 
     def step_power(self) -> None:
         """Powers of negative bases: integral exponents keep the sign, others give NaN (as NumPy). The

@@ -14,6 +14,7 @@ from .serving_steps import ServingSteps
 from .view_steps import ViewSteps
 from .model_steps import ModelSteps
 from .torch_steps import TorchSteps
+from .window_steps import WindowSteps
 from .graph import (
     FRAGILE,
     min_extent,
@@ -52,7 +53,7 @@ class Var:
         return self.tensor.shape
 
 
-class Generator(BasicSteps, EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps):
+class Generator(BasicSteps, EdgeSteps, ModelSteps, ServingSteps, TorchSteps, ViewSteps, WindowSteps):
     """Builds one FuzzGraph step by step, executing each line to learn its shape."""
 
     def __init__(self, seed: int, index: int, avoid: Sequence[str] = tuple(KNOWN_BUGS)):
