@@ -103,7 +103,7 @@ def digits_of(q: np.ndarray, *radices: int) -> list:
     return digits + [q]
 
 
-_PER_SPLIT = ("q", "prologue")  # a matmul's row loads every block of a split tile makes
+_PER_SPLIT = ("q", "prologue", "a_rows")  # a matmul's row loads every block of a split tile makes
 
 
 def _lanes_key(kernel: Kernel, scope: str, bindings: Mapping[str, int], sample: Optional[int]) -> tuple:
@@ -188,6 +188,14 @@ def _new_lanes(
     if scope in _PER_SPLIT:  # each of a tile's split blocks loads its rows (K's tiles are shared out)
         gx *= launch.splits
     warps_per_block = -(-t * t * slices // WARP)
+    if scope == "a_cols":  # each K step, row 0 of each slice (the first t threads of its warps) stages
+        steps = -(-extent // (t * slices))
+        count = gx * gy * batch * steps * slices
+        q, weight = pick_requests(count, sample)
+        z, step, bx, by, bz = digits_of(q, slices, steps, gx, gy)
+        ka = ((step * slices + z) * t)[:, None] + lane
+        return Lanes({"ka": ka, "batch": np.broadcast_to(bz[:, None], ka.shape)},
+                     np.broadcast_to(lane < t, ka.shape), count, weight)
     if scope == "prologue":  # threadIdx.x strides over the rows' reduced axis: r = s t + tx
         extent = evaluate_dim(prologue_extent, bindings)
     steps = -(-extent // (t * slices)) if scope in ("a", "b", "kt", "prologue") else 1
@@ -212,7 +220,7 @@ def _new_lanes(
     if scope == "prologue":
         values["r"] = k0 + tx
         return Lanes(values, (tid < t * t) & (k0 + tx < extent), count, weight)
-    if scope in ("a", "b"):  # every slice loads its own tiles
+    if scope in ("a", "b", "a_rows"):  # every slice loads its own tiles (and its rows' values)
         return Lanes(values, tid < t * t * slices, count, weight)
     return Lanes(values, tid < t * t, count, weight)  # slice 0 stores
 

@@ -127,6 +127,7 @@ class KernelBody:
     definitions: dict = field(default_factory=dict)  # index variable (uN, o_k) -> the expression it holds
     scope: str = "body"  # the template loop the statements being built run in (see Access)
     _guards: list = field(default_factory=list)  # masks of the `if` blocks being built
+    stage: Optional[Callable] = None  # (node, flat, valid) -> a value loaded elsewhere, or None
 
     def __post_init__(self):
         self.dim_names = self.names.dims
@@ -224,6 +225,8 @@ class KernelBody:
             value = render_c.index_as(node.dtype, self.printer.int(position))
         elif self.inline(node) and (node.op.kind in ELEMENTWISE or node.op.kind in (REDUCE, GATHER)):
             return self._inlined(node, flat, valid)
+        elif self.stage is not None and (staged := self.stage(node, flat, valid)) is not None:
+            value = staged  # loaded once per tile row or column (codegen.staged)
         else:
             value = render_c.load(node.dtype, render_c.element(self.buffer(node), self.printer.int(flat)))
             self.access(self.buffer(node), flat, valid)

@@ -117,6 +117,7 @@ class AccessPlan:
     streamed_width: int = 0  # and the depth padded to whole tiles (Q's and K's rows in shared memory)
     prologue_pairs: int = 0  # matmul: prologue phases that reduce two values in one pass (codegen.statistics)
     splittable: bool = False  # softmax_matmul: K may be split across blocks (codegen.online)
+    staged_columns: int = 0  # matmul: inputs of A staged in shared memory once per K step (codegen.staged)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def finish_kernel(
     prologue_phases: int = 0,
     prologue_pairs: int = 0,
     splittable: bool = False,
+    staged_columns: int = 0,
     carried: tuple = (),
     statistics: tuple = (),
     **fields,
@@ -203,6 +205,7 @@ def finish_kernel(
         *streamed,
         prologue_pairs=prologue_pairs,
         splittable=splittable,
+        staged_columns=staged_columns,
     )
     outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried) + len(statistics))]
     if not render:

@@ -111,6 +111,11 @@ def _matmul_shared(kernel: Kernel, bindings: Mapping[str, int]) -> MemoryCounts:
         shared_load_wavefronts=row + column,
         barriers=2 * warps,
     )
+    staged = kernel.plan.staged_columns
+    if staged:  # codegen.staged: row 0 stages each load of k alone, a barrier, every thread reads it
+        per_step = per_step + MemoryCounts(shared_store_requests=staged, shared_store_wavefronts=staged,
+                                           shared_load_requests=staged * warps,
+                                           shared_load_wavefronts=staged * warps, barriers=warps)
     accumulated = MemoryCounts()
     if online:  # the accumulation's reads are made by the rows below M only (_padded_rows_skip)
         per_step = per_step + MemoryCounts(

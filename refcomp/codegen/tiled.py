@@ -21,6 +21,7 @@ from .emit import KernelBody, Unfusable
 from .fused import linear_index, matmul_axes, same_edge
 from .indexed import carry_rows
 from .kernels import TILE, Kernel, Late, Launch, finish_kernel, lines_read_by
+from .staged import StagedLoads
 from .statistics import reads_match, row_statistics, stored_statistics
 from .sums import long_chain, loop_fields
 
@@ -291,7 +292,11 @@ def matmul_kernel(
     squares = tuple(
         phase["pair"].square for phase in phases if phase["pair"]
     )  # computed by the update itself
+    staged = StagedLoads(tc.body, tc.body.index_var("bm"), tc.ka, tc.batch_sym,
+                         {"bm": tc.tile_bound["bm"], "ka": tc.tile_bound["ka"]}, tile, slices)
+    tc.body.stage = staged
     a_statements, a_value = tc.operand(0, "a")
+    tc.body.stage = None
     b_statements, b_value = tc.operand(1, "b")
     epilogue, result = tc.epilogue(output, "acc", carried)
     stats_fields = tc.row_statistics(output, row_stats, len(carried)) if row_stats else None
@@ -302,7 +307,8 @@ def matmul_kernel(
         (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
         + tuple(carried) + (stats_fields["nodes"] if stats_fields else ())
     )
-    loads = a_statements + [a_value] + b_statements + [b_value]
+    staged_texts = [line for part in staged.columns + staged.rows for line in (part["load"], part["guard"])]
+    loads = a_statements + [a_value] + b_statements + [b_value] + staged_texts
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     fields["launch"] = replace(fields["launch"], slices=slices, splits=splits, row_stats=bool(row_stats))
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
@@ -323,10 +329,15 @@ def matmul_kernel(
         + (f", {len(prologue)} row reduction(s) before the tiles" if phases else "")
         + (f" ({len(squares)} pair(s) in one pass)" if squares else "")
         + "".join(f", rows of {tc.body.names.label(s)} -> out{k + 1}" for k, s in enumerate(carried))
-        + (f", its rows' {stats_fields['what']}" if stats_fields else ""),
+        + (f", its rows' {stats_fields['what']}" if stats_fields else "")
+        + (f", {len(staged.columns)} load(s) of A per K step" if staged.columns else "")
+        + (f", {len(staged.rows)} load(s) of A per row" if staged.rows else ""),
         prologue_extent=prologue_extent,
         prologue_phases=len(phases),
         prologue_pairs=len(squares),
+        staged_columns=len(staged.columns),
+        columns=staged.columns,
+        rows=staged.rows,
         prologue=phases,
         slices=slices,
         splits=splits,

@@ -119,7 +119,15 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
         return coarse
     footprints = {f"in{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.reads)}
     footprints.update({f"out{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.written)})
+    footprints.update(scratch_bytes(kernel.launch, bindings))
     return access_cost(coarse, moved, footprints, profile)
+
+
+def scratch_bytes(launch, bindings: Mapping[str, int]) -> dict[str, int]:
+    """The float scratch of a launch (a split K's partials ws0, carried row statistics' ws2) by size:
+    stored by one block and loaded by another, like any buffer each comes from DRAM once."""
+    partials, stats = launch.scratch(bindings)[0], launch.row_scratch(bindings)[0]
+    return {name: 4 * size for name, size in (("ws0", partials), ("ws2", stats)) if size}
 
 
 def minimum_bytes(

@@ -54,7 +54,8 @@ def carry_row_stats(graph, ev, sched: Schedule, groups: Mapping[int, Group],
     groups, moved = dict(groups), []
     for squares in graph.compute:
         stats = row_statistics(squares)
-        if stats is None or not {squares.id, stats.total.id} <= (sched.row | sched.prologue):
+        if stats is None or not all(i in sched.row | sched.prologue or _alone(graph, groups, i)
+                                    for i in (squares.id, stats.total.id)):
             continue
         changed = _moved(graph, sched, groups, stats)
         if changed is None:
@@ -96,6 +97,12 @@ def _moved(graph, sched: Schedule, groups: Mapping[int, Group], stats) -> Option
     return replace(sched, inline=inline, row=sched.row - ids, prologue=sched.prologue - ids,
                    welford=sched.welford - ids, row_stats=sched.row_stats | ids,
                    params=tuple(sorted(params.items())))
+
+
+def _alone(graph, groups: Mapping[int, Group], node_id: int) -> bool:
+    """Whether the node is a reduce kernel's root, no graph output (its readers read the buffer)."""
+    group = groups.get(node_id)
+    return group is not None and group.kind == "reduce" and node_id not in graph.outputs
 
 
 def _only_matmul_under(graph, sched: Schedule, groups: Mapping[int, Group], row: Node) -> Optional[Node]:

@@ -1,0 +1,90 @@
+"""Loads of a tiled matmul's operand A that vary along one tile axis only, made once.
+
+A's tile loads run for every (row, k) of the tile at every K step, and a fused producer of A is
+recomputed there (a layer norm read by the matmul after it). An input such a producer reads at an
+index of k alone (the norm's weight and bias, w[k] and b[k]) is the same for every row of the
+tile: row 0 of each slice stages it in shared memory once per K step (`Kcols0`...), behind one
+more barrier, and every thread reads it there. An input read at an index of the row alone (a
+carried layer norm's sum and squared deviations, S[row] and V[row]) is the same at every k: each
+thread loads it into a register before the K loop (`arows0`...). The values, and so the sums, are
+those of the plain loads; only who loads them changes. The memory model counts them where they are
+made: scopes "a_cols" and "a_rows" (codegen.access, shared_access).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+
+from ..ops.primitives import Node
+from ..symbolic.index import conjunction, less
+from . import render_c
+from .emit import Access, KernelBody
+
+MAX_STAGED = 8  # of each kind: past it a load stays in the tile loop
+MAX_INDEX_TEXT = 400  # characters of a staged index with its variables' definitions written out
+
+
+@dataclass
+class StagedLoads:
+    """The hook `KernelBody.stage` calls for each input A's tile loads read (`__call__`): it answers the
+    C value to read instead, or None to load as before."""
+
+    body: KernelBody
+    bm: sympy.Symbol
+    ka: sympy.Symbol
+    batch: Optional[sympy.Symbol]  # blockIdx.z, the same for the whole block
+    bounds: dict  # "bm" -> bm < M, "ka" -> ka < K (the template's guard of A's loads)
+    tile: int
+    slices: int
+    columns: list = field(default_factory=list)  # template fields of each staged k-only load
+    rows: list = field(default_factory=list)  # and of each row-only load
+    _known: dict = field(default_factory=dict)  # (buffer, index, mask) -> the value read instead
+
+    def __call__(self, node: Node, flat, valid) -> Optional[str]:
+        body = self.body
+        if body.scope != "a" or render_c.compute_type(node.dtype) != "float":
+            return None
+        mask = conjunction(valid, *body._guards[1:])  # within the template's `if (bm < M && ka < K)`
+        index, mask = self._written_out(flat), self._written_out(mask)
+        if index is None or mask is None:
+            return None
+        used = {s for e in (index, mask) for s in e.free_symbols if not s.is_positive}  # dims are positive
+        batch = {self.batch} - {None}
+        buffer = body.buffer(node)
+        key = (buffer, index, mask)
+        if key in self._known:
+            return self._known[key]
+        load = render_c.load(node.dtype, render_c.element(buffer, body.printer.int(index)))
+        if self.ka in used and used <= {self.ka} | batch and len(self.columns) < MAX_STAGED:
+            name, at = f"kcol{len(self.columns)}", f"Kcols{len(self.columns)}"
+            slot = f"threadIdx.z * {self.tile} + threadIdx.x" if self.slices > 1 else "threadIdx.x"
+            self.columns.append(dict(name=name, array=at, slot=slot, load=load, guard=self._guard(mask)))
+            body.accesses.append(Access(buffer, index, conjunction(self.bounds["ka"], mask), "a_cols"))
+        elif used <= {self.bm} | batch and len(self.rows) < MAX_STAGED:
+            at = f"arows{len(self.rows)}"
+            name = render_c.element(at, "RC_SLOT")
+            self.rows.append(dict(array=at, load=load, guard=self._guard(mask)))
+            body.accesses.append(Access(buffer, index, conjunction(self.bounds["bm"], mask), "a_rows"))
+        else:
+            return None
+        body.loads.append((buffer, index, mask))
+        self._known[key] = name
+        return name
+
+    def _guard(self, mask) -> str:
+        return "" if mask is sympy.true else f" && ({self.body.printer.cond(mask)})"
+
+    def _written_out(self, expr) -> Optional[sympy.Basic]:
+        """`expr` with every bound index variable (uN, o_k) replaced by its definition, so it reads the
+        template's own variables only; None where that grows past MAX_INDEX_TEXT."""
+        definitions = self.body.definitions
+        expr = sympy.sympify(expr)
+        while True:
+            bound = {s: definitions[s] for s in expr.free_symbols if s in definitions}
+            if not bound:
+                return expr
+            expr = expr.xreplace(bound)
+            if len(str(expr)) > MAX_INDEX_TEXT:
+                return None
