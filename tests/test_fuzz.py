@@ -242,6 +242,10 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert tallied(lambda launch: "rows' statistics" in launch), (
         f"no matmul computed the statistics of the rows it stores (search/row_stats.py): {total.launches}"
     )
+    for words in ("staging A's loads of k", "holding A's loads of a row"):
+        assert tallied(lambda launch: words in launch), (
+            f"no matmul {words} (codegen/staged.py): {total.launches}"
+        )
     assert total.resident_runs > 0 and total.resident_left > 0, (
         "no run held its inputs on the backend and left a Scatter's write there (exec/resident.py)"
     )

@@ -183,7 +183,8 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                           + (" of 512+ threads" if kernel.launch.mode != "tiles" and kernel.launch.block > 256
                              else "")
                           + (" carrying a Scatter" if kernel.carried else "")
-                          + (" with its rows' statistics" if kernel.row_stats else ""))
+                          + (" with its rows' statistics" if kernel.row_stats else "")
+                          + _staged(kernel))
                 result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):
             result.rules[step.rule] = result.rules.get(step.rule, 0) + 1
@@ -386,3 +387,10 @@ def check_one(graph: FuzzGraph, binding: dict, which: int, mode: str) -> bool:
     except Exception:
         return True
     return bool(res.mismatches or res.errors)
+
+
+def _staged(kernel) -> str:
+    """The tally's words for a matmul's loads of A made once per K step or per row (codegen.staged)."""
+    scopes = {a.scope for a in kernel.plan.accesses} if kernel.plan is not None else set()
+    return ((" staging A's loads of k" if "a_cols" in scopes else "")
+            + (" holding A's loads of a row" if "a_rows" in scopes else ""))
