@@ -73,16 +73,18 @@ def forced(outputs, rule_names):
 
 
 def launch_split_twice(be, prog, kernel, feeds, want) -> None:
-    """A program whose `kernel` splits K across blocks or reduces its rows' statistics, launched twice
-    on backend `be` into the same buffers: after each run every ticket (ws1, ws3) is back at 0 (the
-    second run combines again) and the outputs are `want` (a dict: those of the outputs it names)."""
+    """A program whose `kernel` splits K across blocks, reduces its rows' statistics or finishes a
+    reduction of its rows, launched twice on backend `be` into the same buffers: after each run every
+    ticket (ws1, ws3, ws4) is back at 0 (the second run combines again) and the outputs are `want` (a
+    dict: those of the outputs it names)."""
     bindings, buffers = prog.prepare(be, feeds)
     module = be.load(prog.source, [k.signature for k in prog.kernels])
     for _ in range(2):
         for k, grid, block, args in prog.launches(buffers, bindings):
             module.launch(k.name, grid, block, args)
         be.synchronize()
-        scratch = (("ws1", kernel.launch.scratch(bindings)), ("ws3", kernel.launch.row_scratch(bindings)))
+        scratch = (("ws1", kernel.launch.scratch(bindings)), ("ws3", kernel.launch.row_scratch(bindings)),
+                   ("ws4", (0, kernel.launch.tail_tickets(bindings))))
         for ws, (_, count) in scratch:
             if count:
                 assert not be.download(buffers[(ws, kernel.name)], (count,), np.uint32).any(), ws

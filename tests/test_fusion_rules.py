@@ -239,6 +239,7 @@ def test_schedules_are_values_declared_once():
         "streamed",
         "welford",
         "row_stats",
+        "tails",
     ]
     one = Schedule().decide(inline={3}, row={3}).with_params({(3, "block"): 128})
     assert one == Schedule(inline=frozenset({3}), row=frozenset({3}), params=(((3, "block"), 128),))

@@ -168,6 +168,14 @@ def _new_lanes(
         return Lanes({"i": i, "r": r}, (i < work) & (r < extent), blocks * rows * steps, weight)
     if launch.mode == "block_per_output":  # one block per output (row); its warps stride over r
         block_sym = "row" if kind == "row" else "i"
+        if scope in ("tail", "tail_loop"):  # per row of `launch.tail` outputs, its last block's thread 0
+            rows = work // launch.tail
+            loops = launch.tail if scope == "tail_loop" else 1
+            q, weight = pick_requests(rows * loops, sample)
+            active = np.broadcast_to(lane == 0, (len(q), WARP))
+            values = {"trow": np.broadcast_to((q // loops)[:, None], active.shape),
+                      "ts": np.broadcast_to((q % loops)[:, None], active.shape)}
+            return Lanes(values, active, rows * loops, weight)
         if scope == "single":  # thread 0 alone
             q, weight = pick_requests(work, sample)
             active = np.broadcast_to(lane == 0, (len(q), WARP))
@@ -300,7 +308,7 @@ def _access_counts(kernel: Kernel, bindings: Mapping[str, int], sample: Optional
     lanes_of: dict[str, tuple[tuple, Lanes, dict]] = {}
     itemsize = {f"in{k}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.reads)}
     itemsize["out0"] = DTYPES[kernel.output.dtype].itemsize
-    itemsize.update({f"out{k + 1}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.carried)})
+    itemsize.update({f"out{k + 1}": DTYPES[n.dtype].itemsize for k, n in enumerate(kernel.written[1:])})
     definitions = frozenset(plan.definitions.items())
     for access in plan.accesses:
         if access.scope not in lanes_of:

@@ -22,6 +22,7 @@ from ..symbolic.dims import Dim, prod
 from . import render_c
 from .emit import Access, KernelBody, Unfusable, linear_of
 from .sums import loop_fields
+from .tail import tail_fields
 from .launch import (  # noqa: F401  (kernels' launch constants, here for their importers)
     BLOCK, MAX_GRID_STRIDE_BLOCKS, N_TILES, SCRATCH, TILE, WARP_OUTPUTS, Launch, with_scratch,
 )
@@ -64,12 +65,13 @@ class Kernel:
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
     carried: tuple[Node, ...] = ()  # Scatters it performs too (search.carry): out1, ... their tables' buffers
     row_stats: tuple[Node, ...] = ()  # its rows' sum and sum of squared deviations (after the carried outs)
+    tail: tuple[Node, ...] = ()  # a short reduction of its output's rows and its epilogue (codegen.tail)
 
     @property
     def written(self) -> tuple[Node, ...]:
-        """The nodes whose buffers it writes: its output, the Scatters it carries, its rows' statistics
-        (out0, out1, ... in this order)."""
-        return (self.output,) + self.carried + self.row_stats
+        """The nodes whose buffers it writes: its output, the Scatters it carries, its rows' statistics,
+        its tail's value (out0, out1, ... in this order)."""
+        return (self.output,) + self.carried + self.row_stats + self.tail[-1:]
 
     def __repr__(self) -> str:
         cost = (
@@ -189,6 +191,7 @@ def finish_kernel(
     staged_columns: int = 0,
     carried: tuple = (),
     statistics: tuple = (),
+    tail: tuple = (),
     **fields,
 ) -> Optional[Kernel]:
     """The kernel, once its body is built; with `render=False` (a legality check, or pricing its
@@ -207,7 +210,7 @@ def finish_kernel(
         splittable=splittable,
         staged_columns=staged_columns,
     )
-    outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried) + len(statistics))]
+    outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried) + len(statistics) + len(tail[-1:]))]
     if not render:
         return Kernel(
             name,
@@ -221,6 +224,7 @@ def finish_kernel(
             plan=plan,
             carried=tuple(carried),
             row_stats=tuple(statistics),
+            tail=tuple(tail),
         )
     fields = {
         k: v(body) if callable(v) and not isinstance(v, Late) else v for k, v in fields.items()
@@ -239,7 +243,8 @@ def finish_kernel(
     )
     nodes = tuple(body.names.order(list(body.fused) + list(nodes)))
     return Kernel(name, kind, node, nodes, tuple(body.reads), signature, _drop_unused_indices(source), launch,
-                  user_ops(nodes), plan=plan, carried=tuple(carried), row_stats=tuple(statistics))
+                  user_ops(nodes), plan=plan, carried=tuple(carried), row_stats=tuple(statistics),
+                  tail=tuple(tail))
 
 
 _INDEX_DECLARATION = re.compile(r"^\s*const long long (u\d+) = .*;\n", re.MULTILINE)
@@ -311,12 +316,16 @@ def default_reduce_strategy(extent: Dim) -> str:
 
 def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] = lambda n: False,
                   strategy: Optional[str] = None, block: int = BLOCK, epilogue: Optional[Node] = None,
-                  render: bool = True) -> Kernel:
-    """A reduction; with `epilogue`, an elementwise node of the reduction's shape applied to its result."""
+                  render: bool = True, tail: Sequence[Node] = ()) -> Kernel:
+    """A reduction; with `epilogue`, an elementwise node of the reduction's shape applied to its result;
+    with `tail`, a short reduction of its outputs' rows and that one's epilogue, finished by each row's
+    last block (codegen.tail)."""
     assert node.op.kind == REDUCE, node
     src, axis = node.srcs[0], node.attrs["axis"]
     extent = src.shape[axis]
-    strategy = strategy or default_reduce_strategy(extent)
+    strategy = strategy or ("block" if tail else default_reduce_strategy(extent))
+    if tail and (strategy != "block" or epilogue is not None):
+        raise Unfusable(f"{node.op.name}#{node.id}: only a block per output, with no epilogue, finishes a tail")
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
@@ -339,6 +348,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     epilogue_statements, body.statements = body.statements, loop_statements
     body.access("out0", output_axes[1], store=True)
     size = prod(node.shape)
+    finished = tail_fields(body, node, tail, "out1") if tail else None
     reduction = loop_fields(
         names, node, loop_statements, value, ("mine", "other"), REDUCE_STRIDE[strategy](block)
     )
@@ -349,7 +359,7 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
         extent=lambda b: b.printer.int(extent),
         comment_extra=f", reducing axis {axis}",
     )
-    nodes = (node,) + (() if epilogue is None else (epilogue,))
+    nodes = (node,) + (() if epilogue is None else (epilogue,)) + tuple(tail)
     if strategy != "thread":
         return finish_kernel(
             name,
@@ -358,15 +368,16 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
             body,
             written,
             nodes,
-            Launch(REDUCE_LAUNCHES[strategy], size, block),
+            Launch(REDUCE_LAUNCHES[strategy], size, block, tail=finished["per_row"] if tail else 0),
             True,
             render=render,
             loop_extent=extent,
             block=block,
+            tail=tuple(tail),
+            finished=finished,
             size=lambda b: b.printer.int(size),
-            store_index_lines=Late(
-                lambda b: lines_read_by(b.used_index_lines(), epilogue_statements + [result])
-            ),
+            store_index_lines=Late(lambda b: lines_read_by(
+                b.used_index_lines(), epilogue_statements + [result] + (finished["statements"] if tail else []))),
             tree_combine=reduction["tree"],
             **common,
         )

@@ -34,6 +34,7 @@ class Launch:
     cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
     stats: bool = False  # tiles split across blocks: each block's partials carry its rows' m and l (online)
     row_stats: bool = False  # tiles: the kernel also reduces its rows' statistics (ws2 partials, ws3 tickets)
+    tail: int = 0  # block_per_output: outputs a row, whose last block reduces them (codegen.tail; ws4 tickets)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)
@@ -41,7 +42,8 @@ class Launch:
         split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
         wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
         rows = ", its rows' statistics" if self.row_stats else ""
-        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}{rows}"
+        tail = f", each row's last of {self.tail} blocks reducing the row" if self.tail else ""
+        return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}{rows}{tail}"
 
     def scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
         """Elements of the two scratch buffers of a launch whose K is split across blocks: ws0 (float32)
@@ -65,6 +67,11 @@ class Launch:
         m, t = evaluate_dim(self.work, bindings), self.block
         return 2 * batch * m * -(-n // t), batch * -(-m // t)
 
+    def tail_tickets(self, bindings: Mapping[str, int]) -> int:
+        """Elements of ws4 (uint32), one ticket per row of a kernel with a tail, zero before the launch
+        and after it; 0 for any other kernel."""
+        return evaluate_dim(self.work, bindings) // self.tail if self.tail else 0
+
     def geometry(self, bindings: Mapping[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         work = evaluate_dim(self.work, bindings)
         if self.mode == "tiles":
@@ -81,15 +88,17 @@ class Launch:
         return (min(math.ceil(work / self.block), MAX_GRID_STRIDE_BLOCKS), 1, 1), (self.block, 1, 1)
 
 
-SCRATCH = ("ws0", "ws1", "ws2", "ws3")
+SCRATCH = ("ws0", "ws1", "ws2", "ws3", "ws4")
 
 
 def with_scratch(signature: KernelSignature, launch: Launch) -> KernelSignature:
     """The signature with its launch's scratch buffers after out0: a split launch's ws0 and ws1
-    (Launch.scratch), a row-statistics kernel's ws2 and ws3 (Launch.row_scratch); none otherwise."""
+    (Launch.scratch), a row-statistics kernel's ws2 and ws3 (Launch.row_scratch), a tail's ws4
+    (Launch.tail_tickets); none otherwise."""
     params = tuple(p for p in signature.params if p.ident not in SCRATCH)
     scratch = ((Param("ws0", "float*"), Param("ws1", "unsigned int*")) if launch.splits > 1 else ()) + (
-        (Param("ws2", "float*"), Param("ws3", "unsigned int*")) if launch.row_stats else ())
+        (Param("ws2", "float*"), Param("ws3", "unsigned int*")) if launch.row_stats else ()) + (
+        (Param("ws4", "unsigned int*"),) if launch.tail else ())
     if not scratch:
         return replace(signature, params=params)
     at = next(i for i, p in enumerate(params) if p.ident == "out0") + 1

@@ -89,6 +89,7 @@ class Group:
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
     carried: tuple[Node, ...] = ()  # Scatters of the root's columns this kernel also writes (search.carry)
     row_stats: tuple[Node, ...] = ()  # its root's rows' sum and sum of squared deviations (search.row_stats)
+    tail: tuple[Node, ...] = ()  # a short reduction of its root's rows, then its epilogue (search.tail)
 
 
 # Parameters that change only a kernel's template and launch, never its body's index analysis, per
@@ -120,7 +121,8 @@ def retarget(kernel: Kernel, params: dict) -> Optional[Kernel]:
         plan = replace(kernel.plan, along_k=along_k, streamed_width=width)
         return replace(kernel, launch=launch, plan=plan, signature=with_scratch(kernel.signature, launch))
     if kernel.kind == "reduce":
-        return _restrategised(kernel, params.get("strategy") or default_reduce_strategy(kernel.plan.extent))
+        default = "block" if kernel.tail else default_reduce_strategy(kernel.plan.extent)  # as reduce_kernel
+        return _restrategised(kernel, params.get("strategy") or default)
     return kernel
 
 
@@ -131,6 +133,8 @@ def _restrategised(kernel: Kernel, strategy: str) -> Kernel:
     mode = REDUCE_LAUNCHES[strategy]
     if mode == kernel.launch.mode:
         return kernel
+    if kernel.tail:  # the last block's tail follows a block per output (reduce_tail.cu.j2)
+        return None
     after = "body" if strategy == "thread" else "single"
     accesses = tuple(a if a.scope == "loop" else replace(a, scope=after) for a in kernel.plan.accesses)
     return replace(kernel, launch=replace(kernel.launch, mode=mode),
@@ -194,9 +198,10 @@ def kernel_for_group(
                              carried=group.carried, row_stats=group.row_stats)
     if group.kind == "reduce":
         if root.op.kind == REDUCE:
-            return reduce_kernel(
-                name, root, names, fused, params.get("strategy"), params.get("block", BLOCK), render=render
-            )
+            return reduce_kernel(name, root, names, fused, params.get("strategy"), params.get("block", BLOCK),
+                                 render=render, tail=group.tail)
+        if group.tail:
+            raise Unfusable("a reduction with an epilogue finishes no short reduction of its rows")
         reduce = next(n for n in group.members if n.id in params.get("epilogue_ids", ()))
         return reduce_kernel(
             name,
@@ -222,8 +227,8 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     kernel's name and the node labels and input names its comments show. None when the two groups'
     nodes do not come in the same program order (the comments list them in it): then `group` is
     generated afresh."""
-    pairs = list(zip(like.members + (like.root,) + like.carried + like.row_stats + like.reads,
-                     group.members + (group.root,) + group.carried + group.row_stats + group.reads))
+    pairs = list(zip(like.members + (like.root,) + like.carried + like.row_stats + like.tail + like.reads,
+                     group.members + (group.root,) + group.carried + group.row_stats + group.tail + group.reads))
     copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
     if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
         return None
@@ -244,6 +249,7 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
         reads=tuple(node[n.id] for n in kernel.reads),
         carried=tuple(node[n.id] for n in kernel.carried),
         row_stats=tuple(node[n.id] for n in kernel.row_stats),
+        tail=tuple(node[n.id] for n in kernel.tail),
         signature=replace(kernel.signature, name=name),
         source=source,
     )

@@ -108,7 +108,7 @@ class Program:
                 tables = [aliases[n.id] for n in k.written if n.id in aliases]
                 steps.append((k.output.id, [n.id for n in k.reads] + tables))
                 steps += [(s.id, [aliases[s.id]]) for s in k.carried]
-                steps += [(s.id, [k.output.id] + [n.id for n in k.reads]) for s in k.row_stats]
+                steps += [(s.id, [k.output.id] + [n.id for n in k.reads]) for s in k.row_stats + k.tail[-1:]]
             written = [n for k in self.kernels for n in k.written]
             nbytes = {n.id: self._node_bytes(n, bindings) for n in written}
             plan = plan_memory(steps, nbytes, keep=self._kept(), aliases=aliases)
@@ -198,6 +198,8 @@ class Program:
                 if tickets:
                     buffers[(names[0], kernel.name)] = self._poisoned(be, 4 * partials)
                     buffers[(names[1], kernel.name)] = be.upload(np.zeros(tickets, np.uint32))
+            if kernel.launch.tail:  # a tail's tickets, one per row (codegen.tail)
+                buffers[("ws4", kernel.name)] = be.upload(np.zeros(kernel.launch.tail_tickets(bindings), np.uint32))
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:
@@ -224,6 +226,8 @@ class Program:
                       for k in self.kernels if k.launch.splits > 1})
         sizes.update({f"scratch of {k.name} (its rows' statistics)": 4 * sum(k.launch.row_scratch(bindings))
                       for k in self.kernels if k.launch.row_stats})
+        sizes.update({f"scratch of {k.name} (its rows' tickets)": 4 * k.launch.tail_tickets(bindings)
+                      for k in self.kernels if k.launch.tail})
         total = sum(sizes.values()) + plan.peak_bytes
         for k in self.kernels:  # intermediates too, to name the largest buffer
             sizes.setdefault(

@@ -184,6 +184,7 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                              else "")
                           + (" carrying a Scatter" if kernel.carried else "")
                           + (" with its rows' statistics" if kernel.row_stats else "")
+                          + (" finishing its rows' reduction" if kernel.tail else "")
                           + _staged(kernel))
                 result.launches[launch] = result.launches.get(launch, 0) + 1
         for step in (built.search.trace if built.search is not None else ()):

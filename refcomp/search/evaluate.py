@@ -19,6 +19,7 @@ from .fusion import (Graph, check_group, few_rows, group_cost, group_of, group_p
                      reduced_extent)
 from .mirror import Mirror
 from .row_stats import with_row_stats
+from .tail import with_tails
 from .schedule import DECISIONS, KERNEL_PARAMS, PARAMS_BY_NAME, Schedule
 
 
@@ -26,7 +27,7 @@ def group_structure(group: Group, sched: Schedule) -> tuple:
     """What a kernel's code depends on, with node ids abstracted away: each node's op, attributes,
     shape and dtype, each source as a fused node of the group, the k-th buffer it reads, or an inlined
     literal, through its views, and the decisions taken on each node."""
-    nodes = group.members + (group.root,) + group.carried + group.row_stats
+    nodes = group.members + (group.root,) + group.carried + group.row_stats + group.tail
     local = {n.id: k for k, n in enumerate(nodes)}
     buffers = {n.id: k for k, n in enumerate(group.reads)}
 
@@ -129,6 +130,11 @@ class Evaluator:
             if groups is not None and checked and any(
                     g.row_stats and self.build(sched, g) is None for g in groups.values()):
                 return None
+        if sched.tails and groups is not None:  # each finished by its source's kernel (search.tail)
+            groups = with_tails(self.graph, sched, groups)
+            if groups is not None and checked and any(
+                    g.tail and self.build(sched, g) is None for g in groups.values()):
+                return None
         return groups
 
     def touching(self, groups: Mapping[int, Group]) -> dict[int, set[int]]:
@@ -166,7 +172,7 @@ class Evaluator:
         return delta, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
-        key = (group.root.id, tuple(n.id for n in group.members + group.row_stats), group.kind,
+        key = (group.root.id, tuple(n.id for n in group.members + group.row_stats + group.tail), group.kind,
                tuple(sched.kernel_params(group.root.id, group.kind).values()))
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
@@ -226,7 +232,7 @@ class Evaluator:
     def _key(self, sched: Schedule, group: Group) -> tuple:
         """The group's structure (see group_structure) and parameters: identical layers of a model
         share one built kernel, one legality answer and one price."""
-        members = tuple(n.id for n in group.members + group.row_stats)
+        members = tuple(n.id for n in group.members + group.row_stats + group.tail)
         nodes = frozenset(members).union((group.root.id,))  # each decision's part of the kernel says what
         ids = (group.root.id, members, group.kind, tuple(getattr(sched, d.name) & nodes for d in DECISIONS))
         if ids not in self.structures:  # interned: a small int hashes far faster than the structure

@@ -247,7 +247,8 @@ def group_cost(
         written = count(root.srcs[2].shape)
         nbytes = itemsize(root) * written + sum(itemsize(n) * count(n.shape) for n in group.reads)
         return roofline(name or root.op.name, group.kind, nbytes, 0, written, profile, nbytes)
-    nbytes = itemsize(root) * count(root.shape) + sum(itemsize(n) * count(n.shape) for n in group.row_stats)
+    nbytes = itemsize(root) * count(root.shape) + sum(
+        itemsize(n) * count(n.shape) for n in group.row_stats + group.tail[-1:])
     looked_up: dict[int, int] = {}  # a fused Gather's table -> the elements its lookups read of it
     for g in group.members:
         if g.op.kind == GATHER:

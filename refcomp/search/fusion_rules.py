@@ -49,7 +49,8 @@ class When:
 
 
 def _free(graph: Graph, sched: Schedule, n: Node) -> bool:
-    return (n.id not in sched.inline and n.id not in sched.row_stats and n.id not in graph.outputs
+    return (n.id not in sched.inline and n.id not in sched.row_stats and n.id not in sched.tails
+            and n.id not in graph.outputs
             and bool(graph.consumers[n.id])
             and not any(c.op.kind in INDEXED for c in graph.consumers[n.id]))
 

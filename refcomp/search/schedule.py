@@ -119,6 +119,12 @@ class Schedule:
         "the rows, as it stores them (search.row_stats; never a kernel's root, never inline)",
         codegen="row_stats_ids",
     )
+    tails: frozenset = decision(
+        "a short exact reduction of a block reduction's rows (a split maximum's last step), with its "
+        "epilogue, finished by the last block of each row of that reduction's kernel (search.tail; never "
+        "a kernel's root, never inline)",
+        codegen="tail_ids",
+    )
     params: tuple = ()  # ((root id, name), value) pairs, sorted: the KERNEL_PARAMS a kernel sets
 
     @functools.cached_property

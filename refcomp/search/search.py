@@ -31,6 +31,7 @@ from .moves import apply_move, descend, moves_of, where_in
 from .schedule import KERNEL_PARAMS, Schedule
 from .carry import carry_scatters
 from .row_stats import carry_row_stats
+from .tail import carry_tails
 from ..ops.graph import identity_edge, own_scatter_tables, rebuild, structural_key
 from .rules import ALGEBRA, Context
 from .split import split_skinny
@@ -189,6 +190,10 @@ def _search(edges, dims_hint, profile, beam, max_states, max_seconds, shown) -> 
                                            lambda s, some: _tune(graph, ev, s, some, [])[0])
     if moved:  # shown in explain(): the layer norms whose statistics the matmul before computes
         trace.append(Step("carry_row_stats", ", ".join(graph.names.label(n) for n in moved),
+                          ev.total(sched, groups), len(groups)))
+    sched, groups, finished = carry_tails(graph, ev, sched, groups)
+    if finished:  # shown in explain(): the short reductions the kernel before finishes
+        trace.append(Step("carry_tails", ", ".join(graph.names.label(n) for n in finished),
                           ev.total(sched, groups), len(groups)))
     ordered = [groups[n.id] for n in graph.compute if n.id in groups]
     ordered, costs = carry_scatters(ordered, [ev.cost(sched, g) for g in ordered], sched, profile)
