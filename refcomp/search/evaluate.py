@@ -153,6 +153,13 @@ class Evaluator:
         decides a whole pattern): `changed` holds their ids (`changed_by`). Only the kernels touching
         those can change: they alone are re-partitioned, and the cost of a move does not grow with
         the graph."""
+        if sched.tails:  # a kernel finishing another's reduction (search.tail): partitioned whole
+            whole = self.partition(sched)
+            if whole is None:
+                return None
+            delta = {r: None for r in groups if r not in whole}
+            delta.update({r: g for r, g in whole.items() if groups.get(r) != g})
+            return delta, self.total(sched, whole)
         pending = set().union(*(touching.get(c, set()) for c in changed))
         roots = sorted(pending, key=lambda r: self.graph.position[r])
         kept = lambda r: None if r in pending else groups.get(r)  # noqa: E731 (a kernel the move leaves)
