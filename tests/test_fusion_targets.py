@@ -94,7 +94,7 @@ def test_one_pass_statistics_do_not_cancel(monkeypatch):
     program's error against float64 is at most twice the two-pass program's (the same search
     without the rule; here it is half of it), while the naive formula is off by percent on the same rows."""
     from refcomp.search import search as search_module
-    x, w = rc.input("x", ("B", 128)), rc.input("w", (128, 64))
+    x, w = rc.input("x", ("B", 512)), rc.input("w", (512, 8))  # long rows: one pass pays (search.tile_flops)
     y = rc.nn.layer_norm(x + 1000.0) @ w
     one = rc.compile(y, dims_hint={"B": 256}, cache=False)
     assert "one_pass_statistics" in {s.rule for s in one.search.trace}
@@ -110,8 +110,8 @@ def test_one_pass_statistics_do_not_cancel(monkeypatch):
     assert not any("in one pass" in k.source for k in two.kernels)
     rng = np.random.default_rng(0)
     feeds = {
-        "x": rng.standard_normal((64, 128)).astype(np.float32),
-        "w": rng.standard_normal((128, 64)).astype(np.float32),
+        "x": rng.standard_normal((64, 512)).astype(np.float32),
+        "w": rng.standard_normal((512, 8)).astype(np.float32),
     }
     want = rc.evaluate(y, feeds, precision="float64")
     err_one = np.abs(one.run(feeds, backend="emulator") - want).max()

@@ -179,8 +179,10 @@ class Evaluator:
         return delta, cost
 
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
-        key = (group.root.id, tuple(n.id for n in group.members + group.row_stats + group.tail), group.kind,
-               tuple(sched.kernel_params(group.root.id, group.kind).values()))
+        members = tuple(n.id for n in group.members + group.row_stats + group.tail)
+        nodes = frozenset(members).union((group.root.id,))  # the decisions on its nodes price it too
+        key = (group.root.id, members, group.kind, tuple(sched.kernel_params(group.root.id, group.kind).values()),
+               tuple(getattr(sched, d.name) & nodes for d in DECISIONS))
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]

@@ -29,6 +29,7 @@ from ..ops.primitives import ELEMENTWISE, GATHER, INDEXED, LEAF, REDUCE, SCATTER
 from .cost import DeviceProfile, KernelCost, roofline
 from .repeat import Copies, find_copies
 from .schedule import DECISIONS, Schedule
+from .tile_flops import fused_flops
 
 # A buffer read through a broadcast (the same element by many threads) costs at most this many
 # passes over it: caches absorb the rest. The tiled matmul reads each operand once.
@@ -265,13 +266,15 @@ def group_cost(
         m_n = count(reduce.shape)
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
         tile = sched.param(root.id, "tile")
-        flops = 2 * m_n * k + ops * m_n
-        flops += sum(
-            2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed
-        )  # q . k per score
-        flops += sum(
-            count(n.srcs[0].shape) for n in group.members if n.id in sched.prologue
-        )  # once per row (a bound below)
+        online = any(n.id in sched.online for n in group.members)
+        if online:  # the online template's softmax and streamed scores, once per output
+            flops = 2 * m_n * k + ops * m_n
+            flops += sum(
+                2 * count(n.srcs[0].shape) for n in group.members if n.id in sched.streamed
+            )  # q . k per score
+        else:  # where the plain template computes each fused node (search.tile_flops)
+            splits = min(sched.param(root.id, "splits"), key_tiles(group, sched, count, tile))
+            flops = 2 * m_n * k + fused_flops(group, sched, reduce, count, tile, max(splits, 1))
         flops += _compensation_flops(group, sched, count, tile)
         threads = _launched_threads(group, sched, count, tile)
     elif group.kind in ("reduce", "row"):
@@ -309,9 +312,11 @@ def _compensation_flops(group: Group, sched: Schedule, count: Callable, tile: in
         k = count(reduce.srcs[0].shape) // max(m_n, 1)
         chains = 2 if any(n.id in sched.online for n in group.members) else 1
         flops += COMPENSATION_FLOPS * chains * m_n * -(-k // tile)
-    for n in group.members:
+    online = any(n.id in sched.online for n in group.members)
+    for n in group.members:  # (the plain template's: search.tile_flops, once per block)
         if (
-            n.id in sched.prologue
+            online
+            and n.id in sched.prologue
             and n.op.name == "SumReduce"
             and long_chain(n.srcs[0].shape[n.attrs["axis"]], tile)
         ):
