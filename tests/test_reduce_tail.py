@@ -20,7 +20,8 @@ VOCAB = 50257
 
 @pytest.fixture(scope="module")
 def greedy():
-    return rc.compile({"token": greedy_graph(rc.input("logits", ("B", VOCAB)))}, dims_hint={"B": 32}, cache=False)
+    outputs = {"token": greedy_graph(rc.input("logits", ("B", VOCAB)))}
+    return rc.compile(outputs, dims_hint={"B": 32}, cache=False)
 
 
 def _feeds(rows: int, seed: int) -> dict:

@@ -17,34 +17,8 @@ from refcomp.exec.profile import model_disagreements
 from refcomp.ops.nn import layer_norm
 from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.search.evaluate import Evaluator
+from norm_block import EPS, block as _block, feeds as _feeds, want as _want
 from fusion_checks import launch_split_twice, sanitized_run
-
-EPS = 1e-5
-
-
-def _block(d: int, f: int):
-    x, r = rc.input("x", ("B", d)), rc.input("r", ("B", d))
-    w1, b1 = rc.input("w1", (d, d)), rc.input("b1", (d,))
-    g, be = rc.input("g", (d,)), rc.input("be", (d,))
-    w2, b2 = rc.input("w2", (d, f)), rc.input("b2", (f,))
-    return {"y": layer_norm(r + x @ w1 + b1, (d,), g, be, EPS) @ w2 + b2}
-
-
-def _feeds(rows: int, d: int, f: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    feeds = {"x": rng.standard_normal((rows, d)), "r": rng.standard_normal((rows, d)) * 3 + 5,
-             "w1": rng.standard_normal((d, d)) / np.sqrt(d), "b1": rng.standard_normal(d),
-             "g": rng.standard_normal(d), "be": rng.standard_normal(d),
-             "w2": rng.standard_normal((d, f)) / np.sqrt(d), "b2": rng.standard_normal(f)}
-    return {k: v.astype(np.float32) for k, v in feeds.items()}
-
-
-def _want(feeds) -> np.ndarray:
-    f = {k: v.astype(np.float64) for k, v in feeds.items()}
-    h = f["r"] + f["x"] @ f["w1"] + f["b1"]
-    mean = h.mean(-1, keepdims=True)
-    var = ((h - mean) ** 2).mean(-1, keepdims=True)
-    return ((h - mean) / np.sqrt(var + EPS) * f["g"] + f["be"]) @ f["w2"] + f["b2"]
 
 
 def _check(prog, rows, d, f, seed=0):

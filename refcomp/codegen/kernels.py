@@ -325,7 +325,8 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
     extent = src.shape[axis]
     strategy = strategy or ("block" if tail else default_reduce_strategy(extent))
     if tail and (strategy != "block" or epilogue is not None):
-        raise Unfusable(f"{node.op.name}#{node.id}: only a block per output, with no epilogue, finishes a tail")
+        raise Unfusable(
+            f"{node.op.name}#{node.id}: only a block per output, with no epilogue, finishes a tail")
     body = KernelBody(names, inline=inline)
     idx = body.axis_indices("i", node.shape)
     output_axes, body.flat_axes = body.flat_axes, None  # the source has one more axis: no shortcut there
@@ -377,7 +378,8 @@ def reduce_kernel(name: str, node: Node, names, inline: Callable[[Node], bool] =
             finished=finished,
             size=lambda b: b.printer.int(size),
             store_index_lines=Late(lambda b: lines_read_by(
-                b.used_index_lines(), epilogue_statements + [result] + (finished["statements"] if tail else []))),
+                b.used_index_lines(),
+                epilogue_statements + [result] + (finished["statements"] if tail else []))),
             tree_combine=reduction["tree"],
             **common,
         )

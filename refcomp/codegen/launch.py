@@ -34,7 +34,7 @@ class Launch:
     cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
     stats: bool = False  # tiles split across blocks: each block's partials carry its rows' m and l (online)
     row_stats: bool = False  # tiles: the kernel also reduces its rows' statistics (ws2 partials, ws3 tickets)
-    tail: int = 0  # block_per_output: outputs a row, whose last block reduces them (codegen.tail; ws4 tickets)
+    tail: int = 0  # block_per_output: outputs a row, the row's last block reducing them (codegen.tail, ws4)
 
     def __str__(self) -> str:
         extra = "".join(f" x {d}" for d in self.extra)

@@ -227,8 +227,8 @@ def relabelled(kernel: Kernel, like: Group, group: Group, name: str, names: Prog
     kernel's name and the node labels and input names its comments show. None when the two groups'
     nodes do not come in the same program order (the comments list them in it): then `group` is
     generated afresh."""
-    pairs = list(zip(like.members + (like.root,) + like.carried + like.row_stats + like.tail + like.reads,
-                     group.members + (group.root,) + group.carried + group.row_stats + group.tail + group.reads))
+    nodes_of = lambda g: g.members + (g.root,) + g.carried + g.row_stats + g.tail + g.reads  # noqa: E731
+    pairs = list(zip(nodes_of(like), nodes_of(group)))
     copies = [b for _, b in sorted(pairs, key=lambda pair: names.numbers[pair[0].id])]
     if any(names.numbers[a.id] >= names.numbers[b.id] for a, b in zip(copies, copies[1:])):
         return None

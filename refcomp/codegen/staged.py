@@ -18,7 +18,7 @@ from typing import Optional
 import sympy
 
 from ..ops.primitives import Node
-from ..symbolic.index import conjunction, less
+from ..symbolic.index import conjunction
 from . import render_c
 from .emit import Access, KernelBody
 

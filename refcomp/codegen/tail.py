@@ -24,13 +24,14 @@ def tail_fields(body: KernelBody, source: Node, tail: Sequence[Node], output: st
     over the rows of `source`, this kernel's out0."""
     final, stored = tail[0], tail[-1]
     per_row = source.shape[-1]
-    if (final.op.kind != REDUCE or final.attrs["axis"] != len(source.shape) - 1 or final.srcs[0].node is not source
-            or not final.srcs[0].views.is_identity or not isinstance(per_row, int)
-            or not DTYPES[final.dtype].is_float):
+    if (final.op.kind != REDUCE or final.attrs["axis"] != len(source.shape) - 1
+            or final.srcs[0].node is not source or not final.srcs[0].views.is_identity
+            or not isinstance(per_row, int) or not DTYPES[final.dtype].is_float):
         raise Unfusable(f"{final.op.name}#{final.id} is no short reduction of this kernel's rows")
     if any(n.op.kind == REDUCE for n in tail[1:]) or len(stored.shape) != len(final.shape) or any(
             a != b for a, b in zip(stored.shape, final.shape)):
-        raise Unfusable(f"{stored.op.name}#{stored.id} is no elementwise epilogue of {final.op.name}#{final.id}")
+        raise Unfusable(
+            f"{stored.op.name}#{stored.id} is no elementwise epilogue of {final.op.name}#{final.id}")
     rows = prod(final.shape)
     row, s = body.index_var("trow", rows), body.index_var("ts", per_row)
     saved = body.statements, body.scope, body.flat_axes
@@ -38,8 +39,8 @@ def tail_fields(body: KernelBody, source: Node, tail: Sequence[Node], output: st
     body.statements, body.scope = [], "tail_loop"
     body.access("out0", row * per_row + s)
     kind = DTYPES[final.dtype].kind
-    combine = render_c.op_expr(final.op, "tail", render_c.load(source.dtype, f"out0[trow * {per_row}LL + ts]"),
-                               kind=kind)
+    loaded = render_c.load(source.dtype, f"out0[trow * {per_row}LL + ts]")
+    combine = render_c.op_expr(final.op, "tail", loaded, kind=kind)
     body.scope = "tail"
     at = body.unravel(row, final.shape)
     result = "tail"

@@ -199,7 +199,8 @@ class Program:
                     buffers[(names[0], kernel.name)] = self._poisoned(be, 4 * partials)
                     buffers[(names[1], kernel.name)] = be.upload(np.zeros(tickets, np.uint32))
             if kernel.launch.tail:  # a tail's tickets, one per row (codegen.tail)
-                buffers[("ws4", kernel.name)] = be.upload(np.zeros(kernel.launch.tail_tickets(bindings), np.uint32))
+                tickets = np.zeros(kernel.launch.tail_tickets(bindings), np.uint32)
+                buffers[("ws4", kernel.name)] = be.upload(tickets)
         return buffers
 
     def _check_room(self, be, arrays: Mapping[str, np.ndarray], bindings: Mapping[str, int]) -> None:

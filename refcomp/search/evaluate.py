@@ -181,8 +181,9 @@ class Evaluator:
     def cost(self, sched: Schedule, group: Group) -> KernelCost:
         members = tuple(n.id for n in group.members + group.row_stats + group.tail)
         nodes = frozenset(members).union((group.root.id,))  # the decisions on its nodes price it too
-        key = (group.root.id, members, group.kind, tuple(sched.kernel_params(group.root.id, group.kind).values()),
-               tuple(getattr(sched, d.name) & nodes for d in DECISIONS))
+        params = tuple(sched.kernel_params(group.root.id, group.kind).values())
+        decided = tuple(getattr(sched, d.name) & nodes for d in DECISIONS)
+        key = (group.root.id, members, group.kind, params, decided)
         if key not in self.costs:
             self.costs[key] = group_cost(group, sched, self.count, self.profile)
         return self.costs[key]

@@ -38,7 +38,8 @@ def with_tails(graph, sched: Schedule, groups: dict) -> Optional[dict]:
             return None
         del groups[own.root.id]
         after = sorted((n for n in own.members if n is not node), key=lambda n: graph.position[n.id])
-        groups[source.id] = replace(first, tail=(node, *after) + ((own.root,) if own.root is not node else ()))
+        epilogue = (own.root,) if own.root is not node else ()
+        groups[source.id] = replace(first, tail=(node, *after) + epilogue)
     return groups
 
 

@@ -50,7 +50,8 @@ def fused_flops(group: Group, sched: Schedule, reduce: Node, count: Callable, ti
     paired = {row_statistics(n).total.id for n in prologue if n.id in sched.welford and row_statistics(n)}
     for statistic in prologue:  # its rows' values, reduced by every block of their row of tiles
         values = count(statistic.srcs[0].shape) * column_blocks * splits
-        long = statistic.op.name == "SumReduce" and long_chain(statistic.srcs[0].shape[statistic.attrs["axis"]], tile)
+        extent = statistic.srcs[0].shape[statistic.attrs["axis"]]
+        long = statistic.op.name == "SumReduce" and long_chain(extent, tile)
         if statistic.id in sched.welford:  # one pass with its row's sum: Welford's update, not its terms
             for e in statistic.srcs:
                 under(e.node)
