@@ -1,6 +1,7 @@
 """Loads of a matmul's operand A that vary along one tile axis only, made once (codegen/staged.py): a
 layer norm's weight and bias (k alone) staged in shared memory per K step, its carried statistics (the
-row alone) loaded into registers before the K loop. Checked against NumPy written directly (float64)
+row alone) loaded into registers before the K loop, and the row's mean and reciprocal deviation
+computed from them there. Checked against NumPy written directly (float64)
 on the emulator at bindings with partial tiles, for every template variant; the memory model's counts
 against the profiler's; bounds under the sanitizer; nvcc for sm_90."""
 from __future__ import annotations
@@ -49,6 +50,9 @@ def test_the_norms_weight_and_bias_are_staged_and_its_statistics_held(small):
     assert not [a for a in reader.plan.accesses if a.scope == "a" and a.buffer in moved]
     for text in ("Kcols0", "Kcols1", "arows0[RC_SLOT]", "arows1[RC_SLOT]", "2 load(s) of A per K step"):
         assert text in reader.source
+    # the row's mean and reciprocal deviation, computed from S and V once a thread, not once per k
+    assert reader.plan.held_values > 0 and reader.source.count("sqrtf(") == 1
+    assert reader.source.index("sqrtf(") < reader.source.index("for (long long k0")
     for rows in (32, 1, 17, 40):
         feeds = _feeds(rows, 200, 300, seed=rows)
         np.testing.assert_allclose(prog.run(feeds, backend="emulator")["y"], _want(feeds),

@@ -246,6 +246,10 @@ class KernelBody:
         self.inlined_values += 1
         if self.inlined_values > MAX_INLINED_VALUES:
             raise Unfusable(f"a kernel may recompute at most {MAX_INLINED_VALUES} values per element")
+        if self.stage is not None and valid is sympy.true and node.op.kind in ELEMENTWISE:
+            held = self.stage.hold(node, flat)  # a value of the row alone, computed once (codegen.staged)
+            if held is not None:
+                return held
         outer, outer_ranges = self.statements, self.ranges
         if valid is not sympy.true:  # inside `if (valid)`: the mask's bounds help simplify the indices
             self.statements, self.ranges = [], tighten(self.ranges, valid)

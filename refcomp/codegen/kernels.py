@@ -120,6 +120,7 @@ class AccessPlan:
     prologue_pairs: int = 0  # matmul: prologue phases that reduce two values in one pass (codegen.statistics)
     splittable: bool = False  # softmax_matmul: K may be split across blocks (codegen.online)
     staged_columns: int = 0  # matmul: inputs of A staged in shared memory once per K step (codegen.staged)
+    held_values: int = 0  # matmul: fused values of A a thread computes once for its row (codegen.staged)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ def finish_kernel(
     prologue_pairs: int = 0,
     splittable: bool = False,
     staged_columns: int = 0,
+    held_values: int = 0,
     carried: tuple = (),
     statistics: tuple = (),
     tail: tuple = (),
@@ -209,6 +211,7 @@ def finish_kernel(
         prologue_pairs=prologue_pairs,
         splittable=splittable,
         staged_columns=staged_columns,
+        held_values=held_values,
     )
     outputs = ["out0"] + [f"out{k + 1}" for k in range(len(carried) + len(statistics) + len(tail[-1:]))]
     if not render:

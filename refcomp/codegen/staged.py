@@ -41,6 +41,8 @@ class StagedLoads:
     columns: list = field(default_factory=list)  # template fields of each staged k-only load
     rows: list = field(default_factory=list)  # and of each row-only load
     _known: dict = field(default_factory=dict)  # (buffer, index, mask) -> the value read instead
+    row_statements: list = field(default_factory=list)  # values of the row alone, computed before the loop
+    held_values: int = 0  # fused values those statements compute, once a thread rather than once a k
 
     def __call__(self, node: Node, flat, valid) -> Optional[str]:
         body = self.body
@@ -72,6 +74,32 @@ class StagedLoads:
         body.loads.append((buffer, index, mask))
         self._known[key] = name
         return name
+
+    def hold(self, node: Node, flat) -> Optional[str]:
+        """A fused value of A's loads at an index of the row alone (a layer norm's mean and reciprocal
+        deviation, from the row's statistics), computed with the row's loads before the K loop into a
+        register array; None where it varies with k or sits under a mask."""
+        body = self.body
+        if (body.scope != "a" or body._guards[1:] or render_c.compute_type(node.dtype) != "float"
+                or len(self.rows) >= MAX_STAGED):
+            return None
+        index = self._written_out(flat)
+        if index is None or not {s for s in index.free_symbols if not s.is_positive} <= {self.bm, self.batch}:
+            return None
+        key = ("value", node.id, index)
+        if key in self._known:
+            return self._known[key]
+        outer = body.statements, body.scope, body._guards, body.inlined_values
+        body.statements, body.scope, body._guards = self.row_statements, "a_rows", [self.bounds["bm"]]
+        value = render_c.rounded(node.dtype, render_c.node_expr(
+            node, *[body.value_at(e, body.unravel(flat, node.shape)) for e in node.srcs]))
+        at = f"arows{len(self.rows)}"
+        self.row_statements.append(f"{render_c.element(at, 'RC_SLOT')} = {value};")
+        self.held_values += 1 + body.inlined_values - outer[3]
+        body.statements, body.scope, body._guards = outer[:3]
+        self.rows.append(dict(array=at, load=None, guard=""))
+        self._known[key] = render_c.element(at, "RC_SLOT")
+        return self._known[key]
 
     def _guard(self, mask) -> str:
         return "" if mask is sympy.true else f" && ({self.body.printer.cond(mask)})"

@@ -307,7 +307,8 @@ def matmul_kernel(
         (reduce.srcs[0].node, reduce) + tuple(prologue) + squares + (() if output is reduce else (output,))
         + tuple(carried) + (stats_fields["nodes"] if stats_fields else ())
     )
-    staged_texts = [line for part in staged.columns + staged.rows for line in (part["load"], part["guard"])]
+    parts = staged.columns + staged.rows
+    staged_texts = [text for part in parts for text in (part["load"] or "", part["guard"])]
     loads = a_statements + [a_value] + b_statements + [b_value] + staged_texts
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
     fields["launch"] = replace(fields["launch"], slices=slices, splits=splits, row_stats=bool(row_stats))
@@ -336,8 +337,11 @@ def matmul_kernel(
         prologue_phases=len(phases),
         prologue_pairs=len(squares),
         staged_columns=len(staged.columns),
+        held_values=staged.held_values,
         columns=staged.columns,
         rows=staged.rows,
+        row_statements=staged.row_statements,
+        row_index_lines=Late(lambda b: lines_read_by(b.used_index_lines(), staged.row_statements)),
         prologue=phases,
         slices=slices,
         splits=splits,

@@ -9,14 +9,14 @@ DEFAULT_DIM for any symbol it leaves out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional
 
 from ..codegen.legality import AccessModelError, Kernel, buffer_bytes
 from ..ops.dtypes import DTYPES
 from ..ops.primitives import LEAF, Node
 from ..ops.graph import symbols_of
-from ..symbolic.dims import evaluate_size
+from ..symbolic.dims import evaluate_dim, evaluate_size
 
 DEFAULT_DIM = 64  # the value of a symbolic dim the user gave no hint for
 
@@ -120,7 +120,21 @@ def kernel_cost(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int],
     footprints = {f"in{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.reads)}
     footprints.update({f"out{k}": stored_bytes(n, bindings) for k, n in enumerate(kernel.written)})
     footprints.update(scratch_bytes(kernel.launch, bindings))
-    return access_cost(coarse, moved, footprints, profile)
+    return access_cost(held_rows(kernel, coarse, bindings), moved, footprints, profile)
+
+
+def held_rows(kernel: Kernel, coarse: KernelCost, bindings: Mapping[str, int]) -> KernelCost:
+    """The graph's flops with the values a matmul's threads compute once for their row (codegen.staged)
+    counted once a thread, not once per element of A and block column (search.tile_flops)."""
+    held, launch = kernel.plan.held_values, kernel.launch
+    if not held:
+        return coarse
+    n, batch = (evaluate_dim(d, bindings) for d in launch.extra)
+    m, k, t = evaluate_dim(launch.work, bindings), evaluate_dim(kernel.plan.extent, bindings), launch.block
+    columns = -(-n // t)
+    per_element = held * batch * m * k * columns
+    per_thread = held * t * t * launch.slices * columns * -(-m // t) * batch * launch.splits
+    return replace(coarse, flops=max(coarse.flops - per_element + per_thread, 0))
 
 
 def scratch_bytes(launch, bindings: Mapping[str, int]) -> dict[str, int]:
