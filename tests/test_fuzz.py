@@ -218,7 +218,10 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     total = _checked(COUNT)
     _assert_the_generator_reaches_every_move(total.coverage)
     # the searched programs went through every fusion rule (online_softmax through the attention moves)
-    unused = {r.name for r in FUSION + CLEANUP} - set(total.rules)
+    # one pass over a row's statistics pays only over rows longer than the fuzzer's tensors of at most
+    # 6,000 elements allow, many of them (search.tile_flops prices Welford's update and merge): it is
+    # checked searched and forced on such rows by tests/test_fusion_rules.py and test_fusion_targets.py
+    unused = {r.name for r in FUSION + CLEANUP} - set(total.rules) - {"one_pass_statistics"}
     assert not unused, f"the searched programs never applied {sorted(unused)}: {total.rules}"
     assert total.rules.get(TIED, 0) > 0, f"no move was tied across repeated layers: {total.rules}"
     assert total.rules.get("join_views", 0) > 0, f"no join of neighbours read as one view: {total.rules}"
