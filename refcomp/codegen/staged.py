@@ -6,8 +6,9 @@ index of k alone (the norm's weight and bias, w[k] and b[k]) is the same for eve
 tile: row 0 of each slice stages it in shared memory once per K step (`Kcols0`...), behind one
 more barrier, and every thread reads it there. An input read at an index of the row alone (a
 carried layer norm's sum and squared deviations, S[row] and V[row]) is the same at every k: each
-thread loads it into a register before the K loop (`arows0`...). The values, and so the sums, are
-those of the plain loads; only who loads them changes. The memory model counts them where they are
+thread loads it into a register before the K loop (`arows0`...), and computes there any fused value
+A's loads read at such an index (the norm's mean and reciprocal deviation: `hold`). The values, and
+so the sums, are those of the plain loads; only who loads and computes them changes. The memory model counts them where they are
 made: scopes "a_cols" and "a_rows" (codegen.access, shared_access).
 """
 from __future__ import annotations

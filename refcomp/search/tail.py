@@ -21,9 +21,9 @@ from typing import Mapping, Optional
 from ..codegen.legality import Group
 from ..ops.primitives import REDUCE
 from .schedule import Schedule
+from .split import EXACT  # the reductions split.py splits: their results combine exactly, in any order
 
 MAX_TAIL = 1024  # values per row the last block's one thread reduces
-EXACT = ("MaxReduce",)
 
 
 def with_tails(graph, sched: Schedule, groups: dict) -> Optional[dict]:
