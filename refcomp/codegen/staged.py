@@ -8,8 +8,8 @@ more barrier, and every thread reads it there. An input read at an index of the 
 carried layer norm's sum and squared deviations, S[row] and V[row]) is the same at every k: each
 thread loads it into a register before the K loop (`arows0`...), and computes there any fused value
 A's loads read at such an index (the norm's mean and reciprocal deviation: `hold`). The values, and
-so the sums, are those of the plain loads; only who loads and computes them changes. The memory model counts them where they are
-made: scopes "a_cols" and "a_rows" (codegen.access, shared_access).
+so the sums, are those of the plain loads; only who loads and computes them changes. The memory
+model counts them where they are made: scopes "a_cols" and "a_rows" (codegen.access, shared_access).
 """
 from __future__ import annotations
 
