@@ -127,7 +127,9 @@ class KernelBody:
     definitions: dict = field(default_factory=dict)  # index variable (uN, o_k) -> the expression it holds
     scope: str = "body"  # the template loop the statements being built run in (see Access)
     _guards: list = field(default_factory=list)  # masks of the `if` blocks being built
-    stage: Optional[Callable] = None  # (node, flat, valid) -> a value loaded elsewhere, or None
+    # codegen.staged.StagedLoads while a matmul builds operand A: called with (node, flat, valid) for a
+    # leaf load and `.hold(node, flat)` for a fused value, it answers a value made elsewhere, or None
+    stage: Optional[Callable] = None
 
     def __post_init__(self):
         self.dim_names = self.names.dims

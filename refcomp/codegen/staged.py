@@ -109,7 +109,7 @@ class StagedLoads:
         """`expr` with every bound index variable (uN, o_k) replaced by its definition, so it reads the
         template's own variables only; None where that grows past MAX_INDEX_TEXT."""
         definitions = self.body.definitions
-        expr = sympy.sympify(expr)
+        expr = expr if isinstance(expr, sympy.Basic) else sympy.Integer(expr)  # an index is never text
         while True:
             bound = {s: definitions[s] for s in expr.free_symbols if s in definitions}
             if not bound:
