@@ -33,7 +33,7 @@ class Launch:
     splits: int = 1  # tiles: K split across this many blocks per tile, their partials combined (ws0, ws1)
     cols: int = 1  # tiles: N tiles a block computes, each thread one column of each (online softmax)
     stats: bool = False  # tiles split across blocks: each block's partials carry its rows' m and l (online)
-    row_stats: bool = False  # tiles: the kernel also reduces its rows' statistics (ws2 partials, ws3 tickets)
+    row_stats: int = 0  # tiles: values per row and N tile of its rows' statistics (ws2 partials, ws3 tickets)
     tail: int = 0  # block_per_output: outputs a row, the row's last block reducing them (codegen.tail, ws4)
 
     def __str__(self) -> str:
@@ -41,7 +41,7 @@ class Launch:
         sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
         split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
         wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
-        rows = ", its rows' statistics" if self.row_stats else ""
+        rows = {0: "", 1: ", its rows' maximum"}.get(self.row_stats, ", its rows' statistics")
         tail = f", each row's last of {self.tail} blocks reducing the row" if self.tail else ""
         return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}{rows}{tail}"
 
@@ -58,14 +58,14 @@ class Launch:
         return batch * self.splits * m * (n + stats), batch * tiles_m * tiles_n
 
     def row_scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
-        """Elements of the scratch of a kernel that reduces its rows' statistics (codegen.row_stats): ws2
-        (float32) a mean and m2 per row and N tile, ws3 (uint32) one ticket per row of tiles, zero
-        before the launch and after it. (0, 0) for any other kernel."""
+        """Elements of the scratch of a kernel that reduces its rows' statistics (search.row_stats): ws2
+        (float32) a mean and m2 (or a maximum) per row and N tile, ws3 (uint32) one ticket per row of
+        tiles, zero before the launch and after it. (0, 0) for any other kernel."""
         if not self.row_stats:
             return 0, 0
         n, batch = (evaluate_dim(d, bindings) for d in self.extra)
         m, t = evaluate_dim(self.work, bindings), self.block
-        return 2 * batch * m * -(-n // t), batch * -(-m // t)
+        return self.row_stats * batch * m * -(-n // t), batch * -(-m // t)
 
     def tail_tickets(self, bindings: Mapping[str, int]) -> int:
         """Elements of ws4 (uint32), one ticket per row of a kernel with a tail, zero before the launch

@@ -19,6 +19,7 @@ from .emit import MAX_FUSED_NODES, MAX_INLINED_VALUES, SHORT_REDUCE, ProgramName
 from .fused import matmul_axes
 from .indexed import carried_columns
 from .online import online_softmax, streamed_scores
+from .row_maximum import row_maximum
 from .statistics import row_statistics
 from .sums import COMPENSATION_FLOPS, long_chain
 from .kernels import BLOCK, N_TILES, REDUCE_STRIDE, TILE, WARP_OUTPUTS, Kernel, default_reduce_strategy
@@ -42,6 +43,7 @@ __all__ = [
     "online_softmax",
     "streamed_scores",
     "row_statistics",
+    "row_maximum",
     "materialise_outputs",
     "BLOCK",
     "TILE",

@@ -325,7 +325,7 @@ def softmax_matmul_kernel(
                            body.unravel(row, parts.normaliser.shape))
     # an empty K sums nothing: 0, as the reference's sum over no keys (not 0 * R(0), which is NaN)
     scaled_statements = body.statements + [render_c.value_decl("scaled", f"K > 0 ? acc * {factor} : 0.0f")]
-    epilogue, result = tc.epilogue(output, "scaled")
+    epilogue, result, _ = tc.epilogue(output, "scaled")
     epilogue = scaled_statements + epilogue
     streamed = () if scores is None else (scores.srcs[0].node, scores) + chain
     nodes = (reduce.srcs[0].node, reduce) + parts.nodes + streamed + (() if output is reduce else (output,))

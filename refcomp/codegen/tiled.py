@@ -13,6 +13,7 @@ from typing import Callable, Optional, Sequence
 
 import sympy
 
+from ..ops.graph import identity_edge
 from ..ops.primitives import REDUCE, Node
 from ..symbolic.dims import dims_equal, prod
 from ..symbolic.index import conjunction, index_of, less
@@ -22,6 +23,7 @@ from .fused import linear_index, matmul_axes, same_edge
 from .indexed import carry_rows
 from .kernels import TILE, Kernel, Late, Launch, finish_kernel, lines_read_by
 from .staged import StagedLoads
+from .row_maximum import stored_maximum
 from .statistics import reads_match, row_statistics, stored_statistics
 from .sums import long_chain, loop_fields
 
@@ -167,10 +169,13 @@ class TiledContraction:
     def out_index(self) -> list:
         return [self.per_axis[a] for a in range(len(self.shape)) if a != self.k_axis]
 
-    def epilogue(self, output: Node, accumulated: str, carried: Sequence[Node] = ()) -> tuple[list[str], str]:
+    def epilogue(self, output: Node, accumulated: str, carried: Sequence[Node] = (),
+                 kept: Optional[Node] = None) -> tuple[list[str], str, str]:
         """Statements and value stored at (bm, bn): the reduction (the C name `accumulated`), or
         `output`, an elementwise node of the matmul's shape applied to it; each `carried` Scatter's
-        rows written into its table too (out1, out2, ...: indexed.carry_rows)."""
+        rows written into its table too (out1, out2, ...: indexed.carry_rows); and the value of
+        `kept` there, of `output` or computed from it elementwise (a row maximum's E), for the row
+        statistics ('' without)."""
         body, reduce = self.body, self.reduce
         self.begin("epilogue", conjunction(self.tile_bound["bm"], self.tile_bound["bn"]))
         out_idx = self.out_index()
@@ -186,25 +191,50 @@ class TiledContraction:
         body.access("out0", linear_index(out_idx, output.shape), store=True)
         for k, scatter in enumerate(carried):
             carry_rows(body, scatter, f"out{k + 1}", output, out_idx, result)
+        value = "" if kept is None else result if kept is output else self._kept(
+            output, kept, out_idx, result)
         statements = body.statements
         body.statements, body._guards = [], []
-        return statements, result
+        return statements, result, value
+
+    def _kept(self, output: Node, kept: Node, out_idx: list, result: str) -> str:
+        """`kept` at the thread's output, computed from the value stored (`result`) and its own loads."""
+        body = self.body
+        if not result.isidentifier():
+            name = body.fresh()
+            body.statements.append(render_c.value_decl(name, result, output.dtype))
+            result = name
+        body.scalars[output.id] = (result, linear_index(out_idx, output.shape))
+        return body.value_at(identity_edge(kept), out_idx)
 
     def row_statistics(self, output: Node, nodes: Sequence[Node], carried: int) -> dict:
-        """The template's fields for computing `nodes`, the statistics of the rows of `output` it stores
-        (codegen.statistics.stored_statistics), written to the outputs after the `carried` ones."""
+        """The template's fields for computing `nodes`, statistics of the rows of `output` it stores,
+        written to the outputs after the `carried` ones: a layer norm's sum and sum of squared
+        deviations (codegen.statistics.stored_statistics), or a row's maximum of `output` or of a value
+        computed from it elementwise (codegen.row_maximum); `value` is the node whose values are
+        reduced, which the epilogue computes."""
         n_axes = self.axes[2]
         out_axes = [a for a in range(len(self.shape)) if a != self.k_axis]
         row = self.body.index_var("bm") + (0 if self.batch_sym is None else self.batch_sym * self.sizes["m"])
-        stats = None
+        stats = maximum = None
         if list(n_axes) == [out_axes[-1]]:
-            stats = stored_statistics(nodes, output, self.out_index(), self.sizes["n"], row, self.body.ranges)
+            found = (self.out_index(), self.sizes["n"], row, self.body.ranges)
+            stats = stored_statistics(nodes, output, *found)
+            maximum = None if stats is not None else stored_maximum(nodes, output, *found)
+        label = self.body.names.label
+        if maximum is not None:
+            op = maximum.final.op
+            return dict(what=f"{label(maximum.final)}, the maximum of {label(maximum.value)}'s rows",
+                        maximum=True, value=maximum.value, result=f"out{carried + 1}",
+                        identity=render_c.reduce_identity(op),
+                        combine=lambda a, b: render_c.op_expr(op, a, b),
+                        nodes=(maximum.final,))
         if stats is None:
             raise Unfusable(f"{nodes[0].op.name}#{nodes[0].id}: not the statistics of the rows this matmul "
                             f"stores, along its N axis")
-        label = self.body.names.label
         return dict(what=f"{label(stats.total)} and {label(stats.squares)}", sum=f"out{carried + 1}",
-                    squares=f"out{carried + 2}", nodes=(stats.total, stats.squares))
+                    squares=f"out{carried + 2}", nodes=(stats.total, stats.squares), maximum=False,
+                    value=output)
 
     def fields(
         self, output: Node, tile: int, b_along_k: bool, loads: list, epilogue: list, result: str
@@ -298,8 +328,10 @@ def matmul_kernel(
     a_statements, a_value = tc.operand(0, "a")
     tc.body.stage = None
     b_statements, b_value = tc.operand(1, "b")
-    epilogue, result = tc.epilogue(output, "acc", carried)
     stats_fields = tc.row_statistics(output, row_stats, len(carried)) if row_stats else None
+    epilogue, result, kept = tc.epilogue(output, "acc", carried, stats_fields and stats_fields["value"])
+    if stats_fields:
+        stats_fields["kept"] = kept
     unread = [n for n in prologue if n.id not in tc.body.scalars_read]
     if unread:
         raise Unfusable(f"{unread[0].op.name}#{unread[0].id} is not read by this matmul's operands")
@@ -311,7 +343,8 @@ def matmul_kernel(
     staged_texts = [text for part in parts for text in (part["load"] or "", part["guard"])]
     loads = a_statements + [a_value] + b_statements + [b_value] + staged_texts
     fields = tc.fields(output, tile, b_along_k, loads, epilogue, result)
-    fields["launch"] = replace(fields["launch"], slices=slices, splits=splits, row_stats=bool(row_stats))
+    per_tile = 0 if not stats_fields else 1 if stats_fields["maximum"] else 2  # ws2 values per row and N tile
+    fields["launch"] = replace(fields["launch"], slices=slices, splits=splits, row_stats=per_tile)
     prologue_texts = [line for phase in phases for line in phase["statements"] + [phase["combine"]]]
     return finish_kernel(
         name,

@@ -21,22 +21,44 @@ the modeled time falls. A layer norm qualifies when
   and stores it in P's place (the residual stream, stored once instead of recomputed by its readers);
 - a row kernel's output is no graph output (its readers recompute it), and code generation accepts
   every kernel of the new partition (stored_statistics: X's rows along the matmul's N axis).
+
+A row's maximum moves alike (codegen/row_maximum.py: a decode step's greedy choice over the LM
+head's logits, after the repetition penalty): F, the maximum over the last axis of E, whole or split
+in chunks P, is the matmul kernel's to compute when E is the rows that kernel stores, or is computed
+from them elementwise, inline (the kernel then computes E at each output as it stores it, with E's
+other loads); F and P are reduce kernels of their own, P no graph output and read by F alone.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable, Mapping, Optional
 
-from ..codegen.legality import Group, row_statistics
+from ..codegen.legality import Group, row_maximum, row_statistics
 from ..ops.primitives import Node
 from .schedule import Schedule
 
 
 def with_row_stats(graph, sched: Schedule, groups: dict) -> Optional[dict]:
     """The kernels with each node of `sched.row_stats` handed to the matmul kernel that stores the
-    row it reduces; None if that row is no matmul kernel's output."""
+    row it reduces (a maximum's E computed by that kernel too); None if that row is no matmul
+    kernel's output."""
     groups = dict(groups)
     for node in sorted((graph.by_id[i] for i in sched.row_stats), key=lambda n: graph.position[n.id]):
+        if _chunks_of_moved(graph, sched, node):
+            continue  # a split maximum's chunks: its kernel computes the whole maximum
+        maximum = row_maximum(node)
+        if maximum is not None:
+            found = _computed_from(graph, sched, groups, maximum.value)
+            if found is None:
+                return None
+            row, members, reads = found
+            group = groups[row.id]
+            ordered = lambda nodes: tuple(sorted(nodes, key=lambda n: graph.position[n.id]))  # noqa: E731
+            groups[row.id] = replace(
+                group, members=ordered(set(group.members) | members),
+                reads=group.reads + tuple(ordered(r for r in reads if r not in group.reads)),
+                row_stats=group.row_stats + (node,))
+            continue
         stats = row_statistics(node)
         row = (node if stats is None else stats.total).srcs[0].node
         group = groups.get(row.id)
@@ -46,18 +68,56 @@ def with_row_stats(graph, sched: Schedule, groups: dict) -> Optional[dict]:
     return groups
 
 
+def _chunks_of_moved(graph, sched: Schedule, node) -> bool:
+    """Whether `node` is the chunks' maxima P of a split maximum whose F is in sched.row_stats."""
+    readers = graph.consumers[node.id]
+    if len(readers) != 1 or readers[0].id not in sched.row_stats:
+        return False
+    maximum = row_maximum(readers[0])
+    return maximum is not None and maximum.chunks is node
+
+
+def _computed_from(graph, sched: Schedule, groups: Mapping[int, Group], value: Node):
+    """(the matmul kernel's root whose rows `value` is or is computed from inline, the inline nodes
+    computing `value` from it, the other buffers they read), or None where there is no one such
+    kernel."""
+    if value.id in groups:
+        return (value, set(), set()) if groups[value.id].kind == "matmul" else None
+    if value.id not in sched.inline or value.id in graph.outputs:
+        return None
+    members, stored, stack = {value}, set(), [value]
+    while stack:
+        for edge in stack.pop().srcs:
+            n = edge.node
+            if n.op.literal:
+                continue
+            if n.id in sched.inline and n.id not in graph.outputs:
+                if n not in members:
+                    members.add(n)
+                    stack.append(n)
+            else:
+                stored.add(n)
+    matmuls = [n for n in stored if n.id in groups and groups[n.id].kind == "matmul"]
+    if len(matmuls) != 1:
+        return None
+    return matmuls[0], members, stored - {matmuls[0]}
+
+
 def carry_row_stats(graph, ev, sched: Schedule, groups: Mapping[int, Group],
                     tune: Callable[[Schedule, dict], Schedule]) -> tuple[Schedule, dict, list]:
-    """(the schedule, its kernels, the sums of squared deviations whose statistics moved) after moving
-    every layer norm's statistics that pays into the matmul kernel storing its rows. `tune(sched,
-    groups)` sets the parameters of the kernels given (search._tune)."""
+    """(the schedule, its kernels, the sums of squared deviations and maxima whose statistics moved)
+    after moving every layer norm's statistics and every row maximum that pays into the matmul kernel
+    storing its rows. `tune(sched, groups)` sets the parameters of the kernels given (search._tune)."""
     groups, moved = dict(groups), []
-    for squares in graph.compute:
-        stats = row_statistics(squares)
-        if stats is None or not all(i in sched.row | sched.prologue or _alone(graph, groups, i)
-                                    for i in (squares.id, stats.total.id)):
+    for node in graph.compute:
+        stats, maximum = row_statistics(node), row_maximum(node)
+        if stats is not None and all(i in sched.row | sched.prologue or _alone(graph, groups, i)
+                                     for i in (node.id, stats.total.id)):
+            changed = _moved(graph, sched, groups, stats)
+        elif maximum is not None:
+            changed = _moved_maximum(graph, sched, groups, maximum)
+        else:
             continue
-        changed = _moved(graph, sched, groups, stats)
         if changed is None:
             continue
         after = ev.partition(changed)
@@ -68,8 +128,21 @@ def carry_row_stats(graph, ev, sched: Schedule, groups: Mapping[int, Group],
         tuned = tune(bare, fresh)
         if ev.total(tuned, after) < ev.total(sched, groups):
             sched, groups = tuned, after
-            moved.append(squares)
+            moved.append(node)
     return sched, groups, moved
+
+
+def _moved_maximum(graph, sched: Schedule, groups: Mapping[int, Group], maximum) -> Optional[Schedule]:
+    """The schedule with the row maximum computed by the kernel storing its rows (see the module), or
+    None where its F or P is not a reduce kernel of its own, or P is an output or has another reader."""
+    final, chunks = maximum.final, maximum.chunks
+    ids = {final.id} | ({chunks.id} if chunks is not None else set())
+    own = groups.get(final.id)
+    if own is None or own.kind != "reduce" or (chunks is not None and (
+            not _alone(graph, groups, chunks.id) or len(graph.consumers[chunks.id]) != 1)):
+        return None
+    params = tuple((k, v) for k, v in sched.params if k[0] not in ids)
+    return replace(sched, row_stats=sched.row_stats | ids, params=params)
 
 
 def _moved(graph, sched: Schedule, groups: Mapping[int, Group], stats) -> Optional[Schedule]:
