@@ -245,6 +245,9 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert tallied(lambda launch: "rows' statistics" in launch), (
         f"no matmul computed the statistics of the rows it stores (search/row_stats.py): {total.launches}"
     )
+    assert tallied(lambda launch: "rows' maximum" in launch), (
+        f"no matmul computed the maximum of the rows it stores (search/row_stats.py): {total.launches}"
+    )
     assert tallied(lambda launch: "finishing its rows' reduction" in launch), (
         f"no reduction's last blocks finished a split maximum (search/tail.py): {total.launches}"
     )

@@ -14,6 +14,7 @@ TALL_NORM_RATE = (
     0.35  # a layer norm of 64 fresh rows, then a matmul (Welford's one pass pays only with many rows)
 )
 PROJECTED_NORM_RATE = 0.6  # a layer norm of a residual stream r + x @ w, then a matmul (search/row_stats.py)
+PROJECTED_MAX_RATE = 0.2  # of the matmul steps: a maximum or argmax of a product's rows (search/row_stats.py)
 
 
 class ModelSteps:
@@ -101,7 +102,32 @@ class ModelSteps:
         finally:
             self.rng = main
 
+    def projected_max(self) -> bool:
+        """Now and then a maximum (or its index) over the rows of a product x @ w, as a decode step's
+        greedy choice over the LM head's logits, after an elementwise step of the repetition
+        penalty's kind, or none: the matmul kernel storing the rows may take their maximum as it
+        stores them (search/row_stats.py). Drawn from a stream of its own, so the draws after it are
+        those of earlier runs."""
+        main, self.rng = self.rng, np.random.default_rng([self.graph.seed, self.graph.index, 48])
+        try:
+            if not self.chance(PROJECTED_MAX_RATE):
+                return False
+            rows, depth, width = self.choice([32, 5, "B"]), self.choice([16, 48]), self.choice([64, 100])
+            x, w = self.new_input((rows, depth)), self.new_input((depth, width))
+            bound = depth * max(abs(x.lo), abs(x.hi)) * max(abs(w.lo), abs(w.hi))
+            expr = f"({x.name} @ {w.name})"
+            if self.chance(0.5):  # halved where a mask is set
+                seen = self.new_input((rows, width))
+                expr = f"rc.where({seen.name} > 0, {expr} * 0.5, {expr})"
+            if self.chance(0.6):
+                return self.emit(f"{expr}.amax(-1)", -bound, bound, False, "projected_max") is not None
+            return self.emit(f"{expr}.argmax(-1)", 0.0, float(width - 1), True, "projected_max") is not None
+        finally:
+            self.rng = main
+
     def step_matmul(self) -> None:
+        if self.projected_max():
+            return
         v = self.pick(lambda v: len(v.shape) >= 1)
         if v is None:
             return self.step_unary()
