@@ -104,3 +104,38 @@ def sanitized_run(prog, feeds):
         module.launch(kernel.name, grid, block, args)
     be.synchronize()
     return prog.download_outputs(be, buffers, bindings)
+
+
+def variants_build_with_nvcc(outputs, base, carrying) -> None:
+    """The program of `base`'s schedule with the one kernel `carrying(program)` lists unsplit, then
+    split K across 4 blocks and 4 slices, compiled by nvcc for sm_90 (skipped, naming why, without
+    nvcc)."""
+    import pytest
+    from refcomp.exec.nvcc import nvcc_available, nvcc_check
+    if nvcc_available() is not None:
+        pytest.skip(nvcc_available())
+    for parts in (1, 4):
+        prog, _ = reparametrised(outputs, base, carrying, splits=parts, slices=parts)
+        assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
+
+
+def saved_and_loaded(prog, path):
+    """The program saved to `path` and loaded again (its kernels generated afresh): the same source."""
+    prog.save(path)
+    loaded = rc.load_program(path)
+    assert loaded.source == prog.source
+    return loaded
+
+
+# (tile, splits, slices) of a matmul's row-statistics end (matmul_row_stats.cu.j2) that its tests run
+ROW_END_VARIANTS = [(16, 1, 1), (32, 1, 1), (16, 4, 1), (16, 3, 4), (32, 16, 1), (16, 1, 4)]
+
+
+def reparametrised(outputs, base, carrying, **params):
+    """(the program of `base`'s schedule with `params` (tile=, splits=, slices=) set on the one kernel
+    `carrying(program)` lists, that kernel of the new program)."""
+    root = carrying(base)[0].output.id
+    sched = base.search.schedule.with_params({(root, name): v for name, v in params.items()})
+    prog = program_for_schedule(outputs, base.search, sched)
+    (kernel,) = carrying(prog)
+    return prog, kernel

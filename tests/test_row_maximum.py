@@ -14,9 +14,9 @@ import refcomp as rc
 from refcomp import golden
 from refcomp.exec.emulator import EmulatorBackend
 from refcomp.exec.profile import model_disagreements
-from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.serving.sampling import greedy_graph
-from fusion_checks import launch_split_twice, sanitized_run
+from fusion_checks import (ROW_END_VARIANTS, launch_split_twice, reparametrised, sanitized_run,
+                           saved_and_loaded, variants_build_with_nvcc)
 
 K, V = 48, 5000
 
@@ -87,16 +87,9 @@ def test_the_memory_model_counts_what_the_profiler_counts(greedy, rows):
     assert model_disagreements(prog, prog.profile(_feeds(rows, seed=rows))) == []
 
 
-VARIANTS = [(16, 1, 1), (32, 1, 1), (16, 4, 1), (16, 3, 4), (32, 16, 1), (16, 1, 4)]  # tile, splits, slices
-
-
-@pytest.mark.parametrize("tile,splits,slices", VARIANTS)
+@pytest.mark.parametrize("tile,splits,slices", ROW_END_VARIANTS)
 def test_every_template_variant_computes_the_maximum(greedy, tile, splits, slices):
-    outputs, base = greedy
-    root = _carrying(base)[0].output.id
-    params = {(root, "tile"): tile, (root, "splits"): splits, (root, "slices"): slices}
-    prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params(params))
-    (kernel,) = _carrying(prog)
+    prog, kernel = reparametrised(*greedy, _carrying, tile=tile, splits=splits, slices=slices)
     assert (kernel.launch.block, kernel.launch.splits, kernel.launch.slices) == (tile, splits, slices)
     for rows in (33, 2):
         _check(prog, rows, seed=tile + splits + rows)
@@ -104,41 +97,27 @@ def test_every_template_variant_computes_the_maximum(greedy, tile, splits, slice
 
 
 def test_the_tickets_are_zero_again_for_the_next_launch(greedy):
-    outputs, base = greedy
-    root = _carrying(base)[0].output.id
-    prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params({(root, "splits"): 4}))
+    prog, kernel = reparametrised(*greedy, _carrying, splits=4)
     feeds = _feeds(40, seed=9)
-    (kernel,) = _carrying(prog)
     assert kernel.launch.row_scratch(prog.bind(feeds)[1])[1] == -(-40 // kernel.launch.block)
     launch_split_twice(EmulatorBackend(), prog, kernel, feeds, _want(feeds))
 
 
 @pytest.mark.parametrize("splits", [1, 4])
 def test_every_access_stays_in_its_buffers(greedy, splits):
-    outputs, base = greedy
-    root = _carrying(base)[0].output.id
-    sched = base.search.schedule.with_params({(root, "splits"): splits})
-    prog = program_for_schedule(outputs, base.search, sched)
+    prog, _ = reparametrised(*greedy, _carrying, splits=splits)
     feeds = _feeds(17, seed=11)
     np.testing.assert_array_equal(sanitized_run(prog, feeds)["token"], _want(feeds)["token"])
 
 
 def test_the_kernels_build_with_nvcc(greedy):
-    from refcomp.exec.nvcc import nvcc_available, nvcc_check
-    if nvcc_available() is not None:
-        pytest.skip(nvcc_available())
-    outputs, base = greedy
-    root = _carrying(base)[0].output.id
-    for params in ({(root, "splits"): 1, (root, "slices"): 1}, {(root, "splits"): 4, (root, "slices"): 4}):
-        prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params(params))
-        assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
+    variants_build_with_nvcc(*greedy, _carrying)
 
 
 def test_a_saved_program_loads_with_the_maximum(greedy, tmp_path):
     _, prog = greedy
-    prog.save(tmp_path / "p.json")
-    loaded = rc.load_program(tmp_path / "p.json")
-    assert loaded.source == prog.source and [len(k.row_stats) for k in loaded.kernels] == [1, 0]
+    loaded = saved_and_loaded(prog, tmp_path / "p.json")
+    assert [len(k.row_stats) for k in loaded.kernels] == [1, 0]
     feeds = _feeds(9, seed=5)
     np.testing.assert_array_equal(loaded.run(feeds, backend="emulator")["token"], _want(feeds)["token"])
 

@@ -15,10 +15,10 @@ from refcomp.exec.emulator import EmulatorBackend
 from refcomp.codegen.statistics import row_statistics
 from refcomp.exec.profile import model_disagreements
 from refcomp.ops.nn import layer_norm
-from refcomp.pipeline.assemble import program_for_schedule
 from refcomp.search.evaluate import Evaluator
 from norm_block import EPS, block as _block, feeds as _feeds, want as _want
-from fusion_checks import launch_split_twice, sanitized_run
+from fusion_checks import (ROW_END_VARIANTS, launch_split_twice, reparametrised, sanitized_run,
+                           saved_and_loaded, variants_build_with_nvcc)
 
 
 def _check(prog, rows, d, f, seed=0):
@@ -73,16 +73,9 @@ def test_a_layer_norm_row_kernel_goes_too():
     assert model_disagreements(prog, prog.profile(_feeds(32, 768, 3072))) == []
 
 
-VARIANTS = [(16, 1, 1), (32, 1, 1), (16, 4, 1), (16, 3, 4), (32, 16, 1), (16, 1, 4)]  # tile, splits, slices
-
-
-@pytest.mark.parametrize("tile,splits,slices", VARIANTS)
+@pytest.mark.parametrize("tile,splits,slices", ROW_END_VARIANTS)
 def test_every_template_variant_computes_the_statistics(small, tile, splits, slices):
-    outputs, base = small
-    root = _carrying(base)[0].output.id
-    params = {(root, "tile"): tile, (root, "splits"): splits, (root, "slices"): slices}
-    prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params(params))
-    (kernel,) = _carrying(prog)
+    prog, kernel = reparametrised(*small, _carrying, tile=tile, splits=splits, slices=slices)
     assert (kernel.launch.block, kernel.launch.splits, kernel.launch.slices) == (tile, splits, slices)
     for rows in (33, 2):
         _check(prog, rows, 200, 300, seed=tile + splits + rows)
@@ -92,42 +85,27 @@ def test_every_template_variant_computes_the_statistics(small, tile, splits, sli
 def test_the_tickets_are_zero_again_for_the_next_launch(small):
     """Launched twice on the same buffers (as exec.timing and a CUDA graph launch), the second launch
     merges its own partials: the row ticket was reset by the tile that drew the last one."""
-    _, base = small
-    outputs = small[0]
-    root = _carrying(base)[0].output.id
-    prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params({(root, "splits"): 4}))
+    prog, kernel = reparametrised(*small, _carrying, splits=4)
     feeds = _feeds(40, 200, 300, seed=9)
-    (kernel,) = _carrying(prog)
     assert kernel.launch.row_scratch(prog.bind(feeds)[1])[1] == 3  # three rows of tiles' tickets
     launch_split_twice(EmulatorBackend(), prog, kernel, feeds, {"y": _want(feeds)})
 
 
 @pytest.mark.parametrize("splits", [1, 4])
 def test_every_access_stays_in_its_buffers(small, splits):
-    outputs, base = small
-    root = _carrying(base)[0].output.id
-    sched = base.search.schedule.with_params({(root, "splits"): splits})
-    prog = program_for_schedule(outputs, base.search, sched)
+    prog, _ = reparametrised(*small, _carrying, splits=splits)
     feeds = _feeds(17, 200, 300, seed=11)
     np.testing.assert_allclose(sanitized_run(prog, feeds)["y"], _want(feeds), **golden.FLOAT32_TOLERANCE)
 
 
 def test_the_kernels_build_with_nvcc(small):
-    from refcomp.exec.nvcc import nvcc_available, nvcc_check
-    if nvcc_available() is not None:
-        pytest.skip(nvcc_available())
-    outputs, base = small
-    root = _carrying(base)[0].output.id
-    for params in ({(root, "splits"): 1, (root, "slices"): 1}, {(root, "splits"): 4, (root, "slices"): 4}):
-        prog = program_for_schedule(outputs, base.search, base.search.schedule.with_params(params))
-        assert set(nvcc_check(prog.source).kernels) == {k.name for k in prog.kernels}
+    variants_build_with_nvcc(*small, _carrying)
 
 
 def test_a_saved_program_loads_with_the_statistics(small, tmp_path):
     _, prog = small
-    prog.save(tmp_path / "p.json")
-    loaded = rc.load_program(tmp_path / "p.json")
-    assert loaded.source == prog.source and [len(k.row_stats) for k in loaded.kernels] == [2, 0]
+    loaded = saved_and_loaded(prog, tmp_path / "p.json")
+    assert [len(k.row_stats) for k in loaded.kernels] == [2, 0]
     feeds = _feeds(9, 200, 300, seed=5)
     np.testing.assert_array_equal(loaded.run(feeds, backend="emulator")["y"],
                                   prog.run(feeds, backend="emulator")["y"])
