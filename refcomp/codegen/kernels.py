@@ -64,7 +64,7 @@ class Kernel:
     cost: Optional[object] = None  # the cost model's search.cost.KernelCost, set by the program
     plan: Optional["AccessPlan"] = None  # its global accesses, for the memory model (codegen.access)
     carried: tuple[Node, ...] = ()  # Scatters it performs too (search.carry): out1, ... their tables' buffers
-    row_stats: tuple[Node, ...] = ()  # its rows' sum and sum of squared deviations (after the carried outs)
+    row_stats: tuple[Node, ...] = ()  # its rows' statistics: S and V, or a maximum (after the carried outs)
     tail: tuple[Node, ...] = ()  # a short reduction of its output's rows and its epilogue (codegen.tail)
 
     @property

@@ -88,7 +88,7 @@ class Group:
     kind: str  # "elementwise", "reduce", "row", "matmul", "gather" or "scatter"
     recomputed: int = 0  # the search's bound on values recomputed per output element (fusion._recomputations)
     carried: tuple[Node, ...] = ()  # Scatters of the root's columns this kernel also writes (search.carry)
-    row_stats: tuple[Node, ...] = ()  # its root's rows' sum and sum of squared deviations (search.row_stats)
+    row_stats: tuple[Node, ...] = ()  # its root's rows' S and V, or maximum (search.row_stats)
     tail: tuple[Node, ...] = ()  # a short reduction of its root's rows, then its epilogue (search.tail)
 
 

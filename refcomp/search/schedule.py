@@ -115,8 +115,9 @@ class Schedule:
         codegen="welford_ids",
     )
     row_stats: frozenset = decision(
-        "a layer norm's row sum and sum of squared deviations computed by the matmul kernel that stores "
-        "the rows, as it stores them (search.row_stats; never a kernel's root, never inline)",
+        "a layer norm's row sum and sum of squared deviations, or a row's maximum (and its chunks'), "
+        "computed by the matmul kernel that stores the rows, as it stores them (search.row_stats; never "
+        "a kernel's root, never inline)",
         codegen="row_stats_ids",
     )
     tails: frozenset = decision(
