@@ -236,25 +236,17 @@ def test_the_full_run_matches_and_reaches_every_move_and_rule():
     assert tallied(lambda launch: "across blocks (online" in launch), (
         f"no online softmax split K across blocks (flash-decoding): {total.launches}"
     )
-    assert tallied(lambda launch: "carrying a Scatter" in launch), (
-        f"no matmul wrote a Scatter's rows (search/carry.py): {total.launches}"
-    )
-    assert tallied(lambda launch: "512+ threads" in launch), (
-        f"no reduction or row of 512 or 1,024 threads a block: {total.launches}"
-    )
-    assert tallied(lambda launch: "rows' statistics" in launch), (
-        f"no matmul computed the statistics of the rows it stores (search/row_stats.py): {total.launches}"
-    )
-    assert tallied(lambda launch: "rows' maximum" in launch), (
-        f"no matmul computed the maximum of the rows it stores (search/row_stats.py): {total.launches}"
-    )
-    assert tallied(lambda launch: "finishing its rows' reduction" in launch), (
-        f"no reduction's last blocks finished a split maximum (search/tail.py): {total.launches}"
-    )
-    for words in ("staging A's loads of k", "holding A's loads of a row"):
-        assert tallied(lambda launch: words in launch), (
-            f"no matmul {words} (codegen/staged.py): {total.launches}"
-        )
+    shown = [  # words of a tallied launch, and what their absence means
+        ("carrying a Scatter", "no matmul wrote a Scatter's rows (search/carry.py)"),
+        ("512+ threads", "no reduction or row of 512 or 1,024 threads a block"),
+        ("rows' statistics", "no matmul computed the statistics of the rows it stores (search/row_stats.py)"),
+        ("rows' maximum", "no matmul computed the maximum of the rows it stores (search/row_stats.py)"),
+        ("finishing its rows' reduction", "no reduction's last blocks finished a split maximum (tail.py)"),
+        ("staging A's loads of k", "no matmul staging A's loads of k (codegen/staged.py)"),
+        ("holding A's loads of a row", "no matmul holding A's loads of a row (codegen/staged.py)"),
+    ]
+    for words, missing in shown:
+        assert tallied(lambda launch: words in launch), f"{missing}: {total.launches}"
     assert total.resident_runs > 0 and total.resident_left > 0, (
         "no run held its inputs on the backend and left a Scatter's write there (exec/resident.py)"
     )
