@@ -41,7 +41,7 @@ class Launch:
         sliced = f", K in {self.slices} slices" if self.slices > 1 else ""
         split = f", K split across {self.splits} blocks" if self.splits > 1 else ""
         wide = f", {self.cols} N tiles a block" if self.cols > 1 else ""
-        rows = {0: "", 1: ", its rows' maximum"}.get(self.row_stats, ", its rows' statistics")
+        rows = f", {self.row_end}" if self.row_stats else ""
         tail = f", each row's last of {self.tail} blocks reducing the row" if self.tail else ""
         return f"{self.mode} over {self.work}{extra}, block {self.block}{sliced}{split}{wide}{rows}{tail}"
 
@@ -56,6 +56,11 @@ class Launch:
         tiles_n, tiles_m = -(-n // (t * self.cols)), -(-m // t)
         stats = 2 * tiles_n if self.stats else 0
         return batch * self.splits * m * (n + stats), batch * tiles_m * tiles_n
+
+    @property
+    def row_end(self) -> str:
+        """What a kernel's row-statistics end computes, in words (its `row_stats` values a tile)."""
+        return "its rows' maximum" if self.row_stats == 1 else "its rows' statistics"
 
     def row_scratch(self, bindings: Mapping[str, int]) -> tuple[int, int]:
         """Elements of the scratch of a kernel that reduces its rows' statistics (search.row_stats): ws2

@@ -21,7 +21,7 @@ import sympy
 from ..ops.primitives import Node
 from ..symbolic.dims import dims_equal, expand
 from ..symbolic.index import index_of
-from ..symbolic.view import contiguous_strides
+from .fused import linear_index, same_edge
 
 
 @dataclass(frozen=True)
@@ -62,28 +62,23 @@ def stored_maximum(nodes: Sequence[Node], output: Node, out_index: Sequence, col
     template's batch x M + bm). None otherwise. E's own reads of `output` at the thread's position
     are checked where the epilogue computes it (KernelBody's scalars)."""
     found = row_maximum(nodes[0]) if len(nodes) == 1 else None
-    if found is None or not dims_equal(output.shape[-1], columns) or len(found.value.shape) != len(
-            output.shape) or not all(dims_equal(a, b) for a, b in zip(found.value.shape, output.shape)):
+    if found is None or not same_edge(found.value.shape, output.shape) or not dims_equal(
+            output.shape[-1], columns):
         return None
-    r = sympy.Symbol("r_max", integer=True, nonnegative=True)
-    rows = list(out_index[:-1])
-    strides = contiguous_strides(output.shape)
-    element = lambda column: sum((i * s for i, s in zip(rows + [column], strides)), sympy.Integer(0))  # noqa: E731
-    final = found.final
-    if found.chunks is None:
-        reads = [(final.srcs[0], rows + [r], element(r), {r: columns})]
+    rows, final = list(out_index[:-1]), found.final
+    r, s, c = (sympy.Symbol(name, integer=True, nonnegative=True) for name in ("r_max", "s_max", "c_max"))
+    if found.chunks is None:  # (edge, index read, the element of E it must be, the index's extents)
+        reads = [(final.srcs[0], rows + [r], linear_index(rows + [r], output.shape), {r: columns})]
     else:
         count, length = found.chunks.srcs[0].shape[-2:]
         if not dims_equal(count * length, columns):
             return None
-        s, c = sympy.Symbol("s_max", integer=True, nonnegative=True), sympy.Symbol("c_max", integer=True,
-                                                                                       nonnegative=True)
-        reads = [(final.srcs[0], rows + [s], sum((i * st for i, st in zip(rows + [s], contiguous_strides(
-                     found.chunks.shape))), sympy.Integer(0)), {s: count}),
-                 (found.chunks.srcs[0], rows + [s, c], element(s * length + c), {s: count, c: length})]
+        reads = [(final.srcs[0], rows + [s], linear_index(rows + [s], found.chunks.shape), {s: count}),
+                 (found.chunks.srcs[0], rows + [s, c], linear_index(rows + [s * length + c], output.shape),
+                  {s: count, c: length})]
     for edge, at, expected, extents in reads:
         flat, valid = index_of(edge.views, tuple(at), {**ranges, **extents})
         if valid is not sympy.true or expand(flat - expected) != 0:
             return None  # the maximum reads the row the thread stores, in order
-    position = sum((i * s for i, s in zip(rows, contiguous_strides(final.shape))), sympy.Integer(0))
+    position = linear_index(rows, final.shape)
     return found if expand(position - row) == 0 else None

@@ -183,8 +183,7 @@ def check_batch(graphs: Sequence[FuzzGraph], bindings: Sequence[dict], modes=("s
                           + (" of 512+ threads" if kernel.launch.mode != "tiles" and kernel.launch.block > 256
                              else "")
                           + (" carrying a Scatter" if kernel.carried else "")
-                          + {0: "", 1: " with its rows' maximum"}.get(kernel.launch.row_stats,
-                                                                      " with its rows' statistics")
+                          + (f" with {kernel.launch.row_end}" if kernel.row_stats else "")
                           + (" finishing its rows' reduction" if kernel.tail else "")
                           + _staged(kernel))
                 result.launches[launch] = result.launches.get(launch, 0) + 1

@@ -47,24 +47,22 @@ def with_row_stats(graph, sched: Schedule, groups: dict) -> Optional[dict]:
         if _chunks_of_moved(graph, sched, node):
             continue  # a split maximum's chunks: its kernel computes the whole maximum
         maximum = row_maximum(node)
-        if maximum is not None:
+        if maximum is not None:  # the matmul computes E too: its nodes and its other reads
             found = _computed_from(graph, sched, groups, maximum.value)
             if found is None:
                 return None
             row, members, reads = found
-            group = groups[row.id]
-            ordered = lambda nodes: tuple(sorted(nodes, key=lambda n: graph.position[n.id]))  # noqa: E731
-            groups[row.id] = replace(
-                group, members=ordered(set(group.members) | members),
-                reads=group.reads + tuple(ordered(r for r in reads if r not in group.reads)),
-                row_stats=group.row_stats + (node,))
-            continue
-        stats = row_statistics(node)
-        row = (node if stats is None else stats.total).srcs[0].node
-        group = groups.get(row.id)
-        if group is None or group.kind != "matmul":
-            return None
-        groups[row.id] = replace(group, row_stats=group.row_stats + (node,))
+        else:
+            stats = row_statistics(node)
+            row, members, reads = (node if stats is None else stats.total).srcs[0].node, set(), set()
+            if not _stored_by_matmul(groups, row):
+                return None
+        group = groups[row.id]
+        ordered = lambda nodes: tuple(sorted(nodes, key=lambda n: graph.position[n.id]))  # noqa: E731
+        groups[row.id] = replace(
+            group, members=ordered(set(group.members) | members) if members else group.members,
+            reads=group.reads + ordered(r for r in reads if r not in group.reads),
+            row_stats=group.row_stats + (node,))
     return groups
 
 
@@ -82,22 +80,11 @@ def _computed_from(graph, sched: Schedule, groups: Mapping[int, Group], value: N
     computing `value` from it, the other buffers they read), or None where there is no one such
     kernel."""
     if value.id in groups:
-        return (value, set(), set()) if groups[value.id].kind == "matmul" else None
+        return (value, set(), set()) if _stored_by_matmul(groups, value) else None
     if value.id not in sched.inline or value.id in graph.outputs:
         return None
-    members, stored, stack = {value}, set(), [value]
-    while stack:
-        for edge in stack.pop().srcs:
-            n = edge.node
-            if n.op.literal:
-                continue
-            if n.id in sched.inline and n.id not in graph.outputs:
-                if n not in members:
-                    members.add(n)
-                    stack.append(n)
-            else:
-                stored.add(n)
-    matmuls = [n for n in stored if n.id in groups and groups[n.id].kind == "matmul"]
+    members, stored = _inline_under(graph, sched, value)
+    matmuls = [n for n in stored if _stored_by_matmul(groups, n)]
     if len(matmuls) != 1:
         return None
     return matmuls[0], members, stored - {matmuls[0]}
@@ -165,7 +152,7 @@ def _moved(graph, sched: Schedule, groups: Mapping[int, Group], stats) -> Option
             return None
         inline |= {product.id}
         params = {(row.id if r == product.id else r, name): v for (r, name), v in params.items()}
-    elif row.id not in groups or groups[row.id].kind != "matmul":
+    elif not _stored_by_matmul(groups, row):
         return None
     return replace(sched, inline=inline, row=sched.row - ids, prologue=sched.prologue - ids,
                    welford=sched.welford - ids, row_stats=sched.row_stats | ids,
@@ -181,16 +168,32 @@ def _alone(graph, groups: Mapping[int, Group], node_id: int) -> bool:
 def _only_matmul_under(graph, sched: Schedule, groups: Mapping[int, Group], row: Node) -> Optional[Node]:
     """The one plain matmul kernel's output that `row`'s inline computation reads, when nothing else
     reads it; else None."""
-    chain, stack, stored = {row.id}, [row], {}
+    chain, stored = _inline_under(graph, sched, row)
+    ids = {n.id for n in chain}
+    products = [n for n in stored if n.id in sched.matmul and _stored_by_matmul(groups, n)]
+    if len(products) != 1 or not all(c.id in ids for c in graph.consumers[products[0].id]):
+        return None
+    return products[0]
+
+
+def _stored_by_matmul(groups: Mapping[int, Group], node: Node) -> bool:
+    """Whether `node` is the root of a matmul kernel."""
+    return node.id in groups and groups[node.id].kind == "matmul"
+
+
+def _inline_under(graph, sched: Schedule, node: Node) -> tuple[set, set]:
+    """(the nodes a kernel computes inline to give `node`, itself included; the nodes they read from
+    buffers), by fusion.group_of's rule: inline and no graph output, literals aside."""
+    chain, stored, stack = {node}, set(), [node]
     while stack:
         for edge in stack.pop().srcs:
             n = edge.node
-            if n.id in sched.inline and n.id not in chain:
-                chain.add(n.id)
-                stack.append(n)
-            elif n.id in groups:
-                stored[n.id] = n
-    products = [n for n in stored.values() if n.id in sched.matmul and groups[n.id].kind == "matmul"]
-    if len(products) != 1 or not all(c.id in chain for c in graph.consumers[products[0].id]):
-        return None
-    return products[0]
+            if n.op.literal:
+                continue
+            if n.id in sched.inline and n.id not in graph.outputs:
+                if n not in chain:
+                    chain.add(n)
+                    stack.append(n)
+            else:
+                stored.add(n)
+    return chain, stored
